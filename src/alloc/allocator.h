@@ -1,0 +1,102 @@
+// The caching-allocator model: PyTorch's CUDACachingAllocator (DeviceCachingAllocator) and
+// torch_npu's NPUCachingAllocator, one device, behind a small interface. Spec:
+// shared/reference/allocator.md (sections cited as "spec §N"). It knows nothing of phases,
+// time, JSON or printing. Sizes are bytes (int64); streams are small non-negative integers.
+// Ownership: the caller owns the Allocator; blocks are referred to by BlockHandle, never pointer.
+//
+// STUB: the interface below is fixed for the rest of memsim; the implementation is being
+// written under issue 2 (src/alloc/caching_allocator.cc).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/units.h"
+
+namespace memsim::alloc {
+
+enum class Backend { kCuda, kNpu };
+
+using StreamId = std::int32_t;
+// Identifies one live allocation. Never reused within an Allocator's lifetime.
+using BlockHandle = std::uint64_t;
+
+// The options of PYTORCH_CUDA_ALLOC_CONF / PYTORCH_NPU_ALLOC_CONF (spec §9), plus the device
+// capacity convention of spec §13.1 and the memory fraction of §13.10.
+struct AllocatorOptions {
+  Backend backend = Backend::kCuda;
+  // Device bytes the allocator may reserve; nullopt = unbounded (spec §13.1).
+  std::optional<Bytes> capacity_bytes;
+  // max_split_size_mb × 2^20; nullopt = unlimited (SIZE_MAX).
+  std::optional<Bytes> max_split_size_bytes;
+  // max_non_split_rounding_mb × 2^20 (CUDA only; default kLargeBuffer = 20 MiB).
+  Bytes max_non_split_rounding_bytes = 20 * kMiB;
+  // Divisions per power-of-two interval [2^(20+i), 2^(21+i)), i = 0..15; 0 = off.
+  std::array<int, 16> roundup_power2_divisions{};
+  // garbage_collection_threshold in (0, 1); 0 = off.
+  double garbage_collection_threshold = 0.0;
+  // set_per_process_memory_fraction; needs capacity_bytes.
+  std::optional<double> memory_fraction;
+  bool expandable_segments = false;
+  // NPU base_addr_aligned_kb × 1024 (default 16 KiB, range 0..16 KiB).
+  Bytes base_addr_aligned_bytes = 16 * kKiB;
+
+  bool operator==(const AllocatorOptions&) const = default;
+};
+
+// A gauge as c10 `Stat`: current value and running maximum (spec §8, §13.5).
+struct Gauge {
+  Bytes current = 0;
+  Bytes peak = 0;
+  bool operator==(const Gauge&) const = default;
+};
+
+// torch.cuda.memory_stats() names, aggregate ("all") pool (spec §8).
+struct AllocatorStats {
+  Gauge allocated_bytes;
+  Gauge reserved_bytes;
+  Gauge active_bytes;
+  Gauge requested_bytes;
+  Gauge inactive_split_bytes;
+  Gauge allocation;
+  Gauge active;
+  Gauge segment;
+  Gauge inactive_split;
+  Gauge oversize_allocations;
+  Gauge oversize_segments;
+  std::int64_t num_alloc_retries = 0;
+  std::int64_t num_ooms = 0;
+  bool operator==(const AllocatorStats&) const = default;
+};
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+
+  // Allocates size_bytes on `stream`. Returns the handle, or nullopt when the request failed
+  // after the whole out-of-memory path (num_ooms counted). REQUIRES: size_bytes > 0.
+  virtual std::optional<BlockHandle> Malloc(Bytes size_bytes, StreamId stream) = 0;
+  // Frees a live block (allocated drops now; the block returns to its pool once the events of
+  // streams recorded on it complete).
+  virtual void Free(BlockHandle block) = 0;
+  // record_stream: the block is also used on `stream`.
+  virtual void RecordStream(BlockHandle block, StreamId stream) = 0;
+  // All work queued so far on `stream` has finished (spec §13.3).
+  virtual void CompleteStream(StreamId stream) = 0;
+  // torch.cuda.empty_cache(): synchronize, then release every whole free segment (spec §5).
+  virtual void EmptyCache() = 0;
+  // Changes the device capacity (spec §13.1); nullopt = unbounded.
+  virtual void SetCapacity(std::optional<Bytes> capacity_bytes) = 0;
+  // reset_peak_memory_stats(): every peak := current.
+  virtual void ResetPeakStats() = 0;
+  virtual const AllocatorStats& Stats() const = 0;
+  // Walks every segment and pool; returns "" iff all invariants hold, else a description.
+  virtual std::string CheckInvariants() const = 0;
+};
+
+std::unique_ptr<Allocator> NewCachingAllocator(const AllocatorOptions& options);
+
+}  // namespace memsim::alloc

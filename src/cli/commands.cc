@@ -1,0 +1,71 @@
+#include "cli/commands.h"
+
+#include <cstdio>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "core/error.h"
+
+namespace memsim::cli {
+namespace {
+
+constexpr Subcommand kSubcommands[] = {
+    {"run", "simulate a training config and print per-iteration memory", &AddRunCommand},
+    {"replay", "replay an allocator trace (CSV or PyTorch snapshot) through the model",
+     &AddReplayCommand},
+    {"compare", "compare a real memory profile with the simulation", &AddCompareCommand},
+    {"check", "memory gates for CI: fail when a config would not fit or grew", &AddCheckCommand},
+    {"validate", "parse, check and resolve configs without simulating", &AddValidateCommand},
+    {"dump-program", "print the per-rank Program (one op a line)", &AddDumpProgramCommand},
+};
+
+}  // namespace
+
+int Main(int argc, char** argv) {
+  CLI::App app{"memsim: device-memory simulator for deep-learning training"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("memsim ") + MEMSIM_VERSION);
+  std::vector<std::pair<CLI::App*, Action>> actions;
+  for (const Subcommand& s : kSubcommands) {
+    CLI::App* sub = app.add_subcommand(std::string(s.name), std::string(s.summary));
+    actions.emplace_back(sub, s.add(*sub));
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string message = e.what();
+    // "did you mean" for a mistyped subcommand.
+    if (argc > 1 && argv[1][0] != '-') {
+      std::vector<std::string> names;
+      for (const Subcommand& s : kSubcommands) names.emplace_back(s.name);
+      bool known = false;
+      for (const std::string& n : names) known = known || n == argv[1];
+      if (!known) {
+        message = fmt::format("unknown subcommand '{}'", argv[1]);
+        std::string guess = ClosestMatch(argv[1], names);
+        if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
+      }
+    }
+    std::fprintf(stderr, "memsim: %s\nRun 'memsim --help' for usage.\n", message.c_str());
+    return 2;
+  }
+  for (auto& [sub, action] : actions) {
+    if (!sub->parsed()) continue;
+    try {
+      return action();
+    } catch (const InputError& e) {
+      std::fprintf(stderr, "memsim %s: %s\n", sub->get_name().c_str(), e.what());
+      return 2;
+    }
+  }
+  return 2;
+}
+
+}  // namespace memsim::cli

@@ -1,0 +1,111 @@
+// Setup: the validated, resolved input of one simulation -- model architecture (Hugging Face
+// config.json semantics, Megatron overrides applied), training settings (Megatron-LM argument
+// names), device preset and allocator options. Produced once by config::Load (config/load.h);
+// every other module reads these plain structs and never sees JSON. Sizes in bytes.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "alloc/allocator.h"
+#include "core/units.h"
+
+namespace memsim::config {
+
+enum class Precision { kFp32, kFp16, kBf16 };
+enum class Normalization { kLayerNorm, kRMSNorm };
+enum class PositionEmbedding { kRope, kLearnedAbsolute, kNone };
+enum class OptimizerKind { kAdam, kSgd };
+enum class OptimizerImpl { kFused, kForeach };
+enum class RecomputeGranularity { kNone, kSelective, kFull };
+enum class RecomputeMethod { kUniform, kBlock };
+
+// Transformer shape. Hugging Face keys; a key absent from the file takes the HF default of its
+// model_type; the training config may override with Megatron's argument names.
+struct ModelConfig {
+  std::string model_type = "llama";
+  int hidden_size = 0;
+  int intermediate_size = 0;          // ffn hidden size
+  int num_attention_heads = 0;
+  int num_key_value_heads = 0;        // = num_attention_heads for MHA
+  int head_dim = 0;                   // kv_channels; default hidden_size / heads
+  int num_hidden_layers = 0;
+  int vocab_size = 0;                 // unpadded
+  int max_position_embeddings = 0;
+  bool tie_word_embeddings = false;
+  bool gated_mlp = true;              // hidden_act silu/swiglu => gated (HF semantics)
+  std::string hidden_act = "silu";
+  Normalization normalization = Normalization::kRMSNorm;
+  bool add_bias_linear = false;       // biases on all linear layers (GPT-style)
+  bool add_qkv_bias = false;          // bias on QKV only (Qwen2 attention_bias)
+  bool qk_layernorm = false;
+  PositionEmbedding position_embedding_type = PositionEmbedding::kRope;
+  double hidden_dropout = 0.0;
+  double attention_dropout = 0.0;
+  int num_experts = 0;                // 0 or 1 = dense
+  int make_vocab_size_divisible_by = 128;
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct TrainingConfig {
+  std::string framework = "megatron";
+  int seq_length = 0;
+  int micro_batch_size = 1;
+  int global_batch_size = 0;
+  int tensor_model_parallel_size = 1;
+  int pipeline_model_parallel_size = 1;
+  int data_parallel_size = 1;
+  int context_parallel_size = 1;
+  int expert_model_parallel_size = 1;
+  // Megatron num_layers_per_virtual_pipeline_stage; 0 = no interleaving.
+  int num_layers_per_virtual_pipeline_stage = 0;
+  bool sequence_parallel = false;
+  Precision precision = Precision::kBf16;
+  bool accumulate_allreduce_grads_in_fp32 = false;  // forced true for bf16 (Megatron arguments.py)
+  OptimizerKind optimizer = OptimizerKind::kAdam;
+  OptimizerImpl optimizer_impl = OptimizerImpl::kFused;
+  double weight_decay = 0.01;
+  double sgd_momentum = 0.9;
+  bool use_distributed_optimizer = false;
+  bool overlap_grad_reduce = false;
+  bool overlap_param_gather = false;
+  RecomputeGranularity recompute_granularity = RecomputeGranularity::kNone;
+  RecomputeMethod recompute_method = RecomputeMethod::kUniform;
+  int recompute_num_layers = 1;
+  bool use_flash_attn = false;
+  std::string transformer_impl = "transformer_engine";
+  int train_iters = 4;
+  int empty_unused_memory_level = 0;
+  bool operator==(const TrainingConfig&) const = default;
+};
+
+// configs/devices/NAME.json (design.md "Device preset"). Every figure has a source or is
+// marked "estimate" in `sources`.
+struct DevicePreset {
+  std::string name;
+  alloc::Backend allocator_backend = alloc::Backend::kCuda;
+  Bytes total_memory_bytes = 0;
+  Bytes usable_memory_bytes = 0;
+  Bytes idle_baseline_bytes = 0;
+  Bytes context_bytes = 0;
+  Bytes communicator_buffer_bytes = 0;
+  double peak_flops_bf16 = 0;
+  double peak_flops_fp16 = 0;
+  double peak_flops_fp32 = 0;
+  double memory_bandwidth_bytes_per_s = 0;
+  std::map<std::string, std::string> sources;
+  bool operator==(const DevicePreset&) const = default;
+};
+
+struct Setup {
+  std::string config_path;  // "" or "<embedded>/default.json" for the embedded default
+  std::string model_path;   // "" when the model is inline
+  ModelConfig model;
+  TrainingConfig training;
+  DevicePreset device;
+  alloc::AllocatorOptions allocator;  // backend and capacity filled from the device
+  bool operator==(const Setup&) const = default;
+};
+
+}  // namespace memsim::config

@@ -1,0 +1,43 @@
+// Timeline: memory over time, simulated or imported from a real profile (design.md
+// "timeline/"). Samples are in time order; a value the source cannot know is kUnknownBytes.
+// Time is microseconds since the start of the run.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/categories.h"
+#include "core/units.h"
+
+namespace memsim::timeline {
+
+inline constexpr Bytes kUnknownBytes = -1;
+
+struct Sample {
+  SimTimeUs time_us = 0;
+  int iteration = -1;  // 0 = init, 1.. = training iteration, -1 = unknown
+  Phase phase = Phase::kUnknown;
+  Bytes allocated_bytes = kUnknownBytes;
+  Bytes reserved_bytes = kUnknownBytes;
+  Bytes active_bytes = kUnknownBytes;
+  Bytes device_bytes = kUnknownBytes;  // what npu-smi / nvidia-smi shows
+  bool operator==(const Sample&) const = default;
+};
+
+// A boundary: the start of an iteration or of a phase within it.
+struct Marker {
+  SimTimeUs time_us = 0;
+  int iteration = -1;
+  Phase phase = Phase::kUnknown;
+  std::string label;
+  bool operator==(const Marker&) const = default;
+};
+
+struct Timeline {
+  std::vector<Sample> samples;
+  std::vector<Marker> markers;
+  std::string source;  // "memsim" or the profile format name
+  bool operator==(const Timeline&) const = default;
+};
+
+}  // namespace memsim::timeline

@@ -1,0 +1,58 @@
+// Program: the allocation stream of one rank as plain data (design.md "workload/"). The
+// generator (workload/build.h) decides all policy; the engine only replays. Ops are in issue
+// order. Each op, at its start, records `record_streams` and allocates `allocs` in order on
+// its stream; at its end it frees `frees` in order. An op on the communication stream runs
+// concurrently with compute ops issued after it; an op with `synchronize` starts only when
+// every stream is idle. Tensors are referred to by id, never by pointer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/categories.h"
+#include "core/units.h"
+
+namespace memsim::workload {
+
+using TensorId = std::uint64_t;
+
+inline constexpr int kComputeStream = 0;
+inline constexpr int kCommStream = 1;
+
+struct TensorAlloc {
+  TensorId id = 0;            // unique within a Program
+  Bytes size_bytes = 0;       // the request as the framework makes it (before any rounding)
+  Category category = Category::kOther;
+  std::string label;          // e.g. "layer3.attn.qkv_out" (reference/workload.md §2.2 names)
+  bool operator==(const TensorAlloc&) const = default;
+};
+
+struct Op {
+  std::string name;                 // e.g. "fwd.layer3.attn"
+  int iteration = 0;                // 0 = init, 1..train_iters = training iterations
+  Phase phase = Phase::kInit;
+  int micro_batch = -1;             // -1 = not inside a micro-batch
+  int layer = -1;                   // global transformer-layer index, -1 = none
+  int stream = kComputeStream;
+  double duration_us = 0.0;         // estimated from FLOPs and bytes moved (device preset)
+  std::vector<TensorAlloc> allocs;  // at op start, in order
+  std::vector<TensorId> frees;      // at op end, in order
+  std::vector<std::pair<TensorId, int>> record_streams;  // (tensor, other stream), at op start
+  // Non-empty for a collective: the communicator group ("dp", "tp", "pp", "cp", "embd", ...).
+  // The first collective of each group creates its communicator (device-level buffers).
+  std::string collective_group;
+  bool synchronize = false;         // wait for all streams before starting
+  bool empty_cache = false;         // torch.cuda.empty_cache() after the op
+  bool operator==(const Op&) const = default;
+};
+
+struct Program {
+  int pipeline_rank = 0;
+  int num_iterations = 0;
+  std::vector<Op> ops;
+  bool operator==(const Program&) const = default;
+};
+
+}  // namespace memsim::workload

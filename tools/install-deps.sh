@@ -1,0 +1,14 @@
+#!/bin/sh
+# Installs the Debian 12 packages memsim needs to build and test, only those missing.
+set -e
+pkgs="cmake g++ make libcli11-dev nlohmann-json3-dev libfmt-dev catch2 zlib1g-dev"
+missing=""
+for p in $pkgs; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "installing:$missing"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO=sudo
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
