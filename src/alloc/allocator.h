@@ -74,6 +74,11 @@ struct AllocatorStats {
   // Monotone counters: alloc_block(isRetry = true) calls; OOMs reported (spec §3 step 5d/5e).
   std::int64_t num_alloc_retries = 0;
   std::int64_t num_ooms = 0;
+  // Device allocations / frees: cudaMalloc or a page mapping / cudaFree or a page unmapping
+  // (c10 DeviceStats num_device_alloc / num_device_free). A snapshot's segment_alloc +
+  // segment_map events count the same thing.
+  std::int64_t num_device_alloc = 0;
+  std::int64_t num_device_free = 0;
   bool operator==(const AllocatorStats&) const = default;
 };
 

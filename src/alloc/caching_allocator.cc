@@ -184,6 +184,7 @@ bool CachingAllocator::AllocBlock(AllocParams& p, bool is_retry) {
   Increase(stats_.segment, 1);
   Increase(stats_.reserved_bytes, p.alloc_bytes);
   if (p.alloc_bytes >= MaxSplit()) Increase(stats_.oversize_segments, 1);
+  ++stats_.num_device_alloc;
   p.block = b;
   return true;
 }
@@ -252,6 +253,7 @@ void CachingAllocator::ReleaseBlock(BlockIndex b) {
   Decrease(stats_.segment, 1);
   Decrease(stats_.reserved_bytes, size);
   if (size >= MaxSplit()) Decrease(stats_.oversize_segments, 1);
+  ++stats_.num_device_free;
   segments_[blk.segment].live = false;
   DeleteBlock(b);
 }
@@ -401,16 +403,15 @@ void CachingAllocator::CompleteStream(StreamId stream) {
 void CachingAllocator::ProcessEvents() {
   if (!events_may_have_completed_) return;
   events_may_have_completed_ = false;
-  for (auto& [stream, ev] : events_) {
+  for (auto it = events_.begin(); it != events_.end();) {
+    StreamEvents& ev = it->second;
     while (ev.head < ev.queue.size() && ev.queue[ev.head].seq < ev.done_seq) {
       const BlockIndex b = ev.queue[ev.head++].block;
       --pending_events_;
       if (--blocks_[b].event_count == 0) FreeBlock(b);
     }
-    if (ev.head == ev.queue.size()) {
-      ev.queue.clear();
-      ev.head = 0;
-    }
+    // A drained queue is dropped: a later `complete` only concerns later events.
+    it = ev.head == ev.queue.size() ? events_.erase(it) : std::next(it);
   }
 }
 

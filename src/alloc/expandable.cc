@@ -120,6 +120,7 @@ bool CachingAllocator::MapBlock(BlockIndex b, Bytes size_bytes) {
   TryMergeBlocks(b, blocks_[b].next);
   InsertIntoPool(b);
   Increase(stats_.reserved_bytes, mapped_bytes);
+  ++stats_.num_device_alloc;
   return true;
 }
 
@@ -173,6 +174,7 @@ void CachingAllocator::UnmapBlock(BlockIndex b) {
   TryMergeBlocks(b, blocks_[b].next);
   InsertIntoPool(b);
   Decrease(stats_.reserved_bytes, end - begin);
+  ++stats_.num_device_free;
 }
 
 // release_expandable_segment: a wholly unmapped segment is destroyed.

@@ -3,7 +3,6 @@
 // output, and the docs, are generated from this table.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <string_view>
 
@@ -23,7 +22,7 @@ struct StatInfo {
   bool in_replay_json;                     // one of design.md's replay JSON fields
 };
 
-inline constexpr std::array<StatInfo, 13> kStatTable = {{
+inline constexpr StatInfo kStatTable[] = {
     {"allocated_bytes", StatKind::kGauge, &AllocatorStats::allocated_bytes, nullptr, "bytes",
      "bytes of allocated blocks (block sizes after rounding and the split decision)", true},
     {"reserved_bytes", StatKind::kGauge, &AllocatorStats::reserved_bytes, nullptr, "bytes",
@@ -50,6 +49,10 @@ inline constexpr std::array<StatInfo, 13> kStatTable = {{
      "count", "device allocations retried after releasing every cached block", true},
     {"num_ooms", StatKind::kCounter, nullptr, &AllocatorStats::num_ooms, "count",
      "mallocs that failed after the whole out-of-memory path", true},
-}};
+    {"num_device_alloc", StatKind::kCounter, nullptr, &AllocatorStats::num_device_alloc, "count",
+     "device allocations: cudaMalloc calls and expandable page mappings", false},
+    {"num_device_free", StatKind::kCounter, nullptr, &AllocatorStats::num_device_free, "count",
+     "device frees: cudaFree calls and expandable page unmappings", false},
+};
 
 }  // namespace memsim::alloc
