@@ -51,7 +51,8 @@ Trace ParseCsvTrace(std::string_view text, std::string_view file_name) {
   trace.file_name = std::string(file_name);
   std::unordered_map<std::string, std::int32_t> id_index;  // lookups only (determinism)
   std::int32_t line_no = 0;
-  bool first_line = true;
+  bool header_allowed = true;  // until the first line that is not blank or a comment
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // UTF-8 byte-order mark
   auto fail = [&](const std::string& what) {
     return InputError(fmt::format("{}:{}: {}", file_name, line_no, what));
   };
@@ -62,10 +63,10 @@ Trace ParseCsvTrace(std::string_view text, std::string_view file_name) {
     std::string_view line = text.substr(pos, eol - pos);
     pos = eol + 1;
     ++line_no;
-    const bool is_first = first_line;
-    first_line = false;
     const std::string_view trimmed = Trim(line);
     if (trimmed.empty() || trimmed.front() == '#') continue;
+    const bool is_first = header_allowed;
+    header_allowed = false;
     std::string_view fields[4];
     int n = 0;
     std::string_view rest = line;

@@ -47,6 +47,12 @@ TEST_CASE("csv: header, comments, blank lines, CRLF, omitted trailing fields", "
   CHECK(t.records[3] == TraceRecord{TraceOp::kEmptyCache, -1, 0, 0, 7});
   CHECK(t.records[4] == TraceRecord{TraceOp::kComplete, -1, 0, 2, 8});
   CHECK(t.ids == std::vector<std::string>{"a"});
+  // The header may follow comments; after the first operation it is an unknown op.
+  CHECK(ParseCsvTrace("# memsim trace\nop,id,bytes,stream\nmalloc,a,1\n", "t.csv").records.size()
+        == 1);
+  CHECK_THROWS_WITH(ParseCsvTrace("malloc,a,1\nop,id,bytes,stream\n", "t.csv"),
+                    "t.csv:2: unknown op 'op' (expected malloc, free, record_stream, complete, "
+                    "empty_cache)");
 }
 
 TEST_CASE("csv: syntax errors name the line", "[replay]") {
