@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "alloc/allocator.h"
 #include "core/units.h"
@@ -45,6 +46,9 @@ struct ModelConfig {
   double attention_dropout = 0.0;
   int num_experts = 0;                // 0 or 1 = dense
   int make_vocab_size_divisible_by = 128;
+  // vocab_size rounded up to a multiple of make_vocab_size_divisible_by × TP, as Megatron's
+  // _vocab_size_with_padding (megatron/training/tokenizer/tokenizer.py). Filled by LoadSetup.
+  int padded_vocab_size = 0;
   bool operator==(const ModelConfig&) const = default;
 };
 
@@ -73,10 +77,15 @@ struct TrainingConfig {
   RecomputeGranularity recompute_granularity = RecomputeGranularity::kNone;
   RecomputeMethod recompute_method = RecomputeMethod::kUniform;
   int recompute_num_layers = 1;
+  // Megatron --recompute-modules (selective recompute); Megatron's default is {"core_attn"}.
+  std::vector<std::string> recompute_modules = {"core_attn"};
   bool use_flash_attn = false;
   std::string transformer_impl = "transformer_engine";
   int train_iters = 4;
   int empty_unused_memory_level = 0;
+  // Derived by LoadSetup: global_batch_size / (micro_batch_size × data_parallel_size), the m of
+  // reference/workload.md (Megatron get_num_microbatches()).
+  int num_micro_batches = 1;
   bool operator==(const TrainingConfig&) const = default;
 };
 
@@ -105,6 +114,10 @@ struct Setup {
   TrainingConfig training;
   DevicePreset device;
   alloc::AllocatorOptions allocator;  // backend and capacity filled from the device
+  std::string device_path;  // where the preset came from: "<embedded>/configs/devices/X.json" or a file
+  // What LoadSetup ignored or defaulted, one line each, for --verbose (unused model-file keys,
+  // defaults taken, settings Megatron would change with a warning).
+  std::vector<std::string> notes;
   bool operator==(const Setup&) const = default;
 };
 
