@@ -492,9 +492,17 @@ Setup LoadSetup(const std::string& config_path, const LoadOptions& options) {
   for (const std::string& o : options.overrides) ApplyOverride(o, &root, &source);
 
   ObjectReader top(source, root, "");
+  top.RejectUnknown({"model", "device", "training", "allocator"});
   if (!top.Has("training")) Fail(top.At("training"), "missing key, expected the training settings");
   ObjectReader t(source, *top.Get("training"), "/training");
+  // Unsupported features first, so that a config for another stack says "unsupported" rather
+  // than naming its first unknown key; then unknown keys, before any value is read (a misspelt
+  // key is reported as such, not as a missing one).
   ReadUnsupported(t);
+  std::vector<std::string> known = kTrainingKeys;
+  known.insert(known.end(), internal::MegatronArchitectureKeys().begin(),
+               internal::MegatronArchitectureKeys().end());
+  t.RejectUnknown(known);
 
   // Model: --model, a path relative to the config, or an inline object.
   internal::LocatedModel located;
@@ -531,10 +539,6 @@ Setup LoadSetup(const std::string& config_path, const LoadOptions& options) {
   s.training = ReadTraining(t, &s.notes);
   std::optional<int> vstages = t.PositiveInt("num_virtual_stages_per_pipeline_rank");
   std::optional<int> gas = t.PositiveInt("gradient_accumulation_steps");
-  std::vector<std::string> known = kTrainingKeys;
-  known.insert(known.end(), internal::MegatronArchitectureKeys().begin(),
-               internal::MegatronArchitectureKeys().end());
-  t.RejectUnknown(known);
 
   // Device: --device, or the config's "device" (a preset name, a path, or an inline object).
   if (!options.device.empty()) {
@@ -560,7 +564,6 @@ Setup LoadSetup(const std::string& config_path, const LoadOptions& options) {
     s.allocator.backend = s.device.allocator_backend;
   }
   s.allocator.capacity_bytes = options.capacity_bytes.value_or(s.device.usable_memory_bytes);
-  top.RejectUnknown({"model", "device", "training", "allocator"});
 
   Validate(s, located.where, t, vstages);
   if (gas && *gas != s.training.num_micro_batches) {

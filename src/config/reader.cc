@@ -1,5 +1,6 @@
 #include "config/reader.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -197,7 +198,12 @@ std::vector<std::string> ObjectReader::Unread() const {
 }
 
 void ObjectReader::RejectUnknown(const std::vector<std::string>& known) const {
-  for (const std::string& key : Unread()) {
+  for (auto it = object_.begin(); it != object_.end(); ++it) {
+    const std::string& key = it.key();
+    if ((!key.empty() && key[0] == '_') ||
+        std::find(known.begin(), known.end(), key) != known.end()) {
+      continue;
+    }
     std::string message = "unknown key";
     const std::string guess = ClosestMatch(key, known);
     if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);

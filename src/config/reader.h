@@ -74,7 +74,8 @@ class ObjectReader {
   // Keys present (null or not) that were never read, in the document's (sorted) order, without
   // '_' comment keys.
   std::vector<std::string> Unread() const;
-  // Fails on the first unread key: "unknown key (did you mean 'x'?)" with the closest of `known`.
+  // Fails on the first key (in sorted order) not in `known` and not a '_' comment:
+  // "unknown key (did you mean 'x'?)" with the closest of `known`.
   void RejectUnknown(const std::vector<std::string>& known) const;
   // Marks `key` read without interpreting it.
   void Skip(std::string_view key) { read_.insert(std::string(key)); }
