@@ -563,7 +563,16 @@ Setup LoadSetup(const std::string& config_path, const LoadOptions& options) {
   } else {
     s.allocator.backend = s.device.allocator_backend;
   }
-  s.allocator.capacity_bytes = options.capacity_bytes.value_or(s.device.usable_memory_bytes);
+  if (options.capacity_bytes) {
+    // --capacity replaces the device's usable memory (design.md "Capacity").
+    if (*options.capacity_bytes <= 0) {
+      throw InputError(fmt::format("--capacity: expected a positive size, got {}", *options.capacity_bytes));
+    }
+    s.notes.push_back(fmt::format("--capacity: usable memory {} bytes instead of the preset's {}",
+                                  *options.capacity_bytes, s.device.usable_memory_bytes));
+    s.device.usable_memory_bytes = *options.capacity_bytes;
+  }
+  s.allocator.capacity_bytes = s.device.usable_memory_bytes;
 
   Validate(s, located.where, t, vstages);
   if (gas && *gas != s.training.num_micro_batches) {

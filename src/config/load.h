@@ -25,7 +25,7 @@ struct LoadOptions {
   std::vector<std::string> overrides;
   // With an empty config_path: load the embedded configs/default.json (true), or fail (false).
   bool use_embedded_default = true;
-  // --capacity: replaces the device's usable_memory_bytes as the allocator capacity.
+  // --capacity: replaces the device's usable_memory_bytes (and so the allocator capacity).
   std::optional<Bytes> capacity_bytes;
 };
 
@@ -37,7 +37,8 @@ struct LoadOptions {
 // with a warning); bf16 forces accumulate_allreduce_grads_in_fp32 (Megatron arguments.py).
 Setup LoadSetup(const std::string& config_path, const LoadOptions& options);
 
-// Loads one device preset by name (embedded set) or path. `location` prefixes errors.
+// Loads one device preset by name (embedded set) or path (read from disk). Errors name the
+// argument ("h100: unknown device preset ...") or the preset file and its JSON pointer.
 DevicePreset LoadDevicePreset(const std::string& name_or_path);
 
 // A short name of the model for one-line summaries: the model file's stem ("llama2-7b"), or

@@ -274,7 +274,20 @@ TEST_CASE("--set, --model and --device", "[config]") {
   o.capacity_bytes = 10_GiB;
   s = LoadSetup("", o);
   CHECK(s.device.name == "a100-40g");
+  CHECK(s.device.usable_memory_bytes == 10_GiB);
   CHECK(s.allocator.capacity_bytes == std::optional<Bytes>(10_GiB));
+
+  // A device path in the config is relative to the config file.
+  const std::string path = TempFile(
+      "device_path.json", "{\"model\": {\"model_type\": \"llama\"}, \"device\": \"" +
+                              std::string(MEMSIM_SOURCE_DIR) +
+                              "/configs/devices/v100-16g.json\", \"training\": {\"seq_length\": 512}}");
+  CHECK(LoadSetup(path, {}).device.name == "v100-16g");
+  const std::string missing = TempFile(
+      "device_missing.json",
+      "{\"model\": {\"model_type\": \"llama\"}, \"device\": \"devices/x.json\", \"training\": {\"seq_length\": 512}}");
+  CHECK(ErrorOf(missing) == missing + ": /device: cannot read device preset file '" +
+                                (std::filesystem::path(missing).parent_path() / "devices/x.json").string() + "'");
 }
 
 TEST_CASE("allocator block", "[config]") {
