@@ -368,6 +368,10 @@ TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes) {
   return c;
 }
 
+// Micro-batches per iteration memsim simulates at most (each is a forward and a backward pass
+// of every layer of a stage in the Program).
+constexpr int kMaxMicroBatches = 1 << 16;
+
 // Cross-field rules, each with Megatron's source.
 void Validate(Setup& s, const std::map<std::string, std::string>& where, const ObjectReader& t,
               std::optional<int> vstages) {
@@ -434,6 +438,16 @@ void Validate(Setup& s, const std::map<std::string, std::string>& where, const O
                      c.global_batch_size, c.micro_batch_size, c.data_parallel_size));
   }
   c.num_micro_batches = static_cast<int>(c.global_batch_size / per_step);
+  if (std::int64_t{c.seq_length} * c.micro_batch_size > (std::int64_t{1} << 26)) {
+    Fail(t.At("micro_batch_size"),
+         fmt::format("seq_length × micro_batch_size = {} tokens exceeds memsim's limit of {}",
+                     std::int64_t{c.seq_length} * c.micro_batch_size, std::int64_t{1} << 26));
+  }
+  if (c.num_micro_batches > kMaxMicroBatches) {
+    Fail(t.At("global_batch_size"),
+         fmt::format("{} micro-batches per iteration exceed memsim's limit of {}",
+                     c.num_micro_batches, kMaxMicroBatches));
+  }
   if (c.sequence_parallel && tp == 1) {
     // Megatron arguments.py: "Disabling sequence parallelism because tensor model parallelism
     // is disabled" (a warning, not an error).
@@ -466,7 +480,14 @@ void Validate(Setup& s, const std::map<std::string, std::string>& where, const O
   }
   // Megatron _vocab_size_with_padding: multiple of make_vocab_size_divisible_by × TP.
   const std::int64_t multiple = std::int64_t{m.make_vocab_size_divisible_by} * tp;
-  m.padded_vocab_size = static_cast<int>((m.vocab_size + multiple - 1) / multiple * multiple);
+  const std::int64_t padded = (m.vocab_size + multiple - 1) / multiple * multiple;
+  if (padded > (std::int64_t{1} << 27)) {
+    Fail(t.At("make_vocab_size_divisible_by"),
+         fmt::format("padding vocab_size {} to a multiple of {} × tensor_model_parallel_size {} "
+                     "gives {}, over memsim's limit of {}",
+                     m.vocab_size, m.make_vocab_size_divisible_by, tp, padded, 1 << 27));
+  }
+  m.padded_vocab_size = static_cast<int>(padded);
 }
 
 }  // namespace

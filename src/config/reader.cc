@@ -99,6 +99,27 @@ bool FitsInt(const Json& v) {
   return false;
 }
 
+// memsim's limits on sizes, far above any real model, so that the byte products computed
+// downstream (tokens × width × vocabulary × bytes) stay well inside int64.
+struct Limit {
+  std::string_view key;
+  int max;
+};
+constexpr Limit kLimits[] = {
+    {"hidden_size", 1 << 20},      {"n_embd", 1 << 20},
+    {"intermediate_size", 1 << 22}, {"n_inner", 1 << 22},
+    {"ffn_hidden_size", 1 << 22},   {"num_attention_heads", 1 << 16},
+    {"n_head", 1 << 16},            {"num_key_value_heads", 1 << 16},
+    {"num_query_groups", 1 << 16},  {"head_dim", 1 << 16},
+    {"kv_channels", 1 << 16},       {"num_hidden_layers", 1 << 16},
+    {"n_layer", 1 << 16},           {"num_layers", 1 << 16},
+    {"vocab_size", 1 << 26},        {"seq_length", 1 << 26},
+    {"micro_batch_size", 1 << 16},  {"global_batch_size", 1 << 30},
+    {"tensor_model_parallel_size", 1 << 16}, {"pipeline_model_parallel_size", 1 << 16},
+    {"data_parallel_size", 1 << 20}, {"context_parallel_size", 1 << 16},
+    {"make_vocab_size_divisible_by", 1 << 20}, {"train_iters", 100000},
+};
+
 }  // namespace
 
 std::optional<int> ObjectReader::PositiveInt(std::string_view key) {
@@ -106,6 +127,11 @@ std::optional<int> ObjectReader::PositiveInt(std::string_view key) {
   if (v == nullptr) return std::nullopt;
   if (!FitsInt(*v) || v->get<std::int64_t>() <= 0) {
     Fail(At(key), fmt::format("expected a positive integer, got {}", Describe(*v)));
+  }
+  for (const Limit& l : kLimits) {
+    if (l.key == key && v->get<std::int64_t>() > l.max) {
+      Fail(At(key), fmt::format("{} exceeds memsim's limit of {}", Describe(*v), l.max));
+    }
   }
   return v->get<int>();
 }

@@ -57,6 +57,8 @@ class ObjectReader {
   // The value, or nullptr when absent or null. Marks the key read.
   const Json* Get(std::string_view key);
 
+  // A positive int; size keys (hidden_size, seq_length, ...) also at most memsim's limit for
+  // them (reader.cc kLimits): "<v> exceeds memsim's limit of <max>".
   std::optional<int> PositiveInt(std::string_view key);
   std::optional<int> NonNegativeInt(std::string_view key);
   // Integer in [lo, hi]: "expected an integer from lo to hi, got ...".

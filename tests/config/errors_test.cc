@@ -127,3 +127,35 @@ TEST_CASE("a missing config file", "[config]") {
 
 }  // namespace
 }  // namespace memsim::config
+
+namespace memsim::config {
+namespace {
+
+TEST_CASE("micro_batch_size boundaries", "[config]") {
+  // good.json: seq_length 1024, DP 2. global_batch_size null -> micro_batch_size × DP, so only
+  // the micro-batch size limits apply: positive, at most 2^16, and seq × mbs at most 2^26 tokens
+  // (1024 × 65536 = 2^26 exactly).
+  const auto [value, message] = GENERATE(table<std::string, std::string>({
+      {"0", "--set training.micro_batch_size=0: expected a positive integer, got 0"},
+      {"1", "(no error)"},
+      {"65536", "(no error)"},
+      {"65537", "--set training.micro_batch_size=65537: 65537 exceeds memsim's limit of 65536"},
+      {"1.5", "--set training.micro_batch_size=1.5: expected a positive integer, got 1.5"},
+  }));
+  LoadOptions o;
+  o.overrides = {"training.micro_batch_size=" + value, "training.global_batch_size=null"};
+  CHECK(testing::ErrorOf(testing::Data("good.json"), o) == message);
+}
+
+TEST_CASE("the token limit per micro-batch", "[config]") {
+  // seq_length 2048 × micro_batch_size 32769 = 67110912 > 2^26 = 67108864.
+  LoadOptions o;
+  o.overrides = {"training.seq_length=2048", "training.micro_batch_size=32769",
+                 "training.global_batch_size=null"};
+  CHECK(testing::ErrorOf(testing::Data("good.json"), o) ==
+        "--set training.micro_batch_size=32769: seq_length × micro_batch_size = 67110912 tokens "
+        "exceeds memsim's limit of 67108864");
+}
+
+}  // namespace
+}  // namespace memsim::config
