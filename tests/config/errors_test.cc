@@ -45,7 +45,7 @@ TEST_CASE("key/value heads not divisible by TP", "[config]") {
             "tensor_model_parallel_size 16");
 }
 
-TEST_CASE("layers not divisible by PP, or by virtual stages", "[config]") {
+TEST_CASE("layers not divisible by PP or by virtual stages", "[config]") {
   CHECK(ErrorOf(Data("layers_pp.json")) ==
         Data("layers_pp.json") +
             ": /model/num_hidden_layers: 32 layers are not divisible by pipeline_model_parallel_size 3");
@@ -104,7 +104,7 @@ TEST_CASE("allocator ranges", "[config]") {
             ": /allocator/max_split_size_mb: expected an integer > 20 (MiB) or null, got 20");
 }
 
-TEST_CASE("--set values are named by their command-line text", "[config]") {
+TEST_CASE("values given with --set are named by their command-line text", "[config]") {
   LoadOptions o;
   o.overrides = {"training.micro_batch_size=0"};
   CHECK(ErrorOf(Data("good.json"), o) ==

@@ -218,7 +218,7 @@ TEST_CASE("Megatron architecture arguments override the model file", "[config]")
   }
 }
 
-TEST_CASE("training defaults, null, and Megatron's adjustments", "[config]") {
+TEST_CASE("training defaults and null and Megatron's adjustments", "[config]") {
   const Setup s = LoadSetup(
       InlineConfig("defaults.json", "{\"model_type\": \"llama\"}",
                    "\"seq_length\": 512, \"micro_batch_size\": null, \"recompute_method\": null, "
@@ -235,7 +235,7 @@ TEST_CASE("training defaults, null, and Megatron's adjustments", "[config]") {
   CHECK(s.training.transformer_impl == "transformer_engine");
 }
 
-TEST_CASE("a model file next to the config, pipeline and full recompute", "[config]") {
+TEST_CASE("a model file next to the config with pipeline and full recompute", "[config]") {
   const Setup s = LoadSetup(Data("file_model.json"), {});
   CHECK(s.model_path == Data("tiny-llama.json"));
   CHECK(ModelName(s) == "tiny-llama");
@@ -250,7 +250,7 @@ TEST_CASE("a model file next to the config, pipeline and full recompute", "[conf
   CHECK(s.model.padded_vocab_size == 1024);
 }
 
-TEST_CASE("--set, --model and --device", "[config]") {
+TEST_CASE("overrides with --set and --model and --device", "[config]") {
   LoadOptions o;
   o.overrides = {"training.micro_batch_size=2", "allocator.expandable_segments=True",
                  "training.recompute_granularity=selective"};

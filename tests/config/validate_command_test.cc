@@ -31,7 +31,7 @@ Result Run(const std::string& args) {
   return r;
 }
 
-TEST_CASE("memsim validate: one line per config, exit 0 when all load", "[config]") {
+TEST_CASE("memsim validate prints one line per config and exits 0 when all load", "[config]") {
   const Result r = Run("validate " + testing::Data("file_model.json"));
   CHECK(r.exit_code == 0);
   // tiny-llama: 16 samples / (micro-batch 1 × DP 2) = 8 micro-batches.
@@ -40,14 +40,14 @@ TEST_CASE("memsim validate: one line per config, exit 0 when all load", "[config
                         "micro-batches per iteration\n");
 }
 
-TEST_CASE("memsim validate: the embedded default without arguments", "[config]") {
+TEST_CASE("memsim validate loads the embedded default without arguments", "[config]") {
   const Result r = Run("validate");
   CHECK(r.exit_code == 0);
   CHECK(r.output == "ok: <embedded>/configs/default.json: llama2-7b on ascend-910b-64g, TP2 PP1 "
                     "DP4, seq 4096, micro-batch 1, 16 micro-batches per iteration\n");
 }
 
-TEST_CASE("memsim validate: errors go to stderr, exit 2", "[config]") {
+TEST_CASE("memsim validate reports errors on stderr and exits 2", "[config]") {
   const Result r = Run("validate " + testing::Data("negative_size.json") + " " +
                        testing::Data("file_model.json"));
   CHECK(r.exit_code == 2);
