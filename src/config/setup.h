@@ -1,6 +1,6 @@
 // Setup: the validated, resolved input of one simulation -- model architecture (Hugging Face
 // config.json semantics, Megatron overrides applied), training settings (Megatron-LM argument
-// names), device preset and allocator options. Produced once by config::Load (config/load.h);
+// names), device preset and allocator options. Produced once by config::LoadSetup (config/load.h);
 // every other module reads these plain structs and never sees JSON. Sizes in bytes.
 #pragma once
 
@@ -35,11 +35,15 @@ struct ModelConfig {
   int vocab_size = 0;                 // unpadded
   int max_position_embeddings = 0;
   bool tie_word_embeddings = false;
-  bool gated_mlp = true;              // hidden_act silu/swiglu => gated (HF semantics)
+  // Gated MLP (gate_proj; SwiGLU with silu): as the model_type's modeling code -- always for
+  // llama/mistral/qwen2/qwen3 (whose hidden_act is silu), never for gpt2 -- or Megatron `swiglu`.
+  bool gated_mlp = true;
   std::string hidden_act = "silu";
   Normalization normalization = Normalization::kRMSNorm;
   bool add_bias_linear = false;       // biases on all linear layers (GPT-style)
-  bool add_qkv_bias = false;          // bias on QKV only (Qwen2 attention_bias)
+  // Bias on the QKV projection only (Qwen2, hard-coded; Megatron add_qkv_bias). HF llama/qwen3
+  // `attention_bias` also maps here; its o_proj bias (hidden_size values a layer) is not kept.
+  bool add_qkv_bias = false;
   bool qk_layernorm = false;
   PositionEmbedding position_embedding_type = PositionEmbedding::kRope;
   double hidden_dropout = 0.0;
