@@ -40,9 +40,66 @@ std::string Child(const std::string& pointer, std::string_view key) {
   return out;
 }
 
+namespace {
+
+// Rejects duplicate keys, which nlohmann would silently resolve to the last one. Tracks the
+// JSON pointer of each open object or array while the parser runs.
+class DuplicateKeyCheck {
+ public:
+  explicit DuplicateKeyCheck(const std::string& file) : file_(file) {}
+
+  bool operator()(int /*depth*/, Json::parse_event_t event, Json& parsed) {
+    switch (event) {
+      case Json::parse_event_t::object_start:
+      case Json::parse_event_t::array_start:
+        frames_.push_back({event == Json::parse_event_t::object_start, ChildPointer(), {}, "", 0});
+        break;
+      case Json::parse_event_t::object_end:
+      case Json::parse_event_t::array_end:
+        if (!frames_.empty()) frames_.pop_back();
+        CountElement();
+        break;
+      case Json::parse_event_t::key: {
+        Frame& top = frames_.back();
+        const std::string key = parsed.get<std::string>();
+        if (!top.keys.insert(key).second) {
+          throw InputError(fmt::format("{}: {}: duplicate key", file_, Child(top.pointer, key)));
+        }
+        top.pending_key = key;
+        break;
+      }
+      case Json::parse_event_t::value:
+        CountElement();
+        break;
+    }
+    return true;
+  }
+
+ private:
+  struct Frame {
+    bool is_object;
+    std::string pointer;
+    std::set<std::string> keys;
+    std::string pending_key;
+    size_t count;
+  };
+  std::string ChildPointer() const {
+    if (frames_.empty()) return "";
+    const Frame& top = frames_.back();
+    return Child(top.pointer, top.is_object ? top.pending_key : std::to_string(top.count));
+  }
+  void CountElement() {
+    if (!frames_.empty() && !frames_.back().is_object) ++frames_.back().count;
+  }
+  const std::string& file_;
+  std::vector<Frame> frames_;
+};
+
+}  // namespace
+
 Json ParseJson(const std::string& text, const std::string& file) {
   try {
-    return Json::parse(text);
+    return Json::parse(text, DuplicateKeyCheck(file));
   } catch (const Json::parse_error& e) {
     // Line and column of the byte where parsing stopped (e.byte is 1-based).
     size_t stop = e.byte == 0 ? 0 : std::min<size_t>(e.byte - 1, text.size());

@@ -159,3 +159,17 @@ TEST_CASE("the token limit per micro-batch", "[config]") {
 
 }  // namespace
 }  // namespace memsim::config
+
+namespace memsim::config {
+namespace {
+
+TEST_CASE("duplicate keys are errors, not last-one-wins", "[config]") {
+  CHECK(testing::ErrorOf(testing::Data("duplicate_key2.json")) ==
+        testing::Data("duplicate_key2.json") + ": /training/micro_batch_size: duplicate key");
+  // Inside an array: element 1 of recompute_modules.
+  CHECK(testing::ErrorOf(testing::Data("duplicate_key.json")) ==
+        testing::Data("duplicate_key.json") + ": /training/recompute_modules/1/a: duplicate key");
+}
+
+}  // namespace
+}  // namespace memsim::config
