@@ -150,6 +150,45 @@ DevicePreset LoadDevice(const std::string& ref, const std::string& location, con
   return ReadDevice(*doc);
 }
 
+std::vector<std::string> EmbeddedModelNames() {
+  std::vector<std::string> out;
+  constexpr std::string_view kDir = "models/";
+  for (const EmbeddedFile& f : EmbeddedFiles()) {
+    if (f.path.starts_with(kDir) && f.path.ends_with(".json")) {
+      out.emplace_back(f.path.substr(kDir.size(), f.path.size() - kDir.size() - 5));
+    }
+  }
+  return out;
+}
+
+// A model by shipped name ("llama2-7b", embedded models/NAME.json) or path (relative to `from`,
+// or to the working directory when `from` is null).
+Document LoadModelDocument(const std::string& ref, const std::string& location, const Document* from) {
+  if (ref.empty()) Fail(location, "expected a path to a model file or a shipped model name");
+  if (!LooksLikePath(ref)) {
+    std::optional<Document> doc = FindEmbeddedDocument("models/" + ref + ".json");
+    if (doc) return *doc;
+    std::string known;
+    for (const std::string& n : EmbeddedModelNames()) known += (known.empty() ? "" : ", ") + n;
+    std::string message = fmt::format("unknown model '{}'", ref);
+    const std::string guess = ClosestMatch(ref, EmbeddedModelNames());
+    if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
+    message += fmt::format("; shipped models: {}; or give a path to a model file", known);
+    Fail(location, message);
+  }
+  std::string label;
+  std::optional<Document> doc;
+  if (from != nullptr) {
+    doc = Resolve(*from, ref, &label);
+  } else {
+    label = Normal(fs::path(ref));
+    Document d{label, "", false, ""};
+    if (ReadFile(label, &d.text)) doc = d;
+  }
+  if (!doc) Fail(location, fmt::format("cannot read model file '{}'", label));
+  return *doc;
+}
+
 // Keys of the training block, in groups (docs/config.md).
 const std::vector<std::string> kTrainingKeys = {
     "framework", "seq_length", "micro_batch_size", "global_batch_size",
@@ -528,26 +567,22 @@ Setup LoadSetup(const std::string& config_path, const LoadOptions& options) {
   // Model: --model, a path relative to the config, or an inline object.
   internal::LocatedModel located;
   if (!options.model_path.empty()) {
-    const std::string label = Normal(fs::path(options.model_path));
-    Document d{label, "", false, ""};
-    if (!ReadFile(label, &d.text)) throw InputError(fmt::format("--model {}: cannot read the model file", label));
-    Source ms{label, {}};
-    located = internal::ReadHfModel(ms, internal::ParseJson(d.text, label), "", &s.notes);
-    s.model_path = label;
+    const Document d = LoadModelDocument(options.model_path, "--model " + options.model_path, nullptr);
+    Source ms{d.label, {}};
+    located = internal::ReadHfModel(ms, internal::ParseJson(d.text, d.label), "", &s.notes);
+    s.model_path = d.label;
     top.Skip("model");
   } else {
     const Json* model = top.Get("model");
     if (model == nullptr) {
       Fail(top.At("model"), "missing key, expected a path to a model file (Hugging Face config.json "
-                            "form) or an inline object");
+                            "form), a shipped model name or an inline object");
     }
     if (model->is_string()) {
-      std::string label;
-      std::optional<Document> d = Resolve(config, model->get<std::string>(), &label);
-      if (!d) Fail(top.At("model"), fmt::format("cannot read model file '{}'", label));
-      Source ms{d->label, {}};
-      located = internal::ReadHfModel(ms, internal::ParseJson(d->text, d->label), "", &s.notes);
-      s.model_path = d->label;
+      const Document d = LoadModelDocument(model->get<std::string>(), top.At("model"), &config);
+      Source ms{d.label, {}};
+      located = internal::ReadHfModel(ms, internal::ParseJson(d.text, d.label), "", &s.notes);
+      s.model_path = d.label;
     } else if (model->is_object()) {
       located = internal::ReadHfModel(source, *model, "/model", &s.notes);
     } else {

@@ -16,7 +16,8 @@
 namespace memsim::config {
 
 struct LoadOptions {
-  // --model FILE: replaces the config's "model" (path relative to the working directory).
+  // --model FILE|NAME: replaces the config's "model": a path (contains '/' or ends ".json",
+  // relative to the working directory) or a shipped model name ("llama2-7b", embedded).
   std::string model_path;
   // --device NAME|FILE: a preset name (embedded set) or a path (contains '/' or ends ".json").
   std::string device;

@@ -270,6 +270,16 @@ TEST_CASE("overrides with --set and --model and --device", "[config]") {
   CHECK(s.allocator.capacity_bytes == std::optional<Bytes>(81089_MiB));
 
   o = {};
+  o.model_path = "qwen2.5-7b";  // a shipped model by name
+  s = LoadSetup("", o);
+  CHECK(s.model_path == "<embedded>/models/qwen2.5-7b.json");
+  CHECK(s.model.hidden_size == 3584);
+  o.model_path = "qwen2.5-7";
+  CHECK(ErrorOf("", o).rfind("--model qwen2.5-7: unknown model 'qwen2.5-7' (did you mean 'qwen2.5-7b'?); "
+                             "shipped models: ",
+                             0) == 0);
+
+  o = {};
   o.device = std::string(MEMSIM_SOURCE_DIR) + "/configs/devices/a100-40g.json";
   o.capacity_bytes = 10_GiB;
   s = LoadSetup("", o);
