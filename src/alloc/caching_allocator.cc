@@ -73,8 +73,11 @@ void CachingAllocator::EraseFromPool(BlockIndex b) {
   MEMSIM_CHECK(n == 1);
 }
 
-// Spec §13.1: a device allocation of n bytes fails when reserved + n > capacity.
+// Spec §13.1: a device allocation of n bytes fails when reserved + n > capacity. "Unbounded"
+// stops at 2^62 bytes so that the byte counts can never overflow.
 bool CachingAllocator::CapacityAllows(Bytes device_bytes) const {
+  constexpr Bytes kUnboundedLimit = Bytes{1} << 62;
+  if (device_bytes > kUnboundedLimit - stats_.reserved_bytes.current) return false;
   if (!options_.capacity_bytes) return true;
   return stats_.reserved_bytes.current + device_bytes <= *options_.capacity_bytes;
 }
