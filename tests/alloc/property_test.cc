@@ -72,7 +72,7 @@ AllocatorStats ReplayChecked(const replay::Trace& trace, Allocator& a) {
 
 TEST_CASE("property: random training-like traces keep every invariant", "[alloc]") {
   for (const Config& c : kConfigs) {
-    for (std::uint64_t seed : {1u, 2u, 3u}) {
+    for (std::uint64_t seed : {1u, 2u}) {
       INFO(c.name << ", seed " << seed);
       replay::SyntheticOptions so;
       so.seed = seed * 7919 + static_cast<std::uint64_t>(c.backend == Backend::kNpu);
