@@ -49,6 +49,7 @@ struct CoreAttn {
 // Saved tensors of one transformer layer (§2.2, A1 = the input, kept by the caller).
 struct LayerActs {
   TensorId ln1_mean = 0, ln1_rstd = 0, ln1_out = 0, qkv = 0;
+  TensorId q_norm_out = 0, k_norm_out = 0, q_norm_stats = 0, k_norm_stats = 0;  // qk_layernorm
   CoreAttn core;
   TensorId attn_bda_mask = 0, attn_residual = 0;
   TensorId ln2_mean = 0, ln2_rstd = 0, ln2_out = 0, fc1_out = 0, act_out = 0;
@@ -360,7 +361,7 @@ class Builder {
   // finish_grad_sync per bucket (§1.3, §3.3): in place on the comm stream, group "dp".
   void GradSync(int chunk) {
     const GradBuffer& buf = buffers_[chunk];
-    const int dp = d_.d * d_.cp;
+    const int dp = d_.dp_cp;
     if (dp <= 1) return;
     const bool dist = tc_.use_distributed_optimizer;
     for (const auto& [start, end] : buf.buckets) {
@@ -414,7 +415,7 @@ class Builder {
     }
     // Grad-stats group: model-parallel (tp·pp) without, tp·dp·cp with the distributed optimizer.
     const char* stats_group = dist ? "tp_dp_cp" : "mp";
-    const int stats_size = dist ? d_.t * d_.d * d_.cp : d_.t * d_.p;
+    const int stats_size = dist ? d_.t * d_.dp_cp : d_.t * d_.p;
     if (tc_.precision == config::Precision::kFp16) {
       Begin("optim.unscale_and_check");  // _amp_foreach_non_finite_check_and_unscale_, in place
       Collective(stats_group, stats_size, 4, Coll::kAllReduce);
@@ -488,12 +489,12 @@ class Builder {
       for (const MainTensor& mt : main_) n += mt.numel;
       extra_bytes_ += static_cast<double>(n) * (4 + d_.param_bytes);
     }
-    if (dist && d_.d * d_.cp > 1) {
+    if (dist && d_.dp_cp > 1) {
       // Param all-gather into param_data, in place (§1.6 step 8).
       for (const GradBuffer& buf : buffers_) {
         for (const auto& [start, end] : buf.buckets) {
           Begin("optim.param_all_gather", -1, kCommStream);
-          Collective("dp", d_.d * d_.cp, static_cast<double>((end - start) * d_.param_bytes),
+          Collective("dp", d_.dp_cp, static_cast<double>((end - start) * d_.param_bytes),
                      Coll::kGather);
         }
       }
@@ -543,9 +544,7 @@ class Builder {
       Begin("p2p.alloc_recv_forward");
       x = Alloc(d_.act_bytes * d_.T * d_.h / d_.sigma, Category::kCommunication,
                 "p2p.recv_forward");
-      Begin("p2p.recv_forward");
-      RecordStream(x, kCommStream);
-      Collective("pp", d_.p, static_cast<double>(sizes_[x]), Coll::kP2P);
+      P2P("p2p.recv_forward", x, /*recv=*/true);
       u.input_external = true;
     }
     u.stage_input = x;
@@ -568,9 +567,8 @@ class Builder {
     } else {
       // send_forward then deallocate_output_tensor (schedules.py): the output storage is freed
       // once the NCCL stream is done with it.
-      Begin("p2p.send_forward");
-      RecordStream(x, kCommStream);
-      Collective("pp", d_.p, static_cast<double>(sizes_[x]), Coll::kP2P);
+      P2P("p2p.send_forward", x, /*recv=*/false);
+      Begin("p2p.deallocate_output");
       Free(x);
     }
     // forward_step returns: batch tensors not saved by autograd are dropped.
@@ -594,9 +592,7 @@ class Builder {
       Begin("p2p.alloc_recv_backward");
       dy = Alloc(d_.act_bytes * d_.T * d_.h / d_.sigma, Category::kCommunication,
                  "p2p.recv_backward");
-      Begin("p2p.recv_backward");
-      RecordStream(dy, kCommStream);
-      Collective("pp", d_.p, static_cast<double>(sizes_[dy]), Coll::kP2P);
+      P2P("p2p.recv_backward", dy, /*recv=*/true);
       dy_external = true;
     }
     const TensorId recv_grad = dy_external ? dy : 0;
@@ -627,14 +623,27 @@ class Builder {
     } else {
       // send_backward: the input grad (input_tensor.grad) goes to the previous stage; the recv
       // buffer (stage input) is released when backward_step returns.
-      Begin("p2p.send_backward");
-      RecordStream(dy, kCommStream);
-      Collective("pp", d_.p, static_cast<double>(sizes_[dy]), Coll::kP2P);
+      P2P("p2p.send_backward", dy, /*recv=*/false);
+      Begin("p2p.release_input");
       Free(dy);
       Free(u.stage_input);
     }
     Free(recv_grad);
     units_.erase(it);
+  }
+
+  // A P2P transfer (p2p_communication.py _communicate, batch_isend_irecv) on the NCCL stream:
+  // ProcessGroupNCCL records the tensor on that stream, so a later free of it is deferred
+  // until the transfer is done (§4.4). A receive is waited for (req.wait()) before compute
+  // continues.
+  void P2P(const char* name, TensorId tensor, bool recv) {
+    Begin(name, -1, kCommStream);
+    RecordStream(tensor, kCommStream);
+    Collective("pp", d_.p, static_cast<double>(sizes_[tensor]), Coll::kP2P);
+    if (recv) {
+      Begin("p2p.wait");
+      Cur().synchronize = true;
+    }
   }
 
   bool learned_positions() const {
@@ -906,9 +915,29 @@ class Builder {
     if (nograd) {
       for (TensorId id : {a.ln1_mean, a.ln1_rstd, a.ln1_out}) Free(id);
     }
+    if (setup_.model.qk_layernorm) {
+      // q_layernorm / k_layernorm (attention.py get_query_key_value_tensors): new normalized q
+      // and k, saved by attention, with their per-head statistics; v stays a view of qkv.
+      Begin("attn.qk_norm", l);
+      const Bytes stat = d_.layernorm ? 8 : 4;
+      a.q_norm_out = Alloc(d_.act_bytes * d_.T * d_.q / d_.t, Category::kActivations,
+                           L(l, "attn.q_norm_out"));
+      a.q_norm_stats = Alloc(stat * d_.T * d_.a / d_.t, Category::kActivations,
+                             L(l, "attn.q_norm_stats"));
+      a.k_norm_out = Alloc(d_.act_bytes * d_.T * d_.kv / d_.t, Category::kActivations,
+                           L(l, "attn.k_norm_out"));
+      a.k_norm_stats = Alloc(stat * d_.T * d_.g / d_.t, Category::kActivations,
+                             L(l, "attn.k_norm_stats"));
+      if (nograd) {
+        Free(a.q_norm_stats);
+        Free(a.k_norm_stats);
+      }
+    }
     // Core attention.
     a.core = CoreAttnForward(l, !(nograd || selective));
-    if (nograd) Free(a.qkv);
+    if (nograd) {
+      for (TensorId id : {a.qkv, a.q_norm_out, a.k_norm_out}) Free(id);
+    }
     // Output projection (TERowParallelLinear).
     Begin("attn.proj", l);
     const TensorId proj = RowParallelOutput(full, L(l, "attn.proj_out"));
@@ -1094,7 +1123,9 @@ class Builder {
     } else {
       dqkv = CoreAttnBackward(l, a.core, dcore, 0);
     }
-    Free(a.qkv);
+    for (TensorId id : {a.qkv, a.q_norm_out, a.k_norm_out, a.q_norm_stats, a.k_norm_stats}) {
+      Free(id);
+    }
     // QKV (re-gather LN1 output with SP), LN1 backward, residual sum -> grad of the layer input.
     Begin("attn.ln_qkv_bwd", l);
     g = SpGather(full, L(l, "attn.qkv_input_gather"), false);
@@ -1201,14 +1232,14 @@ ClosedFormEstimate ComputeClosedFormEstimate(const config::Setup& setup, int pip
   e.parameters_on_rank = params / d.t;
   const bool dist = tc.use_distributed_optimizer;
   if (!d.mixed) {
-    e.bytes_per_parameter = dist ? 8 + 8.0 / d.d : 16;
+    e.bytes_per_parameter = dist ? 8 + 8.0 / d.dp_cp : 16;
   } else if (d.grad_bytes == 2) {
-    e.bytes_per_parameter = dist ? 4 + 16.0 / d.d : 20;
+    e.bytes_per_parameter = dist ? 4 + 16.0 / d.dp_cp : 20;
   } else {
-    e.bytes_per_parameter = dist ? 6 + 12.0 / d.d : 18;
+    e.bytes_per_parameter = dist ? 6 + 12.0 / d.dp_cp : 18;
   }
   if (tc.optimizer == OptimizerKind::kSgd) {
-    e.bytes_per_parameter -= (tc.sgd_momentum > 0 ? 4.0 : 8.0) / (dist ? d.d : 1);
+    e.bytes_per_parameter -= (tc.sgd_momentum > 0 ? 4.0 : 8.0) / (dist ? d.dp_cp : 1);
   }
   e.weight_and_optimizer_bytes = static_cast<Bytes>(std::llround(e.parameters_on_rank * e.bytes_per_parameter));
   // Activations per layer (Korthikanti et al. 2022 Table 2; theoretical_memory_usage.py), in

@@ -32,6 +32,7 @@ ModelDims ComputeDims(const config::Setup& setup) {
   d.d = tc.data_parallel_size;
   d.cp = tc.context_parallel_size;
   MEMSIM_CHECK(d.t >= 1 && d.p >= 1 && d.d >= 1 && d.cp >= 1);
+  d.dp_cp = d.d * d.cp;
   d.s = tc.seq_length / d.cp;
   d.b = tc.micro_batch_size;
   d.T = d.s * d.b;
@@ -162,14 +163,14 @@ std::vector<GradBuffer> LayoutGradBuffers(const config::Setup& setup, int pipeli
                                           const std::vector<ParamTensor>& params) {
   const ModelDims d = ComputeDims(setup);
   const bool dist = setup.training.use_distributed_optimizer;
-  const std::int64_t end_pad = std::lcm(std::int64_t{d.d}, std::int64_t{128});
+  const std::int64_t end_pad = std::lcm(std::int64_t{d.dp_cp}, std::int64_t{128});
   std::vector<GradBuffer> out;
   for (int c = 0; c < d.v; ++c) {
     GradBuffer buf;
     buf.chunk = c;
     std::int64_t bucket_size = 0;  // 0 = one bucket
     if (setup.training.overlap_grad_reduce && pipeline_rank == 0 && c == 0) {
-      bucket_size = std::max<std::int64_t>(40'000'000, std::int64_t{1'000'000} * d.d);
+      bucket_size = std::max<std::int64_t>(40'000'000, std::int64_t{1'000'000} * d.dp_cp);
     }
     auto pad_start = [&](std::int64_t i) { return dist ? RoundUp(i, 64) : i; };
     auto pad_end = [&](std::int64_t i) { return dist ? RoundUp(i, end_pad) : i; };
@@ -227,7 +228,7 @@ std::vector<ShardSlice> ShardSlices(const ModelDims& dims, const std::vector<Par
   for (const GradBuffer& buf : buffers) {
     for (const GradBuffer::Entry& e : buf.entries) {
       const auto [bs, be] = buf.buckets[e.bucket];
-      const std::int64_t shard_end = bs + (be - bs) / dims.d;
+      const std::int64_t shard_end = bs + (be - bs) / dims.dp_cp;
       const std::int64_t lo = std::max(e.start, bs), hi = std::min(e.end, shard_end);
       if (hi > lo) owned[e.param] = hi - lo;
     }

@@ -33,6 +33,8 @@ struct ModelDims {
   std::int64_t max_positions = 0;  // learned position table rows
   int L = 0;               // total transformer layers
   int t = 1, p = 1, d = 1, cp = 1;
+  int dp_cp = 1;           // d·cp: the DDP / distributed-optimizer group
+                           // (parallel_state data-parallel group with_context_parallel)
   int v = 1;               // model chunks per rank (VPP), 1 without interleaving
   int Lc = 0;              // layers per model chunk (L/p without VPP)
   int m = 1;               // micro-batches per iteration per DP rank = global / (b·d)
@@ -88,14 +90,14 @@ struct GradBuffer {
 
 // Layout per Megatron `param_and_grad_buffer.py` `_ParamAndGradBuffer.__init__`: params in
 // reverse order; with the distributed optimizer each param start is padded to 64 elements and
-// each bucket end to lcm(d, 128); buckets close at bucket_size = max(4e7, 1e6·d) elements only
+// each bucket end to lcm(d·cp, 128); buckets close at bucket_size = max(4e7, 1e6·d·cp) elements only
 // with overlap_grad_reduce on pp rank 0, chunk 0 (training.py `get_model` disable_bucketing);
 // the shared embedding gets its own bucket.
 std::vector<GradBuffer> LayoutGradBuffers(const config::Setup& setup, int pipeline_rank,
                                           const std::vector<ParamTensor>& params);
 
 // A slice of one parameter owned by this DP rank's optimizer shard (distributed optimizer,
-// `distrib_optimizer.py` `_build_model_gbuf_range`): the rank's 1/d range of every bucket.
+// `distrib_optimizer.py` `_build_model_gbuf_range`): the rank's 1/(d·cp) range of every bucket.
 struct ShardSlice {
   int param = 0;             // index into StageParams
   std::int64_t numel = 0;

@@ -441,6 +441,8 @@ TEST_CASE("configurations build well-formed Programs", "[workload]") {
   s.training.optimizer_impl = row.impl;
   s.training.transformer_impl = row.impl_name;
   if (row.npu) s.device.allocator_backend = alloc::Backend::kNpu;
+  s.model.qk_layernorm = row.t == 2;  // Qwen3-style q/k norms on the TP rows
+  s.model.num_key_value_heads = row.flash ? 4 : 16;  // GQA on the flash rows
   INFO(row.what);
   const Program p = Build(s, row.r);
   CheckWellFormed(p);
@@ -472,8 +474,9 @@ TEST_CASE("collectives and record_stream tags", "[workload]") {
     const Program p = Build(s, r);
     for (const Op& op : p.ops) {
       if (!op.collective_group.empty()) (r == 0 ? groups0 : groups1).insert(op.collective_group);
-      if (op.name.rfind("p2p.", 0) == 0 && op.name.rfind("p2p.alloc", 0) != 0) {
+      if (op.name.rfind("p2p.recv_", 0) == 0 || op.name.rfind("p2p.send_", 0) == 0) {
         CHECK(op.collective_group == "pp");
+        CHECK(op.stream == kCommStream);
         CHECK(op.record_streams.size() == 1);
       }
       if (op.name == "ddp.grad_all_reduce") CHECK(op.stream == kCommStream);
