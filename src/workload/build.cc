@@ -112,6 +112,7 @@ class Builder {
                      ? setup.device.memory_bandwidth_bytes_per_s
                      : kFallbackBandwidth;
     BuildSegments();
+    steps_ = PipelineSchedule(d_.p, rank_, d_.m, d_.v);
   }
 
   Program Run() {
@@ -331,12 +332,13 @@ class Builder {
     for (TensorId id : grad_copies_) Free(id);
     grad_copies_.clear();
 
-    const std::vector<ScheduleStep> steps = PipelineSchedule(d_.p, rank_, d_.m, d_.v);
+    const std::vector<ScheduleStep>& steps = steps_;
     std::vector<int> last_backward(d_.v, -1);
     for (int i = 0; i < static_cast<int>(steps.size()); ++i) {
       if (!steps[i].forward) last_backward[steps[i].chunk] = i;
     }
     for (int i = 0; i < static_cast<int>(steps.size()); ++i) {
+      step_ = i;
       const ScheduleStep& st = steps[i];
       micro_batch_ = st.micro_batch;
       if (st.forward) {
@@ -352,6 +354,13 @@ class Builder {
     }
     micro_batch_ = -1;
     phase_ = Phase::kBackward;
+    MEMSIM_CHECK(pending_recv_forward_ == 0 && pending_recv_backward_ == 0 && units_.empty());
+    if (held_recv_backward_ != 0 || held_input_grad_ != 0) {
+      Begin("p2p.schedule_return");  // the schedule function's locals go out of scope
+      Free(held_recv_backward_);
+      Free(held_input_grad_);
+      held_recv_backward_ = held_input_grad_ = 0;
+    }
     FinalizeGrads();
     if (tc_.empty_unused_memory_level >= 1) Cur().empty_cache = true;
     OptimizerStep();
@@ -527,6 +536,39 @@ class Builder {
   bool Pre(int chunk) const { return rank_ == 0 && chunk == 0; }
   bool Post(int chunk) const { return rank_ == d_.p - 1 && chunk == d_.v - 1; }
 
+  // The P2P exchanges follow Megatron's 1F1B loop (schedules.py
+  // `forward_backward_pipelining_without_interleaving`): after a forward that is followed by a
+  // backward, `send_forward_recv_backward` allocates the grad buffer of that backward before the
+  // output is deallocated; after a backward followed by a forward, `send_backward_recv_forward`
+  // allocates the next input before the backwarded input is dropped. Python locals keep the
+  // previous output_tensor_grad until the next receive of a grad, and the previous
+  // input_tensor_grad until the next backward_step returns (`held_*`).
+  TensorId AllocRecv(const char* label) {
+    Begin(fmt::format("p2p.alloc_{}", label));
+    return Alloc(d_.act_bytes * d_.T * d_.h / d_.sigma, Category::kCommunication,
+                 fmt::format("p2p.{}", label));
+  }
+  // A P2P op on the NCCL stream sending `send` and/or receiving into `recv` (0 = none):
+  // ProcessGroupNCCL records both on its stream, so their frees wait for it (§4.4). A receive is
+  // waited for (req.wait()) before compute goes on.
+  void P2P(std::string_view name, TensorId send, TensorId recv) {
+    Begin(name, -1, kCommStream);
+    double bytes = 0;
+    for (TensorId id : {send, recv}) {
+      if (id == 0) continue;
+      RecordStream(id, kCommStream);
+      bytes += static_cast<double>(sizes_[id]);
+    }
+    Collective("pp", d_.p, bytes, Coll::kP2P);
+    if (recv != 0) {
+      Begin("p2p.wait");
+      Cur().synchronize = true;
+    }
+  }
+  const ScheduleStep* NextStep() const {
+    return step_ + 1 < static_cast<int>(steps_.size()) ? &steps_[step_ + 1] : nullptr;
+  }
+
   void ForwardUnit(int mb, int chunk) {
     UnitState& u = units_[{mb, chunk}];
     u = UnitState{};
@@ -540,11 +582,14 @@ class Builder {
       x = EmbeddingForward(u);
     } else {
       // p2p_communication.py _communicate: torch.empty((s/σ, b, h), requires_grad=True), kept
-      // in input_tensors until this unit's backward; used by the NCCL stream (record_stream).
-      Begin("p2p.alloc_recv_forward");
-      x = Alloc(d_.act_bytes * d_.T * d_.h / d_.sigma, Category::kCommunication,
-                "p2p.recv_forward");
-      P2P("p2p.recv_forward", x, /*recv=*/true);
+      // in input_tensors until this unit's backward.
+      if (pending_recv_forward_ != 0) {
+        x = pending_recv_forward_;  // received by the previous backward's exchange
+        pending_recv_forward_ = 0;
+      } else {
+        x = AllocRecv("recv_forward");
+        P2P("p2p.recv_forward", 0, x);
+      }
       u.input_external = true;
     }
     u.stage_input = x;
@@ -564,12 +609,6 @@ class Builder {
     if (post) {
       u.last_output = x;
       LossForward(u);
-    } else {
-      // send_forward then deallocate_output_tensor (schedules.py): the output storage is freed
-      // once the NCCL stream is done with it.
-      P2P("p2p.send_forward", x, /*recv=*/false);
-      Begin("p2p.deallocate_output");
-      Free(x);
     }
     // forward_step returns: batch tensors not saved by autograd are dropped.
     if (u.tokens != u.emb_indices) Free(u.tokens);
@@ -577,6 +616,20 @@ class Builder {
     Free(u.labels);
     u.tokens = u.labels = 0;
     if (!learned_positions()) u.position_ids = 0;
+    if (!post) {
+      const ScheduleStep* next = NextStep();
+      if (next != nullptr && !next->forward && !Post(next->chunk)) {
+        pending_recv_backward_ = AllocRecv("recv_backward");
+        P2P("p2p.send_forward_recv_backward", x, pending_recv_backward_);
+        Free(held_recv_backward_);  // the previous output_tensor_grad binding
+        held_recv_backward_ = 0;
+      } else {
+        P2P("p2p.send_forward", x, 0);
+      }
+      // deallocate_output_tensor (schedules.py; deallocate_pipeline_outputs is forced on).
+      Begin("p2p.deallocate_output");
+      Free(x);
+    }
   }
 
   void BackwardUnit(int mb, int chunk) {
@@ -589,10 +642,15 @@ class Builder {
     if (post) {
       dy = LossBackward(u);
     } else {
-      Begin("p2p.alloc_recv_backward");
-      dy = Alloc(d_.act_bytes * d_.T * d_.h / d_.sigma, Category::kCommunication,
-                 "p2p.recv_backward");
-      P2P("p2p.recv_backward", dy, /*recv=*/true);
+      if (pending_recv_backward_ != 0) {
+        dy = pending_recv_backward_;
+        pending_recv_backward_ = 0;
+      } else {
+        dy = AllocRecv("recv_backward");
+        P2P("p2p.recv_backward", 0, dy);
+        Free(held_recv_backward_);
+        held_recv_backward_ = 0;
+      }
       dy_external = true;
     }
     const TensorId recv_grad = dy_external ? dy : 0;
@@ -620,30 +678,29 @@ class Builder {
     }
     if (pre) {
       EmbeddingBackward(u, dy);
-    } else {
-      // send_backward: the input grad (input_tensor.grad) goes to the previous stage; the recv
-      // buffer (stage input) is released when backward_step returns.
-      P2P("p2p.send_backward", dy, /*recv=*/false);
-      Begin("p2p.release_input");
-      Free(dy);
+    }
+    // backward_step returned: the previous input_tensor_grad binding is dropped.
+    Free(held_input_grad_);
+    held_input_grad_ = 0;
+    if (recv_grad != 0) {
+      MEMSIM_CHECK(held_recv_backward_ == 0);  // dropped at this backward's receive
+      held_recv_backward_ = recv_grad;  // output_tensor_grad stays bound until the next receive
+    }
+    if (!pre) {
+      // The input grad (input_tensor.grad) goes to the previous stage; with a forward next,
+      // its input is received in the same exchange, then the backwarded input is dropped.
+      const ScheduleStep* next = NextStep();
+      if (next != nullptr && next->forward && !Pre(next->chunk)) {
+        pending_recv_forward_ = AllocRecv("recv_forward");
+        P2P("p2p.send_backward_recv_forward", dy, pending_recv_forward_);
+      } else {
+        P2P("p2p.send_backward", dy, 0);
+        Begin("p2p.release_input");
+      }
       Free(u.stage_input);
+      held_input_grad_ = dy;
     }
-    Free(recv_grad);
     units_.erase(it);
-  }
-
-  // A P2P transfer (p2p_communication.py _communicate, batch_isend_irecv) on the NCCL stream:
-  // ProcessGroupNCCL records the tensor on that stream, so a later free of it is deferred
-  // until the transfer is done (§4.4). A receive is waited for (req.wait()) before compute
-  // continues.
-  void P2P(const char* name, TensorId tensor, bool recv) {
-    Begin(name, -1, kCommStream);
-    RecordStream(tensor, kCommStream);
-    Collective("pp", d_.p, static_cast<double>(sizes_[tensor]), Coll::kP2P);
-    if (recv) {
-      Begin("p2p.wait");
-      Cur().synchronize = true;
-    }
   }
 
   bool learned_positions() const {
@@ -1164,6 +1221,10 @@ class Builder {
   std::vector<Bytes> sizes_;  // by tensor id
   std::vector<TensorId> param_ids_;
   std::map<std::pair<int, int>, UnitState> units_;
+  std::vector<ScheduleStep> steps_;  // this rank's schedule, the same every iteration
+  int step_ = 0;                     // index into steps_ of the unit being emitted
+  TensorId pending_recv_forward_ = 0, pending_recv_backward_ = 0;  // received ahead
+  TensorId held_recv_backward_ = 0, held_input_grad_ = 0;          // kept by Python locals
   std::vector<TensorId> grad_copies_;
   std::vector<TensorId> report_losses_;
   bool cublas_done_ = false, te_done_ = false;
