@@ -1,13 +1,13 @@
 #include "workload/build.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "core/check.h"
 #include "workload/model.h"
@@ -22,14 +22,14 @@ using config::RecomputeGranularity;
 using config::RecomputeMethod;
 
 // Duration model (build.h): estimates of achieved efficiency and link bandwidths.
-constexpr double kComputeEfficiency = 0.5;    // estimate: typical large-GEMM MFU
-constexpr double kBandwidthEfficiency = 0.8;  // estimate: streaming kernels
-constexpr double kTpLinkBytesPerS = 100e9;    // estimate: intra-node NVLink / HCCS class
-constexpr double kOtherLinkBytesPerS = 20e9;  // estimate: inter-node RDMA class
-constexpr double kCollectiveLatencyUs = 10.0; // estimate
-constexpr double kFallbackFlops = 100e12;     // estimate when the preset has no peak
-constexpr double kFallbackBandwidth = 1e12;   // estimate when the preset has no bandwidth
-constexpr double kMinOpUs = 1.0;              // kernel-launch granularity (estimate)
+constexpr double kComputeEfficiency = 0.5;     // estimate: typical large-GEMM MFU
+constexpr double kBandwidthEfficiency = 0.8;   // estimate: streaming kernels
+constexpr double kTpLinkBytesPerS = 100e9;     // estimate: intra-node NVLink / HCCS class
+constexpr double kOtherLinkBytesPerS = 20e9;   // estimate: inter-node RDMA class
+constexpr double kCollectiveLatencyUs = 10.0;  // estimate
+constexpr double kFallbackFlops = 100e12;      // estimate when the preset has no peak
+constexpr double kFallbackBandwidth = 1e12;    // estimate when the preset has no bandwidth
+constexpr double kMinOpUs = 1.0;               // kernel-launch granularity (estimate)
 
 // Workspaces that go through the caching allocator (§1.7).
 // PyTorch CublasHandlePool.cpp: default ":4096:2:16:8" = 2·4 MiB + 8·16 KiB; 8 x 4 MiB on sm >= 90.
@@ -105,7 +105,7 @@ class Builder {
     const double peak = tc_.precision == config::Precision::kFp32   ? setup.device.peak_flops_fp32
                         : tc_.precision == config::Precision::kFp16 ? setup.device.peak_flops_fp16
                                                                     : setup.device.peak_flops_bf16;
-    peak_flops_ = peak > 0 ? peak
+    peak_flops_ = peak > 0                           ? peak
                   : setup.device.peak_flops_bf16 > 0 ? setup.device.peak_flops_bf16
                                                      : kFallbackFlops;
     bandwidth_ = setup.device.memory_bandwidth_bytes_per_s > 0
@@ -269,9 +269,9 @@ class Builder {
     for (size_t i = 0; i < params_.size(); ++i) {
       const ParamTensor& pt = params_[i];
       if (pt.layer != prev_layer || i == 0) {
-        const char* name = pt.layer >= 0                                     ? "init.model.layer"
+        const char* name = pt.layer >= 0                        ? "init.model.layer"
                            : pt.name.rfind("embedding", 0) == 0 ? "init.model.embedding"
-                                                                            : "init.model.output";
+                                                                : "init.model.output";
         Begin(name, pt.layer);
         prev_layer = pt.layer;
       }
@@ -297,14 +297,13 @@ class Builder {
     // growth/backoff factors), found_inf, _dummy_overflow_buf; bf16 _scale_one; fp32 _scale.
     Begin("init.optimizer.scalars");
     if (tc_.precision == config::Precision::kFp16) {
-      for (const char* n : {"grad_scaler.scale", "grad_scaler.min_scale",
-                            "grad_scaler.growth_factor", "grad_scaler.backoff_factor",
-                            "optimizer.found_inf", "optimizer.dummy_overflow_buf"}) {
+      for (const char* n :
+           {"grad_scaler.scale", "grad_scaler.min_scale", "grad_scaler.growth_factor",
+            "grad_scaler.backoff_factor", "optimizer.found_inf", "optimizer.dummy_overflow_buf"}) {
         Alloc(kScalarBytes, Category::kOther, n);
       }
     } else {
-      Alloc(kScalarBytes, Category::kOther,
-            d_.mixed ? "optimizer.scale_one" : "optimizer.scale");
+      Alloc(kScalarBytes, Category::kOther, d_.mixed ? "optimizer.scale_one" : "optimizer.scale");
     }
     // fp32 master copies: `clone().float()` per param (Float16OptimizerWithFloat16Params) or per
     // shard slice (DistributedOptimizer); the 16-bit clone is transient.
@@ -395,8 +394,8 @@ class Builder {
         if (pt.sequence_parallel) numel += pt.numel;
       }
       Begin("ddp.allreduce_layernorm_grads");
-      const TensorId flat = Alloc(numel * d_.grad_bytes, Category::kTemporaries,
-                                  "ddp.layernorm_grads_flat");
+      const TensorId flat =
+          Alloc(numel * d_.grad_bytes, Category::kTemporaries, "ddp.layernorm_grads_flat");
       Collective("tp", d_.t, static_cast<double>(numel * d_.grad_bytes), Coll::kAllReduce);
       Free(flat);
     }
@@ -418,8 +417,8 @@ class Builder {
     if (d_.mixed && d_.grad_bytes == 2) {
       Begin("optim.copy_main_grads");
       for (const MainTensor& mt : main_) {
-        grad_copies_.push_back(Alloc(mt.numel * 4, Category::kGradients,
-                                     "optim.main_grad." + params_[mt.param].name));
+        grad_copies_.push_back(
+            Alloc(mt.numel * 4, Category::kGradients, "optim.main_grad." + params_[mt.param].name));
       }
     }
     // Grad-stats group: model-parallel (tp·pp) without, tp·dp·cp with the distributed optimizer.
@@ -671,8 +670,8 @@ class Builder {
       for (int i = seg->last; i >= seg->first; --i) {
         const bool free_x = !(i == 0 && u.input_external);
         const bool free_dy = !(i == d_.Lc - 1 && dy_external);
-        dy = LayerBackward(GlobalLayer(chunk, i), u.acts[i], u.layer_inputs[i], free_x, dy,
-                           free_dy);
+        dy =
+            LayerBackward(GlobalLayer(chunk, i), u.acts[i], u.layer_inputs[i], free_x, dy, free_dy);
       }
       Free(recomputed_out);
     }
@@ -806,7 +805,8 @@ class Builder {
   void LossForward(UnitState& u) {
     const Bytes shard = d_.act_bytes * d_.T * d_.h / d_.sigma;
     Begin("final_norm");
-    if (d_.layernorm) u.final_mean = Alloc(4 * d_.T / d_.sigma, Category::kActivations, "final_norm.mean");
+    if (d_.layernorm)
+      u.final_mean = Alloc(4 * d_.T / d_.sigma, Category::kActivations, "final_norm.mean");
     u.final_rstd = Alloc(4 * d_.T / d_.sigma, Category::kActivations, "final_norm.rstd");
     u.final_out = Alloc(shard, Category::kActivations, "final_norm.out");
     Begin("output_layer");  // Megatron ColumnParallelLinear: torch GEMM, "mpu" buffer with SP
@@ -865,8 +865,8 @@ class Builder {
     Free(u.final_out);
     Flops(4.0 * d_.T * d_.h * (d_.V / d_.t));
     Begin("final_norm_bwd");
-    const TensorId dx = Alloc(d_.act_bytes * d_.T * d_.h / d_.sigma, Category::kTemporaries,
-                              "final_norm.d_input");
+    const TensorId dx =
+        Alloc(d_.act_bytes * d_.T * d_.h / d_.sigma, Category::kTemporaries, "final_norm.d_input");
     SmallWeightGrad(d_.h, "final_norm.weight_grad");
     if (d_.layernorm) SmallWeightGrad(d_.h, "final_norm.bias_grad");
     for (TensorId id : {din, u.final_mean, u.final_rstd, u.last_output}) Free(id);
@@ -977,14 +977,14 @@ class Builder {
       // and k, saved by attention, with their per-head statistics; v stays a view of qkv.
       Begin("attn.qk_norm", l);
       const Bytes stat = d_.layernorm ? 8 : 4;
-      a.q_norm_out = Alloc(d_.act_bytes * d_.T * d_.q / d_.t, Category::kActivations,
-                           L(l, "attn.q_norm_out"));
-      a.q_norm_stats = Alloc(stat * d_.T * d_.a / d_.t, Category::kActivations,
-                             L(l, "attn.q_norm_stats"));
+      a.q_norm_out =
+          Alloc(d_.act_bytes * d_.T * d_.q / d_.t, Category::kActivations, L(l, "attn.q_norm_out"));
+      a.q_norm_stats =
+          Alloc(stat * d_.T * d_.a / d_.t, Category::kActivations, L(l, "attn.q_norm_stats"));
       a.k_norm_out = Alloc(d_.act_bytes * d_.T * d_.kv / d_.t, Category::kActivations,
                            L(l, "attn.k_norm_out"));
-      a.k_norm_stats = Alloc(stat * d_.T * d_.g / d_.t, Category::kActivations,
-                             L(l, "attn.k_norm_stats"));
+      a.k_norm_stats =
+          Alloc(stat * d_.T * d_.g / d_.t, Category::kActivations, L(l, "attn.k_norm_stats"));
       if (nograd) {
         Free(a.q_norm_stats);
         Free(a.k_norm_stats);
@@ -1003,7 +1003,8 @@ class Builder {
     // Bias-dropout-add: mask (if dropout), new residual.
     Begin("attn.bda", l);
     if (d_.hidden_dropout) {
-      a.attn_bda_mask = Alloc(d_.T * d_.h / d_.sigma, Category::kActivations, L(l, "attn.bda_mask"));
+      a.attn_bda_mask =
+          Alloc(d_.T * d_.h / d_.sigma, Category::kActivations, L(l, "attn.bda_mask"));
     }
     a.attn_residual = Alloc(shard, Category::kActivations, L(l, "attn.residual"));
     Free(proj);
@@ -1024,8 +1025,8 @@ class Builder {
     }
     // Activation (GeLU / SwiGLU): new output, input kept.
     Begin("mlp.act", l);
-    a.act_out = Alloc(d_.act_bytes * d_.T * d_.ffn / d_.t, Category::kActivations,
-                      L(l, "mlp.act_out"));
+    a.act_out =
+        Alloc(d_.act_bytes * d_.T * d_.ffn / d_.t, Category::kActivations, L(l, "mlp.act_out"));
     if (nograd) Free(a.fc1_out);
     // FC2 (TERowParallelLinear).
     Begin("mlp.fc2", l);
@@ -1125,8 +1126,8 @@ class Builder {
     // FC2: gather dY (SP), dgrad, wgrad into main_grad (gradient_accumulation_fusion).
     Begin("mlp.fc2_bwd", l);
     TensorId g = SpGather(full, L(l, "mlp.d_fc2_gather"), false);
-    const TensorId dact = Alloc(d_.act_bytes * d_.T * d_.ffn / d_.t, Category::kTemporaries,
-                                L(l, "mlp.d_act_out"));
+    const TensorId dact =
+        Alloc(d_.act_bytes * d_.T * d_.ffn / d_.t, Category::kTemporaries, L(l, "mlp.d_act_out"));
     if (bias) SmallWeightGrad(d_.h, L(l, "mlp.fc2.bias_grad"));
     Free(g);
     Free(a.act_out);
@@ -1164,8 +1165,8 @@ class Builder {
     }
     Begin("attn.proj_bwd", l);
     g = SpGather(full, L(l, "attn.d_proj_gather"), false);
-    const TensorId dcore = Alloc(d_.act_bytes * d_.T * d_.q / d_.t, Category::kTemporaries,
-                                 L(l, "attn.d_core_out"));
+    const TensorId dcore =
+        Alloc(d_.act_bytes * d_.T * d_.q / d_.t, Category::kTemporaries, L(l, "attn.d_core_out"));
     if (bias) SmallWeightGrad(d_.h, L(l, "attn.proj.bias_grad"));
     Free(g);
     if (dproj != dres) Free(dproj);
@@ -1302,13 +1303,15 @@ ClosedFormEstimate ComputeClosedFormEstimate(const config::Setup& setup, int pip
   if (tc.optimizer == OptimizerKind::kSgd) {
     e.bytes_per_parameter -= (tc.sgd_momentum > 0 ? 4.0 : 8.0) / (dist ? d.dp_cp : 1);
   }
-  e.weight_and_optimizer_bytes = static_cast<Bytes>(std::llround(e.parameters_on_rank * e.bytes_per_parameter));
+  e.weight_and_optimizer_bytes =
+      static_cast<Bytes>(std::llround(e.parameters_on_rank * e.bytes_per_parameter));
   // Activations per layer (Korthikanti et al. 2022 Table 2; theoretical_memory_usage.py), in
   // units of s·b·h with 16-bit activations, scaled to B_a.
   const double sbh = static_cast<double>(d.T) * h;
   const double t = d.t;
   const double masks = d.hidden_dropout ? 2.0 : 0.0;
-  const double mlp = (d.gamma == 2 ? 6.0 : 4.0) * static_cast<double>(d.ffn) / h;  // 4ffn/h, 6 gated
+  const double mlp =
+      (d.gamma == 2 ? 6.0 : 4.0) * static_cast<double>(d.ffn) / h;  // 4ffn/h, 6 gated
   const double attn_s2 = static_cast<double>(d.a) * d.s / h * (d.attention_dropout ? 5.0 : 2.0);
   const bool core_saved = !d.flash && tc.recompute_granularity == RecomputeGranularity::kNone;
   double layer;

@@ -1,10 +1,10 @@
 #include "workload/model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <numeric>
-
-#include <fmt/format.h>
 
 #include "core/check.h"
 
@@ -61,22 +61,31 @@ ModelDims ComputeDims(const config::Setup& setup) {
   }
   // m = global_batch / (b·d) (Megatron `get_num_microbatches`); 0 means one micro-batch.
   const std::int64_t per_step = std::int64_t{d.b} * d.d;
-  d.m = tc.global_batch_size > 0 ? static_cast<int>(std::max<std::int64_t>(1, tc.global_batch_size / per_step))
-                                 : 1;
+  d.m = tc.global_batch_size > 0
+            ? static_cast<int>(std::max<std::int64_t>(1, tc.global_batch_size / per_step))
+            : 1;
   d.sp = tc.sequence_parallel && d.t > 1;
   d.sigma = d.sp ? d.t : 1;
   // §1.2 table: dtype per precision mode.
   switch (tc.precision) {
     case Precision::kFp32:
-      d.act_bytes = 4; d.param_bytes = 4; d.grad_bytes = 4; d.mixed = false;
+      d.act_bytes = 4;
+      d.param_bytes = 4;
+      d.grad_bytes = 4;
+      d.mixed = false;
       break;
     case Precision::kFp16:
-      d.act_bytes = 2; d.param_bytes = 2; d.mixed = true;
+      d.act_bytes = 2;
+      d.param_bytes = 2;
+      d.mixed = true;
       d.grad_bytes = tc.accumulate_allreduce_grads_in_fp32 ? 4 : 2;
       break;
     case Precision::kBf16:
       // Megatron arguments.py forces accumulate_allreduce_grads_in_fp32 for bf16.
-      d.act_bytes = 2; d.param_bytes = 2; d.grad_bytes = 4; d.mixed = true;
+      d.act_bytes = 2;
+      d.param_bytes = 2;
+      d.grad_bytes = 4;
+      d.mixed = true;
       break;
   }
   d.layernorm = mc.normalization == config::Normalization::kLayerNorm;

@@ -1,8 +1,7 @@
 #include "workload/model.h"
 
-#include <numeric>
-
 #include <catch2/catch.hpp>
+#include <numeric>
 
 #include "test_setups.h"
 
@@ -54,13 +53,11 @@ TEST_CASE("llama2-70b at TP8 PP8: parameter count of one stage", "[workload]") {
   CHECK(Count(StageParams(s, 7)) == 1'069'711'360 + 8192 + 33'554'432);
 }
 
-TEST_CASE("tied embeddings: one tensor at p = 1, a copy on the last stage at p > 1",
-          "[workload]") {
+TEST_CASE("tied embeddings: one tensor at p = 1, a copy on the last stage at p > 1", "[workload]") {
   config::Setup s = testing::PaperGpt();
   std::vector<ParamTensor> params = StageParams(s, 0);
-  CHECK(std::count_if(params.begin(), params.end(), [](const ParamTensor& p) {
-          return p.name == "output_layer.weight";
-        }) == 0);
+  CHECK(std::count_if(params.begin(), params.end(),
+                      [](const ParamTensor& p) { return p.name == "output_layer.weight"; }) == 0);
   s.training.pipeline_model_parallel_size = 2;
   params = StageParams(s, 1);
   REQUIRE(params.back().name == "output_layer.weight");
