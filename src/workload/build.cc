@@ -473,7 +473,9 @@ class Builder {
         // (_foreach_add); the first step clones the grads into momentum buffers.
         Begin(fmt::format("optim.sgd.group{}", gi));
         std::vector<TensorId> tmp;
-        if (foreach && tc_.weight_decay != 0.0) {
+        // Megatron's no-weight-decay group (biases, norms) has weight_decay 0.
+        const bool decays = !params_[groups_[gi].front()].no_weight_decay;
+        if (foreach && decays && tc_.weight_decay != 0.0) {
           for (const MainTensor& mt : main_) {
             if (mt.group != gi) continue;
             tmp.push_back(Alloc(mt.numel * 4, Category::kTemporaries,

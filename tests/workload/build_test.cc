@@ -586,3 +586,26 @@ TEST_CASE("llama2-70b stage at TP8 PP8: 18 B/param", "[workload]") {
 
 }  // namespace
 }  // namespace memsim::workload
+
+namespace memsim::workload {
+namespace {
+
+TEST_CASE("SGD: momentum buffers lazily in iteration 1, none without momentum", "[workload]") {
+  config::Setup s = testing::PaperGpt();
+  s.training.optimizer = config::OptimizerKind::kSgd;
+  s.training.optimizer_impl = config::OptimizerImpl::kForeach;
+  const StaticSizes st = ComputeStaticSizes(s, 0);
+  // One fp32 momentum buffer per main param: 4 bytes per element.
+  CHECK(st.optimizer_state_bytes == 4 * st.main_param_count);
+  Program p = Build(s, 0);
+  CheckWellFormed(p);
+  CHECK(NetByCategory(p, 1).at(Category::kOptimizerStates) == 4 * st.main_param_count);
+  CHECK(NetByCategory(p, 2).count(Category::kOptimizerStates) == 0);
+  s.training.sgd_momentum = 0;
+  CHECK(ComputeStaticSizes(s, 0).optimizer_state_bytes == 0);
+  p = Build(s, 0);
+  CHECK(NetByCategory(p, 1).count(Category::kOptimizerStates) == 0);
+}
+
+}  // namespace
+}  // namespace memsim::workload
