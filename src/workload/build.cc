@@ -277,6 +277,13 @@ class Builder {
       }
       param_ids_[i] = Alloc(pt.numel * d_.param_bytes, Category::kParameters, pt.name);
     }
+    // LanguageModule.setup_embeddings_and_output_layer: with tied embeddings and p > 1 the
+    // first and last stages all-reduce the shared weight over "embd" (in place).
+    for (const ParamTensor& pt : params_) {
+      if (!pt.shared_embedding) continue;
+      Begin("init.model.sync_embedding");
+      Collective("embd", 2, static_cast<double>(pt.numel * d_.param_bytes), Coll::kAllReduce);
+    }
     // DDP: one param/grad buffer pair per model chunk; with the distributed optimizer the
     // params move into param_data one by one, old blocks freed (§1.3).
     const bool dist = tc_.use_distributed_optimizer;

@@ -10,7 +10,6 @@
 #include <tuple>
 
 #include "test_setups.h"
-#include "workload/format.h"
 #include "workload/model.h"
 
 namespace memsim::workload {
@@ -499,18 +498,6 @@ TEST_CASE("collectives and record_stream tags", "[workload]") {
   }
   CHECK(groups0 == std::set<std::string>{"dp", "embd", "mp", "pp", "tp"});
   CHECK(groups1 == std::set<std::string>{"dp", "embd", "mp", "pp", "tp"});
-}
-
-TEST_CASE("FormatProgram prints one op a line with labels", "[workload]") {
-  config::Setup s = testing::PaperGpt();
-  s.model.num_hidden_layers = 1;
-  s.training.train_iters = 1;
-  const Program p = Build(s, 0);
-  const std::string text = FormatProgram(p);
-  CHECK(static_cast<size_t>(std::count(text.begin(), text.end(), '\n')) == p.ops.size() + 1);
-  CHECK(text.find("1 forward mb=0 layer=0 s0 attn.ln_qkv") != std::string::npos);
-  CHECK(text.find("+layer0.attn.qkv:12582912:activations") != std::string::npos);
-  CHECK(text.find(" -layer0.attn.qkv") != std::string::npos);
 }
 
 TEST_CASE("closed-form estimate follows Megatron's formulas", "[workload]") {
