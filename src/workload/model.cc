@@ -197,13 +197,15 @@ std::vector<GradBuffer> LayoutGradBuffers(const config::Setup& setup, int pipeli
     for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
       if (params[i].chunk != c) continue;
       param_start = pad_start(param_start);
-      if (params[i].shared_embedding && bucket_open) param_start = close_bucket(param_start);
+      // `_does_param_require_new_bucket`: the shared embedding gets its own bucket, only with
+      // the distributed optimizer.
+      const bool own_bucket = params[i].shared_embedding && dist;
+      if (own_bucket && bucket_open) param_start = close_bucket(param_start);
       const std::int64_t param_end = param_start + params[i].numel;
       buf.entries.push_back({i, param_start, param_end, bucket});
       bucket_open = true;
       last_end = param_end;
-      if ((bucket_size > 0 && param_end - bucket_start >= bucket_size) ||
-          params[i].shared_embedding) {
+      if ((bucket_size > 0 && param_end - bucket_start >= bucket_size) || own_bucket) {
         param_start = close_bucket(param_end);
       } else {
         param_start = param_end;

@@ -92,7 +92,7 @@ struct GradBuffer {
 // reverse order; with the distributed optimizer each param start is padded to 64 elements and
 // each bucket end to lcm(d·cp, 128); buckets close at bucket_size = max(4e7, 1e6·d·cp) elements
 // only with overlap_grad_reduce on pp rank 0, chunk 0 (training.py `get_model` disable_bucketing);
-// the shared embedding gets its own bucket.
+// the shared embedding gets its own bucket (distributed optimizer only).
 std::vector<GradBuffer> LayoutGradBuffers(const config::Setup& setup, int pipeline_rank,
                                           const std::vector<ParamTensor>& params);
 

@@ -109,3 +109,27 @@ TEST_CASE("overlap_grad_reduce buckets close at max(4e7, 1e6·d) elements on ran
 
 }  // namespace
 }  // namespace memsim::workload
+
+namespace memsim::workload {
+namespace {
+
+TEST_CASE("tied embedding with p > 1 gets its own bucket with the distributed optimizer",
+          "[workload]") {
+  config::Setup s = testing::PaperGpt();
+  s.training.pipeline_model_parallel_size = 2;
+  s.training.data_parallel_size = 2;
+  // First stage: reverse order puts the word embedding last; it closes the layers' bucket and
+  // takes a bucket of its own (Megatron `_does_param_require_new_bucket`).
+  s.training.use_distributed_optimizer = true;
+  std::vector<GradBuffer> bufs = LayoutGradBuffers(s, 0, StageParams(s, 0));
+  REQUIRE(bufs[0].buckets.size() == 2);
+  CHECK(bufs[0].entries.back().bucket == 1);
+  CHECK(bufs[0].entries.back().param == 0);
+  // Without the distributed optimizer there is one bucket.
+  s.training.use_distributed_optimizer = false;
+  bufs = LayoutGradBuffers(s, 0, StageParams(s, 0));
+  CHECK(bufs[0].buckets.size() == 1);
+}
+
+}  // namespace
+}  // namespace memsim::workload
