@@ -254,3 +254,43 @@ TEST_CASE("power2 list: '>' fills the intervals after the last key", "[alloc]") 
 
 }  // namespace
 }  // namespace memsim::alloc
+
+namespace memsim::alloc {
+namespace {
+
+TEST_CASE("boundaries: rounding, pools and the large-pool split rule", "[alloc]") {
+  // (request, allocated after one malloc, reserved), derived from §1 and §3:
+  auto [request, allocated, reserved] = GENERATE(table<Bytes, Bytes, Bytes>({
+      {1, 512, 2 * MiB},                    // minimum block 512
+      {512, 512, 2 * MiB},
+      {513, 1024, 2 * MiB},                 // next multiple of 512
+      {1 * MiB, 1 * MiB, 2 * MiB},          // largest small-pool size
+      {1 * MiB + 1, 1 * MiB + 512, 20 * MiB},  // large pool, 20 MiB buffer
+      {10 * MiB - 512, 10 * MiB - 512, 20 * MiB},  // < kMinLargeAlloc: 20 MiB buffer, split
+      {10 * MiB, 10 * MiB, 10 * MiB},       // own segment, no remainder
+      // 19 MiB + 512: segment 20 MiB, remainder 1 MiB - 512 <= 1 MiB: not split.
+      {19 * MiB + 512, 20 * MiB, 20 * MiB},
+      // 19 MiB: remainder exactly 1 MiB: not split (the rule is remaining > 1 MiB).
+      {19 * MiB, 20 * MiB, 20 * MiB},
+      // 19 MiB - 512: remainder 1 MiB + 512 > 1 MiB: split.
+      {19 * MiB - 512, 19 * MiB - 512, 20 * MiB},
+  }));
+  INFO("request " << request);
+  AllocFixture f;
+  f.Run("malloc a " + std::to_string(request));
+  CHECK(f.Allocated() == allocated);
+  CHECK(f.Reserved() == reserved);
+}
+
+TEST_CASE("boundaries: the small-pool split rule (remaining >= 512)", "[alloc]") {
+  AllocFixture f;
+  // In one 2 MiB small segment: a (1 MiB) leaves 1 MiB; b (1 MiB - 1024) leaves 1024 (split);
+  // c (512) leaves 512 (>= 512: split); d (512) takes the rest exactly.
+  f.Run("malloc a 1MiB; malloc b 1047552; malloc c 512; malloc d 512");
+  CHECK(f.Allocated() == 2 * MiB);
+  CHECK(f.Segments() == 1);
+  CHECK(f.S().inactive_split.current == 0);
+}
+
+}  // namespace
+}  // namespace memsim::alloc
