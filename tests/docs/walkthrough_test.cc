@@ -15,8 +15,8 @@
 namespace memsim {
 namespace {
 
-std::string ReadDoc() {
-  std::ifstream in(std::string(MEMSIM_SOURCE_DIR) + "/docs/walkthrough.md");
+std::string ReadDoc(const std::string& relative = "docs/walkthrough.md") {
+  std::ifstream in(std::string(MEMSIM_SOURCE_DIR) + "/" + relative);
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
@@ -76,6 +76,9 @@ TEST_CASE("docs/walkthrough.md quotes the default run's own figures", "[docs]") 
   // The output block quoted at the top is the current output (header and table).
   phrases.push_back(report::FormatRunHeader(run, setup));
   phrases.push_back(report::FormatIterationTable(run, 80));
+  // The README's quick tour quotes the same output.
+  const std::string readme = ReadDoc("README.md");
+  CHECK(readme.find(report::FormatIterationTable(run, 80)) != std::string::npos);
   INFO("phrases the walkthrough must quote (from the current simulation):\n" << missing);
   CHECK(missing.empty());
 }
