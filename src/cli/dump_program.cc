@@ -40,7 +40,8 @@ Action AddDumpProgramCommand(CLI::App& sub) {
   sub.add_option("config", a->config, "training config (JSON); the embedded default if omitted");
   sub.add_option("--model", a->model, "model file, replaces the config's");
   sub.add_option("--device", a->device, "device preset name or preset file");
-  sub.add_option("--set", a->sets, "override KEY=VALUE (training.<key> or allocator.<key>)");
+  sub.add_option("--set", a->sets, "override KEY=VALUE (training.<key> or allocator.<key>)")
+      ->allow_extra_args(false);
   sub.add_option("--pipeline-rank", a->pipeline_rank, "the pipeline stage to print (default 0)");
   sub.add_option("--iterations", a->iterations, "training iterations (train_iters)")
       ->check(CLI::PositiveNumber);

@@ -62,6 +62,17 @@ TEST_CASE("memsim run: bad input exits 2 with one message and leaves no file", "
   CHECK(r.err.find("no/such/dir/r.json: cannot write") != std::string::npos);
 }
 
+TEST_CASE("memsim run: --set takes one KEY=VALUE each time, the config may follow it", "[cli]") {
+  ScratchDir dir("run");
+  const auto r = RunMemsim(dir, "run --set training.train_iters=2 " + std::string(MEMSIM_SOURCE_DIR) +
+                                    "/configs/default.json --set training.micro_batch_size=2 --no-chart");
+  CHECK(r.exit_code == 0);
+  // global 64 / (micro-batch 2 × DP 4) = 8 micro-batches; two iterations in the table.
+  CHECK(r.out.find("micro-batch 2 x 8 per iteration") != std::string::npos);
+  CHECK(r.out.find("\n   2 ") != std::string::npos);
+  CHECK(r.out.find("\n   3 ") == std::string::npos);
+}
+
 TEST_CASE("memsim dump-program prints one op a line", "[cli]") {
   ScratchDir dir("dump");
   const auto r = RunMemsim(dir, "dump-program --iterations 1");
