@@ -127,6 +127,7 @@ AllocatorOptions ParseAllocConf(std::string_view conf, Backend backend, std::str
     if (c != ' ' && c != '\t') text += c;
   }
   std::string_view rest = text;
+  std::vector<std::string> seen;  // keys given so far; a repeated key is an error
   while (!rest.empty()) {
     // A comma inside [...] belongs to the list.
     std::size_t end = 0;
@@ -157,6 +158,12 @@ AllocatorOptions ParseAllocConf(std::string_view conf, Backend backend, std::str
       if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
       Fail(what, message);
     }
+    // c10 keeps the last value of a repeated key; the JSON configs refuse duplicates, so this
+    // parser does too rather than let one of two values win silently.
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+      Fail(what, fmt::format("duplicate key '{}'", key));
+    }
+    seen.push_back(key);
     if (key == "max_split_size_mb") {
       const std::int64_t mb = ParseInt(what, key, value);
       // Older parsers demand > kLargeBuffer / MiB (design.md).

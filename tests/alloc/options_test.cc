@@ -77,6 +77,18 @@ TEST_CASE("ParseAllocConf: errors", "[alloc]") {
                     "--alloc-conf: memory_fraction must be in [0, 1], got 1.5");
 }
 
+TEST_CASE("ParseAllocConf: a repeated key is an error", "[alloc]") {
+  // Same rule as the JSON configs (duplicate keys refused); the message names the key.
+  CHECK_THROWS_WITH(ParseAllocConf("max_split_size_mb:100,max_split_size_mb:200", Backend::kCuda),
+                    "--alloc-conf: duplicate key 'max_split_size_mb'");
+  // Spaces are ignored before comparing; a key inside a divisions list is not a top-level key.
+  CHECK_THROWS_WITH(ParseAllocConf("expandable_segments:True, expandable_segments :True",
+                                   Backend::kNpu),
+                    "--alloc-conf: duplicate key 'expandable_segments'");
+  CHECK_NOTHROW(ParseAllocConf("roundup_power2_divisions:[64:8,128:2],max_split_size_mb:64",
+                               Backend::kCuda));
+}
+
 TEST_CASE("ValidateOptions: cross-option rules", "[alloc]") {
   AllocatorOptions f = ParseAllocConf("memory_fraction:0.5", Backend::kCuda);
   CHECK_THROWS_WITH(ValidateOptions(f),

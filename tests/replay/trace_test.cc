@@ -272,6 +272,9 @@ TEST_CASE("memsim replay: bad traces exit 2 with one message", "[replay]") {
   CHECK(r.exit_code == 2);
   CHECK(r.err == "memsim replay: --alloc-conf: 'max_non_split_rounding_mb' is not an option of "
                  "the npu backend\n");
+  r = Memsim(dir, "replay ok.csv --alloc-conf max_split_size_mb:100,max_split_size_mb:200");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim replay: --alloc-conf: duplicate key 'max_split_size_mb'\n");
   r = Memsim(dir, "replay ok.csv --capacity 10XB");
   CHECK(r.exit_code == 2);
 }
