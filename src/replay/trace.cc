@@ -46,6 +46,20 @@ std::string_view TraceOpName(TraceOp op) {
   return "?";
 }
 
+std::string EchoField(std::string_view field) {
+  constexpr std::size_t kMaxEcho = 60;
+  std::string out;
+  for (unsigned char c : field.substr(0, kMaxEcho)) {
+    if (c < 0x20 || c > 0x7e) {
+      out += fmt::format("\\x{:02x}", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (field.size() > kMaxEcho) out += "...";
+  return out;
+}
+
 Trace ParseCsvTrace(std::string_view text, std::string_view file_name) {
   Trace trace;
   trace.file_name = std::string(file_name);
@@ -96,19 +110,20 @@ Trace ParseCsvTrace(std::string_view text, std::string_view file_name) {
       r.op = TraceOp::kEmptyCache;
     } else {
       throw fail(fmt::format(
-          "unknown op '{}' (expected malloc, free, record_stream, complete, empty_cache)", op));
+          "unknown op '{}' (expected malloc, free, record_stream, complete, empty_cache)",
+          EchoField(op)));
     }
     if (!fields[2].empty()) {
       if (!ParseNonNegative(fields[2], std::numeric_limits<std::int64_t>::max(), r.bytes)) {
         throw fail(fmt::format("bytes: expected a non-negative integer below 2^63, got '{}'",
-                               fields[2]));
+                               EchoField(fields[2])));
       }
     }
     if (!fields[3].empty()) {
       std::int64_t s = 0;
       if (!ParseNonNegative(fields[3], std::numeric_limits<std::int32_t>::max(), s)) {
         throw fail(fmt::format("stream: expected a non-negative integer below 2^31, got '{}'",
-                               fields[3]));
+                               EchoField(fields[3])));
       }
       r.stream = static_cast<alloc::StreamId>(s);
     }
@@ -157,7 +172,7 @@ ReplayResult Replay(const Trace& trace, alloc::Allocator& allocator, bool keep_r
         IdInfo& info = ids[r.id];
         if (info.state == IdState::kLive) {
           throw fail(r, fmt::format("malloc of id '{}' that is still allocated (since {} {})",
-                                    trace.ids[r.id], where, info.line));
+                                    EchoField(trace.ids[r.id]), where, info.line));
         }
         info.line = r.line;
         // malloc of 0 bytes does nothing, as allocate(0); Malloc refuses >= 2^60 up front.
@@ -177,11 +192,11 @@ ReplayResult Replay(const Trace& trace, alloc::Allocator& allocator, bool keep_r
         const char* what = r.op == TraceOp::kFree ? "free" : "record_stream";
         if (info.state == IdState::kNeverSeen) {
           throw fail(r, fmt::format("{} of id '{}' that was never allocated", what,
-                                    trace.ids[r.id]));
+                                    EchoField(trace.ids[r.id])));
         }
         if (info.state == IdState::kFreed) {
           throw fail(r, fmt::format("{} of id '{}' that is not allocated (freed at {} {})",
-                                    what, trace.ids[r.id], where, info.line));
+                                    what, EchoField(trace.ids[r.id]), where, info.line));
         }
         if (info.state == IdState::kNoop) break;  // failed or zero-byte malloc
         if (r.op == TraceOp::kFree) {

@@ -46,6 +46,10 @@ struct Trace {
   std::optional<SnapshotFacts> snapshot;
 };
 
+// A piece of untrusted input for an error message: bytes outside printable ASCII (0x20..0x7e)
+// become \xNN, and more than 60 bytes are cut to the first 60 followed by "...".
+std::string EchoField(std::string_view field);
+
 // Parses the CSV form. Throws InputError "<file_name>:<line>: <what was wrong>".
 Trace ParseCsvTrace(std::string_view text, std::string_view file_name);
 

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
+#include <fmt/core.h>
 
 #include "alloc/allocator.h"
 #include "core/error.h"
@@ -79,6 +80,24 @@ TEST_CASE("csv: syntax errors name the line", "[replay]") {
   CHECK_THROWS_WITH(ParseCsvTrace("malloc,,10\n", "trace.csv"), "trace.csv:1: malloc needs an id");
   CHECK_THROWS_WITH(ParseCsvTrace("malloc,a\n", "trace.csv"), "trace.csv:1: malloc needs bytes");
   CHECK_THROWS_WITH(ParseCsvTrace("free\n", "trace.csv"), "trace.csv:1: free needs an id");
+}
+
+TEST_CASE("csv: binary and long fields are escaped and cut in messages", "[replay]") {
+  // Bytes outside 0x20..0x7e print as \xNN; an echoed field keeps its first 60 bytes + "...".
+  CHECK(EchoField("ab c") == "ab c");
+  CHECK(EchoField(std::string("a\0\x1b\x7f\xff", 5)) == "a\\x00\\x1b\\x7f\\xff");
+  CHECK(EchoField(std::string(61, 'x')) == std::string(60, 'x') + "...");
+  CHECK(EchoField(std::string(60, 'x')) == std::string(60, 'x'));
+  CHECK_THROWS_WITH(ParseCsvTrace(std::string("\x89PNG\x1a\x00,a,1\n", 11), "t.csv"),
+                    "t.csv:1: unknown op '\\x89PNG\\x1a\\x00' (expected malloc, free, "
+                    "record_stream, complete, empty_cache)");
+  CHECK_THROWS_WITH(ParseCsvTrace("malloc,a,1\x01\n", "t.csv"),
+                    "t.csv:1: bytes: expected a non-negative integer below 2^63, got '1\\x01'");
+  CHECK_THROWS_WITH(ParseCsvTrace("malloc,a,1," + std::string(70, '9') + "\n", "t.csv"),
+                    "t.csv:1: stream: expected a non-negative integer below 2^31, got '" +
+                        std::string(60, '9') + "...'");
+  // Ids echoed by the replay rules are escaped too.
+  CHECK(ErrorOf("free,\x1b[31m\n") == "t.csv:1: free of id '\\x1b[31m' that was never allocated");
 }
 
 TEST_CASE("replay: id rules", "[replay]") {
