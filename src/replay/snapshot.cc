@@ -1,6 +1,7 @@
 #include "replay/snapshot.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <unordered_map>
 
@@ -17,18 +18,161 @@ using nlohmann::json;
 // Pseudo streams for deferred frees start above every renumbered real stream.
 constexpr alloc::StreamId kFirstPrivateStream = 1 << 30;
 
+// Sizes read from a snapshot must be below 2^62 (estimate: far above any device memory, and low
+// enough that adding two of them cannot overflow int64; Malloc itself refuses >= 2^60 as an
+// out-of-memory, which stays the rule for replayed allocs).
+constexpr std::uint64_t kMaxSnapshotBytes = std::uint64_t{1} << 62;
+
+// Forwards the SAX events to nlohmann's DOM builder (iterative: a deep nesting costs heap, not
+// stack) and keeps the byte offset of the first error, including number overflows (1e400),
+// which nlohmann reports as out_of_range without a position.
+class Builder {
+ public:
+  explicit Builder(json& root) : dom_(root, /*allow_exceptions=*/false) {}
+  bool null() { return dom_.null(); }
+  bool boolean(bool v) { return dom_.boolean(v); }
+  bool number_integer(json::number_integer_t v) { return dom_.number_integer(v); }
+  bool number_unsigned(json::number_unsigned_t v) { return dom_.number_unsigned(v); }
+  bool number_float(json::number_float_t v, const std::string& s) {
+    return dom_.number_float(v, s);
+  }
+  bool string(std::string& v) { return dom_.string(v); }
+  bool binary(json::binary_t& v) { return dom_.binary(v); }
+  bool start_object(std::size_t n) { return dom_.start_object(n); }
+  bool key(std::string& v) { return dom_.key(v); }
+  bool end_object() { return dom_.end_object(); }
+  bool start_array(std::size_t n) { return dom_.start_array(n); }
+  bool end_array() { return dom_.end_array(); }
+  template <class Exception>
+  bool parse_error(std::size_t position, const std::string& /*token*/, const Exception& e) {
+    error_byte = position;
+    error_id = e.id;
+    return false;
+  }
+  std::size_t error_byte = 0;
+  int error_id = 0;
+
+ private:
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
+};
+
+// A short description of a value for messages; never recursive (no dump of containers).
+std::string Describe(const json& v) {
+  if (v.is_object()) return "an object";
+  if (v.is_array()) return "a list";
+  std::string s = v.dump(-1, ' ', /*ensure_ascii=*/true);
+  if (s.size() > 60) s = s.substr(0, 60) + "...";
+  return s;
+}
+
+class Reader {
+ public:
+  explicit Reader(std::string_view file) : file_(file) {}
+
+  InputError Fail(const std::string& pointer, const std::string& what) const {
+    return InputError(fmt::format("{}: {}: {}", file_, pointer, what));
+  }
+
+  // A required member of an object.
+  const json& Member(const json& object, const std::string& pointer, const char* key,
+                     const char* expected) const {
+    auto it = object.find(key);
+    if (it == object.end()) throw Fail(pointer + "/" + key, fmt::format("missing, expected {}", expected));
+    return *it;
+  }
+
+  std::string_view String(const json& v, const std::string& pointer) const {
+    if (!v.is_string()) throw Fail(pointer, fmt::format("expected a string, got {}", Describe(v)));
+    return v.get_ref<const std::string&>();
+  }
+
+  // A non-negative integer <= max (JSON integers only: 1.0 or 1e3 are refused).
+  std::uint64_t Unsigned(const json& v, const std::string& pointer, std::uint64_t max,
+                         const char* expected) const {
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() <= max) return v.get<std::uint64_t>();
+    if (v.is_number_integer() && !v.is_number_unsigned() && v.get<std::int64_t>() >= 0 &&
+        static_cast<std::uint64_t>(v.get<std::int64_t>()) <= max) {
+      return static_cast<std::uint64_t>(v.get<std::int64_t>());
+    }
+    throw Fail(pointer, fmt::format("expected {}, got {}", expected, Describe(v)));
+  }
+
+  Bytes Size(const json& v, const std::string& pointer) const {
+    return static_cast<Bytes>(Unsigned(v, pointer, kMaxSnapshotBytes - 1,
+                                       "a non-negative integer below 2^62 (bytes)"));
+  }
+  std::uint64_t Address(const json& v, const std::string& pointer) const {
+    return Unsigned(v, pointer, std::numeric_limits<std::uint64_t>::max(),
+                    "a non-negative integer below 2^64");
+  }
+  int Device(const json& v, const std::string& pointer) const {
+    return static_cast<int>(Unsigned(v, pointer, std::numeric_limits<std::int32_t>::max(),
+                                     "a device index, an integer from 0 to 2147483647"));
+  }
+
+ private:
+  std::string_view file_;
+};
+
+// Reads `/segments` (or the legacy bare list, base ""): the sum of total_size over the
+// segments of `device_index`, every segment checked whatever its device.
+Bytes ReservedAtEnd(const Reader& r, const json& segments, const std::string& base,
+                    int device_index) {
+  if (!segments.is_array()) {
+    throw r.Fail(base.empty() ? "/" : base, fmt::format("expected a list of segments, got {}",
+                                                        Describe(segments)));
+  }
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < segments.size(); ++i) {
+    const std::string p = fmt::format("{}/{}", base, i);
+    const json& seg = segments[i];
+    if (!seg.is_object()) throw r.Fail(p, fmt::format("expected an object, got {}", Describe(seg)));
+    const Bytes size = r.Size(r.Member(seg, p, "total_size", "the segment's size in bytes"),
+                              p + "/total_size");
+    auto dev = seg.find("device");
+    const int device = dev == seg.end() ? 0 : r.Device(*dev, p + "/device");
+    if (device != device_index) continue;
+    // Both terms are below 2^62, so the sum cannot wrap before the check.
+    sum += static_cast<std::uint64_t>(size);
+    if (sum >= kMaxSnapshotBytes) {
+      throw r.Fail(p + "/total_size",
+                   fmt::format("the segments of device {} add up to 2^62 bytes or more",
+                               device_index));
+    }
+  }
+  return static_cast<Bytes>(sum);
+}
+
+// The address of entry `e` when it is a well-formed free_completed entry; nullopt otherwise
+// (a malformed one is reported when the loop reaches it).
+std::optional<std::uint64_t> FreeCompletedAddress(const json& e) {
+  if (!e.is_object()) return std::nullopt;
+  auto action = e.find("action");
+  if (action == e.end() || !action->is_string() ||
+      action->get_ref<const std::string&>() != "free_completed") {
+    return std::nullopt;
+  }
+  auto addr = e.find("addr");
+  if (addr == e.end() || !addr->is_number_integer()) return std::nullopt;
+  if (!addr->is_number_unsigned() && addr->get<std::int64_t>() < 0) return std::nullopt;
+  return addr->get<std::uint64_t>();
+}
+
 }  // namespace
 
 Trace ParseSnapshot(std::string_view text, std::string_view file_name, int device_index) {
   json doc;
-  try {
-    doc = json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
-    const std::size_t byte = std::min<std::size_t>(e.byte == 0 ? 0 : e.byte - 1, text.size());
-    const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<long>(byte), '\n');
-    throw InputError(fmt::format("{}:{}: malformed JSON snapshot (byte {})", file_name, line,
-                                 e.byte));
+  {
+    Builder builder(doc);
+    if (!json::sax_parse(text.begin(), text.end(), &builder)) {
+      const std::size_t byte = builder.error_byte;
+      const std::size_t end = std::min<std::size_t>(byte == 0 ? 0 : byte - 1, text.size());
+      const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<long>(end), '\n');
+      throw InputError(fmt::format("{}:{}: malformed JSON snapshot (byte {}{})", file_name, line,
+                                   byte, builder.error_id == 406 ? ", number out of range" : ""));
+    }
   }
+  const Reader r(file_name);
   Trace trace;
   trace.file_name = std::string(file_name);
   trace.location_word = "entry ";
@@ -37,45 +181,41 @@ Trace ParseSnapshot(std::string_view text, std::string_view file_name, int devic
     return InputError(fmt::format("{}: {}", file_name, what));
   };
   // Legacy form: a bare list of segments, no traces.
-  const json* segments = nullptr;
   const json* traces = nullptr;
   if (doc.is_array()) {
-    segments = &doc;
+    facts.reserved_end_bytes = ReservedAtEnd(r, doc, "", device_index);
   } else if (doc.is_object()) {
-    if (doc.contains("segments")) segments = &doc["segments"];
-    if (doc.contains("device_traces")) traces = &doc["device_traces"];
-    if (!segments && !traces) {
+    auto segments = doc.find("segments");
+    auto found = doc.find("device_traces");
+    if (segments == doc.end() && found == doc.end()) {
       throw fail("not a PyTorch memory snapshot (no 'segments' or 'device_traces')");
     }
+    if (segments != doc.end()) {
+      facts.reserved_end_bytes = ReservedAtEnd(r, *segments, "/segments", device_index);
+    }
+    if (found != doc.end()) traces = &*found;
   } else {
     throw fail("not a PyTorch memory snapshot (expected a JSON object)");
   }
-  if (segments) {
-    if (!segments->is_array()) throw fail("/segments must be a list");
-    for (std::size_t i = 0; i < segments->size(); ++i) {
-      const json& seg = (*segments)[i];
-      if (!seg.is_object() || !seg.contains("total_size") ||
-          !seg["total_size"].is_number_integer()) {
-        throw fail(fmt::format("/segments/{}: expected an object with an integer total_size", i));
-      }
-      const int device = seg.contains("device") && seg["device"].is_number_integer()
-                             ? seg["device"].get<int>()
-                             : 0;
-      if (device == device_index) facts.reserved_end_bytes += seg["total_size"].get<Bytes>();
-    }
-  }
   if (traces) {
-    if (!traces->is_array()) throw fail("/device_traces must be a list of lists");
+    if (!traces->is_array()) {
+      throw r.Fail("/device_traces",
+                   fmt::format("expected a list of lists, got {}", Describe(*traces)));
+    }
     if (device_index < 0 || static_cast<std::size_t>(device_index) >= traces->size()) {
       if (!traces->empty() || device_index != 0) {
         throw fail(fmt::format("device index {} not in the snapshot ({} device traces)",
                                device_index, traces->size()));
       }
     } else {
+      const std::string base = fmt::format("/device_traces/{}", device_index);
       const json& entries = (*traces)[static_cast<std::size_t>(device_index)];
       if (!entries.is_array()) {
-        throw fail(fmt::format("/device_traces/{} must be a list", device_index));
+        throw r.Fail(base, fmt::format("expected a list of entries, got {}", Describe(entries)));
       }
+      // Keeps entry indices, ids and the private streams (2^30 + one per deferred free, at
+      // most half the entries) inside int32.
+      if (entries.size() > (std::size_t{1} << 30)) throw r.Fail(base, "more than 2^30 entries");
       std::map<std::uint64_t, alloc::StreamId> streams;  // raw handle -> 0, 1, ...
       struct Live {
         std::int32_t id;
@@ -84,24 +224,14 @@ Trace ParseSnapshot(std::string_view text, std::string_view file_name, int devic
       std::unordered_map<std::uint64_t, Live> live;  // by address; lookups only
       alloc::StreamId next_private = kFirstPrivateStream;
       facts.entries = static_cast<std::int64_t>(entries.size());
-      auto entry_fail = [&](std::size_t i, const std::string& what) {
-        return InputError(fmt::format("{}:entry {}: {}", file_name, i, what));
-      };
-      auto get_u64 = [&](const json& e, std::size_t i, const char* key) -> std::uint64_t {
-        if (!e.contains(key)) throw entry_fail(i, fmt::format("missing '{}'", key));
-        const json& v = e[key];
-        if (v.is_number_unsigned()) return v.get<std::uint64_t>();
-        if (v.is_number_integer() && v.get<std::int64_t>() >= 0) {
-          return static_cast<std::uint64_t>(v.get<std::int64_t>());
-        }
-        throw entry_fail(i, fmt::format("'{}' must be a non-negative integer", key));
-      };
       for (std::size_t i = 0; i < entries.size(); ++i) {
+        const std::string p = fmt::format("{}/{}", base, i);
         const json& e = entries[i];
-        if (!e.is_object() || !e.contains("action") || !e["action"].is_string()) {
-          throw entry_fail(i, "expected an object with a string 'action'");
+        if (!e.is_object()) {
+          throw r.Fail(p, fmt::format("expected an object, got {}", Describe(e)));
         }
-        const std::string action = e["action"].get<std::string>();
+        const std::string_view action =
+            r.String(r.Member(e, p, "action", "a string"), p + "/action");
         const auto line = static_cast<std::int32_t>(i);
         if (action == "segment_alloc" || action == "segment_map") {
           ++facts.segment_allocs;
@@ -110,38 +240,33 @@ Trace ParseSnapshot(std::string_view text, std::string_view file_name, int devic
         } else if (action == "snapshot" || action == "oom" || action == "workspace_snapshot") {
           // markers
         } else if (action == "alloc") {
-          const std::uint64_t addr = get_u64(e, i, "addr");
-          const std::uint64_t size = get_u64(e, i, "size");
-          const std::uint64_t raw_stream = e.contains("stream") ? get_u64(e, i, "stream") : 0;
+          const std::uint64_t addr =
+              r.Address(r.Member(e, p, "addr", "the block's address"), p + "/addr");
+          const Bytes size = r.Size(r.Member(e, p, "size", "the size in bytes"), p + "/size");
+          auto s = e.find("stream");
+          const std::uint64_t raw_stream = s == e.end() ? 0 : r.Address(*s, p + "/stream");
           auto [sit, fresh] =
               streams.try_emplace(raw_stream, static_cast<alloc::StreamId>(streams.size()));
           (void)fresh;
           if (live.count(addr)) {
-            throw entry_fail(i, fmt::format("alloc at address {} that is still allocated", addr));
-          }
-          if (size > static_cast<std::uint64_t>(INT64_MAX)) {
-            throw entry_fail(i, "'size' is too large");
+            throw r.Fail(p + "/addr",
+                         fmt::format("alloc at address {} that is still allocated", addr));
           }
           const auto id = static_cast<std::int32_t>(trace.ids.size());
           trace.ids.push_back(fmt::format("0x{:x}", addr));
           live[addr] = {id};
-          trace.records.push_back(
-              {TraceOp::kMalloc, id, static_cast<Bytes>(size), sit->second, line});
+          trace.records.push_back({TraceOp::kMalloc, id, size, sit->second, line});
         } else if (action == "free_requested") {
-          const std::uint64_t addr = get_u64(e, i, "addr");
+          const std::uint64_t addr =
+              r.Address(r.Member(e, p, "addr", "the block's address"), p + "/addr");
           auto it = live.find(addr);
           if (it == live.end() || it->second.private_stream >= 0) {
             ++facts.skipped;
             continue;
           }
           // free_block right away emits free_completed as the very next entry.
-          bool immediate = false;
-          if (i + 1 < entries.size()) {
-            const json& n = entries[i + 1];
-            immediate = n.is_object() && n.value("action", "") == "free_completed" &&
-                        n.contains("addr") && n["addr"].is_number() &&
-                        n["addr"].get<std::uint64_t>() == addr;
-          }
+          const bool immediate =
+              i + 1 < entries.size() && FreeCompletedAddress(entries[i + 1]) == addr;
           if (immediate) {
             trace.records.push_back({TraceOp::kFree, it->second.id, 0, 0, line});
             live.erase(it);
@@ -153,7 +278,8 @@ Trace ParseSnapshot(std::string_view text, std::string_view file_name, int devic
             trace.records.push_back({TraceOp::kFree, it->second.id, 0, 0, line});
           }
         } else if (action == "free_completed") {
-          const std::uint64_t addr = get_u64(e, i, "addr");
+          const std::uint64_t addr =
+              r.Address(r.Member(e, p, "addr", "the block's address"), p + "/addr");
           auto it = live.find(addr);
           if (it == live.end() || it->second.private_stream < 0) {
             ++facts.skipped;
@@ -162,7 +288,7 @@ Trace ParseSnapshot(std::string_view text, std::string_view file_name, int devic
           trace.records.push_back({TraceOp::kComplete, -1, 0, it->second.private_stream, line});
           live.erase(it);
         } else {
-          throw entry_fail(i, fmt::format("unknown action '{}'", action));
+          throw r.Fail(p + "/action", fmt::format("unknown action '{}'", EchoField(action)));
         }
       }
     }

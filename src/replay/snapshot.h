@@ -19,8 +19,12 @@
 
 namespace memsim::replay {
 
-// Throws InputError "<file>: ..." for malformed JSON, a missing device, or an entry of the
-// wrong shape ("<file>:entry <i>: ...", i counted from 0 in device_traces[device_index]).
+// Throws InputError for malformed JSON ("<file>:<line>: malformed JSON snapshot (byte <n>)"),
+// a missing device, or any value of the wrong type or range, named by its JSON pointer
+// ("<file>: /device_traces/0/3/action: expected a string, got 5"). Numbers are checked: sizes
+// and total_size are integers in [0, 2^62) and their per-device sum stays below 2^62, addresses
+// and stream handles integers in [0, 2^64), devices integers in [0, 2^31). No nlohmann
+// exception escapes; parsing is iterative, so deep nesting costs heap, not stack.
 Trace ParseSnapshot(std::string_view text, std::string_view file_name, int device_index);
 
 }  // namespace memsim::replay

@@ -206,11 +206,137 @@ TEST_CASE("snapshot: malformed input", "[replay]") {
   CHECK_THROWS_WITH(
       ParseTrace(R"({"device_traces": [[{"action": "alloc", "addr": 1, "size": -4}]]})",
                  "snap.json", 0),
-      "snap.json:entry 0: 'size' must be a non-negative integer");
+      "snap.json: /device_traces/0/0/size: expected a non-negative integer below 2^62 (bytes), "
+      "got -4");
   CHECK_THROWS_WITH(
       ParseTrace(R"({"device_traces": [[{"action": "allocate", "addr": 1, "size": 4}]]})",
                  "snap.json", 0),
-      "snap.json:entry 0: unknown action 'allocate'");
+      "snap.json: /device_traces/0/0/action: unknown action 'allocate'");
+}
+
+std::string SnapshotError(const std::string& text) {
+  try {
+    ParseTrace(text, "snap.json", 0);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST_CASE("snapshot: every number is range-checked, sums cannot overflow", "[replay]") {
+  const std::string expected_size =
+      "expected a non-negative integer below 2^62 (bytes), got ";
+  // Negative, 2^64 - 1, 2^63 - 1, a float and a string are all refused by pointer.
+  CHECK(SnapshotError(R"({"segments": [{"device": 0, "total_size": -5}]})") ==
+        "snap.json: /segments/0/total_size: " + expected_size + "-5");
+  CHECK(SnapshotError(R"({"segments": [{"total_size": 18446744073709551615}]})") ==
+        "snap.json: /segments/0/total_size: " + expected_size + "18446744073709551615");
+  CHECK(SnapshotError(R"({"segments": [{"total_size": 1}, {"total_size": 9223372036854775807}]})")
+        == "snap.json: /segments/1/total_size: " + expected_size + "9223372036854775807");
+  CHECK(SnapshotError(R"({"segments": [{"total_size": 2.0}]})") ==
+        "snap.json: /segments/0/total_size: " + expected_size + "2.0");
+  CHECK(SnapshotError(R"({"segments": [{"total_size": "2"}]})") ==
+        "snap.json: /segments/0/total_size: " + expected_size + "\"2\"");
+  CHECK(SnapshotError(R"({"segments": [{"device": 0}]})") ==
+        "snap.json: /segments/0/total_size: missing, expected the segment's size in bytes");
+  CHECK(SnapshotError(R"({"segments": [5]})") == "snap.json: /segments/0: expected an object, got 5");
+  CHECK(SnapshotError(R"({"segments": {"a": 1}})") ==
+        "snap.json: /segments: expected a list of segments, got an object");
+  // The legacy bare list: pointers start at the root.
+  CHECK(SnapshotError(R"([{"total_size": -1}])") == "snap.json: /0/total_size: " + expected_size +
+                                                        "-1");
+  // A segment of another device is checked too, though it does not count.
+  CHECK(SnapshotError(R"({"segments": [{"device": 1, "total_size": -1}]})") ==
+        "snap.json: /segments/0/total_size: " + expected_size + "-1");
+  // 2^32 used to be truncated to device 0; devices are ints in [0, 2^31).
+  const std::string expected_device =
+      "expected a device index, an integer from 0 to 2147483647, got ";
+  CHECK(SnapshotError(R"({"segments": [{"device": 4294967296, "total_size": 1}]})") ==
+        "snap.json: /segments/0/device: " + expected_device + "4294967296");
+  CHECK(SnapshotError(R"({"segments": [{"device": -1, "total_size": 1}]})") ==
+        "snap.json: /segments/0/device: " + expected_device + "-1");
+  // Two segments of 2^61 add up to 2^62: refused at the second. 2^61 = 2305843009213693952.
+  CHECK(SnapshotError(
+            R"({"segments": [{"total_size": 2305843009213693952}, {"total_size": 2305843009213693952}]})")
+        == "snap.json: /segments/1/total_size: the segments of device 0 add up to 2^62 bytes or "
+           "more");
+  // 2^61 + (2^61 - 1) = 2^62 - 1 = 4611686018427387903 is the largest total accepted; segments
+  // of device 1 do not add to device 0's sum.
+  const Trace t = ParseTrace(
+      R"({"segments": [{"total_size": 2305843009213693952}, {"device": 1, "total_size": 2305843009213693952},
+                       {"device": 0, "total_size": 2305843009213693951}]})",
+      "snap.json", 0);
+  REQUIRE(t.snapshot);
+  CHECK(t.snapshot->reserved_end_bytes == 4611686018427387903);
+  // Entry sizes follow the same rule: 2^62 = 4611686018427387904 is refused; 2^60 is accepted
+  // and replays as the specified out-of-memory no-op (Malloc refuses >= 2^60), as does its free.
+  CHECK(SnapshotError(
+            R"({"device_traces": [[{"action": "alloc", "addr": 1, "size": 4611686018427387904}]]})")
+        == "snap.json: /device_traces/0/0/size: " + expected_size + "4611686018427387904");
+  const Trace huge = ParseTrace(
+      R"({"device_traces": [[{"action": "alloc", "addr": 1, "size": 1152921504606846976},
+                             {"action": "free_requested", "addr": 1},
+                             {"action": "free_completed", "addr": 1}]]})",
+      "snap.json", 0);
+  auto a = alloc::NewCachingAllocator({});
+  const alloc::AllocatorStats s = Replay(huge, *a, false).stats;
+  CHECK(s.reserved_bytes.peak == 0);
+  CHECK(s.num_ooms == 0);
+}
+
+TEST_CASE("snapshot: wrong types become messages with a JSON pointer", "[replay]") {
+  // The tester's case: a free_requested followed by an entry whose action is a number used to
+  // escape as nlohmann type_error.302.
+  CHECK(SnapshotError(R"({"device_traces": [[{"action": "alloc", "addr": 1, "size": 4},
+      {"action": "free_requested", "addr": 1}, {"action": 5, "addr": 1}]]})") ==
+        "snap.json: /device_traces/0/2/action: expected a string, got 5");
+  CHECK(SnapshotError(R"({"device_traces": [[{"addr": 1}]]})") ==
+        "snap.json: /device_traces/0/0/action: missing, expected a string");
+  CHECK(SnapshotError(R"({"device_traces": [[5]]})") ==
+        "snap.json: /device_traces/0/0: expected an object, got 5");
+  CHECK(SnapshotError(R"({"device_traces": [{"action": "alloc"}]})") ==
+        "snap.json: /device_traces/0: expected a list of entries, got an object");
+  CHECK(SnapshotError(R"({"device_traces": 7})") ==
+        "snap.json: /device_traces: expected a list of lists, got 7");
+  const std::string expected_addr = "expected a non-negative integer below 2^64, got ";
+  CHECK(SnapshotError(R"({"device_traces": [[{"action": "alloc", "addr": "0x10", "size": 4}]]})")
+        == "snap.json: /device_traces/0/0/addr: " + expected_addr + "\"0x10\"");
+  CHECK(SnapshotError(R"({"device_traces": [[{"action": "alloc", "addr": 16}]]})") ==
+        "snap.json: /device_traces/0/0/size: missing, expected the size in bytes");
+  CHECK(SnapshotError(
+            R"({"device_traces": [[{"action": "alloc", "addr": 16, "size": 4, "stream": -1}]]})")
+        == "snap.json: /device_traces/0/0/stream: " + expected_addr + "-1");
+  // A malformed entry right after a free_requested is reported at its own pointer, not taken
+  // as the free's free_completed.
+  CHECK(SnapshotError(R"({"device_traces": [[{"action": "alloc", "addr": 1, "size": 4},
+      {"action": "free_requested", "addr": 1}, {"action": "free_completed", "addr": 1.0}]]})")
+        == "snap.json: /device_traces/0/2/addr: " + expected_addr + "1.0");
+  CHECK(SnapshotError(R"({"device_traces": [[{"action": "free_completed", "addr": null}]]})") ==
+        "snap.json: /device_traces/0/0/addr: " + expected_addr + "null");
+  // Long or binary values are cut and escaped ("\u0001" is the byte 0x01).
+  CHECK(SnapshotError(R"({"device_traces": [[{"action": "x\u0001"}]]})") ==
+        "snap.json: /device_traces/0/0/action: unknown action 'x\\x01'");
+  CHECK(SnapshotError("{\"device_traces\": [[{\"action\": \"" + std::string(100, 'a') + "\"}]]}") ==
+        "snap.json: /device_traces/0/0/action: unknown action '" + std::string(60, 'a') +
+            "...'");
+  // A number beyond double range is a JSON error with its byte: in
+  // {"segments": [{"total_size": 1e400}]} the token 1e400 occupies bytes 30..34 (1-based), and
+  // the position is that of the token's last byte.
+  CHECK(SnapshotError(R"({"segments": [{"total_size": 1e400}]})") ==
+        "snap.json:1: malformed JSON snapshot (byte 34, number out of range)");
+}
+
+TEST_CASE("snapshot: a deep nesting is an error, not a stack overflow", "[replay]") {
+  // 10^6 nested lists inside the device's trace: nlohmann's parser and destructor are iterative,
+  // and the reader looks only at the outer level, so this is linear in the input.
+  constexpr int kDepth = 1000000;
+  const std::string deep = "{\"device_traces\": [[" + std::string(kDepth, '[') +
+                           std::string(kDepth, ']') + "]]}";
+  CHECK(SnapshotError(deep) == "snap.json: /device_traces/0/0: expected an object, got a list");
+  // Unclosed: a JSON error at the end of the input (byte = size + 1, the end itself).
+  const std::string open = "[" + std::string(kDepth, '[');
+  CHECK(SnapshotError(open) == fmt::format("snap.json:1: malformed JSON snapshot (byte {})",
+                                           open.size() + 1));
 }
 
 // ---- the command line ----
@@ -296,6 +422,32 @@ TEST_CASE("memsim replay: bad traces exit 2 with one message", "[replay]") {
   CHECK(r.err == "memsim replay: --alloc-conf: duplicate key 'max_split_size_mb'\n");
   r = Memsim(dir, "replay ok.csv --capacity 10XB");
   CHECK(r.exit_code == 2);
+}
+
+TEST_CASE("memsim replay: malformed snapshots and binary traces exit 2", "[replay]") {
+  TempDir dir;
+  dir.Write("neg.json", R"({"segments": [{"device": 0, "total_size": -5}]})");
+  Run r = Memsim(dir, "replay neg.json");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim replay: neg.json: /segments/0/total_size: expected a non-negative "
+                 "integer below 2^62 (bytes), got -5\n");
+  CHECK(r.out.empty());
+  dir.Write("dev.json", R"({"segments": [{"device": 4294967296, "total_size": 1}]})");
+  r = Memsim(dir, "replay dev.json");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim replay: dev.json: /segments/0/device: expected a device index, an "
+                 "integer from 0 to 2147483647, got 4294967296\n");
+  dir.Write("type.json", R"({"device_traces": [[{"action": "alloc", "addr": 1, "size": 4},
+      {"action": "free_requested", "addr": 1}, {"action": 5, "addr": 1}]]})");
+  r = Memsim(dir, "replay type.json --json out.json");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim replay: type.json: /device_traces/0/2/action: expected a string, got 5\n");
+  CHECK(!std::filesystem::exists(dir.path() / "out.json"));
+  dir.Write("bin.csv", std::string("malloc,a,1\n\x7f" "ELF\x02\x01,b\n"));
+  r = Memsim(dir, "replay bin.csv");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim replay: bin.csv:2: unknown op '\\x7fELF\\x02\\x01' (expected malloc, "
+                 "free, record_stream, complete, empty_cache)\n");
 }
 
 TEST_CASE("memsim replay: --json and --csv", "[replay]") {
