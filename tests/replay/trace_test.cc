@@ -2,11 +2,13 @@
 // replays (reference/formats.md §2); `memsim replay` end to end (exit codes, --json, --csv).
 #include "replay/trace.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
@@ -448,6 +450,51 @@ TEST_CASE("memsim replay: malformed snapshots and binary traces exit 2", "[repla
   CHECK(r.exit_code == 2);
   CHECK(r.err == "memsim replay: bin.csv:2: unknown op '\\x7fELF\\x02\\x01' (expected malloc, "
                  "free, record_stream, complete, empty_cache)\n");
+}
+
+TEST_CASE("memsim replay: outputs are written all or nothing", "[replay]") {
+  TempDir dir;
+  dir.Write("ok.csv", "malloc,a,10\n");
+  std::filesystem::create_directory(dir.path() / "sub");
+  // Every file the command writes, beside the inputs and the captured stdout / stderr.
+  auto written = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path())) {
+      const std::string n = e.path().lexically_relative(dir.path()).string();
+      if (n != "ok.csv" && n != "sub" && n != "stdout" && n != "stderr") names.push_back(n);
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  // The tester's case: a writable --json and an unwritable --csv leave nothing behind.
+  Run r = Memsim(dir, "replay ok.csv --json good.json --csv nodir/x.csv");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim replay: nodir/x.csv: cannot write: No such file or directory\n");
+  CHECK(r.out.empty());
+  CHECK(written().empty());
+  // Either order; an existing target keeps its old content.
+  dir.Write("good.csv", "old\n");
+  r = Memsim(dir, "replay ok.csv --json nodir/x.json --csv good.csv");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim replay: nodir/x.json: cannot write: No such file or directory\n");
+  CHECK(Slurp(dir.path() / "good.csv") == "old\n");
+  CHECK(written() == std::vector<std::string>{"good.csv"});
+  // A directory (or any non-regular file) is refused, not replaced.
+  r = Memsim(dir, "replay ok.csv --json sub --csv good.csv");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim replay: sub: cannot write: not a regular file\n");
+  CHECK(Slurp(dir.path() / "good.csv") == "old\n");
+  CHECK(written() == std::vector<std::string>{"good.csv"});
+  r = Memsim(dir, "replay ok.csv --json same.out --csv same.out");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim replay: --json and --csv name the same file 'same.out'\n");
+  // Success writes both, no temporaries left. 10 bytes round up to 512 (the minimum block
+  // size) and a small request gets a 2 MiB = 2097152-byte segment (kSmallBuffer).
+  r = Memsim(dir, "replay ok.csv --json good.json --csv good.csv");
+  CHECK(r.exit_code == 0);
+  CHECK(written() == std::vector<std::string>{"good.csv", "good.json"});
+  CHECK(Slurp(dir.path() / "good.csv") ==
+        "op_index,op,allocated_bytes,reserved_bytes,active_bytes\n1,malloc,512,2097152,512\n");
 }
 
 TEST_CASE("memsim replay: --json and --csv", "[replay]") {
