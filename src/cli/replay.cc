@@ -4,8 +4,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -35,18 +33,39 @@ struct ReplayArgs {
   std::string csv;
 };
 
+// Traces must be below 2^31 bytes (estimate of a sane bound: a snapshot of the 100k-entry ring
+// buffer is tens of MB). It keeps line numbers, ids and entry indices inside int32, and stops a
+// read of an endless file such as /dev/zero instead of hanging until memory runs out.
+constexpr std::size_t kMaxTraceBytes = std::size_t{1} << 31;
+
 std::string ReadFile(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     throw InputError(fmt::format("cannot read trace '{}': it is a directory", path));
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) {
     throw InputError(fmt::format("cannot read trace '{}': {}", path, std::strerror(errno)));
   }
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
+  std::string out;
+  char buf[1 << 16];
+  while (true) {
+    const std::size_t n = std::fread(buf, 1, sizeof buf, f);
+    out.append(buf, n);
+    if (out.size() >= kMaxTraceBytes) {
+      std::fclose(f);
+      throw InputError(
+          fmt::format("cannot read trace '{}': 2 GiB or larger (the limit is 2^31 bytes)", path));
+    }
+    if (n < sizeof buf) break;
+  }
+  const bool failed = std::ferror(f) != 0;
+  const int err = errno;
+  std::fclose(f);
+  if (failed) {
+    throw InputError(fmt::format("cannot read trace '{}': {}", path, std::strerror(err)));
+  }
+  return out;
 }
 
 // One output file of a run: where it goes and its whole content.

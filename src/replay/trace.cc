@@ -76,6 +76,9 @@ Trace ParseCsvTrace(std::string_view text, std::string_view file_name) {
     if (eol == std::string_view::npos) eol = text.size();
     std::string_view line = text.substr(pos, eol - pos);
     pos = eol + 1;
+    if (line_no == std::numeric_limits<std::int32_t>::max()) {
+      throw fail("more than 2^31 - 1 lines");
+    }
     ++line_no;
     const std::string_view trimmed = Trim(line);
     if (trimmed.empty() || trimmed.front() == '#') continue;
@@ -133,7 +136,13 @@ Trace ParseCsvTrace(std::string_view text, std::string_view file_name) {
       if (fields[1].empty()) throw fail(fmt::format("{} needs an id", op));
       auto [it, inserted] = id_index.try_emplace(std::string(fields[1]),
                                                  static_cast<std::int32_t>(trace.ids.size()));
-      if (inserted) trace.ids.emplace_back(fields[1]);
+      if (inserted) {
+        // ids index as int32 (TraceRecord::id); a file this large is refused, not wrapped.
+        if (trace.ids.size() == static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+          throw fail("more than 2^31 - 1 distinct ids");
+        }
+        trace.ids.emplace_back(fields[1]);
+      }
       r.id = it->second;
     }
     if (r.op == TraceOp::kMalloc && fields[2].empty()) throw fail("malloc needs bytes");
