@@ -4,6 +4,8 @@
 #include <limits>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -25,24 +27,50 @@ constexpr std::uint64_t kMaxSnapshotBytes = std::uint64_t{1} << 62;
 
 // Forwards the SAX events to nlohmann's DOM builder (iterative: a deep nesting costs heap, not
 // stack) and keeps the byte offset of the first error, including number overflows (1e400),
-// which nlohmann reports as out_of_range without a position.
+// which nlohmann reports as out_of_range without a position. It also refuses a key repeated in
+// one object, which the DOM would resolve silently to the last value (as the config reader
+// does), naming it by JSON pointer.
 class Builder {
  public:
   explicit Builder(json& root) : dom_(root, /*allow_exceptions=*/false) {}
-  bool null() { return dom_.null(); }
-  bool boolean(bool v) { return dom_.boolean(v); }
-  bool number_integer(json::number_integer_t v) { return dom_.number_integer(v); }
-  bool number_unsigned(json::number_unsigned_t v) { return dom_.number_unsigned(v); }
+  bool null() { return Value() && dom_.null(); }
+  bool boolean(bool v) { return Value() && dom_.boolean(v); }
+  bool number_integer(json::number_integer_t v) { return Value() && dom_.number_integer(v); }
+  bool number_unsigned(json::number_unsigned_t v) { return Value() && dom_.number_unsigned(v); }
   bool number_float(json::number_float_t v, const std::string& s) {
-    return dom_.number_float(v, s);
+    return Value() && dom_.number_float(v, s);
   }
-  bool string(std::string& v) { return dom_.string(v); }
-  bool binary(json::binary_t& v) { return dom_.binary(v); }
-  bool start_object(std::size_t n) { return dom_.start_object(n); }
-  bool key(std::string& v) { return dom_.key(v); }
-  bool end_object() { return dom_.end_object(); }
-  bool start_array(std::size_t n) { return dom_.start_array(n); }
-  bool end_array() { return dom_.end_array(); }
+  bool string(std::string& v) { return Value() && dom_.string(v); }
+  bool binary(json::binary_t& v) { return Value() && dom_.binary(v); }
+  bool start_object(std::size_t n) {
+    Value();
+    levels_.push_back({true, objects_.size()});
+    objects_.emplace_back();
+    return dom_.start_object(n);
+  }
+  bool key(std::string& v) {
+    Object& o = objects_.back();
+    if (!o.keys.insert(v).second) {
+      duplicate_pointer = Pointer() + "/" + Escape(v);
+      return false;
+    }
+    o.key = v;
+    return dom_.key(v);
+  }
+  bool end_object() {
+    levels_.pop_back();
+    objects_.pop_back();
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) {
+    Value();
+    levels_.push_back({false, 0});
+    return dom_.start_array(n);
+  }
+  bool end_array() {
+    levels_.pop_back();
+    return dom_.end_array();
+  }
   template <class Exception>
   bool parse_error(std::size_t position, const std::string& /*token*/, const Exception& e) {
     error_byte = position;
@@ -51,8 +79,46 @@ class Builder {
   }
   std::size_t error_byte = 0;
   int error_id = 0;
+  std::string duplicate_pointer;  // set when a key repeats
 
  private:
+  struct Level {
+    bool object;
+    std::size_t n;  // object: index in objects_; list: elements started so far
+  };
+  struct Object {
+    std::string key;                 // the member being read
+    std::unordered_set<std::string> keys;  // membership tests only
+  };
+  static std::string Escape(std::string_view key) {
+    std::string out;
+    for (char c : key) {
+      if (c == '~') {
+        out += "~0";
+      } else if (c == '/') {
+        out += "~1";
+      } else {
+        out += c;
+      }
+    }
+    return out;
+  }
+  // Called as a value starts: counts it as the next element of the enclosing list.
+  bool Value() {
+    if (!levels_.empty() && !levels_.back().object) ++levels_.back().n;
+    return true;
+  }
+  // The pointer of the innermost open object.
+  std::string Pointer() const {
+    std::string p;
+    for (std::size_t i = 0; i + 1 < levels_.size(); ++i) {
+      const Level& l = levels_[i];
+      p += l.object ? "/" + Escape(objects_[l.n].key) : fmt::format("/{}", l.n - 1);
+    }
+    return p;
+  }
+  std::vector<Level> levels_;
+  std::vector<Object> objects_;
   nlohmann::detail::json_sax_dom_parser<json> dom_;
 };
 
@@ -165,6 +231,10 @@ Trace ParseSnapshot(std::string_view text, std::string_view file_name, int devic
   {
     Builder builder(doc);
     if (!json::sax_parse(text.begin(), text.end(), &builder)) {
+      if (!builder.duplicate_pointer.empty()) {
+        throw InputError(
+            fmt::format("{}: {}: duplicate key", file_name, builder.duplicate_pointer));
+      }
       const std::size_t byte = builder.error_byte;
       const std::size_t end = std::min<std::size_t>(byte == 0 ? 0 : byte - 1, text.size());
       const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<long>(end), '\n');

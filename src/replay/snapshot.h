@@ -24,7 +24,8 @@ namespace memsim::replay {
 // ("<file>: /device_traces/0/3/action: expected a string, got 5"). Numbers are checked: sizes
 // and total_size are integers in [0, 2^62) and their per-device sum stays below 2^62, addresses
 // and stream handles integers in [0, 2^64), devices integers in [0, 2^31). No nlohmann
-// exception escapes; parsing is iterative, so deep nesting costs heap, not stack.
+// exception escapes; a key repeated in one object is an error ("<file>: /segments: duplicate
+// key"); parsing is iterative, so deep nesting costs heap, not stack.
 Trace ParseSnapshot(std::string_view text, std::string_view file_name, int device_index);
 
 }  // namespace memsim::replay

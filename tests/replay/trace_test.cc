@@ -328,6 +328,19 @@ TEST_CASE("snapshot: wrong types become messages with a JSON pointer", "[replay]
         "snap.json:1: malformed JSON snapshot (byte 34, number out of range)");
 }
 
+TEST_CASE("snapshot: a repeated key is an error, not a silent last-wins", "[replay]") {
+  CHECK(SnapshotError(
+            R"({"device_traces": [[{"action": "alloc", "addr": 1, "size": 4, "size": 8}]]})") ==
+        "snap.json: /device_traces/0/0/size: duplicate key");
+  CHECK(SnapshotError(R"({"segments": [], "device_traces": [], "segments": []})") ==
+        "snap.json: /segments: duplicate key");
+  // Pointers escape '~' and '/' (RFC 6901); keys the reader ignores are checked too.
+  CHECK(SnapshotError(R"({"segments": [{"total_size": 1, "frames": [{}, {"a/b": 1, "a/b": 2}]}]})")
+        == "snap.json: /segments/0/frames/1/a~1b: duplicate key");
+  // The same key in sibling objects is fine.
+  CHECK(SnapshotError(R"({"segments": [{"total_size": 1}, {"total_size": 2}]})") == "(no error)");
+}
+
 TEST_CASE("snapshot: a deep nesting is an error, not a stack overflow", "[replay]") {
   // 10^6 nested lists inside the device's trace: nlohmann's parser and destructor are iterative,
   // and the reader looks only at the outer level, so this is linear in the input.
