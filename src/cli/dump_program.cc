@@ -16,8 +16,8 @@ struct DumpArgs {
   std::string model;
   std::string device;
   std::vector<std::string> sets;
-  int pipeline_rank = 0;
-  int iterations = 0;
+  int pipeline_rank = kNotGiven;
+  int iterations = kNotGiven;
 };
 
 int Dump(const DumpArgs& a) {
@@ -25,7 +25,9 @@ int Dump(const DumpArgs& a) {
   load.model_path = a.model;
   load.device = a.device;
   load.overrides = a.sets;
-  if (a.iterations > 0) load.overrides.push_back("training.train_iters=" + std::to_string(a.iterations));
+  if (const int n = CheckIterations(a.iterations); n > 0) {
+    load.overrides.push_back("training.train_iters=" + std::to_string(n));
+  }
   const config::Setup setup = config::LoadSetup(a.config, load);
   const int rank = CheckPipelineRank(a.pipeline_rank, setup).value_or(0);
   const std::string text = workload::FormatProgram(workload::Build(setup, rank));
@@ -44,7 +46,7 @@ Action AddDumpProgramCommand(CLI::App& sub) {
       ->allow_extra_args(false);
   sub.add_option("--pipeline-rank", a->pipeline_rank, "the pipeline stage to print (default 0)");
   sub.add_option("--iterations", a->iterations, "training iterations (train_iters)")
-      ->check(CLI::PositiveNumber);
+;
   return [a] { return Dump(*a); };
 }
 

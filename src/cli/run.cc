@@ -20,16 +20,17 @@ struct RunArgs {
   std::string config;
   std::string model;
   std::string device;
-  int iterations = 0;
+  int iterations = kNotGiven;
   std::vector<std::string> sets;
-  int pipeline_rank = -1;
+  int pipeline_rank = kNotGiven;
   std::string capacity;
+  bool capacity_given = false;
   std::string json_path;
   std::string csv_path;
   bool no_chart = false;
   bool megatron_report = false;
   bool verbose = false;
-  int width = 0;
+  int width = kNotGiven;
 };
 
 int Run(const RunArgs& a) {
@@ -37,9 +38,11 @@ int Run(const RunArgs& a) {
   load.model_path = a.model;
   load.device = a.device;
   load.overrides = a.sets;
-  if (a.iterations > 0) load.overrides.push_back(fmt::format("training.train_iters={}", a.iterations));
+  if (const int n = CheckIterations(a.iterations); n > 0) {
+    load.overrides.push_back(fmt::format("training.train_iters={}", n));
+  }
   std::optional<Bytes> capacity;
-  if (!a.capacity.empty()) capacity = ParseSizeArg(a.capacity, "--capacity");
+  if (a.capacity_given) capacity = ParseSizeArg(a.capacity, "--capacity");
   load.capacity_bytes = capacity;
   const config::Setup setup = config::LoadSetup(a.config, load);
 
@@ -66,8 +69,10 @@ int Run(const RunArgs& a) {
   }
   if (a.megatron_report) out += "\n" + report::FormatMegatronLines(run, setup);
   // Files first, so a failed write (exit 2) leaves no partial report on stdout either.
-  if (!a.json_path.empty()) report::WriteFileAtomically(a.json_path, report::RunReportJson(run, setup));
-  if (!a.csv_path.empty()) report::WriteFileAtomically(a.csv_path, report::TimelineCsv(run.timeline));
+  std::vector<std::pair<std::string, std::string>> files;
+  if (!a.json_path.empty()) files.emplace_back(a.json_path, report::RunReportJson(run, setup));
+  if (!a.csv_path.empty()) files.emplace_back(a.csv_path, report::TimelineCsv(run.timeline));
+  report::WriteFilesAtomically(files);
   std::fputs(out.c_str(), stdout);
   return 0;
 }
@@ -80,7 +85,7 @@ Action AddRunCommand(CLI::App& sub) {
   sub.add_option("--model", a->model, "model file (Hugging Face config.json form), replaces the config's");
   sub.add_option("--device", a->device, "device preset name or preset file");
   sub.add_option("--iterations", a->iterations, "training iterations to simulate (train_iters)")
-      ->check(CLI::PositiveNumber);
+;
   sub.add_option("--set", a->sets, "override KEY=VALUE (training.<key> or allocator.<key>)")
       ->allow_extra_args(false);
   sub.add_option("--pipeline-rank", a->pipeline_rank, "report this pipeline stage (default: the worst)");
@@ -92,7 +97,11 @@ Action AddRunCommand(CLI::App& sub) {
                "print Megatron's report_memory line after each iteration");
   sub.add_flag("--verbose", a->verbose, "list ignored keys and defaults taken");
   sub.add_option("--width", a->width, "terminal width for the table and chart (default $COLUMNS or 80)");
-  return [a] { return Run(*a); };
+  CLI::Option* capacity = sub.get_option("--capacity");
+  return [a, capacity] {
+    a->capacity_given = capacity->count() > 0;
+    return Run(*a);
+  };
 }
 
 }  // namespace memsim::cli

@@ -149,10 +149,18 @@ std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& s
       t.use_distributed_optimizer ? " (distributed optimizer)" : "",
       RecomputeName(t.recompute_granularity));
   const engine::StageResult& stage = run.Reported();
-  out += fmt::format("  reported: pipeline stage {} of {}{}; peak device {} GiB, usable {} GiB\n",
-                     stage.pipeline_rank, run.stages.size(),
-                     run.stages.size() > 1 ? " (highest peak device memory)" : "",
-                     GiB(stage.peak_device_bytes), GiB(setup.device.usable_memory_bytes));
+  const bool npu = setup.device.allocator_backend == alloc::Backend::kNpu;
+  out += fmt::format("  reported: pipeline stage {} of {}{}\n", stage.pipeline_rank, run.stages.size(),
+                     run.reported_stage_chosen ? " (--pipeline-rank)"
+                     : run.stages.size() > 1   ? " (the highest peak device memory)"
+                                               : "");
+  // Two different budgets: the device total that npu-smi / nvidia-smi shows (which includes the
+  // idle baseline), and what the framework may use (usable memory, which excludes it).
+  out += fmt::format("  peak device ({}) {} GiB of {} GiB total\n", npu ? "npu-smi" : "nvidia-smi",
+                     GiB(stage.peak_device_bytes), GiB(setup.device.total_memory_bytes));
+  out += fmt::format("  peak reserved + runtime {} GiB of {} GiB usable by the framework\n",
+                     GiB(stage.peak_device_bytes - setup.device.idle_baseline_bytes),
+                     GiB(run.usable_memory_bytes));
   if (run.stages.size() > 1) {
     out += "  stages, peak allocated / reserved / device GiB:\n";
     std::string line = " ";
@@ -240,9 +248,11 @@ std::string FormatOom(const engine::RunResult& run) {
   if (!run.first_oom) return "";
   const engine::OomEvent& o = run.first_oom->oom;
   return fmt::format(
-      "*** OUT OF MEMORY predicted: stage {}, iteration {}, {} ({}): a request of {} failed with "
-      "{} allocated, {} reserved, {} the allocator could hold ({} usable).\n"
-      "*** The simulation continued on an unbounded device to show what the job would need.\n",
+      "*** OUT OF MEMORY predicted: stage {}, iteration {}, {}\n"
+      "***   {}: a request of {} failed\n"
+      "***   with {} allocated and {} reserved; the allocator could hold {}\n"
+      "***   ({} usable minus context and communicator buffers).\n"
+      "*** The simulation went on as if the device were unbounded, to show what the job needs.\n",
       run.first_oom->pipeline_rank, o.iteration, PhaseName(o.phase),
       o.tensor_label.empty() ? o.op_name : o.tensor_label, HumanBytes(o.request_bytes),
       HumanBytes(o.allocated_bytes), HumanBytes(o.reserved_bytes), HumanBytes(o.capacity_bytes),
