@@ -133,14 +133,24 @@ void PaperFromProgram(const config::Setup& setup, PaperSubtotals& out) {
     bool layer_activation;
   };
   std::map<workload::TensorId, Live> live;
-  Bytes layer_act = 0, layer_act_max = 0, static_bytes = 0;
+  Bytes layer_act = 0, static_bytes = 0;
+  bool measured = false;
   for (const workload::Op& op : program.ops) {
+    // The stored activations peak when the first backward starts: every in-flight micro-batch
+    // (and chunk) has run its forward and nothing has been released or recomputed yet.
+    if (!measured && op.phase == Phase::kBackward) {
+      out.memsim_activations = layer_act;
+      measured = true;
+    }
     for (const workload::TensorAlloc& a : op.allocs) {
-      const bool is_act = a.category == Category::kActivations && a.label.rfind("layer", 0) == 0;
+      // What the layers save: tensors labelled "layer..." plus each chunk's input (the embedding
+      // output or the P2P receive buffer), which the chunk's first layer keeps as its LN1 input.
+      const bool is_act = (a.category == Category::kActivations && a.label.rfind("layer", 0) == 0) ||
+                          a.label == "embedding.out" || a.label == "p2p.recv_forward";
       live[a.id] = Live{a.size_bytes, is_act};
       if (is_act) layer_act += a.size_bytes;
       if (op.iteration > 1) continue;
-      std::string name = a.label;
+      const std::string& name = a.label;
       if (a.category == Category::kParameters && IsLayerMatrixWeight(name)) {
         static_bytes += a.size_bytes;
         static_bytes += a.size_bytes / dims.param_bytes * dims.grad_bytes;  // its grad-buffer share
@@ -156,7 +166,6 @@ void PaperFromProgram(const config::Setup& setup, PaperSubtotals& out) {
         }
       }
     }
-    layer_act_max = std::max(layer_act_max, layer_act);
     for (workload::TensorId id : op.frees) {
       const auto it = live.find(id);
       if (it == live.end()) continue;
@@ -165,7 +174,6 @@ void PaperFromProgram(const config::Setup& setup, PaperSubtotals& out) {
     }
   }
   out.memsim_parameters_and_optimizer = static_bytes;
-  out.memsim_activations = layer_act_max;
 }
 
 std::string FormatRow(const std::string& id, const MetricRow& r, bool primary) {
