@@ -8,7 +8,9 @@
 
 #include <catch2/catch.hpp>
 
+#include "config/load.h"
 #include "validation/validation.h"
+#include "workload/build.h"
 
 namespace memsim::validation {
 namespace {
@@ -58,6 +60,31 @@ TEST_CASE("validation: acceptance thresholds", "[validation]") {
   CHECK(s.median_abs_error_pct < s.median_abs_closed_form_error_pct);
   // The issue asks for <= 3%; not met yet (docs/validation.md "Status"), so reported only.
   if (s.median_abs_error_pct > 3.0) WARN("median |error| " << s.median_abs_error_pct << "% > 3%");
+}
+
+// The closed-form column is Megatron's theoretical_memory_usage.py: the "weight and optimizer"
+// figure Megatron printed in each run's own log (quoted in expected.json notes/raw, MB = MiB).
+TEST_CASE("validation: closed form equals Megatron's printed weight-and-optimizer estimate",
+          "[validation]") {
+  struct Row {
+    const char* id;
+    double megatron_mib;
+  };
+  const Row rows[] = {
+      {"paip-qwen3-4b-1xh200-distopt-seq1024", 69053.29},
+      {"sseo-dense-0.21b-dp8-a100", 1524.73},
+      {"msswift-qwen2-0.5b-megatron-dp2-seq128", 7211.88},
+      {"slurm-on-aws-gpt70b-tp4-pp4-dp2-fullrecompute", 35695.42},
+  };
+  for (const Row& r : rows) {
+    INFO(r.id);
+    const config::Setup setup = config::LoadSetup(
+        std::string(MEMSIM_SOURCE_DIR) + "/tests/validation/cases/" + r.id + "/config.json", {});
+    const workload::ClosedFormEstimate e = workload::ComputeClosedFormEstimate(setup, 0);
+    // Printed with two decimals; memsim may differ by the parameter-count rounding (< 0.1 MiB).
+    CHECK(std::fabs(static_cast<double>(e.weight_and_optimizer_bytes) / (1 << 20) - r.megatron_mib) <
+          0.1);
+  }
 }
 
 }  // namespace
