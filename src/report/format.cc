@@ -19,6 +19,11 @@ std::string SignedGiB(Bytes bytes) {
   return fmt::format("{:+.2f}", v);
 }
 
+std::string SignedHuman(Bytes bytes) {
+  if (bytes == 0) return "0 B";
+  return (bytes > 0 ? "+" : "") + HumanBytes(bytes);
+}
+
 std::string MiB(Bytes bytes) { return fmt::format("{:.2f}", static_cast<double>(bytes) / kMiB); }
 
 std::string HumanBytes(Bytes bytes) {

@@ -13,6 +13,8 @@ namespace memsim::report {
 std::string GiB(Bytes bytes);
 // "+1.25" / "-0.50" / "0.00": a change in GiB with an explicit sign.
 std::string SignedGiB(Bytes bytes);
+// A change with an explicit sign in the unit that suits it: "+6.28 GiB", "-3.0 MiB", "0 B".
+std::string SignedHuman(Bytes bytes);
 // "1234.56" (MiB with two decimals).
 std::string MiB(Bytes bytes);
 // Human size picking the unit: "512 B", "3.0 MiB", "12.34 GiB".

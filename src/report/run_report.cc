@@ -6,6 +6,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "config/load.h"
 #include "report/format.h"
 #include "workload/build.h"
 
@@ -45,7 +46,7 @@ std::string CategoryDelta(const CategoryBytes& before, const CategoryBytes& afte
   std::string out;
   for (const auto& [d, c] : deltas) {
     if (!out.empty()) out += ", ";
-    out += fmt::format("{} {}", SignedGiB(d), CategoryName(static_cast<Category>(c)));
+    out += fmt::format("{} {}", SignedHuman(d), CategoryName(static_cast<Category>(c)));
   }
   return out.empty() ? "no change" : out;
 }
@@ -139,11 +140,10 @@ std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& s
   const int m = t.global_batch_size / std::max(1, t.micro_batch_size * t.data_parallel_size);
   std::string out = fmt::format(
       "memsim run: {} ({} layers, h {}) on {} ({} allocator)\n"
-      "  TP{} PP{} DP{} CP{}{}, seq {}, micro-batch {}, {} micro-batches/iteration, {}, {}{}, "
-      "recompute {}\n",
-      setup.model_path.empty() ? setup.model.model_type : setup.model_path,
-      setup.model.num_hidden_layers, setup.model.hidden_size, setup.device.name,
-      setup.device.allocator_backend == alloc::Backend::kCuda ? "CUDA" : "NPU",
+      "  TP{} PP{} DP{} CP{}{}; seq {}, micro-batch {} x {} per iteration\n"
+      "  {}, {}{}, recompute {}\n",
+      config::ModelName(setup), setup.model.num_hidden_layers, setup.model.hidden_size,
+      setup.device.name, setup.device.allocator_backend == alloc::Backend::kCuda ? "CUDA" : "NPU",
       t.tensor_model_parallel_size, t.pipeline_model_parallel_size, t.data_parallel_size,
       t.context_parallel_size, t.sequence_parallel ? " SP" : "", t.seq_length, t.micro_batch_size,
       m, PrecisionName(t.precision), t.optimizer == config::OptimizerKind::kAdam ? "Adam" : "SGD",
@@ -155,12 +155,18 @@ std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& s
                      run.stages.size() > 1 ? " (highest peak device memory)" : "",
                      GiB(stage.peak_device_bytes), GiB(setup.device.usable_memory_bytes));
   if (run.stages.size() > 1) {
-    out += "  stages (peak allocated / reserved / device GiB):";
+    out += "  stages, peak allocated / reserved / device GiB:\n";
+    std::string line = " ";
     for (const engine::StageResult& s : run.stages) {
-      out += fmt::format(" [{}] {}/{}/{}", s.pipeline_rank, GiB(s.peak_allocated_bytes),
-                         GiB(s.peak_reserved_bytes), GiB(s.peak_device_bytes));
+      std::string item = fmt::format(" [{}] {}/{}/{}", s.pipeline_rank, GiB(s.peak_allocated_bytes),
+                                     GiB(s.peak_reserved_bytes), GiB(s.peak_device_bytes));
+      if (line.size() + item.size() > 78) {
+        out += line + "\n";
+        line = " ";
+      }
+      line += item;
     }
-    out += "\n";
+    out += line + "\n";
   }
   return out;
 }
@@ -184,7 +190,7 @@ std::string FormatIterationTable(const engine::RunResult& run, int width) {
       detail = fmt::format("      at peak vs {}: {}", prev->iteration == 0 ? "init" : fmt::format("iter {}", prev->iteration),
                            CategoryDelta(prev->by_category_at_peak, s.by_category_at_peak));
       if (s.peak_reserved_bytes != prev->peak_reserved_bytes) {
-        detail += fmt::format("; reserved {}", SignedGiB(s.peak_reserved_bytes - prev->peak_reserved_bytes));
+        detail += fmt::format("; reserved {}", SignedHuman(s.peak_reserved_bytes - prev->peak_reserved_bytes));
       }
     }
     if (s.end_allocated_bytes != s.start_allocated_bytes && s.iteration > 0) {
