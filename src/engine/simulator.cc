@@ -89,6 +89,10 @@ class Engine {
         if (op.synchronize) compute_free = end;
       } else {
         compute_free = end;
+        // A blocking collective issued on the compute stream (Megatron P2P: p2p_communication.py
+        // _communicate waits on its requests unless overlap_p2p_comm): when it ends its NCCL work
+        // is done, so the communication stream is idle if nothing else is queued on it.
+        if (!op.collective_group.empty()) comm_idle_at_end_[i] = comm_free <= end;
       }
       events.push_back({start, 2 * i});
       events.push_back({end, 2 * i + 1});
@@ -122,7 +126,7 @@ class Engine {
       by_category_[static_cast<int>(it->second.category)] -= it->second.block_bytes;
       live_.erase(it);
     }
-    if (op.stream == workload::kCommStream && comm_idle_at_end_[index]) {
+    if (comm_idle_at_end_[index]) {
       allocator_->CompleteStream(workload::kCommStream);
     }
     if (op.empty_cache) allocator_->EmptyCache();

@@ -8,6 +8,7 @@
 
 #include "config/load.h"
 #include "report/format.h"
+#include "workload/build.h"
 
 namespace memsim::report {
 namespace {
@@ -230,6 +231,16 @@ std::string FormatMegatronLines(const engine::RunResult& run, const config::Setu
   const int rank = stage.pipeline_rank * setup.training.tensor_model_parallel_size *
                    setup.training.data_parallel_size * setup.training.context_parallel_size;
   std::string out;
+  // Megatron's own closed form, as `report_theoretical_memory` prints it before training
+  // (megatron/training/theoretical_memory_usage.py; MB = MiB), for this stage: what the
+  // simulation is compared with ("allocated" ~ weight and optimizer, "max allocated" ~ total).
+  const workload::ClosedFormEstimate cf =
+      workload::ComputeClosedFormEstimate(setup, stage.pipeline_rank);
+  out += fmt::format(
+      "Theoretical memory footprints (closed form, stage {}): weight and optimizer={} MB, "
+      "activation={} MB, total={} MB\n",
+      stage.pipeline_rank, MiB(cf.weight_and_optimizer_bytes), MiB(cf.activation_bytes),
+      MiB(cf.total_bytes));
   Bytes max_allocated = 0, max_reserved = 0;
   for (const timeline::SpanSummary& s : stage.spans) {
     max_allocated = std::max(max_allocated, s.peak_allocated_bytes);
