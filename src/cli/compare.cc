@@ -1,12 +1,120 @@
+// memsim compare: a thin wrapper -- load the profile (profile/), simulate the config or read a
+// simulated memsim-csv (compare/simulate.h), compare (compare/), print table + chart, write JSON.
+#include <cstdio>
+#include <fstream>
+
+#include <fmt/core.h>
+
 #include "cli/commands.h"
+#include "compare/compare.h"
+#include "compare/simulate.h"
 #include "core/error.h"
+#include "profile/profile.h"
 
 namespace memsim::cli {
+namespace {
 
-// STUB: not implemented yet.
+struct CompareArgs {
+  std::string config;
+  std::string profile;
+  std::string format = "auto";
+  std::string simulated;
+  int pipeline_rank = 0;
+  int skip = 0;
+  int profile_iterations = 0;
+  std::string tolerance;
+  std::string json;
+  int device_index = -1;
+  int rank = -1;
+  bool no_chart = false;
+};
+
+double ParsePercent(const std::string& text) {
+  std::string t = text;
+  if (!t.empty() && t.back() == '%') t.pop_back();
+  try {
+    size_t used = 0;
+    const double v = std::stod(t, &used);
+    if (used == t.size() && v >= 0) return v;
+  } catch (const std::exception&) {
+  }
+  throw InputError(fmt::format("--tolerance: expected a percentage such as 5 or 5%, got '{}'", text));
+}
+
+void WriteAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << text;
+    out.close();
+    if (!out) throw InputError(fmt::format("{}: cannot write", path));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw InputError(fmt::format("{}: cannot write", path));
+  }
+}
+
+int RunCompare(const CompareArgs& a) {
+  auto format = profile::FormatFromName(a.format);
+  if (!format) {
+    throw InputError(fmt::format(
+        "--format: expected auto, torch-trace, torch-snapshot, npu-profiler, npu-mem, npu-smi, "
+        "nvidia-smi, megatron-log or memsim-csv, got '{}'",
+        a.format));
+  }
+  if (a.config.empty() == a.simulated.empty()) {
+    throw InputError("expected either CONFIG or --simulated FILE (exactly one)");
+  }
+  compare::CompareOptions options;
+  options.skip = a.skip;
+  options.profile_iterations = a.profile_iterations;
+  options.pipeline_rank = a.pipeline_rank;
+  if (!a.tolerance.empty()) options.tolerance_pct = ParsePercent(a.tolerance);
+  profile::LoadProfileOptions load;
+  load.device_index = a.device_index;
+  load.rank = a.rank;
+  const timeline::Timeline measured = profile::LoadProfile(a.profile, *format, load);
+  const timeline::Timeline simulated =
+      a.simulated.empty() ? compare::SimulateForCompare(a.config, a.pipeline_rank)
+                          : profile::LoadProfile(a.simulated, profile::Format::kMemsimCsv);
+  options.format = measured.source;
+  const compare::Report report = compare::Compare(measured, simulated, options);
+  std::string out = compare::FormatTable(report);
+  if (!a.no_chart) {
+    const std::string chart = compare::FormatChart(report);
+    if (!chart.empty()) out += "\n" + chart;
+  }
+  std::fputs(out.c_str(), stdout);
+  if (!a.json.empty()) WriteAtomically(a.json, compare::FormatJson(report));
+  return report.failed ? 1 : 0;
+}
+
+}  // namespace
+
 Action AddCompareCommand(CLI::App& sub) {
-  (void)sub;
-  return [] () -> int { throw UnsupportedError("this subcommand is not implemented yet"); };
+  auto a = std::make_shared<CompareArgs>();
+  sub.add_option("CONFIG", a->config, "training config to simulate");
+  sub.add_option("--profile", a->profile, "the real profile: file, .gz file or *_ascend_pt folder")
+      ->required();
+  sub.add_option("--format", a->format,
+                 "auto|torch-trace|torch-snapshot|npu-profiler|npu-mem|npu-smi|nvidia-smi|"
+                 "megatron-log|memsim-csv (default auto: detected and reported)");
+  sub.add_option("--simulated", a->simulated,
+                 "a simulated timeline (memsim-csv from `memsim run --csv`) instead of CONFIG");
+  sub.add_option("--pipeline-rank", a->pipeline_rank, "simulated stage to compare with (default 0)");
+  sub.add_option("--skip", a->skip, "drop the profile's first N iterations")
+      ->check(CLI::NonNegativeNumber);
+  sub.add_option("--profile-iterations", a->profile_iterations,
+                 "how many iterations the profile covers when it has no markers")
+      ->check(CLI::NonNegativeNumber);
+  sub.add_option("--tolerance", a->tolerance, "exit 1 when an overall peak error exceeds PCT");
+  sub.add_option("--json", a->json, "write the comparison as JSON (schema_version 1)");
+  sub.add_option("--device-index", a->device_index,
+                 "device in the profile (default: the lowest with data)");
+  sub.add_option("--rank", a->rank, "Megatron logs: global rank (default: the lowest)");
+  sub.add_flag("--no-chart", a->no_chart, "omit the overlay chart");
+  return [a]() -> int { return RunCompare(*a); };
 }
 
 }  // namespace memsim::cli

@@ -1,0 +1,58 @@
+// `memsim compare` end to end through the binary: exit 0 / 1 (tolerance) / 2 (bad profile), and
+// the bad-input message printed once on stderr.
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+#include <sys/wait.h>
+
+#include "profile/writers.h"
+
+namespace memsim {
+namespace {
+
+struct Run {
+  int exit_code;
+  std::string err;
+};
+
+Run RunMemsim(const std::string& args) {
+  const std::string err_path = testing::TempPath("cli_stderr.txt");
+  const std::string cmd =
+      std::string(MEMSIM_BINARY) + " " + args + " > /dev/null 2> " + err_path;
+  const int status = std::system(cmd.c_str());
+  std::ifstream in(err_path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ss.str()};
+}
+
+TEST_CASE("memsim compare exit codes", "[compare]") {
+  const timeline::Timeline sim = testing::KnownTimeline();
+  timeline::Timeline scaled = sim;
+  testing::ScaleIteration(scaled, 3, 1.10);
+  const std::string sim_path = testing::TempPath("cli_sim.csv");
+  const std::string scaled_path = testing::TempPath("cli_scaled.csv");
+  const std::string json_path = testing::TempPath("cli_report.json");
+  testing::WriteFile(sim_path, testing::WriteMemsimCsv(sim));
+  testing::WriteFile(scaled_path, testing::WriteMemsimCsv(scaled));
+  // Peak error +10% (iteration 3 scaled): within 12%, beyond 5%.
+  CHECK(RunMemsim("compare --simulated " + sim_path + " --profile " + scaled_path +
+                  " --tolerance 12% --json " + json_path).exit_code == 0);
+  CHECK(std::ifstream(json_path).good());
+  CHECK(RunMemsim("compare --simulated " + sim_path + " --profile " + scaled_path +
+                  " --tolerance 5").exit_code == 1);
+  const std::string bad = testing::TempPath("cli_bad.csv");
+  testing::WriteFile(bad, "time_us,allocated_bytes\n0,-5\n");
+  const Run r = RunMemsim("compare --simulated " + sim_path + " --profile " + bad);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim compare: " + bad +
+                     ":2: allocated_bytes: expected a non-negative integer number of bytes, got "
+                     "'-5'\n");
+  CHECK(RunMemsim("compare --simulated " + sim_path + " --profile " + sim_path + " --format nope")
+            .exit_code == 2);
+}
+
+}  // namespace
+}  // namespace memsim
