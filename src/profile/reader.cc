@@ -107,6 +107,22 @@ bool LineReader::Next(std::string_view* line) {
   return true;
 }
 
+GzStreamBuf::GzStreamBuf(const std::string& path)
+    : path_(path), gz_(OpenGz(path)), buffer_(kChunkBytes) {}
+
+GzStreamBuf::~GzStreamBuf() {
+  if (gz_ != nullptr) gzclose(static_cast<gzFile>(gz_));
+}
+
+GzStreamBuf::int_type GzStreamBuf::underflow() {
+  if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
+  const size_t got = ReadGz(static_cast<gzFile>(gz_), path_, buffer_.data(), buffer_.size(), offset_);
+  offset_ += static_cast<int64_t>(got);
+  if (got == 0) return traits_type::eof();
+  setg(buffer_.data(), buffer_.data(), buffer_.data() + got);
+  return traits_type::to_int_type(*gptr());
+}
+
 std::string ReadHead(const std::string& path, size_t max_bytes) {
   gzFile gz = OpenGz(path);
   std::string head(max_bytes, '\0');

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <streambuf>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,6 +48,25 @@ class LineReader {
   std::string line_;
   int64_t line_number_ = 0;
   int64_t bytes_read_ = 0;
+};
+
+// A std::streambuf over a plain or gzip file, for the JSON readers (nlohmann::json reads an
+// std::istream). underflow() throws InputError on corrupt or truncated gzip data.
+class GzStreamBuf : public std::streambuf {
+ public:
+  explicit GzStreamBuf(const std::string& path);
+  ~GzStreamBuf() override;
+  GzStreamBuf(const GzStreamBuf&) = delete;
+  GzStreamBuf& operator=(const GzStreamBuf&) = delete;
+
+ protected:
+  int_type underflow() override;
+
+ private:
+  std::string path_;
+  void* gz_ = nullptr;
+  std::vector<char> buffer_;
+  int64_t offset_ = 0;
 };
 
 // Up to `max_bytes` leading (decompressed) bytes of `path`. Throws InputError when unreadable.

@@ -155,4 +155,116 @@ std::string WriteNpuSmi(const timeline::Timeline& t) {
   return out;
 }
 
+namespace {
+// Start and end (the next iteration's first sample, or the last sample) of each iteration.
+std::vector<std::pair<double, double>> IterationSpans(const Timeline& t, int* first) {
+  std::vector<std::pair<double, double>> spans;
+  *first = -1;
+  for (size_t i = 0; i < t.samples.size(); ++i) {
+    const int k = t.samples[i].iteration;
+    if (k < 1) continue;
+    if (*first < 0) *first = k;
+    if (static_cast<int>(spans.size()) <= k - *first) spans.push_back({t.samples[i].time_us, 0});
+    spans.back().second = i + 1 < t.samples.size() ? t.samples[i + 1].time_us : t.samples[i].time_us;
+  }
+  return spans;
+}
+}  // namespace
+
+std::string WriteChromeTrace(const timeline::Timeline& t) {
+  const double offset_us = 5000000.0;  // ts of the first sample
+  std::vector<std::string> events;
+  int first = 0;
+  const auto spans = IterationSpans(t, &first);
+  for (size_t k = 0; k < spans.size(); ++k) {
+    events.push_back(fmt::format(
+        "{{\"ph\": \"X\", \"cat\": \"user_annotation\", \"name\": \"ProfilerStep#{}\", \"pid\": 1, "
+        "\"tid\": 1, \"ts\": {:.3f}, \"dur\": {:.3f}, \"args\": {{}}}}",
+        first + static_cast<int>(k) - 1, offset_us + spans[k].first, spans[k].second - spans[k].first));
+  }
+  // Phase annotations: each run of one phase within an iteration.
+  for (size_t i = 0; i < t.samples.size();) {
+    size_t j = i;
+    while (j < t.samples.size() && t.samples[j].phase == t.samples[i].phase &&
+           t.samples[j].iteration == t.samples[i].iteration) {
+      ++j;
+    }
+    const Phase p = t.samples[i].phase;
+    if (p == Phase::kForward || p == Phase::kBackward || p == Phase::kOptimizerStep) {
+      const double end = j < t.samples.size() ? t.samples[j].time_us : t.samples[j - 1].time_us;
+      events.push_back(fmt::format(
+          "{{\"ph\": \"X\", \"cat\": \"user_annotation\", \"name\": \"{}\", \"pid\": 1, \"tid\": 1, "
+          "\"ts\": {:.3f}, \"dur\": {:.3f}}}",
+          PhaseName(p), offset_us + t.samples[i].time_us, end - t.samples[i].time_us));
+    }
+    i = j;
+  }
+  for (auto it = t.samples.rbegin(); it != t.samples.rend(); ++it) {
+    events.push_back(fmt::format(
+        "{{\"ph\": \"i\", \"cat\": \"cpu_instant_event\", \"s\": \"t\", \"name\": \"[memory]\", "
+        "\"pid\": 1, \"tid\": 1, \"ts\": {:.3f}, \"args\": {{\"Device Type\": 1, \"Device Id\": 0, "
+        "\"Addr\": 1, \"Bytes\": 0, \"Total Allocated\": {}, \"Total Reserved\": {}}}}}",
+        offset_us + it->time_us, it->allocated_bytes, it->reserved_bytes));
+  }
+  std::string out =
+      "{\"schemaVersion\": 1, \"displayTimeUnit\": \"ms\", \"baseTimeNanoseconds\": "
+      "1751328000000000000,\n \"traceEvents\": [\n";
+  for (size_t i = 0; i < events.size(); ++i) out += (i ? ",\n  " : "  ") + events[i];
+  return out + "\n], \"traceName\": \"rt.json\"}\n";
+}
+
+std::string WriteSnapshot(const timeline::Timeline& t) {
+  std::vector<std::string> entries;
+  std::vector<std::pair<int64_t, Bytes>> live;  // (addr, size) stack
+  int64_t next_addr = 1 << 20;
+  std::vector<Bytes> segments;
+  Bytes allocated = 0, reserved = 0;
+  auto entry = [&](const char* action, int64_t addr, Bytes size, double time_us) {
+    entries.push_back(fmt::format(
+        "{{\"action\": \"{}\", \"addr\": {}, \"size\": {}, \"stream\": 0, \"time_us\": {}}}", action, addr,
+        size, 1751400000000000 + std::llround(time_us)));
+  };
+  for (const Sample& s : t.samples) {
+    if (s.reserved_bytes > reserved) {
+      segments.push_back(s.reserved_bytes - reserved);
+      entry("segment_alloc", next_addr, s.reserved_bytes - reserved, s.time_us);
+      next_addr += s.reserved_bytes - reserved;
+      reserved = s.reserved_bytes;
+    }
+    while (reserved > s.reserved_bytes && !segments.empty()) {  // release whole segments
+      entry("segment_free", 0, segments.back(), s.time_us);
+      reserved -= segments.back();
+      segments.pop_back();
+    }
+    Bytes want = s.allocated_bytes;
+    while (allocated > want) {  // free the newest blocks, re-allocate any overshoot
+      auto [addr, size] = live.back();
+      live.pop_back();
+      entry("free_requested", addr, size, s.time_us);
+      entry("free_completed", addr, size, s.time_us);
+      allocated -= size;
+    }
+    if (want > allocated) {
+      live.push_back({next_addr, want - allocated});
+      entry("alloc", next_addr, want - allocated, s.time_us);
+      next_addr += want - allocated;
+      allocated = want;
+    }
+  }
+  std::string blocks;
+  for (size_t i = 0; i < live.size(); ++i) {
+    blocks += fmt::format("{}{{\"address\": {}, \"size\": {}, \"requested_size\": {}, \"state\": "
+                          "\"active_allocated\"}}",
+                          i ? ", " : "", live[i].first, live[i].second, live[i].second);
+  }
+  std::string segs;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    segs += fmt::format("{}{{\"device\": 0, \"address\": {}, \"total_size\": {}, \"blocks\": [{}]}}",
+                        i ? ", " : "", i, segments[i], i == 0 ? blocks : "");
+  }
+  std::string out = "{\"segments\": [" + segs + "],\n \"device_traces\": [[\n";
+  for (size_t i = 0; i < entries.size(); ++i) out += (i ? ",\n  " : "  ") + entries[i];
+  return out + "\n]]}\n";
+}
+
 }  // namespace memsim::testing

@@ -31,6 +31,15 @@ std::string WriteNvidiaSmiCsv(const timeline::Timeline& t);
 // npu-smi info tables with a `date` line before each, one table per sample (device_bytes).
 std::string WriteNpuSmi(const timeline::Timeline& t);
 
+// PyTorch Chrome trace, new Kineto style (baseTimeNanoseconds, relative ts with 3 decimals):
+// a ProfilerStep#(k-1) span per iteration k >= 1, forward/backward/optimizer_step annotations,
+// one [memory] event per sample with Total Allocated / Total Reserved, written in reverse order
+// (traces are not time-sorted).
+std::string WriteChromeTrace(const timeline::Timeline& t);
+// Memory snapshot JSON: allocated changes as alloc / free_requested / free_completed of blocks,
+// reserved changes as segment_alloc / segment_free; final segments hold the live blocks.
+std::string WriteSnapshot(const timeline::Timeline& t);
+
 }  // namespace memsim::testing
 
 namespace memsim::testing {
