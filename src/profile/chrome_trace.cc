@@ -9,6 +9,8 @@
 // offset, irrelevant once times are made relative.
 #include "profile/chrome_trace.h"
 
+#include <algorithm>
+#include <cmath>
 #include <istream>
 
 #include <fmt/core.h>

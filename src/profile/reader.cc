@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <tuple>
 
@@ -220,7 +221,7 @@ std::optional<TimeNs> ParseMicrosToNs(std::string_view s) {
   int64_t us = 0;
   if (!whole.empty()) {
     auto [p, ec] = std::from_chars(whole.data(), whole.data() + whole.size(), us);
-    if (ec != std::errc() || p != whole.data() + whole.size() || us > 9'000'000'000'000'000 / 1000) {
+    if (ec != std::errc() || p != whole.data() + whole.size() || us > INT64_MAX / 1000 - 1) {
       return std::nullopt;
     }
   }

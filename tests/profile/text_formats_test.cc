@@ -110,7 +110,7 @@ TEST_CASE("npu-smi info 310P layout: Memory-Usage only, no timestamps", "[profil
   CHECK(t.samples[1].time_us == 1e6);  // no clock: tables 1 nominal interval (1 s) apart
 }
 
-TEST_CASE("auto detection names each text format", "[profile]") {
+TEST_CASE("auto detection names every format", "[profile]") {
   struct Row {
     const char* file;
     Format format;
@@ -120,7 +120,14 @@ TEST_CASE("auto detection names each text format", "[profile]") {
                       {"nvidia_smi.csv", Format::kNvidiaSmi},
                       {"nvidia_smi_index.csv", Format::kNvidiaSmi},
                       {"npu_smi.txt", Format::kNpuSmi},
-                      {"npu_smi_310p.txt", Format::kNpuSmi}};
+                      {"npu_smi_310p.txt", Format::kNpuSmi},
+                      {"trace_new.json", Format::kTorchTrace},
+                      {"trace_old.json.gz", Format::kTorchTrace},
+                      {"snapshot.json", Format::kTorchSnapshot},
+                      {"memory_record.csv", Format::kNpuProfiler},
+                      {"operator_memory.csv", Format::kNpuProfiler},
+                      {"rank0_ascend_pt", Format::kNpuProfiler},
+                      {"npu_mem.csv", Format::kNpuMem}};
   for (const Row& row : rows) {
     INFO(row.file);
     CHECK(DetectFormat(DataPath(row.file)).format == row.format);

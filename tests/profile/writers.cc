@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include <fmt/core.h>
@@ -265,6 +266,54 @@ std::string WriteSnapshot(const timeline::Timeline& t) {
   std::string out = "{\"segments\": [" + segs + "],\n \"device_traces\": [[\n";
   for (size_t i = 0; i < entries.size(); ++i) out += (i ? ",\n  " : "  ") + entries[i];
   return out + "\n]]}\n";
+}
+
+namespace {
+constexpr int64_t kEpochUs = 1751500000000000;
+std::string EpochUs(double time_us) {
+  const int64_t ns = std::llround(time_us * 1000.0);
+  return fmt::format("{}.{:03}", kEpochUs + ns / 1000, ns % 1000);
+}
+}  // namespace
+
+void WriteAscendFolder(const timeline::Timeline& t, const std::string& dir) {
+  std::filesystem::remove_all(dir);
+  const std::string out_dir = dir + "/ASCEND_PROFILER_OUTPUT";
+  std::filesystem::create_directories(out_dir);
+  std::string csv =
+      "Component,Timestamp(us),Total Allocated(MB),Total Reserved(MB),Total Active(MB),Stream "
+      "Ptr,Device Type\r\n";
+  for (const Sample& s : t.samples) {
+    if (s.device_bytes >= 0) {
+      csv += fmt::format("APP,{},,{},,,NPU:0\r\n", EpochUs(s.time_us), Mib(s.device_bytes));
+    }
+  }
+  for (auto it = t.samples.rbegin(); it != t.samples.rend(); ++it) {
+    csv += fmt::format("PTA,{}\t,{},{},{},187650000012345,NPU:0\r\n", EpochUs(it->time_us),
+                       Mib(it->allocated_bytes), Mib(it->reserved_bytes), Mib(it->active_bytes));
+  }
+  WriteFile(out_dir + "/memory_record.csv", csv);
+  std::string trace = "[\n";
+  int first = 0;
+  const auto spans = IterationSpans(t, &first);
+  for (size_t k = 0; k < spans.size(); ++k) {
+    trace += fmt::format(
+        "{}{{\"ph\": \"X\", \"name\": \"ProfilerStep#{}\", \"pid\": 1, \"tid\": 1, \"ts\": \"{}\", "
+        "\"dur\": {:.3f}, \"args\": {{}}}}\n",
+        k ? "," : "", first + static_cast<int>(k) - 1, EpochUs(spans[k].first),
+        spans[k].second - spans[k].first);
+  }
+  WriteFile(out_dir + "/trace_view.json", trace + "]\n");
+}
+
+std::string WriteNpuMem(const timeline::Timeline& t) {
+  std::string out = "Device_id,event,ddr(KB),hbm(KB),memory(KB),timestamp(us)\n";
+  for (const Sample& s : t.samples) {
+    const double kib = static_cast<double>(s.device_bytes) / 1024.0;
+    out += fmt::format("0,APP,0,{},{},{}\n", kib / 2, kib / 2, EpochUs(s.time_us));
+    out += fmt::format("0,Device,0,{},{},{}\n", kib, kib, EpochUs(s.time_us));
+  }
+  return out;
 }
 
 }  // namespace memsim::testing

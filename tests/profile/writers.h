@@ -40,6 +40,13 @@ std::string WriteChromeTrace(const timeline::Timeline& t);
 // reserved changes as segment_alloc / segment_free; final segments hold the live blocks.
 std::string WriteSnapshot(const timeline::Timeline& t);
 
+// torch_npu *_ascend_pt folder at `dir` (created): ASCEND_PROFILER_OUTPUT/memory_record.csv
+// (APP rows first for device_bytes, then PTA rows newest first; MiB floats, epoch us with a
+// trailing TAB, CRLF) and trace_view.json with ProfilerStep#(k-1) spans (string ts).
+void WriteAscendFolder(const timeline::Timeline& t, const std::string& dir);
+// CANN npu_mem.csv: one Device row per sample (hbm(KB) = device_bytes / 1024), plus APP rows.
+std::string WriteNpuMem(const timeline::Timeline& t);
+
 }  // namespace memsim::testing
 
 namespace memsim::testing {
