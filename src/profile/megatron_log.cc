@@ -128,8 +128,9 @@ timeline::Timeline LoadMegatronLog(const std::string& path, const LoadProfileOpt
   }
   out.reported_peaks = std::move(peaks);
   out.device_index = rank;
-  out.notes.push_back(fmt::format("rank {} ({} report_memory lines; no clock: iteration N is at N s)",
-                                  rank, reports[rank].size()));
+  out.notes.push_back(fmt::format(
+      "rank {} ({} report_memory lines; no clock: iteration N placed at N x {} us)", rank,
+      reports[rank].size(), options.nominal_interval_us));
   if (reports.size() > 1) {
     out.notes.push_back(fmt::format("{} ranks in the log; use the rank option to pick another",
                                     reports.size()));

@@ -37,7 +37,8 @@ std::vector<std::string_view> Cells(std::string_view line) {
 timeline::Timeline LoadNpuSmi(const std::string& path, const LoadProfileOptions& options) {
   LineReader in(path);
   std::map<int, SeriesBuilder> builders;
-  std::optional<TimeNs> pending_time;  // a timestamp line waiting for its table
+  bool have_pending_time = false;  // a timestamp line waiting for its table
+  TimeNs pending_time = 0;
   TimeNs table_time = 0;
   int tables = 0;
   bool timed = false;
@@ -51,7 +52,10 @@ timeline::Timeline LoadNpuSmi(const std::string& path, const LoadProfileOptions&
     const std::string_view t = Trim(line);
     if (t.empty()) continue;
     if (t[0] != '|' && t[0] != '+') {
-      if (auto when = ParseWallClock(t)) pending_time = *when;
+      if (auto when = ParseWallClock(t)) {
+        pending_time = *when;
+        have_pending_time = true;
+      }
       continue;  // prompts, banners of other tools
     }
     if (t[0] == '+') continue;  // borders
@@ -72,14 +76,14 @@ timeline::Timeline LoadNpuSmi(const std::string& path, const LoadProfileOptions&
       in_devices = true;
       chip_position = 0;
       ++tables;
-      if (pending_time) {
-        table_time = *pending_time;
+      if (have_pending_time) {
+        table_time = pending_time;
         timed = true;
       } else {
         if (timed) in.Fail("expected a timestamp line before this npu-smi table, as before the first");
         table_time = static_cast<TimeNs>((tables - 1) * options.nominal_interval_us * 1000.0);
       }
-      pending_time.reset();
+      have_pending_time = false;
       continue;
     }
     if (!in_devices) continue;

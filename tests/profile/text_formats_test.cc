@@ -139,3 +139,30 @@ TEST_CASE("auto detection names every format", "[profile]") {
 
 }  // namespace
 }  // namespace memsim::profile
+
+namespace memsim::profile {
+namespace {
+
+TEST_CASE("tools/record_profile.py output (its --selftest) reads back", "[profile]") {
+  // data/recorded.csv = `tools/record_profile.py --selftest`: a scripted allocator, 2048 MiB
+  // after init, forward +4 x 256 MiB, backward -1024 MiB, step +512 then -512 MiB; reserved =
+  // the running maximum rounded up to 512 MiB; device = reserved + 3000 MiB. Each phase()
+  // writes the ending phase's peak, then the new phase's first sample; close() ends the last.
+  const timeline::Timeline t = LoadProfile(testing::DataPath("recorded.csv"), Format::kAuto);
+  REQUIRE(t.samples.size() == 21);  // init: 1 + 1 peak; 3 iterations x 3 phases x 2; close: 1
+  for (size_t i = 1; i < t.samples.size(); ++i) CHECK(t.samples[i - 1].time_us <= t.samples[i].time_us);
+  // Iteration 1 forward: starts at 2048 MiB, peaks at 2048 + 1024 = 3072 MiB.
+  CHECK(t.samples[2].iteration == 1);
+  CHECK(t.samples[2].phase == Phase::kForward);
+  CHECK(t.samples[2].allocated_bytes == 2048 * kMiB);
+  CHECK(t.samples[3].allocated_bytes == 3072 * kMiB);
+  CHECK(t.samples[3].reserved_bytes == 3072 * kMiB);
+  CHECK(t.samples[3].device_bytes == timeline::kUnknownBytes);  // peak rows: allocator only
+  CHECK(t.samples[4].device_bytes == (3072 + 3000) * kMiB);
+  // Optimizer step of iteration 1: peak 2048 + 512 = 2560 MiB.
+  CHECK(t.samples[7].phase == Phase::kOptimizerStep);
+  CHECK(t.samples[7].allocated_bytes == 2560 * kMiB);
+}
+
+}  // namespace
+}  // namespace memsim::profile

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include <fmt/core.h>
 
 namespace memsim::testing {
@@ -74,8 +76,10 @@ void ScaleIteration(timeline::Timeline& t, int iteration, double factor) {
 }
 
 std::string TempPath(const std::string& name) {
-  const std::string path = std::string(MEMSIM_SOURCE_DIR) + "/build/test_tmp_" + name;
-  std::remove(path.c_str());
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            fmt::format("memsim_test_{}_{}", ::getpid(), name))
+                               .string();
+  std::filesystem::remove_all(path);
   return path;
 }
 

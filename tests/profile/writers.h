@@ -19,7 +19,8 @@ timeline::Timeline KnownTimeline(int iterations = 4);
 // Multiplies allocated / reserved / active / device of every sample of `iteration` by `factor`.
 void ScaleIteration(timeline::Timeline& t, int iteration, double factor);
 
-// A temporary file path under the build tree (unique per name); the file is removed first.
+// A temporary path in the system temp directory, unique per process and name; anything there
+// is removed first.
 std::string TempPath(const std::string& name);
 void WriteFile(const std::string& path, const std::string& text);
 
