@@ -382,7 +382,7 @@ Report Compare(const Timeline& measured_in, const Timeline& simulated, const Com
   for (const auto& p : m.reported_peaks) reported[p.iteration] = p;
 
   std::vector<size_t> all_measured_index, all_simulated_index;
-  std::vector<std::pair<int, Bytes>> m_reserved, s_reserved;
+  std::vector<std::pair<int, Bytes>> m_reserved;
   std::optional<Curve> chart_curve;
   for (Curve c : kCurves) {
     if (!chart_curve && HasCurve(m, c) && HasCurve(simulated, c)) chart_curve = c;
@@ -443,8 +443,6 @@ Report Compare(const Timeline& measured_in, const Timeline& simulated, const Com
     all_simulated_index.insert(all_simulated_index.end(), ss.index.begin(), ss.index.end());
     m_reserved.emplace_back(k, it.measured.peak_reserved_bytes >= 0 ? it.measured.peak_reserved_bytes
                                                                     : it.measured.peak_device_bytes);
-    s_reserved.emplace_back(sk, it.simulated.peak_reserved_bytes >= 0 ? it.simulated.peak_reserved_bytes
-                                                                      : it.simulated.peak_device_bytes);
     r.iterations.push_back(it);
   }
   if (chart_curve) r.chart_curve = CurveName(*chart_curve);
@@ -469,7 +467,14 @@ Report Compare(const Timeline& measured_in, const Timeline& simulated, const Com
     r.overall_measured = om;
     r.overall_simulated = os;
     r.steady_state_measured = SteadyState(m_reserved);
-    r.steady_state_simulated = SteadyState(s_reserved);
+    // The simulated steady state over all simulated iterations, not only the aligned ones.
+    std::vector<std::pair<int, Bytes>> all_simulated;
+    for (const auto& [k, span] : sspans) {
+      if (k < 1) continue;
+      const Bytes res = MaxOf(simulated, span.index, Curve::kReserved);
+      all_simulated.emplace_back(k, res >= 0 ? res : MaxOf(simulated, span.index, Curve::kDevice));
+    }
+    r.steady_state_simulated = SteadyState(all_simulated);
   } else {
     std::vector<size_t> mi(m.samples.size()), si(simulated.samples.size());
     std::iota(mi.begin(), mi.end(), size_t{0});

@@ -1,6 +1,7 @@
 // Text outputs of a compare::Report: table, overlay chart, JSON (design.md "memsim compare
 // --json"). JSON is written by hand (no JSON library outside config/profile/report writers).
 #include <algorithm>
+#include <climits>
 #include <cmath>
 
 #include <fmt/core.h>
@@ -116,13 +117,22 @@ std::string FormatChart(const Report& r, int width, int height) {
   const auto& m = r.chart_measured;
   const auto& s = r.chart_simulated;
   if (m.empty() || width < 8 || height < 4) return "";
-  Bytes hi = 0;
-  for (Bytes v : m) hi = std::max(hi, v);
-  for (Bytes v : s) hi = std::max(hi, v);
+  // The vertical axis spans the values shown (not from 0), so differences stay visible.
+  Bytes hi = 0, lo = INT64_MAX;
+  for (const auto* curve : {&m, &s}) {
+    for (Bytes v : *curve) {
+      if (v < 0) continue;
+      hi = std::max(hi, v);
+      lo = std::min(lo, v);
+    }
+  }
   if (hi <= 0) return "";
+  if (hi == lo) lo = 0;
+  const double span = static_cast<double>(hi - lo);
   std::vector<std::string> grid(height, std::string(width, ' '));
   auto row_of = [&](Bytes v) {
-    return height - 1 - static_cast<int>(std::lround(static_cast<double>(v) / hi * (height - 1)));
+    return height - 1 -
+           static_cast<int>(std::lround(static_cast<double>(v - lo) / span * (height - 1)));
   };
   const size_t n = m.size();
   for (int x = 0; x < width; ++x) {
@@ -141,7 +151,8 @@ std::string FormatChart(const Report& r, int width, int height) {
   }
   std::string out = fmt::format("{} MiB: measured '*', simulated 'o', both '#'\n", r.chart_curve);
   for (int y = 0; y < height; ++y) {
-    const double level = static_cast<double>(hi) * (height - 1 - y) / (height - 1) / kMiB;
+    const double level =
+        (static_cast<double>(lo) + span * (height - 1 - y) / (height - 1)) / static_cast<double>(kMiB);
     out += fmt::format("{:>9.0f} |{}\n", level, grid[y]);
   }
   out += fmt::format("{:>9} +{}\n", "", std::string(width, '-'));
