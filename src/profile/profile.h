@@ -7,11 +7,13 @@
 // says which training iteration it saw; otherwise samples keep iteration -1 and compare/ detects
 // iterations from the curve.
 //
-// Memory bound: every importer reads its file as a stream and keeps only the samples of the
-// selected device, at most LoadProfileOptions::max_samples of them (default 2^21 samples, about
-// 64 MiB of Sample structs + markers); longer series are decimated by time buckets that keep each
-// bucket's first, last, highest-allocated and highest-reserved sample, so peaks stay exact.
-// A 2 GB memory_record.csv therefore loads in about 2 x 64 MiB whatever its row order (two passes).
+// Memory bound: every importer reads its file as a stream and keeps only memory samples, at most
+// LoadProfileOptions::max_samples per device in the file (default 2^21 samples of 64
+// bytes while reading = 128 MiB, plus up to 40 MiB during a decimation; the returned Timeline
+// holds 48-byte samples); longer series are decimated by runs of 16 consecutive samples that keep
+// each run's first, last, highest-allocated, highest-reserved and highest-device sample, so
+// peaks stay exact. A 2 GB memory_record.csv therefore loads in one pass within that bound,
+// whatever its row order.
 // The memory snapshot (JSON) is the exception: it is parsed as a whole (see snapshot.cc).
 //
 // Errors: bad input throws memsim::InputError whose message starts with "<file>:<line>: " for

@@ -256,7 +256,7 @@ void SeriesBuilder::Decimate() {
   decimated_ = true;
   std::sort(samples_.begin(), samples_.end(), Earlier);
   std::vector<RawSample> kept;
-  kept.reserve(samples_.size() / 2);
+  kept.reserve(samples_.size() / 16 * 5 + 5);  // at most 5 of every 16
   constexpr size_t kGroup = 16;
   for (size_t begin = 0; begin < samples_.size(); begin += kGroup) {
     const size_t end = std::min(samples_.size(), begin + kGroup);
