@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs the Debian 12 packages memsim needs to build and test, only those missing.
 set -e
-pkgs="cmake g++ make libcli11-dev nlohmann-json3-dev libfmt-dev catch2 zlib1g-dev"
+pkgs="cmake g++ make libcli11-dev nlohmann-json3-dev libfmt-dev catch2 zlib1g-dev libtinyxml2-dev"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -4,8 +4,11 @@
 // time, JSON or printing. Sizes are bytes (int64); streams are small non-negative integers.
 // Ownership: the caller owns the Allocator; blocks are referred to by BlockHandle, never pointer.
 //
-// STUB: the interface below is fixed for the rest of memsim; the implementation is being
-// written under issue 2 (src/alloc/caching_allocator.cc).
+// Where the real allocator leaves a choice open (addresses, event timing, capacity) the model
+// follows spec §13. Version choices (current behaviour by default) are listed in
+// docs/decisions/allocator-versions.md. Layout: rounding.{h,cc} (sizes), options.cc (the
+// PYTORCH_*_ALLOC_CONF parser), caching_allocator.cc (malloc/free/pools/events/OOM/GC),
+// expandable.cc (expandable segments), invariants.cc (CheckInvariants), stats.h (stat table).
 #pragma once
 
 #include <array>
@@ -13,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "core/units.h"
 
@@ -67,8 +71,14 @@ struct AllocatorStats {
   Gauge inactive_split;
   Gauge oversize_allocations;
   Gauge oversize_segments;
+  // Monotone counters: alloc_block(isRetry = true) calls; OOMs reported (spec §3 step 5d/5e).
   std::int64_t num_alloc_retries = 0;
   std::int64_t num_ooms = 0;
+  // Device allocations / frees: cudaMalloc or a page mapping / cudaFree or a page unmapping
+  // (c10 DeviceStats num_device_alloc / num_device_free). A snapshot's segment_alloc +
+  // segment_map events count the same thing.
+  std::int64_t num_device_alloc = 0;
+  std::int64_t num_device_free = 0;
   bool operator==(const AllocatorStats&) const = default;
 };
 
@@ -97,6 +107,30 @@ class Allocator {
   virtual std::string CheckInvariants() const = 0;
 };
 
+// REQUIRES: ValidateOptions(options) does not throw.
 std::unique_ptr<Allocator> NewCachingAllocator(const AllocatorOptions& options);
+
+// Parses the PYTORCH_CUDA_ALLOC_CONF / PYTORCH_NPU_ALLOC_CONF syntax ("k:v,k:v", spaces
+// ignored, keys case-sensitive, True/False also lower case) for `backend`, plus the memsim
+// pseudo-option memory_fraction:F (spec §13.10). Keys: cuda max_split_size_mb,
+// max_non_split_rounding_mb, roundup_power2_divisions (N or [K:v,...,>:v]),
+// garbage_collection_threshold, expandable_segments, memory_fraction; npu the same without
+// max_non_split_rounding_mb, plus base_addr_aligned_kb. Starts from `base` (defaults).
+// Throws InputError "<what>: ..." for an unknown key (with "did you mean"), a key of the other
+// backend, a malformed value or one out of range. Does not check cross-option rules: call
+// ValidateOptions on the result (after setting capacity_bytes).
+AllocatorOptions ParseAllocConf(std::string_view conf, Backend backend,
+                                std::string_view what = "--alloc-conf",
+                                AllocatorOptions base = {});
+
+// Checks the ranges and the cross-option rules of design.md "Allocator traces": max_split_size
+// > 20 MiB, garbage_collection_threshold in [0, 1) (0 = off), memory_fraction in [0, 1] and only
+// with a capacity, base_addr_aligned_bytes in [0, 16 KiB], roundup_power2_divisions 0 or a power
+// of two; on NPU expandable_segments (default False there, so only ever set explicitly) together
+// with max_split_size or a GC threshold is rejected, as torch_npu's parseArgs does (spec §7.3).
+// Throws InputError naming `what`.
+void ValidateOptions(const AllocatorOptions& options, std::string_view what = "--alloc-conf");
+
+std::string_view BackendName(Backend backend);
 
 }  // namespace memsim::alloc

@@ -1,12 +1,126 @@
+// memsim check CONFIG... (design.md "Command line"; issue 6).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include <fmt/core.h>
+
 #include "cli/commands.h"
+#include "cli/common.h"
+#include "config/load.h"
 #include "core/error.h"
+#include "engine/stages.h"
+#include "report/check.h"
+#include "report/format.h"
+#include "report/run_report.h"
 
 namespace memsim::cli {
+namespace {
 
-// STUB: not implemented yet.
+namespace fs = std::filesystem;
+
+struct CheckArgs {
+  std::vector<std::string> configs;
+  std::string capacity;
+  std::string margin = "5";
+  std::string baseline;
+  std::string tolerance = "1";
+  bool update_baseline = false;
+  std::string junit_path;
+  std::string json_path;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("{}: cannot read the baseline file", path));
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The baseline file of `config`: --baseline FILE itself, or DIR/<config stem>.json.
+std::string BaselinePath(const std::string& baseline, const std::string& config) {
+  if (baseline.empty()) return "";
+  if (fs::is_directory(baseline) || baseline.back() == '/') {
+    return (fs::path(baseline) / (fs::path(config).stem().string() + ".json")).string();
+  }
+  return baseline;
+}
+
+int Check(const CheckArgs& a) {
+  report::CheckOptions options;
+  std::optional<Bytes> capacity;
+  if (!a.capacity.empty()) capacity = ParseSizeArg(a.capacity, "--capacity");
+  options.usable_memory_bytes = capacity;
+  options.margin_pct = ParsePercentArg(a.margin, "--margin");
+  options.tolerance_pct = ParsePercentArg(a.tolerance, "--tolerance");
+  const bool baseline_is_dir = !a.baseline.empty() && (fs::is_directory(a.baseline) || a.baseline.back() == '/');
+  if (!a.baseline.empty() && !baseline_is_dir && a.configs.size() > 1) {
+    throw InputError(fmt::format("--baseline {}: with several configs, name a directory of "
+                                 "<config stem>.json reports", a.baseline));
+  }
+  if (a.update_baseline && a.baseline.empty()) {
+    throw InputError("--update-baseline: needs --baseline FILE|DIR to write to");
+  }
+
+  std::vector<report::StageVerdict> verdicts;
+  std::vector<report::CheckError> errors;
+  std::vector<std::pair<std::string, std::string>> to_write;  // baseline path, report
+  for (const std::string& config_path : a.configs) {
+    try {
+      config::LoadOptions load;
+      load.use_embedded_default = false;
+      load.capacity_bytes = capacity;
+      const config::Setup setup = config::LoadSetup(config_path, load);
+      engine::RunOptions run_options;
+      run_options.usable_memory_bytes = capacity;
+      run_options.keep_timeline = false;
+      const engine::RunResult run = engine::RunAllStages(setup, run_options);
+      const std::string baseline_path = BaselinePath(a.baseline, config_path);
+      std::vector<report::BaselineStage> baseline;
+      const bool have_baseline = !baseline_path.empty() && !a.update_baseline && fs::exists(baseline_path);
+      if (!baseline_path.empty() && !a.update_baseline && !have_baseline && !baseline_is_dir) {
+        throw InputError(fmt::format("--baseline {}: no such file", baseline_path));
+      }
+      if (have_baseline) baseline = report::ParseBaseline(baseline_path, ReadFile(baseline_path));
+      auto v = report::CheckStages(config_path, run, setup, options, have_baseline ? &baseline : nullptr);
+      verdicts.insert(verdicts.end(), v.begin(), v.end());
+      if (a.update_baseline) to_write.emplace_back(baseline_path, report::RunReportJson(run, setup));
+    } catch (const InputError& e) {
+      errors.push_back({config_path, e.what()});
+    }
+  }
+  for (const auto& [path, text] : to_write) {
+    if (baseline_is_dir) fs::create_directories(a.baseline);
+    report::WriteFileAtomically(path, text);
+  }
+  if (!a.json_path.empty()) report::WriteFileAtomically(a.json_path, report::CheckJson(verdicts, errors));
+  if (!a.junit_path.empty()) report::WriteFileAtomically(a.junit_path, report::CheckJUnit(verdicts, errors));
+  std::fputs(report::FormatCheckText(verdicts, errors).c_str(), stdout);
+  for (const report::CheckError& e : errors) std::fprintf(stderr, "memsim check: %s\n", e.message.c_str());
+  if (!to_write.empty()) std::printf("wrote %zu baseline report(s)\n", to_write.size());
+  if (!errors.empty()) return 2;
+  for (const report::StageVerdict& v : verdicts) {
+    if (v.verdict != "ok") return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
 Action AddCheckCommand(CLI::App& sub) {
-  (void)sub;
-  return [] () -> int { throw UnsupportedError("this subcommand is not implemented yet"); };
+  auto a = std::make_shared<CheckArgs>();
+  sub.add_option("configs", a->configs, "training configs to check")->required();
+  sub.add_option("--capacity", a->capacity, "usable device memory, e.g. 60GiB (replaces the presets')");
+  sub.add_option("--margin", a->margin, "required headroom, percent of usable memory (default 5)");
+  sub.add_option("--baseline", a->baseline, "a previous `run --json` report, or a directory of <stem>.json");
+  sub.add_option("--tolerance", a->tolerance, "allowed growth over the baseline, percent (default 1)");
+  sub.add_flag("--update-baseline", a->update_baseline, "write the new reports as the baseline");
+  sub.add_option("--junit", a->junit_path, "write JUnit XML to FILE");
+  sub.add_option("--json", a->json_path, "write the verdicts as JSON to FILE");
+  return [a] { return Check(*a); };
 }
 
 }  // namespace memsim::cli

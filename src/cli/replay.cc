@@ -1,12 +1,162 @@
+// `memsim replay TRACE`: replays an allocator trace (CSV or PyTorch snapshot JSON) through the
+// caching-allocator model and prints the final and peak stats (design.md "Allocator traces").
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <fmt/core.h>
+
+#include "alloc/allocator.h"
+#include "alloc/stats.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/size.h"
+#include "replay/trace.h"
 
 namespace memsim::cli {
+namespace {
 
-// STUB: not implemented yet.
+struct ReplayArgs {
+  std::string trace;
+  std::string backend = "cuda";
+  std::string capacity;
+  std::string alloc_conf;
+  int device_index = 0;
+  std::string json;
+  std::string csv;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw InputError(fmt::format("cannot read trace '{}': {}", path, std::strerror(errno)));
+  }
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// Writes to a temporary name, then renames, so nothing is left half-written.
+void WriteFileAtomically(const std::string& path, const std::string& content) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << content;
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      throw InputError(fmt::format("cannot write '{}'", path));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw InputError(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
+  }
+}
+
+std::int64_t StatValue(const alloc::StatInfo& s, const alloc::AllocatorStats& stats, bool peak) {
+  if (s.kind == alloc::StatKind::kCounter) return stats.*(s.counter);
+  const alloc::Gauge& g = stats.*(s.gauge);
+  return peak ? g.peak : g.current;
+}
+
+std::string JsonStats(const alloc::AllocatorStats& stats, bool peak) {
+  std::string out = "{";
+  bool first = true;
+  for (const alloc::StatInfo& s : alloc::kStatTable) {
+    if (!s.in_replay_json) continue;
+    out += fmt::format("{}\"{}\": {}", first ? "" : ", ", s.name, StatValue(s, stats, peak));
+    first = false;
+  }
+  return out + "}";
+}
+
+int RunReplay(const ReplayArgs& args) {
+  const alloc::Backend backend =
+      args.backend == "npu" ? alloc::Backend::kNpu : alloc::Backend::kCuda;
+  alloc::AllocatorOptions options = alloc::ParseAllocConf(args.alloc_conf, backend);
+  if (!args.capacity.empty()) options.capacity_bytes = ParseSize(args.capacity, "--capacity");
+  alloc::ValidateOptions(options);
+  if (args.device_index < 0) throw InputError("--device-index must be >= 0");
+  const std::string text = ReadFile(args.trace);
+  const replay::Trace trace = replay::ParseTrace(text, args.trace, args.device_index);
+  auto allocator = alloc::NewCachingAllocator(options);
+  const replay::ReplayResult result = replay::Replay(trace, *allocator, !args.csv.empty());
+  const alloc::AllocatorStats& stats = result.stats;
+
+  std::string out = fmt::format("memsim replay: {} operations from {} ({} backend)\n",
+                                result.operations, args.trace, alloc::BackendName(backend));
+  out += fmt::format("{:<22} {:>16} {:>16}\n", "stat", "final", "peak");
+  for (const alloc::StatInfo& s : alloc::kStatTable) {
+    if (s.kind == alloc::StatKind::kGauge) {
+      out += fmt::format("{:<22} {:>16} {:>16}\n", s.name, StatValue(s, stats, false),
+                         StatValue(s, stats, true));
+    } else {
+      out += fmt::format("{:<22} {:>16}\n", s.name, StatValue(s, stats, false));
+    }
+  }
+  std::string fidelity_json;
+  if (trace.snapshot) {
+    const auto& f = *trace.snapshot;
+    const bool match = f.segment_allocs == stats.num_device_alloc &&
+                       f.reserved_end_bytes == stats.reserved_bytes.current;
+    out += fmt::format(
+        "fidelity: segment allocations (segment_alloc + segment_map) snapshot {} replay {}; "
+        "reserved at end snapshot {} replay {}; {}; {} of {} entries skipped (block never seen "
+        "allocated)\n",
+        f.segment_allocs, stats.num_device_alloc, f.reserved_end_bytes,
+        stats.reserved_bytes.current, match ? "match" : "MISMATCH", f.skipped, f.entries);
+    fidelity_json = fmt::format(
+        ", \"fidelity\": {{\"snapshot_segment_allocs\": {}, \"replay_segment_allocs\": {}, "
+        "\"snapshot_segment_frees\": {}, \"replay_segment_frees\": {}, "
+        "\"snapshot_reserved_end_bytes\": {}, \"replay_reserved_end_bytes\": {}, "
+        "\"skipped_entries\": {}, \"match\": {}}}",
+        f.segment_allocs, stats.num_device_alloc, f.segment_frees, stats.num_device_free,
+        f.reserved_end_bytes, stats.reserved_bytes.current, f.skipped, match ? "true" : "false");
+  }
+  if (!args.json.empty()) {
+    WriteFileAtomically(
+        args.json,
+        fmt::format("{{\"schema_version\": 1, \"memsim_version\": \"{}\", \"backend\": \"{}\", "
+                    "\"operations\": {}, \"final\": {}, \"peak\": {}{}}}\n",
+                    MEMSIM_VERSION, alloc::BackendName(backend), result.operations,
+                    JsonStats(stats, false), JsonStats(stats, true), fidelity_json));
+  }
+  if (!args.csv.empty()) {
+    std::string csv = "op_index,op,allocated_bytes,reserved_bytes,active_bytes\n";
+    csv.reserve(result.rows.size() * 40 + csv.size());
+    for (std::size_t i = 0; i < result.rows.size(); ++i) {
+      const replay::ReplayRow& r = result.rows[i];
+      csv += fmt::format("{},{},{},{},{}\n", i + 1, replay::TraceOpName(r.op), r.allocated_bytes,
+                         r.reserved_bytes, r.active_bytes);
+    }
+    WriteFileAtomically(args.csv, csv);
+  }
+  std::fputs(out.c_str(), stdout);
+  return 0;
+}
+
+}  // namespace
+
 Action AddReplayCommand(CLI::App& sub) {
-  (void)sub;
-  return [] () -> int { throw UnsupportedError("this subcommand is not implemented yet"); };
+  auto args = std::make_shared<ReplayArgs>();
+  sub.add_option("TRACE", args->trace, "allocator trace: CSV op,id,bytes,stream or a PyTorch "
+                                       "memory snapshot (JSON)")
+      ->required();
+  sub.add_option("--backend", args->backend, "allocator flavour: cuda (default) or npu")
+      ->check(CLI::IsMember({"cuda", "npu"}));
+  sub.add_option("--capacity", args->capacity,
+                 "device capacity for the allocator, e.g. 80GiB (default: unbounded)");
+  sub.add_option("--alloc-conf", args->alloc_conf,
+                 "allocator options in PYTORCH_CUDA_ALLOC_CONF syntax, \"k:v,...\"");
+  sub.add_option("--device-index", args->device_index,
+                 "device whose device_traces a snapshot replays (default 0)");
+  sub.add_option("--json", args->json, "write the final and peak stats as JSON");
+  sub.add_option("--csv", args->csv, "write a timeline, one row per operation");
+  return [args]() -> int { return RunReplay(*args); };
 }
 
 }  // namespace memsim::cli

@@ -1,12 +1,97 @@
+// memsim run [CONFIG] ... (design.md "Command line").
+#include <cstdlib>
+#include <cstdio>
+#include <memory>
+
+#include <fmt/core.h>
+
 #include "cli/commands.h"
-#include "core/error.h"
+#include "cli/common.h"
+#include "config/load.h"
+#include "engine/stages.h"
+#include "report/chart.h"
+#include "report/format.h"
+#include "report/run_report.h"
 
 namespace memsim::cli {
+namespace {
 
-// STUB: not implemented yet.
+struct RunArgs {
+  std::string config;
+  std::string model;
+  std::string device;
+  int iterations = 0;
+  std::vector<std::string> sets;
+  int pipeline_rank = -1;
+  std::string capacity;
+  std::string json_path;
+  std::string csv_path;
+  bool no_chart = false;
+  bool megatron_report = false;
+  bool verbose = false;
+  int width = 0;
+};
+
+int Run(const RunArgs& a) {
+  config::LoadOptions load;
+  load.model_path = a.model;
+  load.device = a.device;
+  load.overrides = a.sets;
+  if (a.iterations > 0) load.overrides.push_back(fmt::format("training.train_iters={}", a.iterations));
+  std::optional<Bytes> capacity;
+  if (!a.capacity.empty()) capacity = ParseSizeArg(a.capacity, "--capacity");
+  load.capacity_bytes = capacity;
+  const config::Setup setup = config::LoadSetup(a.config, load);
+
+  engine::RunOptions options;
+  options.usable_memory_bytes = capacity;
+  options.pipeline_rank = CheckPipelineRank(a.pipeline_rank, setup);
+  options.keep_timeline = !a.no_chart || !a.csv_path.empty();
+  const engine::RunResult run = engine::RunAllStages(setup, options);
+
+  const int width = TerminalWidth(a.width);
+  std::string out = report::FormatRunHeader(run, setup);
+  if (a.verbose) out += FormatVerboseNotes(setup);
+  out += "\n";
+  const std::string oom = report::FormatOom(run);
+  if (!oom.empty()) out += oom + "\n";
+  out += report::FormatIterationTable(run, width);
+  if (!a.no_chart) {
+    report::ChartOptions chart;
+    chart.width = width;
+    chart.height = width >= 120 ? 16 : 12;
+    chart.title = fmt::format("\nmemory of pipeline stage {} over init and {} iterations (GiB)",
+                              run.Reported().pipeline_rank, setup.training.train_iters);
+    out += report::FormatChart(run.timeline, chart);
+  }
+  if (a.megatron_report) out += "\n" + report::FormatMegatronLines(run, setup);
+  // Files first, so a failed write (exit 2) leaves no partial report on stdout either.
+  if (!a.json_path.empty()) report::WriteFileAtomically(a.json_path, report::RunReportJson(run, setup));
+  if (!a.csv_path.empty()) report::WriteFileAtomically(a.csv_path, report::TimelineCsv(run.timeline));
+  std::fputs(out.c_str(), stdout);
+  return 0;
+}
+
+}  // namespace
+
 Action AddRunCommand(CLI::App& sub) {
-  (void)sub;
-  return [] () -> int { throw UnsupportedError("this subcommand is not implemented yet"); };
+  auto a = std::make_shared<RunArgs>();
+  sub.add_option("config", a->config, "training config (JSON); the embedded default if omitted");
+  sub.add_option("--model", a->model, "model file (Hugging Face config.json form), replaces the config's");
+  sub.add_option("--device", a->device, "device preset name or preset file");
+  sub.add_option("--iterations", a->iterations, "training iterations to simulate (train_iters)")
+      ->check(CLI::PositiveNumber);
+  sub.add_option("--set", a->sets, "override KEY=VALUE (training.<key> or allocator.<key>)");
+  sub.add_option("--pipeline-rank", a->pipeline_rank, "report this pipeline stage (default: the worst)");
+  sub.add_option("--capacity", a->capacity, "usable device memory, e.g. 60GiB (replaces the preset's)");
+  sub.add_option("--json", a->json_path, "write the JSON report (schema 1) to FILE");
+  sub.add_option("--csv", a->csv_path, "write the timeline as CSV to FILE");
+  sub.add_flag("--no-chart", a->no_chart, "do not print the terminal chart");
+  sub.add_flag("--megatron-report", a->megatron_report,
+               "print Megatron's report_memory line after each iteration");
+  sub.add_flag("--verbose", a->verbose, "list ignored keys and defaults taken");
+  sub.add_option("--width", a->width, "terminal width for the table and chart (default $COLUMNS or 80)");
+  return [a] { return Run(*a); };
 }
 
 }  // namespace memsim::cli

@@ -1,12 +1,13 @@
 // Setup: the validated, resolved input of one simulation -- model architecture (Hugging Face
 // config.json semantics, Megatron overrides applied), training settings (Megatron-LM argument
-// names), device preset and allocator options. Produced once by config::Load (config/load.h);
+// names), device preset and allocator options. Produced once by config::LoadSetup (config/load.h);
 // every other module reads these plain structs and never sees JSON. Sizes in bytes.
 #pragma once
 
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "alloc/allocator.h"
 #include "core/units.h"
@@ -34,17 +35,24 @@ struct ModelConfig {
   int vocab_size = 0;                 // unpadded
   int max_position_embeddings = 0;
   bool tie_word_embeddings = false;
-  bool gated_mlp = true;              // hidden_act silu/swiglu => gated (HF semantics)
+  // Gated MLP (gate_proj; SwiGLU with silu): as the model_type's modeling code -- always for
+  // llama/mistral/qwen2/qwen3 (whose hidden_act is silu), never for gpt2 -- or Megatron `swiglu`.
+  bool gated_mlp = true;
   std::string hidden_act = "silu";
   Normalization normalization = Normalization::kRMSNorm;
   bool add_bias_linear = false;       // biases on all linear layers (GPT-style)
-  bool add_qkv_bias = false;          // bias on QKV only (Qwen2 attention_bias)
+  // Bias on the QKV projection only (Qwen2, hard-coded; Megatron add_qkv_bias). HF llama/qwen3
+  // `attention_bias` also maps here; its o_proj bias (hidden_size values a layer) is not kept.
+  bool add_qkv_bias = false;
   bool qk_layernorm = false;
   PositionEmbedding position_embedding_type = PositionEmbedding::kRope;
   double hidden_dropout = 0.0;
   double attention_dropout = 0.0;
   int num_experts = 0;                // 0 or 1 = dense
   int make_vocab_size_divisible_by = 128;
+  // vocab_size rounded up to a multiple of make_vocab_size_divisible_by × TP, as Megatron's
+  // _vocab_size_with_padding (megatron/training/tokenizer/tokenizer.py). Filled by LoadSetup.
+  int padded_vocab_size = 0;
   bool operator==(const ModelConfig&) const = default;
 };
 
@@ -73,10 +81,15 @@ struct TrainingConfig {
   RecomputeGranularity recompute_granularity = RecomputeGranularity::kNone;
   RecomputeMethod recompute_method = RecomputeMethod::kUniform;
   int recompute_num_layers = 1;
+  // Megatron --recompute-modules (selective recompute); Megatron's default is {"core_attn"}.
+  std::vector<std::string> recompute_modules = {"core_attn"};
   bool use_flash_attn = false;
   std::string transformer_impl = "transformer_engine";
   int train_iters = 4;
   int empty_unused_memory_level = 0;
+  // Derived by LoadSetup: global_batch_size / (micro_batch_size × data_parallel_size), the m of
+  // reference/workload.md (Megatron get_num_microbatches()).
+  int num_micro_batches = 1;
   bool operator==(const TrainingConfig&) const = default;
 };
 
@@ -105,6 +118,10 @@ struct Setup {
   TrainingConfig training;
   DevicePreset device;
   alloc::AllocatorOptions allocator;  // backend and capacity filled from the device
+  std::string device_path;  // where the preset came from: "<embedded>/configs/devices/X.json" or a file
+  // What LoadSetup ignored or defaulted, one line each, for --verbose (unused model-file keys,
+  // defaults taken, settings Megatron would change with a warning).
+  std::vector<std::string> notes;
   bool operator==(const Setup&) const = default;
 };
 

@@ -1,0 +1,171 @@
+// Internal to src/alloc/: the data structures of the caching-allocator model, shared by the
+// files that implement its mechanisms (caching_allocator.cc: malloc/free/pools/events/OOM/GC;
+// expandable.cc: expandable segments; invariants.cc: CheckInvariants). Other modules use
+// allocator.h only.
+//
+// Glossary (docs/glossary.md): a *segment* is one device allocation (cudaMalloc), or for
+// expandable segments one reserved virtual range mapped page by page; a *block* is a contiguous
+// piece of a segment, allocated, pending (freed by the caller, waiting for stream events) or
+// free; a free mapped block sits in its *pool* (small or large), ordered by (stream, size,
+// address) as BlockComparatorSize in PyTorch's CUDACachingAllocator.cpp.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "alloc/allocator.h"
+#include "alloc/rounding.h"
+
+namespace memsim::alloc::internal {
+
+using BlockIndex = std::int32_t;
+inline constexpr BlockIndex kNoBlock = -1;
+inline constexpr Bytes kUnlimited = INT64_MAX;  // max_split_size default (SIZE_MAX)
+
+enum PoolId : std::uint8_t { kSmallPool = 0, kLargePool = 1 };
+
+// S1 `struct Block`. Invariant: blocks of one segment tile it in address order via prev/next.
+struct Block {
+  Bytes size_bytes = 0;
+  Bytes addr = 0;
+  Bytes requested_bytes = 0;  // the caller's un-rounded size while allocated or pending
+  BlockIndex prev = kNoBlock;
+  BlockIndex next = kNoBlock;
+  StreamId stream = 0;
+  std::int32_t segment = -1;
+  std::int32_t event_count = 0;  // > 0 iff pending (freed, stream events outstanding)
+  std::uint64_t gc_count_base = 0;
+  std::uint8_t pool = kSmallPool;
+  bool allocated = false;
+  bool mapped = true;
+  bool expandable = false;
+  bool live = false;                  // slot in use
+  std::vector<StreamId> stream_uses;  // record_stream targets, sorted, unique
+  bool IsSplit() const { return prev != kNoBlock || next != kNoBlock; }
+};
+
+struct FreeKey {
+  StreamId stream;
+  Bytes size_bytes;
+  Bytes addr;
+  BlockIndex block;
+  auto operator<=>(const FreeKey&) const = default;
+};
+
+struct UnmappedKey {
+  StreamId stream;
+  Bytes addr;
+  BlockIndex block;
+  auto operator<=>(const UnmappedKey&) const = default;
+};
+
+// S1 `BlockPool`.
+struct Pool {
+  std::set<FreeKey> blocks;         // free, mapped blocks
+  std::set<UnmappedKey> unmapped;   // unmapped ranges of expandable segments
+  std::uint64_t get_free_blocks_call_count = 0;  // GC age clock
+};
+
+struct Segment {
+  Bytes base = 0;
+  Bytes size_bytes = 0;  // device allocation size, or the virtual range of an expandable one
+  Bytes page_bytes = 0;  // expandable only
+  StreamId stream = 0;
+  std::uint8_t pool = kSmallPool;
+  bool expandable = false;
+  bool live = false;
+};
+
+// One recorded stream event (insert_events): done once its stream's done_seq passes seq.
+struct StreamEvents {
+  struct Event {
+    std::uint64_t seq;
+    BlockIndex block;
+  };
+  std::vector<Event> queue;  // FIFO from `head`
+  std::size_t head = 0;
+  std::uint64_t done_seq = 0;  // events with seq < done_seq have completed
+};
+
+class CachingAllocator final : public Allocator {
+ public:
+  explicit CachingAllocator(const AllocatorOptions& options);
+
+  std::optional<BlockHandle> Malloc(Bytes size_bytes, StreamId stream) override;
+  void Free(BlockHandle block) override;
+  void RecordStream(BlockHandle block, StreamId stream) override;
+  void CompleteStream(StreamId stream) override;
+  void EmptyCache() override;
+  void SetCapacity(std::optional<Bytes> capacity_bytes) override;
+  void ResetPeakStats() override;
+  const AllocatorStats& Stats() const override { return stats_; }
+  std::string CheckInvariants() const override;
+
+ private:
+  struct AllocParams {
+    StreamId stream = 0;
+    Bytes size_bytes = 0;   // rounded
+    Bytes alloc_bytes = 0;  // get_allocation_size
+    std::uint8_t pool = kSmallPool;
+    BlockIndex block = kNoBlock;
+  };
+
+  // caching_allocator.cc
+  bool GetFreeBlock(AllocParams& p);
+  bool AllocBlock(AllocParams& p, bool is_retry);
+  bool ReleaseAvailableCachedBlocks(const AllocParams& p);
+  void ReleaseCachedBlocks();
+  void GarbageCollectCachedBlocks();
+  bool ShouldSplit(BlockIndex b, Bytes size_bytes) const;
+  BlockHandle AllocFoundBlock(const AllocParams& p, Bytes request_bytes, bool split);
+  void FreeBlock(BlockIndex b);
+  Bytes TryMergeBlocks(BlockIndex dst, BlockIndex src);
+  void ProcessEvents();
+  void SynchronizeAndFreeEvents();
+  void ReleaseBlocks(std::uint8_t pool);
+  void ReleaseBlock(BlockIndex b);
+  void InsertIntoPool(BlockIndex b);
+  void EraseFromPool(BlockIndex b);
+  BlockIndex NewBlock();
+  void DeleteBlock(BlockIndex b);
+  std::int32_t NewSegment(Bytes size_bytes, StreamId stream, std::uint8_t pool, bool expandable,
+                          Bytes page_bytes);
+  bool CapacityAllows(Bytes device_bytes) const;
+  bool GcEnabled() const;
+  Bytes AllowedMemoryMaximum() const;
+  Bytes MaxSplit() const { return max_split_bytes_; }
+  bool IsNpu() const { return options_.backend == Backend::kNpu; }
+
+  // expandable.cc
+  BlockIndex TryAllocateExpandableBlock(const AllocParams& p);
+  BlockIndex FindExpandableBlock(const AllocParams& p);
+  bool MapBlock(BlockIndex b, Bytes size_bytes);
+  void UnmapBlock(BlockIndex b);
+  void ReleaseExpandableSegment(BlockIndex b);
+  void NpuAlignBlock(AllocParams& p);
+
+  AllocatorOptions options_;
+  Bytes max_split_bytes_ = kUnlimited;
+  AllocatorStats stats_;
+  Pool pools_[2];
+  std::vector<Block> blocks_;
+  std::vector<BlockIndex> free_slots_;
+  std::vector<Segment> segments_;
+  Bytes next_segment_addr_ = Bytes{1} << 40;  // spec §13.2: each segment above the previous
+  std::map<StreamId, StreamEvents> events_;   // ascending stream id (spec §13.3)
+  std::uint64_t next_event_seq_ = 0;
+  std::int64_t pending_events_ = 0;
+  bool events_may_have_completed_ = false;
+  std::vector<BlockIndex> handle_to_block_;  // index = handle - 1; kNoBlock once freed
+};
+
+inline void Increase(Gauge& g, Bytes v) {
+  g.current += v;
+  if (g.current > g.peak) g.peak = g.current;
+}
+inline void Decrease(Gauge& g, Bytes v) { g.current -= v; }
+
+}  // namespace memsim::alloc::internal

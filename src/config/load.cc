@@ -1,0 +1,676 @@
+// LoadSetup: the training config (Megatron-LM argument names) plus model file plus device preset
+// -> Setup. See load.h and docs/config.md.
+#include "config/load.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/core.h>
+
+#include "config/embedded.h"
+#include "config/parts.h"
+#include "config/reader.h"
+#include "core/error.h"
+
+namespace memsim::config {
+namespace {
+
+using internal::Child;
+using internal::Describe;
+using internal::Fail;
+using internal::Json;
+using internal::ObjectReader;
+using internal::Source;
+
+namespace fs = std::filesystem;
+
+// A text and how to name it: a disk path, or "<embedded>/<relative path>".
+struct Document {
+  std::string label;  // shown in messages and kept in Setup
+  std::string text;
+  bool embedded = false;
+  std::string embedded_path;  // relative path within the embedded set
+};
+
+bool ReadFile(const std::string& path, std::string* text) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return false;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  *text = ss.str();
+  return !in.bad();
+}
+
+std::string Normal(const fs::path& p) { return p.lexically_normal().generic_string(); }
+
+std::optional<Document> FindEmbeddedDocument(const std::string& relative) {
+  const std::string normal = Normal(fs::path(relative));
+  const std::string_view* text = FindEmbedded(normal);
+  if (text == nullptr) return std::nullopt;
+  return Document{std::string(kEmbeddedPrefix) + normal, std::string(*text), true, normal};
+}
+
+// Resolves `ref` (a path as written in `from`) relative to the document `from`.
+// Returns the label used in messages and, when found, the document.
+std::optional<Document> Resolve(const Document& from, const std::string& ref, std::string* label) {
+  if (from.embedded) {
+    const fs::path rel = fs::path(from.embedded_path).parent_path() / ref;
+    *label = std::string(kEmbeddedPrefix) + Normal(rel);
+    return FindEmbeddedDocument(Normal(rel));
+  }
+  fs::path p(ref);
+  if (p.is_relative()) p = fs::path(from.label).parent_path() / p;
+  *label = Normal(p);
+  Document d{*label, "", false, ""};
+  if (!ReadFile(*label, &d.text)) return std::nullopt;
+  return d;
+}
+
+bool LooksLikePath(const std::string& s) {
+  return s.find('/') != std::string::npos || (s.size() > 5 && s.ends_with(".json"));
+}
+
+// --set KEY=VALUE -> (pointer, value).
+void ApplyOverride(const std::string& text, Json* root, Source* source) {
+  const size_t eq = text.find('=');
+  const std::string label = "--set " + text;
+  if (eq == std::string::npos || eq == 0) {
+    throw InputError(fmt::format("{}: expected KEY=VALUE, e.g. training.micro_batch_size=2", label));
+  }
+  const std::string key = text.substr(0, eq);
+  const std::string raw = text.substr(eq + 1);
+  const size_t dot = key.find('.');
+  const std::string section = dot == std::string::npos ? key : key.substr(0, dot);
+  if (dot == std::string::npos || (section != "training" && section != "allocator") ||
+      dot + 1 == key.size()) {
+    throw InputError(fmt::format("{}: expected a key training.<name> or allocator.<name>", label));
+  }
+  const std::string name = key.substr(dot + 1);
+  Json value;
+  if (raw == "True" || raw == "False") {
+    value = raw == "True";
+  } else {
+    try {
+      value = Json::parse(raw);
+    } catch (const Json::exception&) {
+      value = raw;  // a bare word: a string
+    }
+  }
+  Json& sec = (*root)[section];
+  if (sec.is_null()) sec = Json::object();
+  if (!sec.is_object()) {
+    throw InputError(fmt::format("{}: {}: /{} is not an object", label, source->file, section));
+  }
+  sec[name] = value;
+  source->set_labels[Child("/" + section, name)] = label;
+}
+
+DevicePreset ReadDevice(const Document& doc) {
+  Source s{doc.label, {}};
+  return internal::ReadDevicePreset(s, internal::ParseJson(doc.text, doc.label));
+}
+
+std::string KnownDevices() {
+  std::string out;
+  for (const std::string& n : EmbeddedDeviceNames()) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// A device by preset name (embedded) or path; `location` names where the reference was written.
+DevicePreset LoadDevice(const std::string& ref, const std::string& location, const Document* from,
+                        std::string* device_path) {
+  if (ref.empty()) Fail(location, "expected a device preset name or a path to a preset file");
+  if (LooksLikePath(ref)) {
+    std::optional<Document> doc;
+    std::string label;
+    if (from != nullptr) {
+      doc = Resolve(*from, ref, &label);
+    } else {
+      label = Normal(fs::path(ref));
+      Document d{label, "", false, ""};
+      if (ReadFile(label, &d.text)) doc = d;
+    }
+    if (!doc) Fail(location, fmt::format("cannot read device preset file '{}'", label));
+    *device_path = doc->label;
+    return ReadDevice(*doc);
+  }
+  std::optional<Document> doc = FindEmbeddedDocument("configs/devices/" + ref + ".json");
+  if (!doc) {
+    std::string message = fmt::format("unknown device preset '{}'", ref);
+    const std::string guess = ClosestMatch(ref, EmbeddedDeviceNames());
+    if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
+    message += fmt::format("; known presets: {}; or give a path to a preset file", KnownDevices());
+    Fail(location, message);
+  }
+  *device_path = doc->label;
+  return ReadDevice(*doc);
+}
+
+std::vector<std::string> EmbeddedModelNames() {
+  std::vector<std::string> out;
+  constexpr std::string_view kDir = "models/";
+  for (const EmbeddedFile& f : EmbeddedFiles()) {
+    if (f.path.starts_with(kDir) && f.path.ends_with(".json")) {
+      out.emplace_back(f.path.substr(kDir.size(), f.path.size() - kDir.size() - 5));
+    }
+  }
+  return out;
+}
+
+// A model by shipped name ("llama2-7b", embedded models/NAME.json) or path (relative to `from`,
+// or to the working directory when `from` is null).
+Document LoadModelDocument(const std::string& ref, const std::string& location, const Document* from) {
+  if (ref.empty()) Fail(location, "expected a path to a model file or a shipped model name");
+  if (!LooksLikePath(ref)) {
+    std::optional<Document> doc = FindEmbeddedDocument("models/" + ref + ".json");
+    if (doc) return *doc;
+    std::string known;
+    for (const std::string& n : EmbeddedModelNames()) known += (known.empty() ? "" : ", ") + n;
+    std::string message = fmt::format("unknown model '{}'", ref);
+    const std::string guess = ClosestMatch(ref, EmbeddedModelNames());
+    if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
+    message += fmt::format("; shipped models: {}; or give a path to a model file", known);
+    Fail(location, message);
+  }
+  std::string label;
+  std::optional<Document> doc;
+  if (from != nullptr) {
+    doc = Resolve(*from, ref, &label);
+  } else {
+    label = Normal(fs::path(ref));
+    Document d{label, "", false, ""};
+    if (ReadFile(label, &d.text)) doc = d;
+  }
+  if (!doc) Fail(location, fmt::format("cannot read model file '{}'", label));
+  return *doc;
+}
+
+// Keys of the training block, in groups (docs/config.md).
+const std::vector<std::string> kTrainingKeys = {
+    "framework", "seq_length", "micro_batch_size", "global_batch_size",
+    "tensor_model_parallel_size", "pipeline_model_parallel_size", "data_parallel_size",
+    "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size",
+    "num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
+    "sequence_parallel", "precision", "fp16", "bf16", "accumulate_allreduce_grads_in_fp32",
+    "optimizer", "optimizer_impl", "weight_decay", "sgd_momentum", "use_distributed_optimizer",
+    "overlap_grad_reduce", "overlap_param_gather", "recompute_granularity", "recompute_method",
+    "recompute_num_layers", "recompute_modules", "use_flash_attn", "transformer_impl",
+    "train_iters", "empty_unused_memory_level", "gradient_accumulation_steps",
+    // recognised; unsupported when set to what memsim does not model
+    "zero_stage", "use_megatron_fsdp", "data_parallel_sharding_strategy", "load", "no_load_optim",
+    "finetune", "enable_cuda_graph", "cuda_graph_impl", "fp8", "fp8_format",
+    // accepted; only meaningful for mixture-of-experts models (which are unsupported)
+    "moe_token_dispatcher_type", "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
+    "moe_grouped_gemm", "moe_enable_deepep", "moe_router_topk",
+    // accepted; no effect on memory
+    "ckpt_format", "save", "save_interval", "lr", "min_lr", "lr_decay_style", "lr_warmup_iters",
+    "clip_grad", "adam_beta1", "adam_beta2", "adam_eps", "init_method_std", "seed",
+    "log_interval", "eval_interval", "eval_iters", "tokenizer_type", "norm_epsilon",
+    "rotary_base", "attention_softmax_in_fp32"};
+
+const std::vector<std::string> kNoMemoryEffect = {
+    "ckpt_format", "save", "save_interval", "lr", "min_lr", "lr_decay_style", "lr_warmup_iters",
+    "clip_grad", "adam_beta1", "adam_beta2", "adam_eps", "init_method_std", "seed",
+    "log_interval", "eval_interval", "eval_iters", "tokenizer_type", "norm_epsilon",
+    "rotary_base", "attention_softmax_in_fp32"};
+const std::vector<std::string> kMoeOnly = {
+    "moe_token_dispatcher_type", "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
+    "moe_grouped_gemm", "moe_enable_deepep", "moe_router_topk"};
+
+// Reads the training keys that do not depend on the model. Unsupported features first, so that a
+// config for another stack reports "unsupported" rather than its first unknown key.
+void ReadUnsupported(ObjectReader& t) {
+  if (std::optional<std::string> fw = t.String("framework"); fw && *fw != "megatron") {
+    throw UnsupportedError(fmt::format("{}: framework '{}' (memsim models Megatron-LM only)",
+                                       t.At("framework"), *fw));
+  }
+  if (std::optional<bool> f = t.Bool("use_megatron_fsdp"); f.value_or(false)) {
+    throw UnsupportedError(fmt::format("{}: Megatron-FSDP", t.At("use_megatron_fsdp")));
+  }
+  if (std::optional<std::string> s = t.Choice(
+          "data_parallel_sharding_strategy", {"no_shard", "optim", "optim_grads", "optim_grads_params"});
+      s && *s != "no_shard") {
+    throw UnsupportedError(fmt::format("{}: Megatron-FSDP sharding '{}'",
+                                       t.At("data_parallel_sharding_strategy"), *s));
+  }
+  if (std::optional<int> z = t.IntInRange("zero_stage", 0, 3); z && *z >= 2) {
+    throw UnsupportedError(fmt::format("{}: ZeRO stage {} (memsim models ZeRO-1, Megatron's "
+                                       "distributed optimizer, only)",
+                                       t.At("zero_stage"), *z));
+  }
+  if (std::optional<int> ep = t.PositiveInt("expert_model_parallel_size"); ep && *ep > 1) {
+    throw UnsupportedError(fmt::format("{}: expert parallelism (mixture of experts)",
+                                       t.At("expert_model_parallel_size")));
+  }
+  if (std::optional<int> etp = t.PositiveInt("expert_tensor_parallel_size"); etp && *etp > 1) {
+    throw UnsupportedError(fmt::format("{}: expert tensor parallelism (mixture of experts)",
+                                       t.At("expert_tensor_parallel_size")));
+  }
+  if (std::optional<bool> g = t.Bool("enable_cuda_graph"); g.value_or(false)) {
+    throw UnsupportedError(fmt::format("{}: CUDA graphs", t.At("enable_cuda_graph")));
+  }
+  if (std::optional<std::string> g = t.String("cuda_graph_impl"); g && *g != "none") {
+    throw UnsupportedError(fmt::format("{}: CUDA graphs ('{}')", t.At("cuda_graph_impl"), *g));
+  }
+  for (const char* key : {"fp8", "fp8_format"}) {
+    if (const Json* v = t.Get(key); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
+      throw UnsupportedError(fmt::format("{}: FP8 training", t.At(key)));
+    }
+  }
+  std::optional<std::string> load = t.String("load");
+  const bool no_load_optim = t.Bool("no_load_optim").value_or(false);
+  const bool finetune = t.Bool("finetune").value_or(false);
+  if (load && !load->empty() && !no_load_optim && !finetune) {
+    throw UnsupportedError(fmt::format(
+        "{}: resuming from a checkpoint with optimizer state (set no_load_optim to load "
+        "weights only)",
+        t.At("load")));
+  }
+}
+
+TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes) {
+  TrainingConfig c;
+  c.framework = "megatron";
+  if (std::optional<int> v = t.PositiveInt("seq_length")) {
+    c.seq_length = *v;
+  } else {
+    Fail(t.At("seq_length"), "missing key, expected a positive integer (tokens per sample)");
+  }
+  c.micro_batch_size = t.PositiveInt("micro_batch_size").value_or(1);
+  c.tensor_model_parallel_size = t.PositiveInt("tensor_model_parallel_size").value_or(1);
+  c.pipeline_model_parallel_size = t.PositiveInt("pipeline_model_parallel_size").value_or(1);
+  c.data_parallel_size = t.PositiveInt("data_parallel_size").value_or(1);
+  c.context_parallel_size = t.PositiveInt("context_parallel_size").value_or(1);
+  c.expert_model_parallel_size = 1;
+  if (std::optional<int> g = t.PositiveInt("global_batch_size")) {
+    c.global_batch_size = *g;
+  } else {
+    // Megatron arguments.py: global_batch_size defaults to micro_batch_size × DP.
+    c.global_batch_size = c.micro_batch_size * c.data_parallel_size;
+    notes->push_back(fmt::format("{}: absent, micro_batch_size × data_parallel_size = {} taken "
+                                 "(Megatron's default)",
+                                 t.At("global_batch_size"), c.global_batch_size));
+  }
+  std::optional<int> vpp = t.PositiveInt("num_layers_per_virtual_pipeline_stage");
+  std::optional<int> vstages = t.PositiveInt("num_virtual_stages_per_pipeline_rank");
+  if (vpp && vstages) {
+    Fail(t.At("num_virtual_stages_per_pipeline_rank"),
+         "give num_layers_per_virtual_pipeline_stage or num_virtual_stages_per_pipeline_rank, not both");
+  }
+  c.num_layers_per_virtual_pipeline_stage = vpp.value_or(0);
+  c.sequence_parallel = t.Bool("sequence_parallel").value_or(false);
+
+  // precision, and Megatron's --fp16 / --bf16 flags, which must agree with it.
+  std::optional<std::string> precision = t.Choice("precision", {"fp32", "fp16", "bf16"});
+  std::optional<bool> fp16 = t.Bool("fp16");
+  std::optional<bool> bf16 = t.Bool("bf16");
+  if (fp16.value_or(false) && bf16.value_or(false)) Fail(t.At("bf16"), "fp16 and bf16 are both true");
+  std::string from_flags = fp16.value_or(false) ? "fp16" : bf16.value_or(false) ? "bf16" : "";
+  if (precision && !from_flags.empty() && *precision != from_flags) {
+    Fail(t.At(from_flags), fmt::format("true disagrees with precision \"{}\"", *precision));
+  }
+  if (precision && *precision != "fp16" && fp16.has_value() && *fp16) {
+    Fail(t.At("fp16"), fmt::format("true disagrees with precision \"{}\"", *precision));
+  }
+  const std::string p = precision ? *precision : !from_flags.empty() ? from_flags : "bf16";
+  c.precision = p == "fp32" ? Precision::kFp32 : p == "fp16" ? Precision::kFp16 : Precision::kBf16;
+  c.accumulate_allreduce_grads_in_fp32 = t.Bool("accumulate_allreduce_grads_in_fp32").value_or(false);
+  if (c.precision == Precision::kBf16 && !c.accumulate_allreduce_grads_in_fp32) {
+    // Megatron arguments.py (validate_args): bf16 requires gradient accumulation and
+    // all-reduce in fp32, so it switches the flag on.
+    c.accumulate_allreduce_grads_in_fp32 = true;
+    notes->push_back(fmt::format("{}: set to true for bf16, as Megatron does",
+                                 t.At("accumulate_allreduce_grads_in_fp32")));
+  }
+
+  if (std::optional<std::string> o = t.Choice("optimizer", {"adam", "adamw", "sgd"})) {
+    c.optimizer = *o == "sgd" ? OptimizerKind::kSgd : OptimizerKind::kAdam;
+    if (*o == "adamw") {
+      notes->push_back(fmt::format("{}: 'adamw' taken as Megatron's 'adam' (which is AdamW)",
+                                   t.At("optimizer")));
+    }
+  }
+  if (std::optional<std::string> o = t.Choice("optimizer_impl", {"fused", "foreach"})) {
+    c.optimizer_impl = *o == "foreach" ? OptimizerImpl::kForeach : OptimizerImpl::kFused;
+  }
+  c.weight_decay = t.Number("weight_decay", 0, 1e6, false, false).value_or(0.01);
+  c.sgd_momentum = t.Number("sgd_momentum", 0, 1, false, true).value_or(0.9);
+  c.use_distributed_optimizer = t.Bool("use_distributed_optimizer").value_or(false);
+  if (std::optional<int> z = t.IntInRange("zero_stage", 0, 3); z && *z == 1 && !c.use_distributed_optimizer) {
+    c.use_distributed_optimizer = true;
+    notes->push_back(fmt::format("{}: ZeRO-1 taken as use_distributed_optimizer true", t.At("zero_stage")));
+  }
+  c.overlap_grad_reduce = t.Bool("overlap_grad_reduce").value_or(false);
+  c.overlap_param_gather = t.Bool("overlap_param_gather").value_or(false);
+  if (c.overlap_param_gather && !c.use_distributed_optimizer) {
+    // Megatron arguments.py: "--overlap-param-gather only supported with distributed optimizer".
+    Fail(t.At("overlap_param_gather"), "true needs use_distributed_optimizer true (as in Megatron)");
+  }
+
+  std::optional<std::string> g = t.Choice("recompute_granularity", {"none", "selective", "full"});
+  const std::string granularity = g.value_or("none");
+  c.recompute_granularity = granularity == "full"        ? RecomputeGranularity::kFull
+                            : granularity == "selective" ? RecomputeGranularity::kSelective
+                                                         : RecomputeGranularity::kNone;
+  std::optional<std::string> method = t.Choice("recompute_method", {"uniform", "block"});
+  std::optional<int> num_layers = t.PositiveInt("recompute_num_layers");
+  if (c.recompute_granularity == RecomputeGranularity::kFull) {
+    if (!method) {
+      notes->push_back(fmt::format("{}: absent with full recompute, 'uniform' taken",
+                                   t.At("recompute_method")));
+    }
+    c.recompute_method = method.value_or("uniform") == "block" ? RecomputeMethod::kBlock
+                                                              : RecomputeMethod::kUniform;
+    c.recompute_num_layers = num_layers.value_or(1);
+  } else if (method) {
+    // Megatron arguments.py: recompute_method is only for full recompute.
+    Fail(t.At("recompute_method"), fmt::format("applies only to recompute_granularity \"full\", "
+                                               "got recompute_granularity \"{}\"",
+                                               granularity));
+  }
+  if (const Json* mods = t.Get("recompute_modules")) {
+    // Megatron --recompute-modules choices (arguments.py).
+    const std::vector<std::string> choices = {"core_attn", "moe_act", "layernorm", "mla_up_proj",
+                                              "mlp", "moe", "shared_experts"};
+    if (!mods->is_array()) {
+      Fail(t.At("recompute_modules"), fmt::format("expected a list of module names, got {}", Describe(*mods)));
+    }
+    c.recompute_modules.clear();
+    for (size_t i = 0; i < mods->size(); ++i) {
+      const Json& m = (*mods)[i];
+      const std::string at = t.source().At(Child(t.PointerOf("recompute_modules"), std::to_string(i)));
+      if (!m.is_string() || std::find(choices.begin(), choices.end(), m.get<std::string>()) == choices.end()) {
+        std::string list;
+        for (const std::string& ch : choices) list += (list.empty() ? "'" : ", '") + ch + "'";
+        Fail(at, fmt::format("expected one of {}, got {}", list, Describe(m)));
+      }
+      c.recompute_modules.push_back(m.get<std::string>());
+    }
+  }
+  c.use_flash_attn = t.Bool("use_flash_attn").value_or(false);
+  c.transformer_impl = t.Choice("transformer_impl", {"transformer_engine", "local"}).value_or("transformer_engine");
+  c.train_iters = t.PositiveInt("train_iters").value_or(4);
+  c.empty_unused_memory_level = t.IntInRange("empty_unused_memory_level", 0, 2).value_or(0);
+
+  for (const std::string& key : kMoeOnly) {
+    if (t.Get(key) != nullptr) notes->push_back(fmt::format("{}: ignored (dense model)", t.At(key)));
+  }
+  for (const std::string& key : kNoMemoryEffect) {
+    if (t.Get(key) != nullptr) notes->push_back(fmt::format("{}: accepted, no effect on memory", t.At(key)));
+  }
+  for (const char* key : {"load", "no_load_optim", "finetune"}) t.Skip(key);
+  if (t.Has("load")) notes->push_back(fmt::format("{}: weights loaded from a checkpoint (optimizer state not loaded)", t.At("load")));
+  return c;
+}
+
+// Micro-batches per iteration memsim simulates at most (each is a forward and a backward pass
+// of every layer of a stage in the Program).
+constexpr int kMaxMicroBatches = 1 << 16;
+
+// Cross-field rules, each with Megatron's source.
+void Validate(Setup& s, const std::map<std::string, std::string>& where, const ObjectReader& t,
+              std::optional<int> vstages) {
+  ModelConfig& m = s.model;
+  TrainingConfig& c = s.training;
+  auto at_model = [&](const char* field) {
+    auto it = where.find(field);
+    return it == where.end() ? std::string(field) : it->second;
+  };
+  const int tp = c.tensor_model_parallel_size;
+  const int pp = c.pipeline_model_parallel_size;
+  // Megatron core: divide(num_attention_heads, TP) and divide(num_query_groups, TP) in
+  // attention.py (ensure_divisibility).
+  if (m.num_attention_heads % tp != 0) {
+    Fail(at_model("num_attention_heads"),
+         fmt::format("{} heads are not divisible by tensor_model_parallel_size {}",
+                     m.num_attention_heads, tp));
+  }
+  if (m.num_key_value_heads > m.num_attention_heads ||
+      m.num_attention_heads % m.num_key_value_heads != 0) {
+    Fail(at_model("num_key_value_heads"),
+         fmt::format("{} key/value heads do not divide the {} attention heads",
+                     m.num_key_value_heads, m.num_attention_heads));
+  }
+  if (m.num_key_value_heads % tp != 0) {
+    Fail(at_model("num_key_value_heads"),
+         fmt::format("{} key/value heads are not divisible by tensor_model_parallel_size {}",
+                     m.num_key_value_heads, tp));
+  }
+  // Megatron arguments.py: num_layers % pipeline_model_parallel_size == 0.
+  if (m.num_hidden_layers % pp != 0) {
+    Fail(at_model("num_hidden_layers"),
+         fmt::format("{} layers are not divisible by pipeline_model_parallel_size {}",
+                     m.num_hidden_layers, pp));
+  }
+  const int layers_per_stage = m.num_hidden_layers / pp;
+  if (vstages) {
+    if (layers_per_stage % *vstages != 0) {
+      Fail(t.At("num_virtual_stages_per_pipeline_rank"),
+           fmt::format("{} layers per pipeline stage are not divisible into {} virtual stages",
+                       layers_per_stage, *vstages));
+    }
+    c.num_layers_per_virtual_pipeline_stage = *vstages > 1 ? layers_per_stage / *vstages : 0;
+  }
+  if (c.num_layers_per_virtual_pipeline_stage > 0) {
+    const std::string at = t.At("num_layers_per_virtual_pipeline_stage");
+    if (pp < 2) Fail(at, "needs pipeline_model_parallel_size > 1 (interleaved schedule)");
+    // Megatron arguments.py: (num_layers // PP) % num_layers_per_virtual_pipeline_stage == 0.
+    if (layers_per_stage % c.num_layers_per_virtual_pipeline_stage != 0) {
+      Fail(at, fmt::format("{} layers per pipeline stage ({} layers / pipeline_model_parallel_size "
+                           "{}) are not divisible by {}",
+                           layers_per_stage, m.num_hidden_layers, pp,
+                           c.num_layers_per_virtual_pipeline_stage));
+    }
+    if (c.num_layers_per_virtual_pipeline_stage == layers_per_stage) {
+      c.num_layers_per_virtual_pipeline_stage = 0;  // one chunk per stage: not interleaved
+    }
+  }
+  // Megatron microbatches.py: global batch divisible by micro batch × DP.
+  const std::int64_t per_step = std::int64_t{c.micro_batch_size} * c.data_parallel_size;
+  if (c.global_batch_size % per_step != 0) {
+    Fail(t.At("global_batch_size"),
+         fmt::format("{} is not divisible by micro_batch_size × data_parallel_size = {} × {}",
+                     c.global_batch_size, c.micro_batch_size, c.data_parallel_size));
+  }
+  c.num_micro_batches = static_cast<int>(c.global_batch_size / per_step);
+  if (std::int64_t{c.seq_length} * c.micro_batch_size > (std::int64_t{1} << 26)) {
+    Fail(t.At("micro_batch_size"),
+         fmt::format("seq_length × micro_batch_size = {} tokens exceeds memsim's limit of {}",
+                     std::int64_t{c.seq_length} * c.micro_batch_size, std::int64_t{1} << 26));
+  }
+  if (c.num_micro_batches > kMaxMicroBatches) {
+    Fail(t.At("global_batch_size"),
+         fmt::format("{} micro-batches per iteration exceed memsim's limit of {}",
+                     c.num_micro_batches, kMaxMicroBatches));
+  }
+  if (c.sequence_parallel && tp == 1) {
+    // Megatron arguments.py: "Disabling sequence parallelism because tensor model parallelism
+    // is disabled" (a warning, not an error).
+    c.sequence_parallel = false;
+    s.notes.push_back(fmt::format("{}: switched off because tensor_model_parallel_size is 1, as "
+                                  "Megatron does",
+                                  t.At("sequence_parallel")));
+  }
+  if (c.sequence_parallel && c.seq_length % tp != 0) {
+    Fail(t.At("seq_length"), fmt::format("{} is not divisible by tensor_model_parallel_size {} "
+                                         "(needed by sequence_parallel)",
+                                         c.seq_length, tp));
+  }
+  if (c.context_parallel_size > 1 && c.seq_length % (2 * c.context_parallel_size) != 0) {
+    // Megatron: with context parallelism each rank takes 2 chunks of the sequence.
+    Fail(t.At("seq_length"), fmt::format("{} is not divisible by 2 × context_parallel_size = {}",
+                                         c.seq_length, 2 * c.context_parallel_size));
+  }
+  if (m.position_embedding_type == PositionEmbedding::kLearnedAbsolute &&
+      c.seq_length > m.max_position_embeddings) {
+    Fail(t.At("seq_length"), fmt::format("{} exceeds max_position_embeddings {} (learned "
+                                         "absolute position embeddings)",
+                                         c.seq_length, m.max_position_embeddings));
+  }
+  if (c.recompute_granularity == RecomputeGranularity::kFull &&
+      c.recompute_num_layers > layers_per_stage) {
+    Fail(t.At("recompute_num_layers"),
+         fmt::format("{} exceeds the {} layers per pipeline stage", c.recompute_num_layers,
+                     layers_per_stage));
+  }
+  // Megatron _vocab_size_with_padding: multiple of make_vocab_size_divisible_by × TP.
+  const std::int64_t multiple = std::int64_t{m.make_vocab_size_divisible_by} * tp;
+  const std::int64_t padded = (m.vocab_size + multiple - 1) / multiple * multiple;
+  if (padded > (std::int64_t{1} << 27)) {
+    Fail(t.At("make_vocab_size_divisible_by"),
+         fmt::format("padding vocab_size {} to a multiple of {} × tensor_model_parallel_size {} "
+                     "gives {}, over memsim's limit of {}",
+                     m.vocab_size, m.make_vocab_size_divisible_by, tp, padded, 1 << 27));
+  }
+  m.padded_vocab_size = static_cast<int>(padded);
+}
+
+}  // namespace
+
+Setup LoadSetup(const std::string& config_path, const LoadOptions& options) {
+  Document config;
+  if (config_path.empty()) {
+    if (!options.use_embedded_default) throw InputError("no config file given");
+    std::optional<Document> d = FindEmbeddedDocument("configs/default.json");
+    if (!d) throw InputError("this build has no embedded default config");
+    config = *d;
+  } else {
+    config.label = config_path;
+    if (!ReadFile(config_path, &config.text)) {
+      throw InputError(fmt::format("{}: cannot read the config file", config_path));
+    }
+  }
+  Setup s;
+  s.config_path = config.label;
+  Source source{config.label, {}};
+  Json root = internal::ParseJson(config.text, config.label);
+  if (!root.is_object()) Fail(source.At(""), fmt::format("expected an object, got {}", Describe(root)));
+  for (const std::string& o : options.overrides) ApplyOverride(o, &root, &source);
+
+  ObjectReader top(source, root, "");
+  top.RejectUnknown({"model", "device", "training", "allocator"});
+  if (!top.Has("training")) Fail(top.At("training"), "missing key, expected the training settings");
+  ObjectReader t(source, *top.Get("training"), "/training");
+  // Unsupported features first, so that a config for another stack says "unsupported" rather
+  // than naming its first unknown key; then unknown keys, before any value is read (a misspelt
+  // key is reported as such, not as a missing one).
+  ReadUnsupported(t);
+  std::vector<std::string> known = kTrainingKeys;
+  known.insert(known.end(), internal::MegatronArchitectureKeys().begin(),
+               internal::MegatronArchitectureKeys().end());
+  t.RejectUnknown(known);
+
+  // Model: --model, a path relative to the config, or an inline object.
+  internal::LocatedModel located;
+  if (!options.model_path.empty()) {
+    const Document d = LoadModelDocument(options.model_path, "--model " + options.model_path, nullptr);
+    Source ms{d.label, {}};
+    located = internal::ReadHfModel(ms, internal::ParseJson(d.text, d.label), "", &s.notes);
+    s.model_path = d.label;
+    top.Skip("model");
+  } else {
+    const Json* model = top.Get("model");
+    if (model == nullptr) {
+      Fail(top.At("model"), "missing key, expected a path to a model file (Hugging Face config.json "
+                            "form), a shipped model name or an inline object");
+    }
+    if (model->is_string()) {
+      const Document d = LoadModelDocument(model->get<std::string>(), top.At("model"), &config);
+      Source ms{d.label, {}};
+      located = internal::ReadHfModel(ms, internal::ParseJson(d.text, d.label), "", &s.notes);
+      s.model_path = d.label;
+    } else if (model->is_object()) {
+      located = internal::ReadHfModel(source, *model, "/model", &s.notes);
+    } else {
+      Fail(top.At("model"), fmt::format("expected a path to a model file or an object, got {}",
+                                        Describe(*model)));
+    }
+  }
+  internal::ApplyMegatronArchitecture(t, &located, &s.notes);
+  s.model = located.model;
+  s.training = ReadTraining(t, &s.notes);
+  std::optional<int> vstages = t.PositiveInt("num_virtual_stages_per_pipeline_rank");
+  std::optional<int> gas = t.PositiveInt("gradient_accumulation_steps");
+
+  // Device: --device, or the config's "device" (a preset name, a path, or an inline object).
+  if (!options.device.empty()) {
+    s.device = LoadDevice(options.device, "--device " + options.device, nullptr, &s.device_path);
+    top.Skip("device");
+  } else {
+    const Json* device = top.Get("device");
+    if (device == nullptr) Fail(top.At("device"), fmt::format("missing key, expected a device preset name ({})", KnownDevices()));
+    if (device->is_string()) {
+      s.device = LoadDevice(device->get<std::string>(), top.At("device"), &config, &s.device_path);
+    } else if (device->is_object()) {
+      s.device = internal::ReadDevicePreset(source, *device);
+      s.device_path = "";
+    } else {
+      Fail(top.At("device"), fmt::format("expected a device preset name, a path or an object, got {}", Describe(*device)));
+    }
+  }
+
+  // Allocator block.
+  if (const Json* a = top.Get("allocator")) {
+    s.allocator = internal::ReadAllocatorBlock(source, *a, "/allocator", s.device.allocator_backend);
+  } else {
+    s.allocator.backend = s.device.allocator_backend;
+  }
+  if (options.capacity_bytes) {
+    // --capacity replaces the device's usable memory (design.md "Capacity").
+    if (*options.capacity_bytes <= 0) {
+      throw InputError(fmt::format("--capacity: expected a positive size, got {}", *options.capacity_bytes));
+    }
+    s.notes.push_back(fmt::format("--capacity: usable memory {} bytes instead of the preset's {}",
+                                  *options.capacity_bytes, s.device.usable_memory_bytes));
+    s.device.usable_memory_bytes = *options.capacity_bytes;
+  }
+  s.allocator.capacity_bytes = s.device.usable_memory_bytes;
+
+  Validate(s, located.where, t, vstages);
+  if (gas && *gas != s.training.num_micro_batches) {
+    Fail(t.At("gradient_accumulation_steps"),
+         fmt::format("{} disagrees with global_batch_size / (micro_batch_size × data_parallel_size) "
+                     "= {}",
+                     *gas, s.training.num_micro_batches));
+  }
+  return s;
+}
+
+DevicePreset LoadDevicePreset(const std::string& name_or_path) {
+  std::string path;
+  return LoadDevice(name_or_path, name_or_path, nullptr, &path);
+}
+
+std::string ModelName(const Setup& setup) {
+  if (setup.model_path.empty()) return setup.model.model_type + " (inline)";
+  const std::string stem = fs::path(setup.model_path).stem().string();
+  // Generic file names say nothing; name the architecture instead.
+  if (stem == "model" || stem == "config") return setup.model.model_type + " (" + stem + ".json)";
+  return stem;
+}
+
+const std::string_view* FindEmbedded(std::string_view path) {
+  const std::string normal = Normal(fs::path(std::string(path)));
+  for (const EmbeddedFile& f : EmbeddedFiles()) {
+    if (f.path == normal) return &f.text;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> EmbeddedDeviceNames() {
+  std::vector<std::string> out;
+  constexpr std::string_view kDir = "configs/devices/";
+  for (const EmbeddedFile& f : EmbeddedFiles()) {
+    if (f.path.starts_with(kDir) && f.path.ends_with(".json")) {
+      out.emplace_back(f.path.substr(kDir.size(), f.path.size() - kDir.size() - 5));
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace memsim::config

@@ -1,0 +1,49 @@
+// LoadSetup: turns a training config file (design.md "Files"), its model file (Hugging Face
+// config.json form) and a device preset into one validated Setup. Every field is checked here,
+// once; the rest of memsim trusts the Setup. Errors are InputError with one message
+// "<file>: <JSON pointer>: <what was expected>" (or "--set KEY=VALUE: ..." / "--device X: ..."
+// for command-line values); input memsim recognises but does not model is UnsupportedError
+// ("unsupported: ..."). Does not simulate anything. Reads files; no other side effects.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/setup.h"
+#include "core/units.h"
+
+namespace memsim::config {
+
+struct LoadOptions {
+  // --model FILE|NAME: replaces the config's "model": a path (contains '/' or ends ".json",
+  // relative to the working directory) or a shipped model name ("llama2-7b", embedded).
+  std::string model_path;
+  // --device NAME|FILE: a preset name (embedded set) or a path (contains '/' or ends ".json").
+  std::string device;
+  // --set KEY=VALUE, applied in order: KEY is "training.<key>" or "allocator.<key>"; VALUE is
+  // JSON (2, true, "x", null) or, when not valid JSON, a plain string; True/False as booleans.
+  std::vector<std::string> overrides;
+  // With an empty config_path: load the embedded configs/default.json (true), or fail (false).
+  bool use_embedded_default = true;
+  // --capacity: replaces the device's usable_memory_bytes (and so the allocator capacity).
+  std::optional<Bytes> capacity_bytes;
+};
+
+// Loads and validates. REQUIRES nothing; every problem is reported as InputError.
+// Cross-field rules (each Megatron's, see docs/config.md): heads and query groups divisible by
+// TP; layers divisible by PP and, with num_layers_per_virtual_pipeline_stage, layers per stage
+// divisible by it; global_batch_size divisible by micro_batch_size × data_parallel_size;
+// sequence_parallel at TP 1 is switched off with a note (Megatron arguments.py does the same,
+// with a warning); bf16 forces accumulate_allreduce_grads_in_fp32 (Megatron arguments.py).
+Setup LoadSetup(const std::string& config_path, const LoadOptions& options);
+
+// Loads one device preset by name (embedded set) or path (read from disk). Errors name the
+// argument ("h100: unknown device preset ...") or the preset file and its JSON pointer.
+DevicePreset LoadDevicePreset(const std::string& name_or_path);
+
+// A short name of the model for one-line summaries: the model file's stem ("llama2-7b"), or
+// "<model_type> (inline)".
+std::string ModelName(const Setup& setup);
+
+}  // namespace memsim::config

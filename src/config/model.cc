@@ -1,0 +1,320 @@
+// Hugging Face config.json -> ModelConfig, with the defaults of each supported model_type, and
+// the Megatron-LM argument overrides of the training config.
+#include <algorithm>
+#include <string_view>
+
+#include <fmt/core.h>
+
+#include "config/parts.h"
+#include "core/error.h"
+
+namespace memsim::config::internal {
+namespace {
+
+// Defaults of the transformers configuration classes (transformers/models/<type>/
+// configuration_<type>.py: LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config, GPT2Config) and
+// the architecture their modeling files hard-code.
+struct Family {
+  std::string_view model_type;
+  int vocab_size;
+  int hidden_size;
+  int intermediate_size;  // 0 = 4 × hidden_size (GPT2Config n_inner=None)
+  int num_hidden_layers;
+  int num_attention_heads;
+  int num_key_value_heads;  // 0 = num_attention_heads (None in HF)
+  int head_dim;             // 0 = hidden_size / num_attention_heads
+  int max_position_embeddings;
+  bool tie_word_embeddings;
+  std::string_view hidden_act;
+  bool gated_mlp;        // LlamaMLP-style gate_proj/up_proj/down_proj (modeling code)
+  bool layer_norm;       // LayerNorm (GPT-2) rather than RMSNorm
+  bool bias_linear;      // biases on every linear layer (GPT-2 Conv1D)
+  bool qkv_bias;         // Qwen2Attention: q/k/v projections with bias=True (hard-coded)
+  bool qk_norm;          // Qwen3Attention q_norm/k_norm
+  bool learned_positions;
+  double hidden_dropout;     // GPT2Config resid_pdrop
+  double attention_dropout;  // attention_dropout / GPT2Config attn_pdrop
+  bool has_attention_bias_key;  // attention_bias key exists (llama, qwen3)
+};
+
+constexpr Family kFamilies[] = {
+    // LlamaConfig: vocab 32000, hidden 4096, intermediate 11008, 32 layers, 32 heads, kv None,
+    // max_position_embeddings 2048, tie False, silu, attention_bias False, mlp_bias False.
+    {"llama", 32000, 4096, 11008, 32, 32, 0, 0, 2048, false, "silu", true, false, false, false,
+     false, false, 0.0, 0.0, true},
+    // MistralConfig: intermediate 14336, kv 8, max_position_embeddings 4096 * 32.
+    {"mistral", 32000, 4096, 14336, 32, 32, 8, 0, 131072, false, "silu", true, false, false,
+     false, false, false, 0.0, 0.0, false},
+    // Qwen2Config: vocab 151936, intermediate 22016, kv 32, max_position_embeddings 32768.
+    {"qwen2", 151936, 4096, 22016, 32, 32, 32, 0, 32768, false, "silu", true, false, false, true,
+     false, false, 0.0, 0.0, false},
+    // Qwen3Config: as Qwen2 plus head_dim 128 and per-head RMSNorm on q and k.
+    {"qwen3", 151936, 4096, 22016, 32, 32, 32, 128, 32768, false, "silu", true, false, false,
+     false, true, false, 0.0, 0.0, true},
+    // GPT2Config: vocab 50257, n_embd 768, n_layer 12, n_head 12, n_positions 1024, n_inner None,
+    // activation_function gelu_new, resid/attn/embd_pdrop 0.1, tied embeddings.
+    {"gpt2", 50257, 768, 0, 12, 12, 0, 0, 1024, true, "gelu_new", false, true, true, false, false,
+     true, 0.1, 0.1, false},
+};
+
+// Model types memsim recognises but does not model.
+struct Unmodelled {
+  std::string_view model_type;
+  std::string_view why;
+};
+constexpr Unmodelled kUnmodelled[] = {
+    {"mixtral", "mixture-of-experts model_type 'mixtral'"},
+    {"qwen2_moe", "mixture-of-experts model_type 'qwen2_moe'"},
+    {"qwen3_moe", "mixture-of-experts model_type 'qwen3_moe'"},
+    {"deepseek_v2", "model_type 'deepseek_v2' (mixture of experts, multi-head latent attention)"},
+    {"deepseek_v3", "model_type 'deepseek_v3' (mixture of experts, multi-head latent attention)"},
+    {"bert", "encoder model_type 'bert'"},
+    {"roberta", "encoder model_type 'roberta'"},
+    {"t5", "encoder-decoder model_type 't5'"},
+};
+
+// Expert-count keys of HF configs (MixtralConfig num_local_experts, Qwen2MoeConfig num_experts,
+// DeepseekV3Config n_routed_experts).
+constexpr std::string_view kExpertKeys[] = {"num_local_experts", "num_experts", "n_routed_experts",
+                                            "moe_num_experts"};
+
+std::string Known() {
+  std::string out;
+  for (const Family& f : kFamilies) out += (out.empty() ? "'" : ", '") + std::string(f.model_type) + "'";
+  return out;
+}
+
+}  // namespace
+
+LocatedModel ReadHfModel(const Source& source, const Json& object, const std::string& pointer,
+                         std::vector<std::string>* notes) {
+  ObjectReader r(source, object, pointer);
+  LocatedModel out;
+  ModelConfig& m = out.model;
+  auto note_where = [&](const std::string& field, std::string_view key) {
+    out.where[field] = r.At(key);
+  };
+
+  // Experts first: an MoE file is unsupported whatever else it says.
+  for (std::string_view key : kExpertKeys) {
+    if (const Json* v = r.Get(key); v != nullptr && v->is_number() && v->get<double>() > 1) {
+      throw UnsupportedError(fmt::format("{}: mixture of experts ({} experts); memsim models dense "
+                                         "models only",
+                                         r.At(key), Describe(*v)));
+    }
+  }
+  std::vector<std::string> types;
+  for (const Family& f : kFamilies) types.emplace_back(f.model_type);
+  std::optional<std::string> type = r.String("model_type");
+  if (!type) Fail(r.At("model_type"), fmt::format("missing key, expected one of {}", Known()));
+  for (const Unmodelled& u : kUnmodelled) {
+    if (*type == u.model_type) throw UnsupportedError(fmt::format("{}: {}", r.At("model_type"), u.why));
+  }
+  const Family* fam = nullptr;
+  for (const Family& f : kFamilies) {
+    if (f.model_type == *type) fam = &f;
+  }
+  if (fam == nullptr) {
+    std::string message = fmt::format("unknown model_type \"{}\", expected one of {}", *type, Known());
+    const std::string guess = ClosestMatch(*type, types);
+    if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
+    Fail(r.At("model_type"), message);
+  }
+  m.model_type = *type;
+  const bool gpt2 = m.model_type == "gpt2";
+
+  // GPT-2 names its keys n_embd, n_layer, n_head, n_positions, n_inner, activation_function;
+  // hidden_size etc. map onto them (GPT2Config.attribute_map). A file giving both must agree.
+  auto read_int = [&](const char* field, std::string_view hf_key, std::string_view gpt2_key,
+                      int fallback, int* dst) {
+    std::optional<int> a = r.PositiveInt(hf_key);
+    std::optional<int> b;
+    if (gpt2 && !gpt2_key.empty()) b = r.PositiveInt(gpt2_key);
+    if (a && b && *a != *b) {
+      Fail(r.At(hf_key), fmt::format("{} disagrees with {} = {}", *a, gpt2_key, *b));
+    }
+    if (b) {
+      *dst = *b;
+      note_where(field, gpt2_key);
+    } else if (a) {
+      *dst = *a;
+      note_where(field, hf_key);
+    } else {
+      *dst = fallback;
+      note_where(field, gpt2 && !gpt2_key.empty() ? gpt2_key : hf_key);
+      notes->push_back(fmt::format("{}: absent, {} default {} taken",
+                                   r.At(gpt2 && !gpt2_key.empty() ? gpt2_key : hf_key),
+                                   m.model_type, fallback));
+    }
+  };
+  read_int("hidden_size", "hidden_size", "n_embd", fam->hidden_size, &m.hidden_size);
+  read_int("num_hidden_layers", "num_hidden_layers", "n_layer", fam->num_hidden_layers,
+           &m.num_hidden_layers);
+  read_int("num_attention_heads", "num_attention_heads", "n_head", fam->num_attention_heads,
+           &m.num_attention_heads);
+  read_int("max_position_embeddings", "max_position_embeddings", "n_positions",
+           fam->max_position_embeddings, &m.max_position_embeddings);
+  read_int("vocab_size", "vocab_size", "", fam->vocab_size, &m.vocab_size);
+  // intermediate_size: GPT-2's n_inner (None = 4 × n_embd); intermediate_size is accepted for
+  // GPT-2 files as memsim's alias when n_inner is absent or null.
+  read_int("intermediate_size", "intermediate_size", "n_inner",
+           fam->intermediate_size != 0 ? fam->intermediate_size : 4 * m.hidden_size,
+           &m.intermediate_size);
+
+  if (std::optional<int> kv = r.PositiveInt("num_key_value_heads")) {
+    m.num_key_value_heads = *kv;
+  } else {
+    m.num_key_value_heads = fam->num_key_value_heads != 0 ? fam->num_key_value_heads
+                                                          : m.num_attention_heads;
+  }
+  note_where("num_key_value_heads", "num_key_value_heads");
+  if (std::optional<int> hd = r.PositiveInt("head_dim")) {
+    m.head_dim = *hd;
+  } else if (fam->head_dim != 0) {
+    m.head_dim = fam->head_dim;
+  } else {
+    if (m.hidden_size % m.num_attention_heads != 0) {
+      Fail(out.where["hidden_size"],
+           fmt::format("hidden_size {} is not divisible by num_attention_heads {} (set head_dim)",
+                       m.hidden_size, m.num_attention_heads));
+    }
+    m.head_dim = m.hidden_size / m.num_attention_heads;
+  }
+  note_where("head_dim", "head_dim");
+
+  m.tie_word_embeddings = r.Bool("tie_word_embeddings").value_or(fam->tie_word_embeddings);
+  note_where("tie_word_embeddings", "tie_word_embeddings");
+  {
+    std::optional<std::string> act = r.String("hidden_act");
+    std::optional<std::string> act2;
+    if (gpt2) act2 = r.String("activation_function");
+    if (act && act2 && *act != *act2) {
+      Fail(r.At("hidden_act"), fmt::format("\"{}\" disagrees with activation_function \"{}\"",
+                                           *act, *act2));
+    }
+    m.hidden_act = act2 ? *act2 : act ? *act : std::string(fam->hidden_act);
+  }
+  // The MLP shape follows the family's modeling code: LlamaMLP/Qwen2MLP/MistralMLP always have
+  // gate_proj (with hidden_act silu: SwiGLU); GPT2MLP never does.
+  m.gated_mlp = fam->gated_mlp;
+  m.normalization = fam->layer_norm ? Normalization::kLayerNorm : Normalization::kRMSNorm;
+  m.add_bias_linear = fam->bias_linear;
+  m.add_qkv_bias = fam->qkv_bias;
+  if (fam->has_attention_bias_key) {
+    // LlamaAttention / Qwen3Attention: attention_bias puts biases on q, k, v and o.
+    if (r.Bool("attention_bias").value_or(false)) m.add_qkv_bias = true;
+  }
+  if (m.model_type == "llama" && r.Bool("mlp_bias").value_or(false)) m.add_bias_linear = true;
+  m.qk_layernorm = fam->qk_norm;
+  m.position_embedding_type =
+      fam->learned_positions ? PositionEmbedding::kLearnedAbsolute : PositionEmbedding::kRope;
+  if (gpt2) {
+    m.hidden_dropout = r.Number("resid_pdrop", 0, 1, false, true).value_or(fam->hidden_dropout);
+    m.attention_dropout = r.Number("attn_pdrop", 0, 1, false, true).value_or(fam->attention_dropout);
+  } else {
+    m.hidden_dropout = fam->hidden_dropout;
+    m.attention_dropout =
+        r.Number("attention_dropout", 0, 1, false, true).value_or(fam->attention_dropout);
+  }
+  m.num_experts = 0;
+
+  for (const std::string& key : r.Unread()) {
+    notes->push_back(fmt::format("{}: ignored (not used by memsim)", r.At(key)));
+  }
+  return out;
+}
+
+namespace {
+const std::vector<std::string> kArchKeys = {
+    "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
+    "group_query_attention", "kv_channels", "max_position_embeddings", "vocab_size", "swiglu",
+    "normalization", "add_bias_linear", "add_qkv_bias", "qk_layernorm", "position_embedding_type",
+    "untie_embeddings_and_output_weights", "make_vocab_size_divisible_by", "hidden_dropout",
+    "attention_dropout", "num_experts"};
+}  // namespace
+
+const std::vector<std::string>& MegatronArchitectureKeys() { return kArchKeys; }
+
+void ApplyMegatronArchitecture(ObjectReader& t, LocatedModel* located,
+                               std::vector<std::string>* notes) {
+  ModelConfig& m = located->model;
+  auto set_int = [&](std::string_view key, const char* field, int* dst) {
+    if (std::optional<int> v = t.PositiveInt(key)) {
+      if (*dst != *v) {
+        notes->push_back(fmt::format("{}: {} overrides the model's {} = {}", t.At(key), *v, field, *dst));
+      }
+      *dst = *v;
+      located->where[field] = t.At(key);
+    }
+  };
+  if (std::optional<int> e = t.NonNegativeInt("num_experts"); e && *e > 1) {
+    throw UnsupportedError(fmt::format("{}: mixture of experts ({} experts); memsim models dense "
+                                       "models only",
+                                       t.At("num_experts"), *e));
+  }
+  const int old_hidden = m.hidden_size;
+  const int old_heads = m.num_attention_heads;
+  set_int("num_layers", "num_hidden_layers", &m.num_hidden_layers);
+  set_int("hidden_size", "hidden_size", &m.hidden_size);
+  set_int("ffn_hidden_size", "intermediate_size", &m.intermediate_size);
+  set_int("num_attention_heads", "num_attention_heads", &m.num_attention_heads);
+  set_int("max_position_embeddings", "max_position_embeddings", &m.max_position_embeddings);
+  set_int("vocab_size", "vocab_size", &m.vocab_size);
+  // A changed width or head count re-derives kv_channels (Megatron: hidden_size //
+  // num_attention_heads when --kv-channels is not given) unless kv_channels is set.
+  if ((m.hidden_size != old_hidden || m.num_attention_heads != old_heads) && !t.Has("kv_channels")) {
+    if (m.hidden_size % m.num_attention_heads != 0) {
+      Fail(located->where["hidden_size"],
+           fmt::format("hidden_size {} is not divisible by num_attention_heads {} (set kv_channels)",
+                       m.hidden_size, m.num_attention_heads));
+    }
+    m.head_dim = m.hidden_size / m.num_attention_heads;
+    located->where["head_dim"] = located->where["hidden_size"];
+  }
+  set_int("kv_channels", "head_dim", &m.head_dim);
+  // Megatron: num_query_groups is used only with --group-query-attention; without it, MHA.
+  std::optional<bool> gqa = t.Bool("group_query_attention");
+  if (t.Has("num_query_groups") && gqa.has_value() && !*gqa) {
+    Fail(t.At("num_query_groups"), "needs group_query_attention true (Megatron ignores it otherwise)");
+  }
+  if (gqa.has_value() && !*gqa) {
+    m.num_key_value_heads = m.num_attention_heads;
+    located->where["num_key_value_heads"] = t.At("group_query_attention");
+  } else if (m.num_attention_heads != old_heads && m.num_key_value_heads == old_heads &&
+             !t.Has("num_query_groups")) {
+    m.num_key_value_heads = m.num_attention_heads;  // MHA stays MHA when heads change
+  }
+  set_int("num_query_groups", "num_key_value_heads", &m.num_key_value_heads);
+  if (std::optional<bool> sw = t.Bool("swiglu")) {
+    m.gated_mlp = *sw;
+    if (*sw) {
+      m.hidden_act = "silu";
+    } else if (m.hidden_act == "silu") {
+      m.hidden_act = "gelu";  // Megatron's activation without --swiglu (TransformerConfig)
+    }
+  }
+  if (std::optional<std::string> n = t.Choice("normalization", {"LayerNorm", "RMSNorm"})) {
+    m.normalization = *n == "LayerNorm" ? Normalization::kLayerNorm : Normalization::kRMSNorm;
+  }
+  if (std::optional<bool> b = t.Bool("add_bias_linear")) m.add_bias_linear = *b;
+  if (std::optional<bool> b = t.Bool("add_qkv_bias")) m.add_qkv_bias = *b;
+  if (std::optional<bool> b = t.Bool("qk_layernorm")) m.qk_layernorm = *b;
+  if (std::optional<std::string> p =
+          t.Choice("position_embedding_type", {"rope", "learned_absolute", "none"})) {
+    m.position_embedding_type = *p == "rope"               ? PositionEmbedding::kRope
+                                : *p == "learned_absolute" ? PositionEmbedding::kLearnedAbsolute
+                                                           : PositionEmbedding::kNone;
+  }
+  if (std::optional<bool> u = t.Bool("untie_embeddings_and_output_weights")) {
+    m.tie_word_embeddings = !*u;
+  }
+  if (std::optional<int> d = t.PositiveInt("make_vocab_size_divisible_by")) {
+    m.make_vocab_size_divisible_by = *d;
+  }
+  if (std::optional<double> d = t.Number("hidden_dropout", 0, 1, false, true)) m.hidden_dropout = *d;
+  if (std::optional<double> d = t.Number("attention_dropout", 0, 1, false, true)) {
+    m.attention_dropout = *d;
+  }
+}
+
+}  // namespace memsim::config::internal

@@ -1,0 +1,41 @@
+// Internal to config/: the readers of each part of a setup (model file, Megatron architecture
+// overrides, device preset, allocator block). Used by load.cc; includes nlohmann/json.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "config/reader.h"
+#include "config/setup.h"
+
+namespace memsim::config::internal {
+
+// A model with, per ModelConfig field name, the location its value came from (for messages
+// about cross-field rules, e.g. "model.json: /num_attention_heads").
+struct LocatedModel {
+  ModelConfig model;
+  std::map<std::string, std::string> where;
+};
+
+// Reads a Hugging Face config.json object (at `pointer` of `source`). Keys absent take the
+// default of the model_type; unused keys are appended to `notes`. Mixture-of-experts and
+// encoder models are UnsupportedError.
+LocatedModel ReadHfModel(const Source& source, const Json& object, const std::string& pointer,
+                         std::vector<std::string>* notes);
+
+// Applies the Megatron architecture arguments present in the training block (num_layers,
+// hidden_size, ffn_hidden_size, swiglu, normalization, ...): the training config wins.
+void ApplyMegatronArchitecture(ObjectReader& training, LocatedModel* located,
+                               std::vector<std::string>* notes);
+// The training keys ApplyMegatronArchitecture reads.
+const std::vector<std::string>& MegatronArchitectureKeys();
+
+// Reads a device preset object (design.md "Device preset").
+DevicePreset ReadDevicePreset(const Source& source, const Json& object);
+
+// Reads the "allocator" block for `backend` into options (capacity left unset).
+alloc::AllocatorOptions ReadAllocatorBlock(const Source& source, const Json& object,
+                                           const std::string& pointer, alloc::Backend backend);
+
+}  // namespace memsim::config::internal

@@ -1,0 +1,297 @@
+#include "config/reader.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/core.h>
+
+#include "core/error.h"
+
+namespace memsim::config::internal {
+
+std::string Source::At(const std::string& pointer) const {
+  auto it = set_labels.find(pointer);
+  if (it != set_labels.end()) return it->second;
+  return fmt::format("{}: {}", file, pointer.empty() ? "/" : pointer);
+}
+
+void Fail(const std::string& location, const std::string& what) {
+  throw InputError(fmt::format("{}: {}", location, what));
+}
+
+std::string Describe(const Json& v) {
+  std::string s = v.dump();
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+
+std::string Child(const std::string& pointer, std::string_view key) {
+  std::string out = pointer + "/";
+  for (char c : key) {
+    if (c == '~') {
+      out += "~0";
+    } else if (c == '/') {
+      out += "~1";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// Rejects duplicate keys, which nlohmann would silently resolve to the last one. Tracks the
+// JSON pointer of each open object or array while the parser runs.
+class DuplicateKeyCheck {
+ public:
+  explicit DuplicateKeyCheck(const std::string& file) : file_(file) {}
+
+  bool operator()(int /*depth*/, Json::parse_event_t event, Json& parsed) {
+    switch (event) {
+      case Json::parse_event_t::object_start:
+      case Json::parse_event_t::array_start:
+        frames_.push_back({event == Json::parse_event_t::object_start, ChildPointer(), {}, "", 0});
+        break;
+      case Json::parse_event_t::object_end:
+      case Json::parse_event_t::array_end:
+        if (!frames_.empty()) frames_.pop_back();
+        CountElement();
+        break;
+      case Json::parse_event_t::key: {
+        Frame& top = frames_.back();
+        const std::string key = parsed.get<std::string>();
+        if (!top.keys.insert(key).second) {
+          throw InputError(fmt::format("{}: {}: duplicate key", file_, Child(top.pointer, key)));
+        }
+        top.pending_key = key;
+        break;
+      }
+      case Json::parse_event_t::value:
+        CountElement();
+        break;
+    }
+    return true;
+  }
+
+ private:
+  struct Frame {
+    bool is_object;
+    std::string pointer;
+    std::set<std::string> keys;
+    std::string pending_key;
+    size_t count;
+  };
+  std::string ChildPointer() const {
+    if (frames_.empty()) return "";
+    const Frame& top = frames_.back();
+    return Child(top.pointer, top.is_object ? top.pending_key : std::to_string(top.count));
+  }
+  void CountElement() {
+    if (!frames_.empty() && !frames_.back().is_object) ++frames_.back().count;
+  }
+  const std::string& file_;
+  std::vector<Frame> frames_;
+};
+
+}  // namespace
+
+Json ParseJson(const std::string& text, const std::string& file) {
+  try {
+    return Json::parse(text, DuplicateKeyCheck(file));
+  } catch (const Json::parse_error& e) {
+    // Line and column of the byte where parsing stopped (e.byte is 1-based).
+    size_t stop = e.byte == 0 ? 0 : std::min<size_t>(e.byte - 1, text.size());
+    int line = 1, column = 1;
+    for (size_t i = 0; i < stop; ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        column = 1;
+      } else {
+        ++column;
+      }
+    }
+    // nlohmann's message: "[json.exception.parse_error.101] parse error at line L, column C:
+    // syntax error while parsing value - <reason>"; keep what follows the location.
+    std::string reason = e.what();
+    size_t col = reason.find("column ");
+    size_t colon = col == std::string::npos ? std::string::npos : reason.find(": ", col);
+    if (colon != std::string::npos) reason = reason.substr(colon + 2);
+    const std::string prefix = "syntax error ";
+    if (reason.rfind(prefix, 0) == 0) reason = reason.substr(prefix.size());
+    throw InputError(fmt::format("{}:{}:{}: malformed JSON: {}", file, line, column, reason));
+  }
+}
+
+ObjectReader::ObjectReader(const Source& source, const Json& object, std::string pointer)
+    : source_(source), object_(object), pointer_(std::move(pointer)) {
+  if (!object_.is_object()) {
+    Fail(source_.At(pointer_), fmt::format("expected an object, got {}", Describe(object_)));
+  }
+}
+
+bool ObjectReader::Has(std::string_view key) const {
+  auto it = object_.find(std::string(key));
+  return it != object_.end() && !it->is_null();
+}
+
+const Json* ObjectReader::Get(std::string_view key) { return Value(key); }
+
+const Json* ObjectReader::Value(std::string_view key) {
+  read_.insert(std::string(key));
+  auto it = object_.find(std::string(key));
+  if (it == object_.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+namespace {
+
+bool FitsInt(const Json& v) {
+  if (v.is_number_unsigned()) return v.get<std::uint64_t>() <= std::numeric_limits<int>::max();
+  if (v.is_number_integer()) {
+    const auto x = v.get<std::int64_t>();
+    return x >= std::numeric_limits<int>::min() && x <= std::numeric_limits<int>::max();
+  }
+  return false;
+}
+
+// memsim's limits on sizes, far above any real model, so that the byte products computed
+// downstream (tokens × width × vocabulary × bytes) stay well inside int64.
+struct Limit {
+  std::string_view key;
+  int max;
+};
+constexpr Limit kLimits[] = {
+    {"hidden_size", 1 << 20},      {"n_embd", 1 << 20},
+    {"intermediate_size", 1 << 22}, {"n_inner", 1 << 22},
+    {"ffn_hidden_size", 1 << 22},   {"num_attention_heads", 1 << 16},
+    {"n_head", 1 << 16},            {"num_key_value_heads", 1 << 16},
+    {"num_query_groups", 1 << 16},  {"head_dim", 1 << 16},
+    {"kv_channels", 1 << 16},       {"num_hidden_layers", 1 << 16},
+    {"n_layer", 1 << 16},           {"num_layers", 1 << 16},
+    {"vocab_size", 1 << 26},        {"seq_length", 1 << 26},
+    {"micro_batch_size", 1 << 16},  {"global_batch_size", 1 << 30},
+    {"tensor_model_parallel_size", 1 << 16}, {"pipeline_model_parallel_size", 1 << 16},
+    {"data_parallel_size", 1 << 20}, {"context_parallel_size", 1 << 16},
+    {"make_vocab_size_divisible_by", 1 << 20}, {"train_iters", 100000},
+};
+
+}  // namespace
+
+std::optional<int> ObjectReader::PositiveInt(std::string_view key) {
+  const Json* v = Value(key);
+  if (v == nullptr) return std::nullopt;
+  if (!FitsInt(*v) || v->get<std::int64_t>() <= 0) {
+    Fail(At(key), fmt::format("expected a positive integer, got {}", Describe(*v)));
+  }
+  for (const Limit& l : kLimits) {
+    if (l.key == key && v->get<std::int64_t>() > l.max) {
+      Fail(At(key), fmt::format("{} exceeds memsim's limit of {}", Describe(*v), l.max));
+    }
+  }
+  return v->get<int>();
+}
+
+std::optional<int> ObjectReader::NonNegativeInt(std::string_view key) {
+  const Json* v = Value(key);
+  if (v == nullptr) return std::nullopt;
+  if (!FitsInt(*v) || v->get<std::int64_t>() < 0) {
+    Fail(At(key), fmt::format("expected a non-negative integer, got {}", Describe(*v)));
+  }
+  return v->get<int>();
+}
+
+std::optional<int> ObjectReader::IntInRange(std::string_view key, int lo, int hi) {
+  const Json* v = Value(key);
+  if (v == nullptr) return std::nullopt;
+  if (!FitsInt(*v) || v->get<std::int64_t>() < lo || v->get<std::int64_t>() > hi) {
+    Fail(At(key), fmt::format("expected an integer from {} to {}, got {}", lo, hi, Describe(*v)));
+  }
+  return v->get<int>();
+}
+
+std::optional<std::int64_t> ObjectReader::NonNegativeInt64(std::string_view key) {
+  const Json* v = Value(key);
+  if (v == nullptr) return std::nullopt;
+  const bool ok = (v->is_number_unsigned() &&
+                   v->get<std::uint64_t>() <=
+                       static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) ||
+                  (v->is_number_integer() && v->get<std::int64_t>() >= 0);
+  if (!ok) Fail(At(key), fmt::format("expected a non-negative integer, got {}", Describe(*v)));
+  return v->get<std::int64_t>();
+}
+
+std::optional<bool> ObjectReader::Bool(std::string_view key) {
+  const Json* v = Value(key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_boolean()) Fail(At(key), fmt::format("expected true or false, got {}", Describe(*v)));
+  return v->get<bool>();
+}
+
+std::optional<std::string> ObjectReader::String(std::string_view key) {
+  const Json* v = Value(key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_string()) Fail(At(key), fmt::format("expected a string, got {}", Describe(*v)));
+  return v->get<std::string>();
+}
+
+std::optional<double> ObjectReader::Number(std::string_view key, double lo, double hi,
+                                           bool lo_open, bool hi_open) {
+  const Json* v = Value(key);
+  if (v == nullptr) return std::nullopt;
+  const bool is_number = v->is_number();
+  const double x = is_number ? v->get<double>() : 0.0;
+  const bool ok = is_number && std::isfinite(x) && (lo_open ? x > lo : x >= lo) &&
+                  (hi_open ? x < hi : x <= hi);
+  if (!ok) {
+    Fail(At(key), fmt::format("expected a number in {}{}, {}{}, got {}", lo_open ? "(" : "[", lo,
+                              hi, hi_open ? ")" : "]", Describe(*v)));
+  }
+  return x;
+}
+
+std::optional<std::string> ObjectReader::Choice(std::string_view key,
+                                                const std::vector<std::string>& choices) {
+  const Json* v = Value(key);
+  if (v == nullptr) return std::nullopt;
+  if (v->is_string()) {
+    const std::string s = v->get<std::string>();
+    for (const std::string& c : choices) {
+      if (c == s) return s;
+    }
+  }
+  std::string list;
+  for (const std::string& c : choices) list += (list.empty() ? "'" : ", '") + c + "'";
+  std::string message = fmt::format("expected one of {}, got {}", list, Describe(*v));
+  if (v->is_string()) {
+    const std::string guess = ClosestMatch(v->get<std::string>(), choices);
+    if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
+  }
+  Fail(At(key), message);
+}
+
+std::vector<std::string> ObjectReader::Unread() const {
+  std::vector<std::string> out;
+  for (auto it = object_.begin(); it != object_.end(); ++it) {
+    if (!it.key().empty() && it.key()[0] == '_') continue;
+    if (read_.count(it.key()) == 0) out.push_back(it.key());
+  }
+  return out;
+}
+
+void ObjectReader::RejectUnknown(const std::vector<std::string>& known) const {
+  for (auto it = object_.begin(); it != object_.end(); ++it) {
+    const std::string& key = it.key();
+    if ((!key.empty() && key[0] == '_') ||
+        std::find(known.begin(), known.end(), key) != known.end()) {
+      continue;
+    }
+    std::string message = "unknown key";
+    const std::string guess = ClosestMatch(key, known);
+    if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
+    Fail(At(key), message);
+  }
+}
+
+}  // namespace memsim::config::internal

@@ -1,0 +1,93 @@
+// Internal to config/: typed, located reads of a parsed JSON document. Every failed read throws
+// InputError with "<location>: <what was expected>, got <value>", where the location is
+// "<file>: <JSON pointer>" (RFC 6901), or "--set KEY=VALUE" for a value that came from the
+// command line. Includes nlohmann/json: include only from config/*.cc.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace memsim::config::internal {
+
+using Json = nlohmann::json;
+
+// A document as shown in messages: its file label and the values overridden on the command line.
+struct Source {
+  std::string file;  // e.g. "configs/x.json", "<embedded>/configs/default.json"
+  std::map<std::string, std::string> set_labels;  // JSON pointer -> "--set KEY=VALUE"
+
+  // "<file>: <pointer>", or the --set label when the value at `pointer` came from --set.
+  std::string At(const std::string& pointer) const;
+};
+
+[[noreturn]] void Fail(const std::string& location, const std::string& what);
+
+// `v` as compact JSON for "got ..." (strings quoted), shortened to 60 characters.
+std::string Describe(const Json& v);
+
+// Appends one escaped reference token to a JSON pointer.
+std::string Child(const std::string& pointer, std::string_view key);
+
+// Parses `text`; a syntax error throws "<file>:<line>:<column>: malformed JSON: <reason>".
+Json ParseJson(const std::string& text, const std::string& file);
+
+// Reads the members of one JSON object and remembers which keys were read, so that the rest
+// can be rejected (training config) or listed as ignored (model file). Keys whose name starts
+// with '_' are comments ("_source") and never count as unknown. A member whose value is null
+// reads as absent ("null means the default").
+class ObjectReader {
+ public:
+  // Fails with "expected an object, got ..." unless `object` is an object.
+  ObjectReader(const Source& source, const Json& object, std::string pointer);
+
+  const std::string& pointer() const { return pointer_; }
+  std::string PointerOf(std::string_view key) const { return Child(pointer_, key); }
+  std::string At(std::string_view key) const { return source_.At(PointerOf(key)); }
+  const Source& source() const { return source_; }
+
+  // True iff `key` is present with a non-null value. Does not mark it read.
+  bool Has(std::string_view key) const;
+  // The value, or nullptr when absent or null. Marks the key read.
+  const Json* Get(std::string_view key);
+
+  // A positive int; size keys (hidden_size, seq_length, ...) also at most memsim's limit for
+  // them (reader.cc kLimits): "<v> exceeds memsim's limit of <max>".
+  std::optional<int> PositiveInt(std::string_view key);
+  std::optional<int> NonNegativeInt(std::string_view key);
+  // Integer in [lo, hi]: "expected an integer from lo to hi, got ...".
+  std::optional<int> IntInRange(std::string_view key, int lo, int hi);
+  std::optional<std::int64_t> NonNegativeInt64(std::string_view key);
+  std::optional<bool> Bool(std::string_view key);
+  std::optional<std::string> String(std::string_view key);
+  // A number in [lo, hi] (bounds exclusive when the flag says so), described as in
+  // "expected a number in (0, 1), got 2".
+  std::optional<double> Number(std::string_view key, double lo, double hi, bool lo_open,
+                               bool hi_open);
+  // One of `choices`; else "expected one of 'a', 'b', got "c" (did you mean 'a'?)".
+  std::optional<std::string> Choice(std::string_view key, const std::vector<std::string>& choices);
+
+  // Keys present (null or not) that were never read, in the document's (sorted) order, without
+  // '_' comment keys.
+  std::vector<std::string> Unread() const;
+  // Fails on the first key (in sorted order) not in `known` and not a '_' comment:
+  // "unknown key (did you mean 'x'?)" with the closest of `known`.
+  void RejectUnknown(const std::vector<std::string>& known) const;
+  // Marks `key` read without interpreting it.
+  void Skip(std::string_view key) { read_.insert(std::string(key)); }
+
+ private:
+  const Json* Value(std::string_view key);  // non-null value, marked read
+  const Source& source_;
+  const Json& object_;
+  std::string pointer_;
+  std::set<std::string> read_;
+};
+
+}  // namespace memsim::config::internal

@@ -1,0 +1,45 @@
+// DeviceModel: what npu-smi / nvidia-smi would show for one process on one device, and how much
+// of the device the caching allocator may reserve (design.md "device/"). It models four terms
+// outside the allocator's reserved bytes (reference/devices.md §0): the device's idle baseline,
+// the per-process runtime context (from the first device call, i.e. time 0), communicator
+// buffers (one per communicator group, created lazily at the group's first collective --
+// reference/workload.md §1.1 item 2 and §5, PyTorch ProcessGroupNCCL lazy init; torch_npu HCCL
+// likewise), and other memory outside the allocator (none modelled yet). It does not model
+// other processes on the device. Sizes in bytes.
+#pragma once
+
+#include <set>
+#include <string>
+#include <string_view>
+
+#include "config/setup.h"
+#include "core/units.h"
+
+namespace memsim::device {
+
+class DeviceModel {
+ public:
+  explicit DeviceModel(const config::DevicePreset& preset) : preset_(preset) {}
+
+  // A collective runs on `group` (e.g. "dp", "tp"). Returns true iff this created the group's
+  // communicator (its buffers now count), i.e. it is the group's first collective.
+  bool OnCollective(std::string_view group);
+
+  // Bytes this process holds outside the caching allocator: context + communicator buffers.
+  Bytes OutsideAllocatorBytes() const;
+  // What npu-smi / nvidia-smi shows used: reserved + idle baseline + outside-allocator bytes.
+  Bytes DeviceBytes(Bytes reserved_bytes) const;
+  // The most the caching allocator may reserve now: usable memory (the framework's total
+  // capacity, which already excludes the idle baseline) minus outside-allocator bytes
+  // (design.md "Capacity"). `usable_override` replaces the preset's usable_memory_bytes.
+  Bytes AllocatorCapacity(Bytes usable_memory_bytes) const;
+
+  int NumCommunicators() const { return static_cast<int>(groups_.size()); }
+  const config::DevicePreset& preset() const { return preset_; }
+
+ private:
+  config::DevicePreset preset_;
+  std::set<std::string, std::less<>> groups_;  // communicators created so far
+};
+
+}  // namespace memsim::device

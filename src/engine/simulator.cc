@@ -1,0 +1,192 @@
+#include "engine/simulator.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <vector>
+
+#include "core/check.h"
+#include "device/device_model.h"
+
+namespace memsim::engine {
+namespace {
+
+struct Event {
+  SimTimeUs time_us;
+  std::uint64_t sequence;  // 2 × op index (+1 for the end)
+  bool operator<(const Event& o) const {
+    return time_us != o.time_us ? time_us < o.time_us : sequence < o.sequence;
+  }
+};
+
+struct LiveTensor {
+  alloc::BlockHandle block = 0;
+  Bytes block_bytes = 0;  // the allocated-bytes increase the malloc caused
+  Category category = Category::kOther;
+};
+
+class Engine {
+ public:
+  Engine(const workload::Program& program, const config::Setup& setup,
+         const SimulateOptions& options, Observer& observer)
+      : program_(program),
+        device_(setup.device),
+        usable_(options.usable_memory_bytes.value_or(setup.device.usable_memory_bytes)),
+        observer_(observer) {
+    alloc::AllocatorOptions alloc_options = setup.allocator;
+    alloc_options.capacity_bytes = device_.AllocatorCapacity(usable_);
+    allocator_ = alloc::NewCachingAllocator(alloc_options);
+    by_category_.fill(0);
+  }
+
+  SimulateResult Run() {
+    const std::vector<Event> events = Schedule();
+    for (const Event& e : events) {
+      const workload::Op& op = program_.ops[e.sequence / 2];
+      if (e.sequence % 2 == 0) {
+        Start(op, e.time_us);
+      } else {
+        End(op, e.time_us, e.sequence / 2);
+      }
+    }
+    SimulateResult result;
+    result.allocator_stats = allocator_->Stats();
+    result.first_oom = first_oom_;
+    result.end_time_us = events.empty() ? 0 : events.back().time_us;
+    result.num_communicators = device_.NumCommunicators();
+    result.outside_allocator_bytes = device_.OutsideAllocatorBytes();
+    return result;
+  }
+
+ private:
+  // Assigns start and end times (see the header's timing rules); also records, per comm op,
+  // whether the communication stream is idle when it ends.
+  std::vector<Event> Schedule() {
+    const size_t n = program_.ops.size();
+    std::vector<Event> events;
+    events.reserve(2 * n);
+    comm_idle_at_end_.assign(n, false);
+    SimTimeUs compute_free = 0, comm_free = 0;
+    size_t last_comm = n;  // index of the previous comm op
+    SimTimeUs last_comm_end = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const workload::Op& op = program_.ops[i];
+      SimTimeUs start;
+      if (op.synchronize) {
+        start = std::max(compute_free, comm_free);
+      } else if (op.stream == workload::kCommStream) {
+        start = std::max(compute_free, comm_free);
+      } else {
+        start = compute_free;
+      }
+      const SimTimeUs end = start + std::max(0.0, op.duration_us);
+      if (op.stream == workload::kCommStream) {
+        // The previous comm op left the stream idle iff this one was issued after it ended.
+        if (last_comm < n) comm_idle_at_end_[last_comm] = compute_free >= last_comm_end;
+        last_comm = i;
+        last_comm_end = end;
+        comm_free = end;
+        if (op.synchronize) compute_free = end;
+      } else {
+        compute_free = end;
+      }
+      events.push_back({start, 2 * i});
+      events.push_back({end, 2 * i + 1});
+    }
+    if (last_comm < n) comm_idle_at_end_[last_comm] = true;
+    std::sort(events.begin(), events.end());
+    return events;
+  }
+
+  void Start(const workload::Op& op, SimTimeUs time_us) {
+    if (op.synchronize) CompleteAllStreams();
+    if (!op.collective_group.empty() && device_.OnCollective(op.collective_group)) {
+      allocator_->SetCapacity(unbounded_ ? std::nullopt
+                                         : std::optional(device_.AllocatorCapacity(usable_)));
+      observer_.OnCommunicatorCreated(time_us, op.collective_group);
+    }
+    for (const auto& [tensor, stream] : op.record_streams) {
+      auto it = live_.find(tensor);
+      if (it != live_.end()) allocator_->RecordStream(it->second.block, stream);
+    }
+    for (const workload::TensorAlloc& t : op.allocs) Allocate(op, t, time_us);
+    Notify(op, time_us, /*at_start=*/true);
+  }
+
+  void End(const workload::Op& op, SimTimeUs time_us, size_t index) {
+    for (workload::TensorId id : op.frees) {
+      auto it = live_.find(id);
+      MEMSIM_CHECK(it != live_.end());  // the workload frees only what it allocated before
+      allocator_->Free(it->second.block);
+      by_category_[static_cast<int>(it->second.category)] -= it->second.block_bytes;
+      live_.erase(it);
+    }
+    if (op.stream == workload::kCommStream && comm_idle_at_end_[index]) {
+      allocator_->CompleteStream(workload::kCommStream);
+    }
+    if (op.empty_cache) allocator_->EmptyCache();
+    Notify(op, time_us, /*at_start=*/false);
+  }
+
+  void Allocate(const workload::Op& op, const workload::TensorAlloc& t, SimTimeUs time_us) {
+    MEMSIM_CHECK(live_.find(t.id) == live_.end());
+    if (t.size_bytes <= 0) return;  // allocate(0) touches nothing (allocator.md §3)
+    const Bytes before = allocator_->Stats().allocated_bytes.current;
+    std::optional<alloc::BlockHandle> block = allocator_->Malloc(t.size_bytes, op.stream);
+    if (!block) {
+      if (!first_oom_) {
+        const alloc::AllocatorStats& s = allocator_->Stats();
+        first_oom_ = OomEvent{time_us, op.iteration, op.phase, op.name, t.label, t.size_bytes,
+                              s.allocated_bytes.current, s.reserved_bytes.current, usable_,
+                              device_.AllocatorCapacity(usable_)};
+        observer_.OnOom(*first_oom_);
+      }
+      unbounded_ = true;
+      allocator_->SetCapacity(std::nullopt);
+      block = allocator_->Malloc(t.size_bytes, op.stream);
+      MEMSIM_CHECK(block.has_value());
+    }
+    const Bytes block_bytes = allocator_->Stats().allocated_bytes.current - before;
+    live_.emplace(t.id, LiveTensor{*block, block_bytes, t.category});
+    by_category_[static_cast<int>(t.category)] += block_bytes;
+  }
+
+  void CompleteAllStreams() {
+    allocator_->CompleteStream(workload::kComputeStream);
+    allocator_->CompleteStream(workload::kCommStream);
+  }
+
+  void Notify(const workload::Op& op, SimTimeUs time_us, bool at_start) {
+    const alloc::AllocatorStats& s = allocator_->Stats();
+    OpBoundary b;
+    b.time_us = time_us;
+    b.op = &op;
+    b.at_start = at_start;
+    b.allocated_bytes = s.allocated_bytes.current;
+    b.reserved_bytes = s.reserved_bytes.current;
+    b.active_bytes = s.active_bytes.current;
+    b.device_bytes = device_.DeviceBytes(s.reserved_bytes.current);
+    b.allocated_by_category = &by_category_;
+    observer_.OnOpBoundary(b);
+  }
+
+  const workload::Program& program_;
+  device::DeviceModel device_;
+  Bytes usable_;
+  Observer& observer_;
+  std::unique_ptr<alloc::Allocator> allocator_;
+  // Keyed by tensor id; only looked up, never iterated (determinism).
+  std::unordered_map<workload::TensorId, LiveTensor> live_;
+  CategoryBytes by_category_;
+  std::vector<bool> comm_idle_at_end_;
+  std::optional<OomEvent> first_oom_;
+  bool unbounded_ = false;
+};
+
+}  // namespace
+
+SimulateResult Simulate(const workload::Program& program, const config::Setup& setup,
+                        const SimulateOptions& options, Observer& observer) {
+  return Engine(program, setup, options, observer).Run();
+}
+
+}  // namespace memsim::engine

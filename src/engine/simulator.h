@@ -1,0 +1,84 @@
+// The discrete-event engine (design.md "engine/"): replays a Program through an Allocator and
+// a DeviceModel over two streams (compute, communication) on a simulated clock, and notifies an
+// Observer. It never reads the wall clock and never prints.
+//
+// Timing rules (memsim's own; the real overlap depends on kernels and the network):
+// - compute ops run back to back in issue order;
+// - a communication op is issued when the compute op before it (in issue order) ends, and
+//   starts when it is issued and the communication stream is free;
+// - an op with `synchronize` starts when every stream is idle.
+// Each op becomes two events, start (record_streams, then allocs in order) and end (frees in
+// order), processed in (time, sequence) order, sequence = issue order.
+// Stream events (reference/allocator.md §13.3): when a stream becomes idle, every event
+// recorded on it so far is complete (Allocator::CompleteStream).
+// Out of memory (design.md "Capacity"): the allocator's capacity is the usable memory minus the
+// device's outside-allocator bytes at that moment. The first malloc that still fails after the
+// allocator's out-of-memory path is reported once (OnOom); the simulation then continues with an
+// unbounded device, so the report still shows what the job would need.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "alloc/allocator.h"
+#include "config/setup.h"
+#include "core/categories.h"
+#include "core/units.h"
+#include "workload/program.h"
+
+namespace memsim::engine {
+
+// The state after an op boundary (its allocations at start, or its frees at end).
+struct OpBoundary {
+  SimTimeUs time_us = 0;
+  const workload::Op* op = nullptr;  // valid during the callback only
+  bool at_start = true;
+  Bytes allocated_bytes = 0;
+  Bytes reserved_bytes = 0;
+  Bytes active_bytes = 0;
+  Bytes device_bytes = 0;
+  // Allocated bytes (block sizes, so they sum to allocated_bytes) by tensor category.
+  const CategoryBytes* allocated_by_category = nullptr;
+};
+
+struct OomEvent {
+  SimTimeUs time_us = 0;
+  int iteration = 0;
+  Phase phase = Phase::kInit;
+  std::string op_name;
+  std::string tensor_label;
+  Bytes request_bytes = 0;
+  Bytes allocated_bytes = 0;  // at the failed request
+  Bytes reserved_bytes = 0;
+  Bytes usable_memory_bytes = 0;
+  Bytes capacity_bytes = 0;   // what the allocator could reserve then (usable − outside)
+  bool operator==(const OomEvent&) const = default;
+};
+
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  virtual void OnOpBoundary(const OpBoundary& boundary) = 0;
+  // A communicator was created by the first collective of `group`.
+  virtual void OnCommunicatorCreated(SimTimeUs /*time_us*/, const std::string& /*group*/) {}
+  virtual void OnOom(const OomEvent& /*oom*/) {}
+};
+
+struct SimulateOptions {
+  // Replaces the device preset's usable_memory_bytes (`--capacity`).
+  std::optional<Bytes> usable_memory_bytes;
+};
+
+struct SimulateResult {
+  alloc::AllocatorStats allocator_stats;  // at the end of the run
+  std::optional<OomEvent> first_oom;
+  SimTimeUs end_time_us = 0;
+  int num_communicators = 0;
+  Bytes outside_allocator_bytes = 0;      // at the end: context + communicator buffers
+};
+
+// Replays `program` for the device and allocator options of `setup`. Deterministic.
+SimulateResult Simulate(const workload::Program& program, const config::Setup& setup,
+                        const SimulateOptions& options, Observer& observer);
+
+}  // namespace memsim::engine

@@ -1,0 +1,71 @@
+// Allocator traces for `memsim replay` (design.md "Allocator traces"): the CSV grammar
+// `op,id,bytes,stream`, PyTorch memory snapshots (snapshot.h) turned into the same operations,
+// and the replayer that drives an Allocator with them, checking the id rules (a free of an id
+// never seen, a malloc of a live id, a second free). No CLI11 here; errors are InputError with
+// "<file>:<line>: ..." messages.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "alloc/allocator.h"
+#include "core/units.h"
+
+namespace memsim::replay {
+
+enum class TraceOp : std::uint8_t { kMalloc, kFree, kRecordStream, kComplete, kEmptyCache };
+
+std::string_view TraceOpName(TraceOp op);
+
+// One operation. `id` indexes Trace::ids; -1 for complete / empty_cache.
+struct TraceRecord {
+  TraceOp op = TraceOp::kMalloc;
+  std::int32_t id = -1;
+  Bytes bytes = 0;
+  alloc::StreamId stream = 0;
+  std::int32_t line = 0;  // 1-based line in the CSV; entry index in a snapshot
+  bool operator==(const TraceRecord&) const = default;
+};
+
+struct Trace {
+  std::string file_name;             // for messages
+  std::string location_word = "";    // "" for CSV (file:line), "entry " for snapshots
+  std::vector<std::string> ids;      // interned ids
+  std::vector<TraceRecord> records;
+  // Snapshot replays only (snapshot.h): what the snapshot itself says, for the fidelity line.
+  struct SnapshotFacts {
+    std::int64_t segment_allocs = 0;  // segment_alloc + segment_map entries
+    std::int64_t segment_frees = 0;   // segment_free + segment_unmap entries
+    Bytes reserved_end_bytes = 0;     // sum of the device's segments' total_size
+    std::int64_t skipped = 0;         // entries about blocks never seen allocated
+    std::int64_t entries = 0;         // trace entries of the device
+  };
+  std::optional<SnapshotFacts> snapshot;
+};
+
+// Parses the CSV form. Throws InputError "<file_name>:<line>: <what was wrong>".
+Trace ParseCsvTrace(std::string_view text, std::string_view file_name);
+
+// CSV or snapshot JSON, told apart by content (first non-blank character '{' or '[').
+Trace ParseTrace(std::string_view text, std::string_view file_name, int device_index);
+
+// One row of the replay timeline (--csv).
+struct ReplayRow {
+  TraceOp op;
+  Bytes allocated_bytes, reserved_bytes, active_bytes;
+};
+
+struct ReplayResult {
+  alloc::AllocatorStats stats;   // final; each gauge's .peak is the peak
+  std::int64_t operations = 0;
+  std::vector<ReplayRow> rows;   // filled iff requested
+};
+
+// Replays `trace` through `allocator`. Throws InputError for the id rules of design.md
+// ("<file>:<line>: free of id 'x' that was never allocated", ...).
+ReplayResult Replay(const Trace& trace, alloc::Allocator& allocator, bool keep_rows);
+
+}  // namespace memsim::replay

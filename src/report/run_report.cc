@@ -1,0 +1,334 @@
+#include "report/run_report.h"
+
+#include <algorithm>
+#include <vector>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "config/load.h"
+#include "report/format.h"
+
+namespace memsim::report {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+std::string_view PrecisionName(config::Precision p) {
+  switch (p) {
+    case config::Precision::kFp32: return "fp32";
+    case config::Precision::kFp16: return "fp16";
+    case config::Precision::kBf16: return "bf16";
+  }
+  return "?";
+}
+
+std::string_view RecomputeName(config::RecomputeGranularity g) {
+  switch (g) {
+    case config::RecomputeGranularity::kNone: return "none";
+    case config::RecomputeGranularity::kSelective: return "selective";
+    case config::RecomputeGranularity::kFull: return "full";
+  }
+  return "?";
+}
+
+// Category changes between two splits, largest magnitude first, those of at least 1 MiB.
+std::string CategoryDelta(const CategoryBytes& before, const CategoryBytes& after) {
+  std::vector<std::pair<Bytes, int>> deltas;
+  for (int c = 0; c < kNumCategories; ++c) {
+    const Bytes d = after[static_cast<size_t>(c)] - before[static_cast<size_t>(c)];
+    if (d >= kMiB || d <= -kMiB) deltas.emplace_back(d, c);
+  }
+  std::stable_sort(deltas.begin(), deltas.end(), [](const auto& a, const auto& b) {
+    return std::abs(a.first) > std::abs(b.first);
+  });
+  std::string out;
+  for (const auto& [d, c] : deltas) {
+    if (!out.empty()) out += ", ";
+    out += fmt::format("{} {}", SignedHuman(d), CategoryName(static_cast<Category>(c)));
+  }
+  return out.empty() ? "no change" : out;
+}
+
+std::string PeakWhere(const timeline::SpanSummary& s) {
+  std::string where(PhaseName(s.peak_phase));
+  if (s.peak_micro_batch >= 0) where += fmt::format(" mb{}", s.peak_micro_batch);
+  return where;
+}
+
+json CategoriesJson(const CategoryBytes& bytes) {
+  json j = json::object();
+  for (int c = 0; c < kNumCategories; ++c) {
+    j[std::string(CategoryName(static_cast<Category>(c)))] = bytes[static_cast<size_t>(c)];
+  }
+  return j;
+}
+
+json StatsJson(const alloc::AllocatorStats& s) {
+  json j = json::object();
+  auto gauge = [&](const char* name, const alloc::Gauge& g) {
+    j[name] = g.current;
+    j[std::string("peak_") + name] = g.peak;
+  };
+  gauge("allocated_bytes", s.allocated_bytes);
+  gauge("reserved_bytes", s.reserved_bytes);
+  gauge("active_bytes", s.active_bytes);
+  gauge("requested_bytes", s.requested_bytes);
+  gauge("inactive_split_bytes", s.inactive_split_bytes);
+  gauge("segment", s.segment);
+  j["num_alloc_retries"] = s.num_alloc_retries;
+  j["num_ooms"] = s.num_ooms;
+  return j;
+}
+
+json SetupJson(const config::Setup& setup) {
+  const config::ModelConfig& m = setup.model;
+  const config::TrainingConfig& t = setup.training;
+  json j;
+  j["config_path"] = setup.config_path;
+  j["model_path"] = setup.model_path;
+  j["model"] = {{"model_type", m.model_type},
+                {"hidden_size", m.hidden_size},
+                {"intermediate_size", m.intermediate_size},
+                {"num_attention_heads", m.num_attention_heads},
+                {"num_key_value_heads", m.num_key_value_heads},
+                {"head_dim", m.head_dim},
+                {"num_hidden_layers", m.num_hidden_layers},
+                {"vocab_size", m.vocab_size},
+                {"tie_word_embeddings", m.tie_word_embeddings},
+                {"hidden_act", m.hidden_act}};
+  j["training"] = {{"framework", t.framework},
+                   {"seq_length", t.seq_length},
+                   {"micro_batch_size", t.micro_batch_size},
+                   {"global_batch_size", t.global_batch_size},
+                   {"tensor_model_parallel_size", t.tensor_model_parallel_size},
+                   {"pipeline_model_parallel_size", t.pipeline_model_parallel_size},
+                   {"data_parallel_size", t.data_parallel_size},
+                   {"context_parallel_size", t.context_parallel_size},
+                   {"num_layers_per_virtual_pipeline_stage", t.num_layers_per_virtual_pipeline_stage},
+                   {"sequence_parallel", t.sequence_parallel},
+                   {"precision", PrecisionName(t.precision)},
+                   {"optimizer", t.optimizer == config::OptimizerKind::kAdam ? "adam" : "sgd"},
+                   {"optimizer_impl", t.optimizer_impl == config::OptimizerImpl::kFused ? "fused" : "foreach"},
+                   {"use_distributed_optimizer", t.use_distributed_optimizer},
+                   {"recompute_granularity", RecomputeName(t.recompute_granularity)},
+                   {"use_flash_attn", t.use_flash_attn},
+                   {"train_iters", t.train_iters}};
+  const alloc::AllocatorOptions& a = setup.allocator;
+  j["allocator"] = {{"backend", a.backend == alloc::Backend::kCuda ? "cuda" : "npu"},
+                    {"expandable_segments", a.expandable_segments},
+                    {"max_split_size_bytes", a.max_split_size_bytes ? json(*a.max_split_size_bytes) : json()},
+                    {"garbage_collection_threshold", a.garbage_collection_threshold}};
+  return j;
+}
+
+json DeviceJson(const config::DevicePreset& d) {
+  return {{"name", d.name},
+          {"allocator_backend", d.allocator_backend == alloc::Backend::kCuda ? "cuda" : "npu"},
+          {"total_memory_bytes", d.total_memory_bytes},
+          {"usable_memory_bytes", d.usable_memory_bytes},
+          {"idle_baseline_bytes", d.idle_baseline_bytes},
+          {"context_bytes", d.context_bytes},
+          {"communicator_buffer_bytes", d.communicator_buffer_bytes}};
+}
+
+}  // namespace
+
+std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& setup) {
+  const config::TrainingConfig& t = setup.training;
+  const int m = t.global_batch_size / std::max(1, t.micro_batch_size * t.data_parallel_size);
+  std::string out = fmt::format(
+      "memsim run: {} ({} layers, h {}) on {} ({} allocator)\n"
+      "  TP{} PP{} DP{} CP{}{}; seq {}, micro-batch {} x {} per iteration\n"
+      "  {}, {}{}, recompute {}\n",
+      config::ModelName(setup), setup.model.num_hidden_layers, setup.model.hidden_size,
+      setup.device.name, setup.device.allocator_backend == alloc::Backend::kCuda ? "CUDA" : "NPU",
+      t.tensor_model_parallel_size, t.pipeline_model_parallel_size, t.data_parallel_size,
+      t.context_parallel_size, t.sequence_parallel ? " SP" : "", t.seq_length, t.micro_batch_size,
+      m, PrecisionName(t.precision), t.optimizer == config::OptimizerKind::kAdam ? "Adam" : "SGD",
+      t.use_distributed_optimizer ? " (distributed optimizer)" : "",
+      RecomputeName(t.recompute_granularity));
+  const engine::StageResult& stage = run.Reported();
+  out += fmt::format("  reported: pipeline stage {} of {}{}; peak device {} GiB, usable {} GiB\n",
+                     stage.pipeline_rank, run.stages.size(),
+                     run.stages.size() > 1 ? " (highest peak device memory)" : "",
+                     GiB(stage.peak_device_bytes), GiB(setup.device.usable_memory_bytes));
+  if (run.stages.size() > 1) {
+    out += "  stages, peak allocated / reserved / device GiB:\n";
+    std::string line = " ";
+    for (const engine::StageResult& s : run.stages) {
+      std::string item = fmt::format(" [{}] {}/{}/{}", s.pipeline_rank, GiB(s.peak_allocated_bytes),
+                                     GiB(s.peak_reserved_bytes), GiB(s.peak_device_bytes));
+      if (line.size() + item.size() > 78) {
+        out += line + "\n";
+        line = " ";
+      }
+      line += item;
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string FormatIterationTable(const engine::RunResult& run, int width) {
+  const engine::StageResult& stage = run.Reported();
+  std::string out;
+  out += "iter  peak alloc  peak resv  peak dev   start    end  dpeak  peak at\n";
+  out += "      ----------------------- GiB -------------------------\n";
+  const timeline::SpanSummary* prev = nullptr;
+  for (const timeline::SpanSummary& s : stage.spans) {
+    const std::string name = s.iteration == 0 ? "init" : fmt::format("{:>4}", s.iteration);
+    out += fmt::format("{:<4} {:>11} {:>10} {:>9} {:>7} {:>6} {:>6}  {}\n", name,
+                       GiB(s.peak_allocated_bytes), GiB(s.peak_reserved_bytes),
+                       GiB(s.peak_device_bytes), GiB(s.start_allocated_bytes),
+                       GiB(s.end_allocated_bytes),
+                       prev ? SignedGiB(s.peak_allocated_bytes - prev->peak_allocated_bytes) : "",
+                       PeakWhere(s));
+    std::string detail;
+    if (prev) {
+      detail = fmt::format("      at peak vs {}: {}", prev->iteration == 0 ? "init" : fmt::format("iter {}", prev->iteration),
+                           CategoryDelta(prev->by_category_at_peak, s.by_category_at_peak));
+      if (s.peak_reserved_bytes != prev->peak_reserved_bytes) {
+        detail += fmt::format("; reserved {}", SignedHuman(s.peak_reserved_bytes - prev->peak_reserved_bytes));
+      }
+    }
+    if (s.end_allocated_bytes != s.start_allocated_bytes && s.iteration > 0) {
+      if (!detail.empty()) detail += "\n";
+      detail += fmt::format("      kept after the iteration: {}",
+                            CategoryDelta(s.start_by_category, s.end_by_category));
+    }
+    // Wrap long detail lines at `width`.
+    size_t line_start = 0;
+    while (line_start < detail.size()) {
+      size_t end = detail.find('\n', line_start);
+      if (end == std::string::npos) end = detail.size();
+      std::string line = detail.substr(line_start, end - line_start);
+      while (static_cast<int>(line.size()) > width) {
+        size_t cut = line.rfind(", ", static_cast<size_t>(width) - 1);
+        if (cut == std::string::npos || cut < 8) cut = static_cast<size_t>(width) - 1;
+        out += line.substr(0, cut + 1) + "\n";
+        line = "        " + line.substr(cut + 2 <= line.size() ? cut + 2 : line.size());
+      }
+      if (!line.empty()) out += line + "\n";
+      line_start = end + 1;
+    }
+    prev = &s;
+  }
+  return out;
+}
+
+std::string FormatMegatronLines(const engine::RunResult& run, const config::Setup& setup) {
+  const engine::StageResult& stage = run.Reported();
+  const int rank = stage.pipeline_rank * setup.training.tensor_model_parallel_size *
+                   setup.training.data_parallel_size * setup.training.context_parallel_size;
+  std::string out;
+  Bytes max_allocated = 0, max_reserved = 0;
+  for (const timeline::SpanSummary& s : stage.spans) {
+    max_allocated = std::max(max_allocated, s.peak_allocated_bytes);
+    max_reserved = std::max(max_reserved, s.peak_reserved_bytes);
+    if (s.iteration == 0) continue;
+    out += fmt::format(
+        "[Rank {}] (after {} iterations) memory (MB) | allocated: {} | max allocated: {} | "
+        "reserved: {} | max reserved: {}\n",
+        rank, s.iteration, MiB(s.end_allocated_bytes), MiB(max_allocated),
+        MiB(s.end_reserved_bytes), MiB(max_reserved));
+  }
+  return out;
+}
+
+std::string FormatOom(const engine::RunResult& run) {
+  if (!run.first_oom) return "";
+  const engine::OomEvent& o = run.first_oom->oom;
+  return fmt::format(
+      "*** OUT OF MEMORY predicted: stage {}, iteration {}, {} ({}): a request of {} failed with "
+      "{} allocated, {} reserved, {} the allocator could hold ({} usable).\n"
+      "*** The simulation continued on an unbounded device to show what the job would need.\n",
+      run.first_oom->pipeline_rank, o.iteration, PhaseName(o.phase),
+      o.tensor_label.empty() ? o.op_name : o.tensor_label, HumanBytes(o.request_bytes),
+      HumanBytes(o.allocated_bytes), HumanBytes(o.reserved_bytes), HumanBytes(o.capacity_bytes),
+      HumanBytes(o.usable_memory_bytes));
+}
+
+std::string RunReportJson(const engine::RunResult& run, const config::Setup& setup) {
+  const engine::StageResult& stage = run.Reported();
+  json j;
+  j["schema_version"] = 1;
+  j["memsim_version"] = MEMSIM_VERSION;
+  j["config"] = SetupJson(setup);
+  j["device"] = DeviceJson(setup.device);
+  j["rank"] = {{"pipeline", stage.pipeline_rank}, {"tensor", 0}, {"data", 0}};
+  // Steady-state sizes: what the first optimizer step leaves allocated, by category.
+  const timeline::SpanSummary* first = stage.Span(1);
+  const CategoryBytes after_step = first ? first->end_by_category : CategoryBytes{};
+  auto cat = [&](Category c) { return after_step[static_cast<size_t>(c)]; };
+  j["static"] = {{"parameter_bytes", cat(Category::kParameters)},
+                 {"gradient_bytes", cat(Category::kGradients)},
+                 {"main_param_bytes", cat(Category::kMainParameters)},
+                 {"optimizer_state_bytes", cat(Category::kOptimizerStates)}};
+  if (const timeline::SpanSummary* init = stage.Span(0)) {
+    j["init"] = {{"peak_allocated_bytes", init->peak_allocated_bytes},
+                 {"peak_reserved_bytes", init->peak_reserved_bytes},
+                 {"end_allocated_bytes", init->end_allocated_bytes},
+                 {"end_reserved_bytes", init->end_reserved_bytes}};
+  } else {
+    j["init"] = nullptr;
+  }
+  json iterations = json::array();
+  for (const timeline::SpanSummary& s : stage.spans) {
+    if (s.iteration == 0) continue;
+    iterations.push_back({{"iteration", s.iteration},
+                          {"peak_allocated_bytes", s.peak_allocated_bytes},
+                          {"peak_reserved_bytes", s.peak_reserved_bytes},
+                          {"peak_device_bytes", s.peak_device_bytes},
+                          {"start_allocated_bytes", s.start_allocated_bytes},
+                          {"end_allocated_bytes", s.end_allocated_bytes},
+                          {"end_reserved_bytes", s.end_reserved_bytes},
+                          {"end_device_bytes", s.end_device_bytes},
+                          {"peak_phase", PhaseName(s.peak_phase)},
+                          {"peak_micro_batch", s.peak_micro_batch},
+                          {"by_category_at_peak", CategoriesJson(s.by_category_at_peak)},
+                          {"start_by_category", CategoriesJson(s.start_by_category)},
+                          {"end_by_category", CategoriesJson(s.end_by_category)}});
+  }
+  j["iterations"] = iterations;
+  json stages = json::array();
+  for (const engine::StageResult& s : run.stages) {
+    stages.push_back({{"pipeline", s.pipeline_rank},
+                      {"peak_allocated_bytes", s.peak_allocated_bytes},
+                      {"peak_reserved_bytes", s.peak_reserved_bytes},
+                      {"peak_device_bytes", s.peak_device_bytes},
+                      {"by_category_at_peak", CategoriesJson(s.by_category_at_peak)}});
+  }
+  j["stages"] = stages;
+  j["allocator"] = StatsJson(stage.simulation.allocator_stats);
+  j["device_outside_allocator_bytes"] = stage.simulation.outside_allocator_bytes;
+  j["num_communicators"] = stage.simulation.num_communicators;
+  if (run.first_oom) {
+    const engine::OomEvent& o = run.first_oom->oom;
+    j["oom"] = {{"stage", run.first_oom->pipeline_rank},
+                {"iteration", o.iteration},
+                {"phase", PhaseName(o.phase)},
+                {"time_us", o.time_us},
+                {"request_bytes", o.request_bytes},
+                {"allocated_bytes", o.allocated_bytes},
+                {"reserved_bytes", o.reserved_bytes},
+                {"usable_memory_bytes", o.usable_memory_bytes},
+                {"tensor", o.tensor_label}};
+  } else {
+    j["oom"] = nullptr;
+  }
+  return j.dump(2) + "\n";
+}
+
+std::string TimelineCsv(const timeline::Timeline& tl) {
+  std::string out = "time_us,iteration,phase,allocated_bytes,reserved_bytes,active_bytes,device_bytes\n";
+  auto value = [](Bytes b) { return b < 0 ? std::string() : fmt::format("{}", b); };
+  for (const timeline::Sample& s : tl.samples) {
+    out += fmt::format("{:.3f},{},{},{},{},{},{}\n", s.time_us, s.iteration, PhaseName(s.phase),
+                       value(s.allocated_bytes), value(s.reserved_bytes), value(s.active_bytes),
+                       value(s.device_bytes));
+  }
+  return out;
+}
+
+}  // namespace memsim::report

@@ -1,0 +1,39 @@
+// The outputs of `memsim run` (design.md "JSON report", "CSV timeline columns"): the
+// per-iteration table, the Megatron `report_memory` lines, the JSON report (schema_version 1)
+// and the CSV timeline. Pure functions from results to text; the CLI writes them.
+#pragma once
+
+#include <string>
+
+#include "config/setup.h"
+#include "engine/stages.h"
+
+namespace memsim::report {
+
+// One line of text per iteration of the reported stage plus the change from the previous span by
+// category, fitting `width` columns (80 or more).
+std::string FormatIterationTable(const engine::RunResult& run, int width);
+
+// The line Megatron's report_memory would print after each iteration of the reported stage
+// (NVIDIA/Megatron-LM megatron/training/utils.py report_memory; reference/formats.md §5.1):
+// "[Rank R] (after N iterations) memory (MB) | allocated: A | max allocated: B | reserved: C |
+// max reserved: D" with MB = MiB and two decimals; "max" = peak since the process started
+// (init and iterations 1..N). R is the global rank of (tp 0, dp 0, this stage) = stage × TP × DP
+// under Megatron's default rank order (tp fastest, then dp, then pp) -- an assumption stated
+// here, since the order is configurable.
+std::string FormatMegatronLines(const engine::RunResult& run, const config::Setup& setup);
+
+// The header lines: what was simulated and which stage is reported.
+std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& setup);
+
+// The OOM notice ("" when none).
+std::string FormatOom(const engine::RunResult& run);
+
+// design.md "JSON report" (schema_version 1), pretty-printed, ending in a newline.
+std::string RunReportJson(const engine::RunResult& run, const config::Setup& setup);
+
+// design.md CSV timeline: time_us,iteration,phase,allocated_bytes,reserved_bytes,active_bytes,
+// device_bytes; unknown values empty.
+std::string TimelineCsv(const timeline::Timeline& timeline);
+
+}  // namespace memsim::report

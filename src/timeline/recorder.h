@@ -1,0 +1,74 @@
+// Recorder: an engine Observer that keeps the simulated Timeline (two samples per op: after its
+// allocations and after its frees) and summarises each span -- init (iteration 0) and every
+// training iteration -- as the run report needs it (design.md "JSON report"). A span runs from
+// the start of its first op to the start of the next span's first op; its peaks are running
+// maxima over the samples inside it (the allocator's own peak is a running maximum too, so a
+// transient inside an op counts, reference/allocator.md §13.5).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/simulator.h"
+#include "timeline/timeline.h"
+
+namespace memsim::timeline {
+
+struct SpanSummary {
+  int iteration = 0;  // 0 = init
+  SimTimeUs start_time_us = 0;
+  SimTimeUs end_time_us = 0;
+  Bytes start_allocated_bytes = 0;  // just before the span's first op
+  Bytes start_reserved_bytes = 0;
+  Bytes start_device_bytes = 0;
+  Bytes end_allocated_bytes = 0;  // after the span's last op
+  Bytes end_reserved_bytes = 0;
+  Bytes end_device_bytes = 0;
+  Bytes peak_allocated_bytes = 0;
+  Bytes peak_reserved_bytes = 0;
+  Bytes peak_device_bytes = 0;
+  Bytes peak_active_bytes = 0;
+  // Where allocated peaked: phase, op, micro-batch, and the category split at that moment.
+  Phase peak_phase = Phase::kInit;
+  std::string peak_op;
+  int peak_micro_batch = -1;
+  SimTimeUs peak_time_us = 0;
+  CategoryBytes by_category_at_peak{};
+  CategoryBytes start_by_category{};
+  CategoryBytes end_by_category{};
+  // Time at which reserved reached its span maximum (first time).
+  SimTimeUs peak_reserved_time_us = 0;
+  Phase peak_reserved_phase = Phase::kInit;
+};
+
+class Recorder final : public engine::Observer {
+ public:
+  // `keep_samples` false keeps only the summaries (cheaper when the curve is not needed).
+  explicit Recorder(bool keep_samples = true) : keep_samples_(keep_samples) {}
+
+  void OnOpBoundary(const engine::OpBoundary& b) override;
+  void OnCommunicatorCreated(SimTimeUs time_us, const std::string& group) override;
+
+  // Closes the last span. REQUIRES: called once, after Simulate returns.
+  void Finish();
+
+  const Timeline& timeline() const { return timeline_; }
+  Timeline TakeTimeline() { return std::move(timeline_); }
+  // spans()[0] is init when the program has an init phase; then iterations 1..N in order.
+  const std::vector<SpanSummary>& spans() const { return spans_; }
+
+ private:
+  void OpenSpan(int iteration, const engine::OpBoundary& b);
+
+  bool keep_samples_;
+  Timeline timeline_;
+  std::vector<SpanSummary> spans_;
+  bool open_ = false;
+  Phase last_phase_ = Phase::kUnknown;
+  // The state after the previous boundary (the start of the next span).
+  Bytes last_allocated_ = 0, last_reserved_ = 0, last_device_ = -1;
+  CategoryBytes last_by_category_{};
+  SimTimeUs last_time_ = 0;
+};
+
+}  // namespace memsim::timeline

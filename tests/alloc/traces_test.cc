@@ -1,0 +1,256 @@
+// Hand-derived traces beyond the §11 table: several streams with record_stream / complete,
+// torch_npu's same-stream deferral, the out-of-memory path with pending frees, expandable
+// segments with holes and capacity, and garbage-collection ages. Each expected number is
+// derived in the comments from reference/allocator.md.
+#include <catch2/catch.hpp>
+
+#include "alloc/allocator.h"
+#include "alloc_test_util.h"
+
+namespace memsim::alloc {
+namespace {
+
+using testing::AllocFixture;
+constexpr Bytes MiB = kMiB;
+
+AllocatorOptions Conf(const char* conf, Backend backend = Backend::kCuda, Bytes capacity = 0) {
+  AllocatorOptions o = ParseAllocConf(conf, backend);
+  if (capacity > 0) o.capacity_bytes = capacity;
+  ValidateOptions(o);
+  return o;
+}
+
+TEST_CASE("streams: a recorded block returns to its pool at the malloc after complete",
+          "[alloc]") {
+  AllocFixture f;
+  f.Run("malloc a 4MiB 0; malloc b 4MiB 1");
+  // One 20 MiB buffer per stream (no cross-stream reuse, §2 "Streams").
+  CHECK(f.Reserved() == 40 * MiB);
+  f.Run("record a 1; free a");
+  // allocated drops now; a stays active until stream 1's event completes (§4).
+  CHECK(f.Allocated() == 4 * MiB);
+  CHECK(f.Active() == 8 * MiB);
+  f.Run("malloc c 4MiB 0");
+  // c splits the 16 MiB tail of stream 0's buffer (a is not in the pool): [a][c][12 MiB].
+  CHECK(f.Reserved() == 40 * MiB);
+  CHECK(f.Active() == 12 * MiB);
+  f.Run("complete 1");
+  // complete only marks the event done; the block is freed by the next malloc (§13.3).
+  CHECK(f.Active() == 12 * MiB);
+  f.Run("malloc d 1000 1");
+  // process_events frees a: it cannot merge (c is allocated), so a is a 4 MiB inactive split.
+  // d (1024 B, small pool, stream 1) takes a new 2 MiB segment.
+  CHECK(f.Allocated() == 8 * MiB + 1024);
+  CHECK(f.Active() == 8 * MiB + 1024);
+  CHECK(f.Reserved() == 42 * MiB);
+  CHECK(f.Segments() == 3);
+  // Inactive splits: a (4 MiB) and the 12 MiB tail in stream 0's buffer, the 16 MiB tail of
+  // stream 1's buffer, the 2 MiB - 1024 remainder of d's segment.
+  CHECK(f.S().inactive_split.current == 4);
+  CHECK(f.S().inactive_split_bytes.current == 32 * MiB + 2 * MiB - 1024);
+}
+
+TEST_CASE("streams: a block recorded on two streams waits for both", "[alloc]") {
+  AllocFixture f;
+  f.Run("malloc a 12MiB 0; record a 1; record a 2; free a; complete 1; malloc b 1000 0");
+  // One of two events done: a stays active (12 MiB) and b adds 1024.
+  CHECK(f.Active() == 12 * MiB + 1024);
+  f.Run("complete 2; malloc c 12MiB 0");
+  // Both done: a's 12 MiB segment is whole and free again; c reuses it (no new segment).
+  CHECK(f.Reserved() == 12 * MiB + 2 * MiB);
+  CHECK(f.Segments() == 2);
+  CHECK(f.Active() == 12 * MiB + 1024);
+}
+
+TEST_CASE("streams: empty_cache synchronizes pending frees first", "[alloc]") {
+  AllocFixture f;
+  f.Run("malloc a 12MiB 0; record a 3; free a; empty_cache");
+  // synchronize_and_free_events frees a; its whole segment is then released (§5).
+  CHECK(f.Active() == 0);
+  CHECK(f.Reserved() == 0);
+}
+
+TEST_CASE("npu: record_stream on the block's own stream still defers the free", "[alloc]") {
+  SECTION("npu") {
+    AllocFixture f(Conf("", Backend::kNpu));
+    f.Run("malloc a 1000 0; record a 0; free a");
+    // 1000 + 32 -> 1536 B; the same-stream record inserts an event (§4 record_stream).
+    CHECK(f.Allocated() == 0);
+    CHECK(f.Active() == 1536);
+    f.Run("malloc b 1000 0");
+    // a is still pending: b is cut from the remainder after a: [a][b][2 MiB - 3072].
+    CHECK(f.S().inactive_split.current == 1);
+    CHECK(f.S().inactive_split_bytes.current == 2 * MiB - 3072);
+    f.Run("complete 0; malloc c 1000 0");
+    // a is freed (it cannot merge: b is allocated, nothing before it) and, being the
+    // smallest free block >= 1536 on stream 0, is reused whole by c.
+    CHECK(f.Allocated() == 2 * 1536);
+    CHECK(f.S().inactive_split.current == 1);
+    CHECK(f.S().inactive_split_bytes.current == 2 * MiB - 3072);
+  }
+  SECTION("cuda ignores it") {
+    AllocFixture f;
+    f.Run("malloc a 1000 0; record a 0; free a");
+    CHECK(f.Active() == 0);
+  }
+}
+
+TEST_CASE("oom path: release_cached_blocks frees pending blocks before the retry", "[alloc]") {
+  AllocFixture f(Conf("", Backend::kCuda, 50 * MiB));
+  f.Run("malloc a 30MiB 0; record a 1; free a; malloc b 30MiB 0");
+  // b: no free block (a pending); 30 + 30 > 50 fails; release_cached_blocks synchronizes
+  // (a becomes a whole free segment) and frees it; the retry succeeds.
+  CHECK(f.Reserved() == 30 * MiB);
+  CHECK(f.Segments() == 1);
+  CHECK(f.S().num_alloc_retries == 1);
+  CHECK(f.S().num_ooms == 0);
+  CHECK(f.S().reserved_bytes.peak == 30 * MiB);
+}
+
+TEST_CASE("oom path: partly used segments are not released", "[alloc]") {
+  AllocFixture f(Conf("", Backend::kCuda, 40 * MiB));
+  f.Run("malloc a 4MiB; malloc b 4MiB; free a; malloc c 30MiB");
+  // a and b share a 20 MiB buffer; after free a it is still split (b allocated), so
+  // release_cached_blocks frees nothing; 20 + 30 > 40 twice: one retry, one OOM.
+  CHECK(f.Reserved() == 20 * MiB);
+  CHECK(f.S().num_alloc_retries == 1);
+  CHECK(f.S().num_ooms == 1);
+  CHECK(f.Allocated() == 4 * MiB);
+}
+
+TEST_CASE("gc: only blocks at least as old as the average are released", "[alloc]") {
+  // allowed = floor(0.5 x 200 MiB) = 100 MiB; GC starts above 0.5 x 100 = 50 MiB.
+  const char* script =
+      "malloc a 30MiB 0; malloc b 30MiB 0; free a; malloc x 10MiB 1; free x; "
+      "malloc y 10MiB 1; free y; malloc c 40MiB 0";
+  // Large-pool get_free_block calls: a 1, b 2, x 3, y 4 (reuses x's segment), c 5.
+  // a was inserted at count 2, y's segment at 4. At c: ages a 3, y 1; average 2.
+  SECTION("with gc") {
+    AllocFixture f(Conf("memory_fraction:0.5,garbage_collection_threshold:0.5",
+                        Backend::kCuda, 200 * MiB));
+    f.Run(script);
+    // 70 MiB reserved > 50: target 20; a (age 3 >= 2) is freed (30 >= 20, stop); y's 10 MiB
+    // segment stays. c: 40 + 40 <= 100: a new 40 MiB segment. 30 + 10 + 40 = 80 MiB.
+    CHECK(f.Reserved() == 80 * MiB);
+    CHECK(f.Segments() == 3);
+    CHECK(f.S().num_alloc_retries == 0);
+    CHECK(f.Allocated() == 70 * MiB);
+  }
+  SECTION("without gc the fraction forces the retry path") {
+    AllocFixture f(Conf("memory_fraction:0.5", Backend::kCuda, 200 * MiB));
+    f.Run(script);
+    // 70 + 40 > 100: alloc_block fails; release_cached_blocks frees a and y's segment;
+    // the retry succeeds: 30 + 40 = 70 MiB.
+    CHECK(f.Reserved() == 70 * MiB);
+    CHECK(f.Segments() == 2);
+    CHECK(f.S().num_alloc_retries == 1);
+  }
+}
+
+TEST_CASE("max_split: release_available frees oversize blocks from the largest down",
+          "[alloc]") {
+  AllocFixture f(Conf("max_split_size_mb:40", Backend::kCuda, 150 * MiB));
+  f.Run("malloc a 50MiB; malloc b 60MiB; free a; free b; malloc c 100MiB");
+  // c (100 MiB): lower_bound finds nothing >= 100 MiB; 110 + 100 > 150 fails.
+  // release_available: key = 100 MiB; walk down from the largest: b (60, released 60 < 100),
+  // a (50, released 110): enough. Then 100 MiB is allocated: reserved 100 MiB, no retry.
+  CHECK(f.Reserved() == 100 * MiB);
+  CHECK(f.Segments() == 1);
+  CHECK(f.S().num_alloc_retries == 0);
+  CHECK(f.S().oversize_segments.current == 1);
+  CHECK(f.S().oversize_allocations.current == 1);
+}
+
+TEST_CASE("expandable: one segment per stream, pages per pool", "[alloc]") {
+  AllocFixture f(Conf("expandable_segments:True"));
+  f.Run("malloc a 5MiB 0; malloc b 5MiB 1; malloc c 1000 0");
+  // Two large-pool segments (one per stream), one 20 MiB page each; one small 2 MiB page.
+  CHECK(f.Reserved() == 42 * MiB);
+  CHECK(f.Segments() == 0);
+  // Expandable blocks never count in inactive_split (§7.1).
+  CHECK(f.S().inactive_split.current == 0);
+}
+
+TEST_CASE("expandable: a hole left by empty_cache is mapped again", "[alloc]") {
+  AllocFixture f(Conf("expandable_segments:True"));
+  f.Run("malloc a 30MiB; malloc b 5MiB; free a; empty_cache");
+  // E4: [0,20) unmapped, [20,30) free, [30,35) b, [35,40) free, 20 MiB reserved.
+  CHECK(f.Reserved() == 20 * MiB);
+  f.Run("malloc c 25MiB");
+  // No free block >= 25 MiB. The lowest unmapped range [0,20) plus the free [20,30) after it
+  // holds 30 MiB: page [0,20) is mapped and merges into [0,30); c splits off 25 MiB.
+  CHECK(f.Reserved() == 40 * MiB);
+  CHECK(f.Allocated() == 30 * MiB);
+  f.Run("free b; free c; empty_cache");
+  // Everything free merges into [0,40) and both pages are unmapped.
+  CHECK(f.Reserved() == 0);
+}
+
+TEST_CASE("expandable: capacity stops the mapping; stats unchanged by the OOM", "[alloc]") {
+  AllocFixture f(Conf("expandable_segments:True", Backend::kCuda, 40 * MiB));
+  f.Run("malloc a 30MiB");
+  // Two pages (40 MiB) mapped, a 10 MiB free tail.
+  CHECK(f.Reserved() == 40 * MiB);
+  CHECK_FALSE(f.Malloc("b", 15 * MiB));
+  // Growing the tail needs one more page: 40 + 20 > 40. empty_cache-style release cannot unmap
+  // part of a page ([30,40) holds no whole page); the retry fails too.
+  CHECK(f.Reserved() == 40 * MiB);
+  CHECK(f.S().num_alloc_retries == 1);
+  CHECK(f.S().num_ooms == 1);
+  f.Run("free a; malloc b 15MiB");
+  // All 40 MiB free and merged: b splits it without mapping anything.
+  CHECK(f.Reserved() == 40 * MiB);
+  CHECK(f.Allocated() == 15 * MiB);
+}
+
+TEST_CASE("expandable: the free block not followed by unmapped space is preferred", "[alloc]") {
+  AllocFixture f(Conf("expandable_segments:True"));
+  f.Run("malloc a 6MiB; malloc b 6MiB; malloc c 4MiB; free a");
+  // One 20 MiB page: [a 6][b 6][c 4][4 free tail]; free a leaves [0,6) free.
+  // Free blocks: a (6 MiB, expandable size 6) and the tail (4 MiB + unmapped rest).
+  f.Run("malloc d 3MiB");
+  // lower_bound(3 MiB) finds the 4 MiB tail first, but its expandable size (4 MiB + the rest
+  // of the virtual range) exceeds a's 6 MiB, so the search moves on to a: d at [0,3).
+  f.Run("malloc e 6MiB");
+  // Had d taken the tail, a's 6 MiB would now serve e. Instead the free blocks are [3,6)
+  // (3 MiB) and the 4 MiB tail: e must grow the tail by one more 20 MiB page.
+  CHECK(f.Reserved() == 40 * MiB);
+  CHECK(f.Allocated() == 6 * MiB + 4 * MiB + 3 * MiB + 6 * MiB);
+}
+
+TEST_CASE("npu expandable: blocks of >= 2 MiB start 16 KiB-aligned", "[alloc]") {
+  AllocFixture f(Conf("expandable_segments:True", Backend::kNpu));
+  f.Run("malloc a 1572864; malloc b 3MiB");
+  // a: 1.5 MiB + 32 -> 1,573,376 B (large pool: > 1 MiB), one 20 MiB page mapped.
+  // b: 3 MiB + 32 -> 3,146,240 B >= 2 MiB; the free tail starts at 1,573,376, which is
+  // 512 past a 16 KiB boundary (1,573,376 mod 16,384 = 512): a 15,872 B fragment is left
+  // free and b starts at 1,589,248. The tail is 20 MiB - 1,589,248 - 3,146,240 = 16,236,032 B.
+  CHECK(f.Allocated() == 1573376 + 3146240);
+  CHECK(f.Reserved() == 20 * MiB);
+  f.Run("malloc e 16251872");
+  // 16,251,872 + 32 = 16,251,904 B > the 16,236,032 B tail: one more page is mapped.
+  // (Without the fragment the tail would be 16,251,904 B and fit exactly; see below.)
+  CHECK(f.Reserved() == 40 * MiB);
+}
+
+TEST_CASE("base_addr_aligned_kb:0 turns the npu alignment off", "[alloc]") {
+  AllocFixture f(Conf("expandable_segments:True,base_addr_aligned_kb:0", Backend::kNpu));
+  f.Run("malloc a 1572864; malloc b 3MiB; malloc e 16251872");
+  // No fragment: the tail is 20 MiB - 1,573,376 - 3,146,240 = 16,251,904 B and e fits exactly.
+  CHECK(f.Reserved() == 20 * MiB);
+  CHECK(f.Allocated() == 20 * MiB);
+}
+
+TEST_CASE("power2 list: '>' fills the intervals after the last key", "[alloc]") {
+  AllocatorOptions o = Conf("roundup_power2_divisions:[256:4,>:2]");
+  // The first entry fills every lower interval: [1 MiB, 512 MiB) -> 4; '>' fills [512 MiB, ...).
+  for (int i = 0; i <= 8; ++i) CHECK(o.roundup_power2_divisions[i] == 4);
+  for (int i = 9; i < 16; ++i) CHECK(o.roundup_power2_divisions[i] == 2);
+  AllocFixture f(o);
+  f.Run("malloc a 600MiB");
+  // 600 MiB in [512, 1024) with 2 divisions: step 256 MiB -> 768 MiB.
+  CHECK(f.Allocated() == 768 * MiB);
+}
+
+}  // namespace
+}  // namespace memsim::alloc

@@ -1,0 +1,175 @@
+// Error messages of LoadSetup, asserted verbatim: "<file>: <JSON pointer>: <what was expected>".
+#include <catch2/catch.hpp>
+
+#include "config/embedded.h"
+#include "config/load.h"
+#include "test_util.h"
+
+namespace memsim::config {
+namespace {
+
+using testing::Data;
+using testing::ErrorOf;
+
+TEST_CASE("unknown training key names the closest known key", "[config]") {
+  CHECK(ErrorOf(Data("unknown_key.json")) ==
+        Data("unknown_key.json") + ": /training/seq_lenght: unknown key (did you mean 'seq_length'?)");
+}
+
+TEST_CASE("wrong JSON type", "[config]") {
+  CHECK(ErrorOf(Data("wrong_type.json")) ==
+        Data("wrong_type.json") + ": /training/micro_batch_size: expected a positive integer, got \"2\"");
+}
+
+TEST_CASE("negative size", "[config]") {
+  CHECK(ErrorOf(Data("negative_size.json")) ==
+        Data("negative_size.json") + ": /training/micro_batch_size: expected a positive integer, got -1");
+}
+
+TEST_CASE("attention heads not divisible by TP", "[config]") {
+  // Inline model: the pointer is inside the config.
+  CHECK(ErrorOf(Data("heads_tp.json")) ==
+        Data("heads_tp.json") +
+            ": /model/num_attention_heads: 32 heads are not divisible by tensor_model_parallel_size 3");
+  // Model file: the message names the model file and its key.
+  CHECK(ErrorOf(Data("file_model_heads_tp.json")) ==
+        Data("tiny-llama.json") +
+            ": /num_attention_heads: 8 heads are not divisible by tensor_model_parallel_size 3");
+}
+
+TEST_CASE("key/value heads not divisible by TP", "[config]") {
+  // 32 heads divide by TP 16, the 8 query groups do not (Megatron divides both by TP).
+  CHECK(ErrorOf(Data("kv_heads_tp.json")) ==
+        Data("kv_heads_tp.json") +
+            ": /model/num_key_value_heads: 8 key/value heads are not divisible by "
+            "tensor_model_parallel_size 16");
+}
+
+TEST_CASE("layers not divisible by PP or by virtual stages", "[config]") {
+  CHECK(ErrorOf(Data("layers_pp.json")) ==
+        Data("layers_pp.json") +
+            ": /model/num_hidden_layers: 32 layers are not divisible by pipeline_model_parallel_size 3");
+  // 32 layers / PP 4 = 8 layers per stage; 8 % 3 != 0.
+  CHECK(ErrorOf(Data("layers_vpp.json")) ==
+        Data("layers_vpp.json") +
+            ": /training/num_layers_per_virtual_pipeline_stage: 8 layers per pipeline stage (32 "
+            "layers / pipeline_model_parallel_size 4) are not divisible by 3");
+}
+
+TEST_CASE("global batch not divisible by micro-batch x DP", "[config]") {
+  CHECK(ErrorOf(Data("global_batch.json")) ==
+        Data("global_batch.json") +
+            ": /training/global_batch_size: 10 is not divisible by micro_batch_size × "
+            "data_parallel_size = 2 × 3");
+}
+
+TEST_CASE("missing model file names /model and the resolved path", "[config]") {
+  CHECK(ErrorOf(Data("missing_model.json")) ==
+        Data("missing_model.json") + ": /model: cannot read model file '" + Data("no-such-model.json") +
+            "'");
+}
+
+TEST_CASE("unknown device preset lists the known ones", "[config]") {
+  std::string known;
+  for (const std::string& n : EmbeddedDeviceNames()) known += (known.empty() ? "" : ", ") + n;
+  CHECK(ErrorOf(Data("bad_device.json")) ==
+        Data("bad_device.json") + ": /device: unknown device preset 'a100-80' (did you mean "
+                                  "'a100-80g'?); known presets: " +
+            known + "; or give a path to a preset file");
+  LoadOptions o;
+  o.device = "h100-80";
+  CHECK(ErrorOf(Data("good.json"), o) ==
+        "--device h100-80: unknown device preset 'h100-80' (did you mean 'h100-80g'?); known "
+        "presets: " +
+            known + "; or give a path to a preset file");
+}
+
+TEST_CASE("malformed JSON gives line and column", "[config]") {
+  // Line 4 is `  "training": {"seq_length": 1024,}`; the '}' after the comma is column 35.
+  CHECK(ErrorOf(Data("malformed.json")) ==
+        Data("malformed.json") +
+            ":4:35: malformed JSON: while parsing object key - unexpected '}'; expected string literal");
+}
+
+TEST_CASE("a value outside a list of choices suggests the closest", "[config]") {
+  CHECK(ErrorOf(Data("bad_choice.json")) ==
+        Data("bad_choice.json") +
+            ": /training/recompute_granularity: expected one of 'none', 'selective', 'full', got "
+            "\"ful\" (did you mean 'full'?)");
+}
+
+TEST_CASE("allocator ranges", "[config]") {
+  CHECK(ErrorOf(Data("bad_allocator.json")) ==
+        Data("bad_allocator.json") +
+            ": /allocator/max_split_size_mb: expected an integer > 20 (MiB) or null, got 20");
+}
+
+TEST_CASE("values given with --set are named by their command-line text", "[config]") {
+  LoadOptions o;
+  o.overrides = {"training.micro_batch_size=0"};
+  CHECK(ErrorOf(Data("good.json"), o) ==
+        "--set training.micro_batch_size=0: expected a positive integer, got 0");
+  o.overrides = {"training.micro_batch_sise=2"};
+  CHECK(ErrorOf(Data("good.json"), o) ==
+        "--set training.micro_batch_sise=2: unknown key (did you mean 'micro_batch_size'?)");
+  o.overrides = {"micro_batch_size=2"};
+  CHECK(ErrorOf(Data("good.json"), o) ==
+        "--set micro_batch_size=2: expected a key training.<name> or allocator.<name>");
+  o.overrides = {"training.micro_batch_size"};
+  CHECK(ErrorOf(Data("good.json"), o) ==
+        "--set training.micro_batch_size: expected KEY=VALUE, e.g. training.micro_batch_size=2");
+}
+
+TEST_CASE("a missing config file", "[config]") {
+  CHECK(ErrorOf(Data("no-such-config.json")) ==
+        Data("no-such-config.json") + ": cannot read the config file");
+}
+
+}  // namespace
+}  // namespace memsim::config
+
+namespace memsim::config {
+namespace {
+
+TEST_CASE("micro_batch_size boundaries", "[config]") {
+  // good.json: seq_length 1024, DP 2. global_batch_size null -> micro_batch_size × DP, so only
+  // the micro-batch size limits apply: positive, at most 2^16, and seq × mbs at most 2^26 tokens
+  // (1024 × 65536 = 2^26 exactly).
+  const auto [value, message] = GENERATE(table<std::string, std::string>({
+      {"0", "--set training.micro_batch_size=0: expected a positive integer, got 0"},
+      {"1", "(no error)"},
+      {"65536", "(no error)"},
+      {"65537", "--set training.micro_batch_size=65537: 65537 exceeds memsim's limit of 65536"},
+      {"1.5", "--set training.micro_batch_size=1.5: expected a positive integer, got 1.5"},
+  }));
+  LoadOptions o;
+  o.overrides = {"training.micro_batch_size=" + value, "training.global_batch_size=null"};
+  CHECK(testing::ErrorOf(testing::Data("good.json"), o) == message);
+}
+
+TEST_CASE("the token limit per micro-batch", "[config]") {
+  // seq_length 2048 × micro_batch_size 32769 = 67110912 > 2^26 = 67108864.
+  LoadOptions o;
+  o.overrides = {"training.seq_length=2048", "training.micro_batch_size=32769",
+                 "training.global_batch_size=null"};
+  CHECK(testing::ErrorOf(testing::Data("good.json"), o) ==
+        "--set training.micro_batch_size=32769: seq_length × micro_batch_size = 67110912 tokens "
+        "exceeds memsim's limit of 67108864");
+}
+
+}  // namespace
+}  // namespace memsim::config
+
+namespace memsim::config {
+namespace {
+
+TEST_CASE("duplicate keys are errors, not last-one-wins", "[config]") {
+  CHECK(testing::ErrorOf(testing::Data("duplicate_key2.json")) ==
+        testing::Data("duplicate_key2.json") + ": /training/micro_batch_size: duplicate key");
+  // Inside an array: element 1 of recompute_modules.
+  CHECK(testing::ErrorOf(testing::Data("duplicate_key.json")) ==
+        testing::Data("duplicate_key.json") + ": /training/recompute_modules/1/a: duplicate key");
+}
+
+}  // namespace
+}  // namespace memsim::config

@@ -1,0 +1,402 @@
+// LoadSetup: the embedded default, Hugging Face defaults per model_type, Megatron overrides,
+// --set / --model / --device, the allocator block, and what is unsupported.
+#include <filesystem>
+#include <fstream>
+
+#include <catch2/catch.hpp>
+
+#include "config/embedded.h"
+#include "config/load.h"
+#include "core/units.h"
+#include "test_util.h"
+
+namespace memsim::config {
+namespace {
+
+using namespace memsim::literals;
+using testing::Data;
+using testing::ErrorOf;
+using testing::IsUnsupported;
+
+// Writes `text` to a fresh file under the system temp dir and returns its path.
+std::string TempFile(const std::string& name, const std::string& text) {
+  const auto dir = std::filesystem::temp_directory_path() / "memsim_config_test";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / name).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+// A config with an inline model and the given training block (JSON members, no braces).
+std::string InlineConfig(const std::string& name, const std::string& model,
+                         const std::string& training, const std::string& extra = "") {
+  return TempFile(name, "{\"model\": " + model + ", \"device\": \"a100-80g\", \"training\": {" +
+                            training + "}" + extra + "}");
+}
+
+TEST_CASE("embedded default: llama2-7b on 910B, TP2 DP4", "[config]") {
+  const Setup s = LoadSetup("", {});
+  CHECK(s.config_path == "<embedded>/configs/default.json");
+  CHECK(s.model_path == "<embedded>/models/llama2-7b.json");
+  CHECK(ModelName(s) == "llama2-7b");
+  // Llama-2-7b-hf config.json.
+  CHECK(s.model.model_type == "llama");
+  CHECK(s.model.hidden_size == 4096);
+  CHECK(s.model.intermediate_size == 11008);
+  CHECK(s.model.num_attention_heads == 32);
+  CHECK(s.model.num_key_value_heads == 32);
+  CHECK(s.model.head_dim == 128);  // 4096 / 32
+  CHECK(s.model.num_hidden_layers == 32);
+  CHECK(s.model.vocab_size == 32000);
+  // 32000 is a multiple of 128 × TP 2 = 256 (125 × 256), so no padding.
+  CHECK(s.model.padded_vocab_size == 32000);
+  CHECK_FALSE(s.model.tie_word_embeddings);
+  CHECK(s.model.gated_mlp);
+  CHECK(s.model.normalization == Normalization::kRMSNorm);
+  CHECK(s.model.position_embedding_type == PositionEmbedding::kRope);
+  // configs/default.json.
+  CHECK(s.training.tensor_model_parallel_size == 2);
+  CHECK(s.training.pipeline_model_parallel_size == 1);
+  CHECK(s.training.data_parallel_size == 4);
+  CHECK(s.training.seq_length == 4096);
+  CHECK(s.training.micro_batch_size == 1);
+  CHECK(s.training.global_batch_size == 64);
+  CHECK(s.training.num_micro_batches == 16);  // 64 / (1 × 4)
+  CHECK(s.training.sequence_parallel);
+  CHECK(s.training.precision == Precision::kBf16);
+  CHECK(s.training.accumulate_allreduce_grads_in_fp32);  // forced by bf16 (Megatron)
+  CHECK(s.training.use_distributed_optimizer);
+  CHECK(s.training.use_flash_attn);
+  CHECK(s.training.train_iters == 4);
+  // configs/devices/ascend-910b-64g.json: torch_npu's 60.96 GiB total capacity ≈ 62423 MiB.
+  CHECK(s.device.name == "ascend-910b-64g");
+  CHECK(s.device.allocator_backend == alloc::Backend::kNpu);
+  CHECK(s.device.total_memory_bytes == 65536_MiB);
+  CHECK(s.device.communicator_buffer_bytes == 400_MiB);  // 2 × HCCL_BUFFSIZE 200 MiB
+  CHECK(s.allocator.backend == alloc::Backend::kNpu);
+  CHECK(s.allocator.capacity_bytes == std::optional<Bytes>(62423_MiB));
+  CHECK_FALSE(s.allocator.expandable_segments);
+}
+
+TEST_CASE("the embedded default loads from any working directory", "[config]") {
+  const auto old = std::filesystem::current_path();
+  std::filesystem::current_path(std::filesystem::temp_directory_path());
+  const Setup s = LoadSetup("", {});
+  std::filesystem::current_path(old);
+  CHECK(s.model.hidden_size == 4096);
+  // Without the flag, no config is an error.
+  LoadOptions o;
+  o.use_embedded_default = false;
+  CHECK(ErrorOf("", o) == "no config file given");
+}
+
+TEST_CASE("configs/default.json from disk equals the embedded one", "[config]") {
+  Setup disk = LoadSetup(std::string(MEMSIM_SOURCE_DIR) + "/configs/default.json", {});
+  Setup embedded = LoadSetup("", {});
+  CHECK(disk.model == embedded.model);
+  CHECK(disk.training == embedded.training);
+  CHECK(disk.device == embedded.device);
+  CHECK(disk.allocator == embedded.allocator);
+}
+
+TEST_CASE("Hugging Face defaults per model_type", "[config]") {
+  const std::string training = "\"seq_length\": 512";
+  SECTION("llama (LlamaConfig)") {
+    const Setup s = LoadSetup(InlineConfig("llama.json", "{\"model_type\": \"llama\"}", training), {});
+    CHECK(s.model.vocab_size == 32000);
+    CHECK(s.model.hidden_size == 4096);
+    CHECK(s.model.intermediate_size == 11008);
+    CHECK(s.model.num_hidden_layers == 32);
+    CHECK(s.model.num_attention_heads == 32);
+    CHECK(s.model.num_key_value_heads == 32);  // None -> num_attention_heads
+    CHECK(s.model.head_dim == 128);
+    CHECK(s.model.max_position_embeddings == 2048);
+    CHECK_FALSE(s.model.tie_word_embeddings);
+    CHECK(s.model.hidden_act == "silu");
+    CHECK(s.model.gated_mlp);
+    CHECK_FALSE(s.model.add_bias_linear);
+    CHECK_FALSE(s.model.add_qkv_bias);
+  }
+  SECTION("mistral (MistralConfig)") {
+    const Setup s = LoadSetup(InlineConfig("mistral.json", "{\"model_type\": \"mistral\"}", training), {});
+    CHECK(s.model.intermediate_size == 14336);
+    CHECK(s.model.num_key_value_heads == 8);
+    CHECK(s.model.max_position_embeddings == 131072);  // 4096 × 32
+  }
+  SECTION("qwen2 (Qwen2Config; q/k/v biases hard-coded in Qwen2Attention)") {
+    const Setup s = LoadSetup(InlineConfig("qwen2.json", "{\"model_type\": \"qwen2\"}", training), {});
+    CHECK(s.model.vocab_size == 151936);
+    CHECK(s.model.intermediate_size == 22016);
+    CHECK(s.model.max_position_embeddings == 32768);
+    CHECK(s.model.add_qkv_bias);
+    CHECK_FALSE(s.model.add_bias_linear);
+    CHECK_FALSE(s.model.qk_layernorm);
+  }
+  SECTION("qwen3 (Qwen3Config: head_dim 128, q/k RMSNorm)") {
+    const Setup s = LoadSetup(
+        InlineConfig("qwen3.json", "{\"model_type\": \"qwen3\", \"hidden_size\": 2560}", training), {});
+    CHECK(s.model.head_dim == 128);  // not 2560 / 32 = 80
+    CHECK(s.model.qk_layernorm);
+    CHECK_FALSE(s.model.add_qkv_bias);
+  }
+  SECTION("gpt2 (GPT2Config)") {
+    const Setup s = LoadSetup(InlineConfig("gpt2.json", "{\"model_type\": \"gpt2\"}", training), {});
+    CHECK(s.model.vocab_size == 50257);
+    CHECK(s.model.hidden_size == 768);
+    CHECK(s.model.intermediate_size == 3072);  // n_inner None -> 4 × 768
+    CHECK(s.model.num_hidden_layers == 12);
+    CHECK(s.model.num_attention_heads == 12);
+    CHECK(s.model.max_position_embeddings == 1024);
+    CHECK(s.model.tie_word_embeddings);
+    CHECK(s.model.hidden_act == "gelu_new");
+    CHECK_FALSE(s.model.gated_mlp);
+    CHECK(s.model.normalization == Normalization::kLayerNorm);
+    CHECK(s.model.add_bias_linear);
+    CHECK(s.model.position_embedding_type == PositionEmbedding::kLearnedAbsolute);
+    CHECK(s.model.hidden_dropout == 0.1);
+    CHECK(s.model.attention_dropout == 0.1);
+  }
+  SECTION("gpt2 key aliases must agree") {
+    const std::string path = InlineConfig(
+        "gpt2_alias.json", "{\"model_type\": \"gpt2\", \"n_embd\": 1024, \"hidden_size\": 768}", training);
+    CHECK(ErrorOf(path) == path + ": /model/hidden_size: 768 disagrees with n_embd = 1024");
+  }
+  SECTION("unused model keys are listed in the notes") {
+    const Setup s = LoadSetup(Data("file_model.json"), {});
+    CHECK(std::find(s.notes.begin(), s.notes.end(),
+                    Data("tiny-llama.json") + ": /torch_dtype: ignored (not used by memsim)") !=
+          s.notes.end());
+  }
+  SECTION("unknown model_type") {
+    const std::string path = InlineConfig("lama.json", "{\"model_type\": \"lama\"}", training);
+    CHECK(ErrorOf(path) == path + ": /model/model_type: unknown model_type \"lama\", expected one of "
+                                  "'llama', 'mistral', 'qwen2', 'qwen3', 'gpt2' (did you mean 'llama'?)");
+  }
+}
+
+TEST_CASE("Megatron architecture arguments override the model file", "[config]") {
+  SECTION("GPT-3 style dims in the training config") {
+    const Setup s = LoadSetup(
+        InlineConfig("gpt3.json", "{\"model_type\": \"gpt2\"}",
+                     "\"seq_length\": 2048, \"num_layers\": 96, \"hidden_size\": 12288, "
+                     "\"ffn_hidden_size\": 49152, \"num_attention_heads\": 96, "
+                     "\"max_position_embeddings\": 2048, \"tensor_model_parallel_size\": 8, "
+                     "\"pipeline_model_parallel_size\": 8, \"global_batch_size\": 64"),
+        {});
+    CHECK(s.model.num_hidden_layers == 96);
+    CHECK(s.model.hidden_size == 12288);
+    CHECK(s.model.intermediate_size == 49152);
+    CHECK(s.model.num_attention_heads == 96);
+    CHECK(s.model.num_key_value_heads == 96);  // MHA stays MHA
+    CHECK(s.model.head_dim == 128);            // 12288 / 96
+    // GPT-2 BPE 50257 padded to a multiple of 128 × 8 = 1024: ceil(50257 / 1024) = 50 -> 51200.
+    CHECK(s.model.padded_vocab_size == 51200);
+    CHECK(s.training.num_micro_batches == 64);
+  }
+  SECTION("the training config wins") {
+    const Setup s = LoadSetup(
+        InlineConfig("override.json", "{\"model_type\": \"llama\", \"num_key_value_heads\": 8}",
+                     "\"seq_length\": 512, \"swiglu\": false, \"normalization\": \"LayerNorm\", "
+                     "\"add_bias_linear\": true, \"qk_layernorm\": true, \"kv_channels\": 64, "
+                     "\"num_query_groups\": 4, \"untie_embeddings_and_output_weights\": false, "
+                     "\"position_embedding_type\": \"learned_absolute\", \"max_position_embeddings\": 4096, "
+                     "\"hidden_dropout\": 0.1, \"attention_dropout\": 0.05, "
+                     "\"make_vocab_size_divisible_by\": 64"),
+        {});
+    CHECK_FALSE(s.model.gated_mlp);
+    CHECK(s.model.hidden_act == "gelu");
+    CHECK(s.model.normalization == Normalization::kLayerNorm);
+    CHECK(s.model.add_bias_linear);
+    CHECK(s.model.qk_layernorm);
+    CHECK(s.model.head_dim == 64);
+    CHECK(s.model.num_key_value_heads == 4);
+    CHECK(s.model.tie_word_embeddings);
+    CHECK(s.model.position_embedding_type == PositionEmbedding::kLearnedAbsolute);
+    CHECK(s.model.hidden_dropout == 0.1);
+    CHECK(s.model.attention_dropout == 0.05);
+    CHECK(s.model.make_vocab_size_divisible_by == 64);
+  }
+}
+
+TEST_CASE("training defaults and null and Megatron's adjustments", "[config]") {
+  const Setup s = LoadSetup(
+      InlineConfig("defaults.json", "{\"model_type\": \"llama\"}",
+                   "\"seq_length\": 512, \"micro_batch_size\": null, \"recompute_method\": null, "
+                   "\"sequence_parallel\": true, \"precision\": \"fp16\""),
+      {});
+  CHECK(s.training.micro_batch_size == 1);
+  CHECK(s.training.global_batch_size == 1);  // micro_batch_size × DP (Megatron default)
+  CHECK(s.training.num_micro_batches == 1);
+  CHECK_FALSE(s.training.sequence_parallel);  // TP 1: Megatron switches it off
+  CHECK_FALSE(s.training.accumulate_allreduce_grads_in_fp32);  // only bf16 forces it
+  CHECK(s.training.precision == Precision::kFp16);
+  CHECK(s.training.recompute_granularity == RecomputeGranularity::kNone);
+  CHECK(s.training.optimizer_impl == OptimizerImpl::kFused);
+  CHECK(s.training.transformer_impl == "transformer_engine");
+}
+
+TEST_CASE("a model file next to the config with pipeline and full recompute", "[config]") {
+  const Setup s = LoadSetup(Data("file_model.json"), {});
+  CHECK(s.model_path == Data("tiny-llama.json"));
+  CHECK(ModelName(s) == "tiny-llama");
+  CHECK(s.model.num_hidden_layers == 4);
+  CHECK(s.training.pipeline_model_parallel_size == 2);
+  CHECK(s.training.num_micro_batches == 8);  // 16 / (1 × 2)
+  CHECK(s.training.sequence_parallel);
+  CHECK(s.training.recompute_granularity == RecomputeGranularity::kFull);
+  CHECK(s.training.recompute_method == RecomputeMethod::kUniform);  // null -> uniform
+  CHECK(s.training.recompute_num_layers == 1);
+  // 1000 rounded up to a multiple of 128 × 2 = 256: 4 × 256 = 1024.
+  CHECK(s.model.padded_vocab_size == 1024);
+}
+
+TEST_CASE("overrides with --set and --model and --device", "[config]") {
+  LoadOptions o;
+  o.overrides = {"training.micro_batch_size=2", "allocator.expandable_segments=True",
+                 "training.recompute_granularity=selective"};
+  Setup s = LoadSetup("", o);
+  CHECK(s.training.micro_batch_size == 2);
+  CHECK(s.training.num_micro_batches == 8);  // 64 / (2 × 4)
+  CHECK(s.allocator.expandable_segments);
+  CHECK(s.training.recompute_granularity == RecomputeGranularity::kSelective);
+
+  o = {};
+  o.model_path = Data("tiny-llama.json");
+  o.device = "h100-80g";
+  s = LoadSetup("", o);
+  CHECK(s.model.hidden_size == 256);
+  CHECK(s.device.name == "h100-80g");
+  CHECK(s.allocator.backend == alloc::Backend::kCuda);
+  CHECK(s.allocator.capacity_bytes == std::optional<Bytes>(81089_MiB));
+
+  o = {};
+  o.model_path = "qwen2.5-7b";  // a shipped model by name
+  s = LoadSetup("", o);
+  CHECK(s.model_path == "<embedded>/models/qwen2.5-7b.json");
+  CHECK(s.model.hidden_size == 3584);
+  o.model_path = "qwen2.5-7";
+  CHECK(ErrorOf("", o).rfind("--model qwen2.5-7: unknown model 'qwen2.5-7' (did you mean 'qwen2.5-7b'?); "
+                             "shipped models: ",
+                             0) == 0);
+
+  o = {};
+  o.device = std::string(MEMSIM_SOURCE_DIR) + "/configs/devices/a100-40g.json";
+  o.capacity_bytes = 10_GiB;
+  s = LoadSetup("", o);
+  CHECK(s.device.name == "a100-40g");
+  CHECK(s.device.usable_memory_bytes == 10_GiB);
+  CHECK(s.allocator.capacity_bytes == std::optional<Bytes>(10_GiB));
+
+  // A device path in the config is relative to the config file.
+  const std::string path = TempFile(
+      "device_path.json", "{\"model\": {\"model_type\": \"llama\"}, \"device\": \"" +
+                              std::string(MEMSIM_SOURCE_DIR) +
+                              "/configs/devices/v100-16g.json\", \"training\": {\"seq_length\": 512}}");
+  CHECK(LoadSetup(path, {}).device.name == "v100-16g");
+  const std::string missing = TempFile(
+      "device_missing.json",
+      "{\"model\": {\"model_type\": \"llama\"}, \"device\": \"devices/x.json\", \"training\": {\"seq_length\": 512}}");
+  CHECK(ErrorOf(missing) == missing + ": /device: cannot read device preset file '" +
+                                (std::filesystem::path(missing).parent_path() / "devices/x.json").string() + "'");
+}
+
+TEST_CASE("allocator block", "[config]") {
+  const std::string model = "{\"model_type\": \"llama\"}";
+  SECTION("JSON keys") {
+    const Setup s = LoadSetup(
+        InlineConfig("alloc1.json", model, "\"seq_length\": 512",
+                     ", \"allocator\": {\"max_split_size_mb\": 128, \"max_non_split_rounding_mb\": 64, "
+                     "\"garbage_collection_threshold\": 0.6, \"memory_fraction\": 0.5, "
+                     "\"roundup_power2_divisions\": {\"64\": 8, \"128\": 2, \">\": 1}}"),
+        {});
+    CHECK(s.allocator.max_split_size_bytes == std::optional<Bytes>(128_MiB));
+    CHECK(s.allocator.max_non_split_rounding_bytes == 64_MiB);
+    CHECK(s.allocator.garbage_collection_threshold == 0.6);
+    CHECK(s.allocator.memory_fraction == std::optional<double>(0.5));
+    // Interval i covers [2^i MiB, 2^(i+1) MiB): 64 MiB is i = 6, 128 MiB i = 7. The first entry
+    // also fills i < 6; ">" fills i > 7 (reference/allocator.md §9.1, §13 convention 6).
+    const std::array<int, 16> expected = {8, 8, 8, 8, 8, 8, 8, 2, 1, 1, 1, 1, 1, 1, 1, 1};
+    CHECK(s.allocator.roundup_power2_divisions == expected);
+  }
+  SECTION("alloc_conf string reads like the JSON keys") {
+    const Setup a = LoadSetup(
+        InlineConfig("alloc2.json", model, "\"seq_length\": 512",
+                     ", \"allocator\": {\"alloc_conf\": \"expandable_segments:True, "
+                     "roundup_power2_divisions:[64:8,128:2,>:1]\"}"),
+        {});
+    const Setup b = LoadSetup(
+        InlineConfig("alloc3.json", model, "\"seq_length\": 512",
+                     ", \"allocator\": {\"expandable_segments\": true, "
+                     "\"roundup_power2_divisions\": {\"64\": 8, \"128\": 2, \">\": 1}}"),
+        {});
+    CHECK(a.allocator == b.allocator);
+    CHECK(a.allocator.expandable_segments);
+  }
+  SECTION("a single roundup value fills every interval") {
+    const Setup s = LoadSetup(InlineConfig("alloc4.json", model, "\"seq_length\": 512",
+                                           ", \"allocator\": {\"roundup_power2_divisions\": 4}"),
+                              {});
+    std::array<int, 16> four;
+    four.fill(4);
+    CHECK(s.allocator.roundup_power2_divisions == four);
+  }
+  SECTION("backend-specific keys") {
+    std::string path = InlineConfig("alloc5.json", model, "\"seq_length\": 512",
+                                    ", \"allocator\": {\"base_addr_aligned_kb\": 8}");
+    CHECK(ErrorOf(path) == path + ": /allocator/base_addr_aligned_kb: not an option of "
+                                  "PYTORCH_CUDA_ALLOC_CONF (the device's allocator is cuda)");
+    LoadOptions npu;
+    npu.device = "ascend-910b-64g";
+    CHECK(LoadSetup(path, npu).allocator.base_addr_aligned_bytes == 8_KiB);
+    path = InlineConfig("alloc6.json", model, "\"seq_length\": 512",
+                        ", \"allocator\": {\"max_non_split_rounding_mb\": 40}");
+    CHECK(ErrorOf(path, npu) == path + ": /allocator/max_non_split_rounding_mb: not an option of "
+                                       "PYTORCH_NPU_ALLOC_CONF (the device's allocator is npu)");
+    path = InlineConfig("alloc7.json", model, "\"seq_length\": 512",
+                        ", \"allocator\": {\"expandable_segments\": true, \"max_split_size_mb\": 64}");
+    CHECK(ErrorOf(path, npu) == path + ": /allocator/expandable_segments: torch_npu rejects "
+                                       "expandable_segments true together with max_split_size_mb");
+  }
+  SECTION("ranges") {
+    std::string path = InlineConfig("alloc8.json", model, "\"seq_length\": 512",
+                                    ", \"allocator\": {\"garbage_collection_threshold\": 1}");
+    CHECK(ErrorOf(path) == path + ": /allocator/garbage_collection_threshold: expected a number "
+                                  "in (0, 1), got 1");
+    path = InlineConfig("alloc9.json", model, "\"seq_length\": 512",
+                        ", \"allocator\": {\"roundup_power2_divisions\": 3}");
+    CHECK(ErrorOf(path) == path + ": /allocator/roundup_power2_divisions: expected a power of two "
+                                  "(divisions per power-of-two interval), got 3");
+    path = InlineConfig("alloc10.json", model, "\"seq_length\": 512",
+                        ", \"allocator\": {\"alloc_conf\": \"max_split_size_mb:10\"}");
+    CHECK(ErrorOf(path) == path + ": /allocator/alloc_conf (max_split_size_mb): expected an "
+                                  "integer > 20 (MiB) or null, got 10");
+  }
+}
+
+TEST_CASE("unsupported: recognised but not modelled", "[config]") {
+  const std::string llama = "{\"model_type\": \"llama\"}";
+  const std::string base = "\"seq_length\": 512, \"data_parallel_size\": 4";
+  auto unsupported = [&](const std::string& name, const std::string& model, const std::string& extra) {
+    return IsUnsupported(InlineConfig(name, model, base + extra));
+  };
+  CHECK(unsupported("u1.json", llama, ", \"framework\": \"deepspeed\", \"zero_stage\": 2, \"optim\": \"x\""));
+  CHECK(unsupported("u2.json", llama, ", \"zero_stage\": 3"));
+  CHECK(unsupported("u3.json", llama, ", \"use_megatron_fsdp\": true"));
+  CHECK(unsupported("u4.json", llama, ", \"expert_model_parallel_size\": 2"));
+  CHECK(unsupported("u5.json", llama, ", \"num_experts\": 8"));
+  CHECK(unsupported("u6.json", "{\"model_type\": \"mixtral\"}", ""));
+  CHECK(unsupported("u7.json", "{\"model_type\": \"llama\", \"num_local_experts\": 8}", ""));
+  CHECK(unsupported("u8.json", llama, ", \"load\": \"ckpt/\""));
+  CHECK(unsupported("u9.json", llama, ", \"enable_cuda_graph\": true"));
+  CHECK(unsupported("u10.json", llama, ", \"fp8\": \"hybrid\""));
+  CHECK(unsupported("u11.json", "{\"model_type\": \"bert\"}", ""));
+  // Loading weights only is fine; so are the MoE tuning keys of a dense model.
+  CHECK_FALSE(unsupported("s1.json", llama, ", \"load\": \"ckpt/\", \"no_load_optim\": true, "
+                                            "\"moe_grouped_gemm\": true, \"zero_stage\": 1"));
+  const std::string path = InlineConfig("u12.json", llama, base + ", \"framework\": \"deepspeed\"");
+  CHECK(ErrorOf(path) == "unsupported: " + path +
+                             ": /training/framework: framework 'deepspeed' (memsim models Megatron-LM only)");
+}
+
+}  // namespace
+}  // namespace memsim::config

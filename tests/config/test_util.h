@@ -1,0 +1,36 @@
+// Helpers for the config tests: the test-data directory and "the message LoadSetup throws".
+#pragma once
+
+#include <string>
+
+#include "config/load.h"
+#include "core/error.h"
+
+namespace memsim::config::testing {
+
+inline std::string DataDir() { return std::string(MEMSIM_SOURCE_DIR) + "/tests/config/data"; }
+inline std::string Data(const std::string& name) { return DataDir() + "/" + name; }
+
+// The message of the InputError LoadSetup throws, or "(no error)".
+inline std::string ErrorOf(const std::string& path, const LoadOptions& options = {}) {
+  try {
+    LoadSetup(path, options);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// True iff LoadSetup throws UnsupportedError.
+inline bool IsUnsupported(const std::string& path, const LoadOptions& options = {}) {
+  try {
+    LoadSetup(path, options);
+  } catch (const UnsupportedError&) {
+    return true;
+  } catch (const InputError&) {
+    return false;
+  }
+  return false;
+}
+
+}  // namespace memsim::config::testing

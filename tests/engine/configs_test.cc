@@ -1,0 +1,127 @@
+// Issue 3's whole-run properties, for every shipped config (configs/*.json) and every pipeline
+// stage, through the real workload generator, allocator model and engine.
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include <catch2/catch.hpp>
+
+#include "config/load.h"
+#include "engine/simulator.h"
+#include "timeline/recorder.h"
+#include "workload/build.h"
+
+namespace memsim::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> ShippedConfigs() {
+  std::vector<std::string> paths;
+  for (const auto& e : fs::directory_iterator(fs::path(MEMSIM_SOURCE_DIR) / "configs")) {
+    if (e.is_regular_file() && e.path().extension() == ".json") paths.push_back(e.path().string());
+  }
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+// The tensors an iteration allocates and does not free within it, bytes by category (from the
+// Program itself, independent of the allocator).
+struct Kept {
+  Bytes bytes = 0;
+  Bytes tensors = 0;
+};
+std::map<Category, Kept> PersistentFirstMadeIn(const workload::Program& program, int iteration) {
+  std::map<workload::TensorId, const workload::TensorAlloc*> made;
+  for (const workload::Op& op : program.ops) {
+    if (op.iteration != iteration) continue;
+    for (const workload::TensorAlloc& t : op.allocs) made[t.id] = &t;
+    for (workload::TensorId id : op.frees) made.erase(id);
+  }
+  std::map<Category, Kept> by_category;
+  for (const auto& [id, t] : made) {
+    by_category[t->category].bytes += t->size_bytes;
+    ++by_category[t->category].tensors;
+  }
+  return by_category;
+}
+
+TEST_CASE("every shipped config: reserved only grows, iterations converge, lazy state is exact",
+          "[engine][configs]") {
+  const std::vector<std::string> configs = ShippedConfigs();
+  REQUIRE(configs.size() >= 7);
+  for (const std::string& path : configs) {
+    const config::Setup setup = config::LoadSetup(path, {});
+    REQUIRE(setup.training.train_iters >= 4);
+    for (int r = 0; r < setup.training.pipeline_model_parallel_size; ++r) {
+      DYNAMIC_SECTION(fs::path(path).filename().string() << " stage " << r) {
+        const workload::Program program = workload::Build(setup, r);
+        timeline::Recorder recorder;
+        const SimulateResult result = Simulate(program, setup, {}, recorder);
+        recorder.Finish();
+        // Each shipped config fits its device: no out-of-memory path was taken.
+        CHECK_FALSE(result.first_oom.has_value());
+        CHECK(result.allocator_stats.num_alloc_retries == 0);
+        CHECK(result.allocator_stats.num_ooms == 0);
+        // Without empty_cache and without the OOM path, nothing is ever released:
+        // reserved is non-decreasing over the whole run.
+        Bytes previous = 0;
+        bool monotone = true;
+        for (const timeline::Sample& s : recorder.timeline().samples) {
+          monotone = monotone && s.reserved_bytes >= previous;
+          previous = s.reserved_bytes;
+        }
+        CHECK(monotone);
+
+        const auto& spans = recorder.spans();
+        REQUIRE(spans.size() == static_cast<size_t>(setup.training.train_iters) + 1);
+        // Iterations >= 2 replay the same request stream on the same pool: allocated at the end
+        // of iteration k is the same for every k >= 2, and iteration 4 peaks as iteration 3.
+        for (size_t k = 3; k < spans.size(); ++k) {
+          CHECK(spans[k].end_allocated_bytes == spans[2].end_allocated_bytes);
+        }
+        CHECK(spans[4].peak_reserved_bytes == spans[3].peak_reserved_bytes);
+        // Allocated counts whole blocks, and which free block serves a request depends on the
+        // pool's history: when iteration 3 still created a segment (NPU's +32 B pad puts 10 MiB
+        // P2P buffers in their own 12 MiB segments), iteration 4 may serve a few requests from
+        // blocks a remainder of < 512 B ... 1 MiB larger or smaller. Observed: 1.5 KiB on
+        // llama2-13b-910b stage 0, then constant from iteration 4 on.
+        CHECK(std::abs(spans[4].peak_allocated_bytes - spans[3].peak_allocated_bytes) < 64 * kKiB);
+        CHECK(spans[4].peak_device_bytes == spans[3].peak_device_bytes);
+
+        // Iteration 1 keeps exactly what it first made and never frees: the optimizer states
+        // (created lazily inside the first step) plus first-use persistent buffers. Compare the
+        // allocator's per-category change with the Program's own tensors of each category,
+        // rounded as the allocator rounds a request (512 B multiples, +32 B pad on NPU,
+        // reference/allocator.md §1 and "NPU differences"); the optimizer states must equal the
+        // closed form 8 B (Adam) or 4 B (SGD momentum) per main-parameter element.
+        const timeline::SpanSummary& it1 = spans[1];
+        const std::map<Category, Kept> kept = PersistentFirstMadeIn(program, 1);
+        const workload::StaticSizes sizes = workload::ComputeStaticSizes(setup, r);
+        const Bytes states = kept.count(Category::kOptimizerStates) ? kept.at(Category::kOptimizerStates).bytes : 0;
+        CHECK(states == sizes.optimizer_state_bytes);
+        Bytes total_change = 0;
+        for (int c = 0; c < kNumCategories; ++c) {
+          const Category category = static_cast<Category>(c);
+          const Bytes change = it1.end_by_category[static_cast<size_t>(c)] -
+                               it1.start_by_category[static_cast<size_t>(c)];
+          total_change += change;
+          const Kept k = kept.count(category) ? kept.at(category) : Kept{};
+          const Bytes requested = k.bytes;
+          INFO("category " << CategoryName(category) << " change " << change << " requested "
+                           << requested);
+          // Each block is at least its request, and at most the request rounded up to 512 B
+          // (+32 B pad on NPU) plus a remainder the allocator did not split off: at most
+          // kSmallSize = 1 MiB in the large pool (should_split, reference/allocator.md §3 step 6).
+          CHECK(change >= requested);
+          CHECK(change <= requested + k.tensors * (kMiB + 1024));
+        }
+        CHECK(total_change == it1.end_allocated_bytes - it1.start_allocated_bytes);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace memsim::engine
