@@ -1,14 +1,16 @@
-// memsim compare: a thin wrapper -- load the profile (profile/), simulate the config or read a
-// simulated memsim-csv (compare/simulate.h), compare (compare/), print table + chart, write JSON.
+// memsim compare: a thin wrapper -- load the profile (profile/), simulate the config (engine/)
+// or read a simulated memsim-csv, compare (compare/), print table + chart, write JSON.
 #include <cstdio>
 #include <fstream>
 
 #include <fmt/core.h>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "compare/compare.h"
-#include "compare/simulate.h"
+#include "config/load.h"
 #include "core/error.h"
+#include "engine/stages.h"
 #include "profile/profile.h"
 
 namespace memsim::cli {
@@ -24,22 +26,13 @@ struct CompareArgs {
   int profile_iterations = 0;
   std::string tolerance;
   std::string json;
+  std::string model;
+  std::string device;
+  std::vector<std::string> sets;
   int device_index = -1;
   int rank = -1;
   bool no_chart = false;
 };
-
-double ParsePercent(const std::string& text) {
-  std::string t = text;
-  if (!t.empty() && t.back() == '%') t.pop_back();
-  try {
-    size_t used = 0;
-    const double v = std::stod(t, &used);
-    if (used == t.size() && v >= 0) return v;
-  } catch (const std::exception&) {
-  }
-  throw InputError(fmt::format("--tolerance: expected a percentage such as 5 or 5%, got '{}'", text));
-}
 
 void WriteAtomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
@@ -70,14 +63,25 @@ int RunCompare(const CompareArgs& a) {
   options.skip = a.skip;
   options.profile_iterations = a.profile_iterations;
   options.pipeline_rank = a.pipeline_rank;
-  if (!a.tolerance.empty()) options.tolerance_pct = ParsePercent(a.tolerance);
+  if (!a.tolerance.empty()) options.tolerance_pct = ParsePercentArg(a.tolerance, "--tolerance");
   profile::LoadProfileOptions load;
   load.device_index = a.device_index;
   load.rank = a.rank;
   const timeline::Timeline measured = profile::LoadProfile(a.profile, *format, load);
-  const timeline::Timeline simulated =
-      a.simulated.empty() ? compare::SimulateForCompare(a.config, a.pipeline_rank)
-                          : profile::LoadProfile(a.simulated, profile::Format::kMemsimCsv);
+  timeline::Timeline simulated;
+  if (a.simulated.empty()) {
+    config::LoadOptions config_options;
+    config_options.model_path = a.model;
+    config_options.device = a.device;
+    config_options.overrides = a.sets;
+    const config::Setup setup = config::LoadSetup(a.config, config_options);
+    engine::RunOptions run_options;
+    run_options.pipeline_rank = CheckPipelineRank(a.pipeline_rank, setup);
+    run_options.keep_timeline = true;
+    simulated = engine::RunAllStages(setup, run_options).timeline;
+  } else {
+    simulated = profile::LoadProfile(a.simulated, profile::Format::kMemsimCsv);
+  }
   options.format = measured.source;
   const compare::Report report = compare::Compare(measured, simulated, options);
   std::string out = compare::FormatTable(report);
@@ -102,7 +106,8 @@ Action AddCompareCommand(CLI::App& sub) {
                  "megatron-log|memsim-csv (default auto: detected and reported)");
   sub.add_option("--simulated", a->simulated,
                  "a simulated timeline (memsim-csv from `memsim run --csv`) instead of CONFIG");
-  sub.add_option("--pipeline-rank", a->pipeline_rank, "simulated stage to compare with (default 0)");
+  sub.add_option("--pipeline-rank", a->pipeline_rank, "simulated stage to compare with (default 0)")
+      ->check(CLI::NonNegativeNumber);
   sub.add_option("--skip", a->skip, "drop the profile's first N iterations")
       ->check(CLI::NonNegativeNumber);
   sub.add_option("--profile-iterations", a->profile_iterations,
@@ -113,6 +118,9 @@ Action AddCompareCommand(CLI::App& sub) {
   sub.add_option("--device-index", a->device_index,
                  "device in the profile (default: the lowest with data)");
   sub.add_option("--rank", a->rank, "Megatron logs: global rank (default: the lowest)");
+  sub.add_option("--model", a->model, "model file, replaces the config's");
+  sub.add_option("--device", a->device, "device preset name or preset file, replaces the config's");
+  sub.add_option("--set", a->sets, "override KEY=VALUE of the config (training.<key>, allocator.<key>)");
   sub.add_flag("--no-chart", a->no_chart, "omit the overlay chart");
   return [a]() -> int { return RunCompare(*a); };
 }

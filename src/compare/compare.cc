@@ -235,26 +235,33 @@ int DetectIterations(Timeline& t, int expected_count) {
   if (expected_count > 0) {
     period = kN / expected_count;
   } else {
+    // Autocorrelation r(lag) (normalised by the overlap). The iteration period is the shortest
+    // lag whose r is a local maximum, above 0.3 r(0), and higher than every r in [lag/2,
+    // 0.95 lag]. That last condition rejects multiples of the period (r(2P) <= r(P)) and, in a
+    // curve with sub-periods (micro-batches), the sub-period's multiples, whose r decays with the
+    // lag, while the iteration period rises above that decay.
     const double mean = std::accumulate(y.begin(), y.end(), 0.0) / kN;
-    std::vector<double> r(kN / 2 + 1, 0.0);
-    for (int lag = 1; lag <= kN / 2; ++lag) {
+    std::vector<double> r(kN / 2 + 2, 0.0);
+    for (int lag = 0; lag <= kN / 2 + 1; ++lag) {
       double sum = 0;
       for (int i = 0; i + lag < kN; ++i) sum += (y[i] - mean) * (y[i + lag] - mean);
       r[lag] = sum / (kN - lag);
     }
-    double best = 0;
-    for (int lag = kN / 64; lag < kN / 2; ++lag) best = std::max(best, r[lag]);
-    if (best <= 0) return 0;
-    for (int lag = kN / 64; lag < kN / 2; ++lag) {
-      if (r[lag] >= 0.8 * best && r[lag] >= r[lag - 1] && r[lag] >= r[lag + 1]) {
-        period = lag;
-        break;
-      }
+    if (r[0] <= 0) return 0;
+    for (int lag = kN / 64; lag < kN / 2 && period == 0; ++lag) {
+      if (r[lag] < r[lag - 1] || r[lag] < r[lag + 1] || r[lag] <= 0.3 * r[0]) continue;
+      const auto window_begin = r.begin() + lag / 2;
+      const auto window_end = r.begin() + static_cast<int>(0.95 * lag) + 1;
+      if (r[lag] > *std::max_element(window_begin, window_end)) period = lag;
     }
   }
   if (period < 4) return 0;
-  // The rise after the lowest point of a window: the last index of the band within 0.5% of the
-  // range above the window's (last) minimum.
+  // The end of the flat stretch that starts at index b (the rise after a low point).
+  auto end_of_plateau = [&](int b, int to) {
+    while (b + 1 < to && y[b + 1] == y[b]) ++b;
+    return b;
+  };
+  // The rise after the lowest point of a window (the last one on ties).
   auto boundary_in = [&](int from, int to) {
     from = std::max(from, 0);
     to = std::min(to, kN);
@@ -262,19 +269,19 @@ int DetectIterations(Timeline& t, int expected_count) {
     for (int i = from; i < to; ++i) {
       if (y[i] <= y[arg]) arg = i;
     }
-    int b = arg;
-    while (b + 1 < to && y[b + 1] <= y[arg] + 0.005 * range) ++b;
-    return b;
+    return end_of_plateau(arg, to);
   };
-  // The last index of a window whose value is within 2% of the range of `level` (the level the
-  // curve returns to between iterations); -1 when there is none.
+  // The same among the indices within 2% of the range of `level` (the level the curve returns
+  // to between iterations); -1 when there is none.
   auto boundary_at_level = [&](int from, int to, double level) {
     from = std::max(from, 0);
     to = std::min(to, kN);
-    for (int i = to - 1; i >= from; --i) {
-      if (std::fabs(y[i] - level) <= 0.02 * range) return i;
+    int arg = -1;
+    for (int i = from; i < to; ++i) {
+      if (std::fabs(y[i] - level) > 0.02 * range) continue;
+      if (arg < 0 || y[i] <= y[arg]) arg = i;
     }
-    return -1;
+    return arg < 0 ? -1 : end_of_plateau(arg, to);
   };
   std::vector<int> bounds;
   if (expected_count > 0) {

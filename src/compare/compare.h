@@ -99,9 +99,11 @@ Report Compare(const timeline::Timeline& measured, const timeline::Timeline& sim
 // Labels the samples of `t` (those with iteration -1) with iterations detected from the
 // periodic allocated curve (reserved, then device, when allocated is absent). expected_count > 0
 // fixes the number of iterations. Returns the number of iterations found (0: none; `t` is then
-// unchanged). Method: autocorrelation of the curve resampled at 2048 points gives the period P;
-// boundaries are the rise after the minimum within each period, anchored at the middle of the
-// profile and extended both ways while the minimum stays within 2% of the curve's range.
+// unchanged). Method (docs/profiles.md "Alignment"): the curve resampled at 2048 points; the
+// period P is the shortest autocorrelation peak above 0.3 r(0) that exceeds every r in
+// [P/2, 0.95 P] (rejecting multiples and micro-batch sub-periods); boundaries are the rise after
+// the lowest point of each period, anchored at the middle of the profile and extended both ways
+// while that low point stays within 2% of the curve's range of the anchor's level.
 int DetectIterations(timeline::Timeline& t, int expected_count);
 
 // Text outputs. FormatTable: one row per iteration plus the overall row and notes.

@@ -1,5 +1,7 @@
 #include "compare/compare.h"
 
+#include <map>
+
 #include <catch2/catch.hpp>
 
 #include "profile/writers.h"
@@ -128,6 +130,57 @@ TEST_CASE("JSON report follows the design.md schema", "[compare]") {
   CHECK(json.find("\"peak_allocated_bytes\": 115343360") != std::string::npos);  // 110 x 2^20
   CHECK(!FormatTable(r).empty());
   CHECK(!FormatChart(r).empty());
+}
+
+}  // namespace
+}  // namespace memsim::compare
+
+namespace memsim::compare {
+namespace {
+
+TEST_CASE("detection finds the iteration, not the micro-batch period", "[compare]") {
+  // 10 iterations of 8 micro-batches: each micro-batch rises 4 x 100 MiB and falls back to
+  // base + 10 MiB (gradients kept); the optimizer step then returns to the base, the lowest
+  // level. 8 x 8 + 1 = 65 samples per iteration, one every 10 us. The micro-batch period (8
+  // samples) also repeats, but the iteration period (65) is the shortest lag that rises above
+  // the decaying micro-batch autocorrelation.
+  Timeline t;
+  double now = 0;
+  Bytes allocated = 1000 * kMiB;
+  auto emit = [&] {
+    Sample s;
+    s.time_us = now;
+    s.allocated_bytes = allocated;
+    t.samples.push_back(s);
+    now += 10;
+  };
+  emit();
+  for (int k = 0; k < 10; ++k) {
+    for (int mb = 0; mb < 8; ++mb) {
+      for (int i = 0; i < 4; ++i) {
+        allocated += 100 * kMiB;
+        emit();
+      }
+      for (int i = 0; i < 4; ++i) {
+        allocated -= 100 * kMiB;
+        if (i == 3 && mb == 0) allocated += 10 * kMiB;  // gradients appear in micro-batch 1
+        emit();
+      }
+    }
+    allocated -= 10 * kMiB;  // the step: back to the base
+    emit();
+  }
+  const int n = DetectIterations(t, 0);
+  CHECK(n >= 8);
+  std::map<int, int> samples_per_iteration;
+  for (const Sample& s : t.samples) {
+    if (s.iteration >= 1) ++samples_per_iteration[s.iteration];
+  }
+  REQUIRE(static_cast<int>(samples_per_iteration.size()) == n);
+  for (const auto& [k, count] : samples_per_iteration) {
+    INFO(k);
+    CHECK(count == 65);
+  }
 }
 
 }  // namespace
