@@ -52,6 +52,29 @@ TEST_CASE("memsim compare exit codes", "[compare]") {
                      "'-5'\n");
   CHECK(RunMemsim("compare --simulated " + sim_path + " --profile " + sim_path + " --format nope")
             .exit_code == 2);
+  // Truncated gzip, empty file, wrong kind: exit 2 with the loader's one-line message.
+  const std::string cut = testing::TempPath("cli_cut.json.gz");
+  {
+    std::ifstream gz(testing::DataPath("trace_old.json.gz"), std::ios::binary);
+    std::stringstream bytes;
+    bytes << gz.rdbuf();
+    testing::WriteFile(cut, bytes.str().substr(0, 100));
+  }
+  const Run truncated = RunMemsim("compare --simulated " + sim_path + " --profile " + cut);
+  CHECK(truncated.exit_code == 2);
+  CHECK(truncated.err.rfind("memsim compare: " + cut + ": byte ", 0) == 0);
+  const std::string empty = testing::TempPath("cli_empty.csv");
+  testing::WriteFile(empty, "");
+  const Run empty_run = RunMemsim("compare --simulated " + sim_path + " --profile " + empty);
+  CHECK(empty_run.exit_code == 2);
+  CHECK(empty_run.err == "memsim compare: " + empty + ": empty file, expected a memory profile\n");
+  const Run wrong = RunMemsim("compare --simulated " + sim_path + " --format torch-trace --profile " +
+                              testing::DataPath("megatron.log"));
+  CHECK(wrong.exit_code == 2);
+  // The middle is nlohmann's own wording; memsim's frame is pinned (36 = the suffix length).
+  CHECK(wrong.err.rfind("memsim compare: " + testing::DataPath("megatron.log") + ": byte ", 0) == 0);
+  CHECK(wrong.err.find(": invalid JSON (") != std::string::npos);
+  CHECK(wrong.err.substr(wrong.err.size() - 36) == "expected a Chrome trace JSON object\n");
 }
 
 }  // namespace

@@ -79,6 +79,22 @@ TEST_CASE("round trip: nvidia-smi csv and npu-smi (device level, no markers)", "
   }
 }
 
+TEST_CASE("Megatron log with iteration 3 scaled by 10%", "[profile][compare]") {
+  const timeline::Timeline sim = testing::KnownTimeline();
+  timeline::Timeline scaled = sim;
+  testing::ScaleIteration(scaled, 3, 1.10);
+  const Report r = RoundTrip(testing::WriteMegatronLog(scaled), "rt_scaled.log", Format::kMegatronLog, sim);
+  REQUIRE(r.iterations.size() == 4);
+  for (const auto& it : r.iterations) {
+    INFO(it.iteration);
+    // End of iteration: +10% in iteration 3 only. "max allocated" is cumulative since the
+    // start: iteration 3's 1.1 x 5120 MiB stays the maximum in iteration 4 too. The log's
+    // 2-decimal MiB round within 0.005 MiB, far below the margin.
+    CHECK(*it.error_pct.end_allocated == Approx(it.iteration == 3 ? 10.0 : 0.0).margin(1e-4));
+    CHECK(*it.error_pct.peak_allocated == Approx(it.iteration >= 3 ? 10.0 : 0.0).margin(1e-4));
+  }
+}
+
 TEST_CASE("one iteration scaled by 10% is reported 10% off in that iteration", "[profile][compare]") {
   const timeline::Timeline sim = testing::KnownTimeline();
   timeline::Timeline scaled = sim;

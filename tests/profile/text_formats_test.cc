@@ -102,6 +102,16 @@ TEST_CASE("npu-smi info with date lines: HBM column, 5-digit used value, two NPU
   CHECK(t1.samples[0].device_bytes == 3355 * kMiB);
 }
 
+TEST_CASE("npu-smi info A3 layout: two chips per NPU are devices 0 and 1", "[profile]") {
+  LoadProfileOptions o;
+  o.device_index = 1;  // NPU 0 chip 1 (the row pair whose power reads '-')
+  const timeline::Timeline t = LoadProfile(DataPath("npu_smi_a3.txt"), Format::kNpuSmi, o);
+  REQUIRE(t.samples.size() == 1);
+  CHECK(t.samples[0].device_bytes == 18000 * kMiB);
+  CHECK(LoadProfile(DataPath("npu_smi_a3.txt"), Format::kNpuSmi).samples[0].device_bytes ==
+        20480 * kMiB);
+}
+
 TEST_CASE("npu-smi info 310P layout: Memory-Usage only, no timestamps", "[profile]") {
   const timeline::Timeline t = LoadProfile(DataPath("npu_smi_310p.txt"), Format::kNpuSmi);
   REQUIRE(t.samples.size() == 2);
