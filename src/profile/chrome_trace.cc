@@ -127,7 +127,12 @@ class Handler : public nlohmann::json_sax<json> {
     }
     if (depth_ == event_depth_ + 1 && keys_[keys_.size() - 2] == "args") {
       // All [memory] args are integers (F§1.3); a float there is read by value.
-      const int64_t value = raw ? static_cast<int64_t>(std::llround(std::stod(*raw))) : v;
+      int64_t value = v;
+      if (raw) {
+        const std::optional<double> d = ParseDouble(*raw);
+        if (!d || std::fabs(*d) > 9.2e18) return true;  // not a byte count: ignored
+        value = std::llround(*d);
+      }
       if (k == "Device Type") ev_.device_type = value;
       else if (k == "Device Id") ev_.device_id = value;
       else if (k == "Bytes") ev_.bytes = value;

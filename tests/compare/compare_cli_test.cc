@@ -77,5 +77,20 @@ TEST_CASE("memsim compare exit codes", "[compare]") {
   CHECK(wrong.err.substr(wrong.err.size() - 36) == "expected a Chrome trace JSON object\n");
 }
 
+TEST_CASE("memsim compare CONFIG against the CSV of memsim run: no difference", "[compare]") {
+  // The simulation compared with its own timeline (`memsim run --csv`) must agree exactly, so a
+  // 0.01% tolerance passes: this checks the wiring of CONFIG -> engine -> compare.
+  const std::string config = std::string(MEMSIM_SOURCE_DIR) + "/configs/default.json";
+  const std::string csv = testing::TempPath("cli_run.csv");
+  REQUIRE(RunMemsim("run " + config + " --no-chart --csv " + csv).exit_code == 0);
+  const std::string json = testing::TempPath("cli_self.json");
+  CHECK(RunMemsim("compare " + config + " --profile " + csv + " --tolerance 0.01 --json " + json)
+            .exit_code == 0);
+  std::ifstream in(json);
+  std::stringstream text;
+  text << in.rdbuf();
+  CHECK(text.str().find("\"failed\": false") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace memsim
