@@ -58,6 +58,18 @@ std::string JsonPeaks(const Peaks& p) {
       JsonNumber(p.end_reserved_bytes));
 }
 
+// measured - simulated per field; null where either side is unknown.
+std::string JsonErrorBytes(const Peaks& m, const Peaks& s) {
+  auto diff = [](Bytes a, Bytes b) { return a < 0 || b < 0 ? std::string("null") : fmt::format("{}", a - b); };
+  return fmt::format(
+      "{{\"peak_allocated\": {}, \"peak_reserved\": {}, \"peak_device\": {}, "
+      "\"end_allocated\": {}, \"end_reserved\": {}}}",
+      diff(m.peak_allocated_bytes, s.peak_allocated_bytes),
+      diff(m.peak_reserved_bytes, s.peak_reserved_bytes),
+      diff(m.peak_device_bytes, s.peak_device_bytes), diff(m.end_allocated_bytes, s.end_allocated_bytes),
+      diff(m.end_reserved_bytes, s.end_reserved_bytes));
+}
+
 std::string JsonErrors(const PeakErrors& e) {
   return fmt::format(
       "{{\"peak_allocated\": {}, \"peak_reserved\": {}, \"peak_device\": {}, "
@@ -175,10 +187,10 @@ std::string FormatJson(const Report& r) {
     const auto& c = it.curve_error_pct;
     out += fmt::format(
         "{}{{\"iteration\": {}, \"simulated_iteration\": {}, \"measured\": {}, \"simulated\": {}, "
-        "\"error_pct\": {}, \"curve_error_pct\": {}, \"curve_error_pct_by_curve\": "
+        "\"error_bytes\": {}, \"error_pct\": {}, \"curve_error_pct\": {}, \"curve_error_pct_by_curve\": "
         "{{\"allocated\": {}, \"reserved\": {}, \"device\": {}}}, \"phase_normalised\": {}}}",
         i == 0 ? "" : ", ", it.iteration, it.simulated_iteration, JsonPeaks(it.measured),
-        JsonPeaks(it.simulated), JsonErrors(it.error_pct),
+        JsonPeaks(it.simulated), JsonErrorBytes(it.measured, it.simulated), JsonErrors(it.error_pct),
         JsonNumber(c.allocated ? c.allocated : c.reserved ? c.reserved : c.device),
         JsonNumber(c.allocated), JsonNumber(c.reserved), JsonNumber(c.device),
         it.phase_normalised ? "true" : "false");
@@ -187,10 +199,11 @@ std::string FormatJson(const Report& r) {
   out += fmt::format(", \"steady_state_iteration\": {{\"measured\": {}, \"simulated\": {}}}",
                      JsonNumber(r.steady_state_measured), JsonNumber(r.steady_state_simulated));
   out += fmt::format(
-      ", \"overall\": {{\"measured\": {}, \"simulated\": {}, \"error_pct\": {}, "
+      ", \"overall\": {{\"measured\": {}, \"simulated\": {}, \"error_bytes\": {}, \"error_pct\": {}, "
       "\"curve_error_pct\": {}, \"converged_device_bytes\": {{\"measured\": {}, \"simulated\": {}, "
       "\"error_pct\": {}}}, \"tolerance_pct\": {}, \"failed\": {}}}",
-      JsonPeaks(r.overall_measured), JsonPeaks(r.overall_simulated), JsonErrors(r.overall_error_pct),
+      JsonPeaks(r.overall_measured), JsonPeaks(r.overall_simulated),
+      JsonErrorBytes(r.overall_measured, r.overall_simulated), JsonErrors(r.overall_error_pct),
       JsonNumber(r.overall_curve_error_pct), JsonNumber(r.converged_device_measured),
       JsonNumber(r.converged_device_simulated), JsonNumber(r.converged_device_error_pct),
       JsonNumber(r.tolerance_pct), r.failed ? "true" : "false");

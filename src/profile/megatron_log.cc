@@ -132,7 +132,7 @@ timeline::Timeline LoadMegatronLog(const std::string& path, const LoadProfileOpt
       "rank {} ({} report_memory lines; no clock: iteration N placed at N x {} us)", rank,
       reports[rank].size(), options.nominal_interval_us));
   if (reports.size() > 1) {
-    out.notes.push_back(fmt::format("{} ranks in the log; use the rank option to pick another",
+    out.notes.push_back(fmt::format("{} ranks in the log; --rank picks another",
                                     reports.size()));
   }
   if (skipped_other > 0) {

@@ -128,6 +128,10 @@ TEST_CASE("JSON report follows the design.md schema", "[compare]") {
   CHECK(json.find("\"steady_state_iteration\": {\"measured\": null, \"simulated\": null}") !=
         std::string::npos);
   CHECK(json.find("\"peak_allocated_bytes\": 115343360") != std::string::npos);  // 110 x 2^20
+  // error_bytes: (110 - 100) MiB = 10485760; end values likewise.
+  CHECK(json.find("\"error_bytes\": {\"peak_allocated\": 10485760, \"peak_reserved\": null, "
+                  "\"peak_device\": null, \"end_allocated\": 10485760, \"end_reserved\": null}") !=
+        std::string::npos);
   CHECK(!FormatTable(r).empty());
   CHECK(!FormatChart(r).empty());
 }
