@@ -13,8 +13,8 @@
 // holds 48-byte samples); longer series are decimated by runs of 16 consecutive samples that keep
 // each run's first, last, highest-allocated, highest-reserved and highest-device sample, so
 // peaks stay exact. A 2 GB memory_record.csv therefore loads in one pass within that bound,
-// whatever its row order.
-// The memory snapshot (JSON) is the exception: it is parsed as a whole (see snapshot.cc).
+// whatever its row order. The memory snapshot keeps 24 bytes per trace entry besides (it is
+// walked backwards); pre-1.10 Chrome traces keep their Bytes deltas whole.
 //
 // Errors: bad input throws memsim::InputError whose message starts with "<file>:<line>: " for
 // line-based formats or "<file>: byte <offset>: " for JSON, and says what was expected.

@@ -176,3 +176,45 @@ TEST_CASE("JSON errors: truncated, corrupt gzip, wrong kind, bad field", "[profi
 
 }  // namespace
 }  // namespace memsim::profile
+
+namespace memsim::profile {
+namespace {
+
+TEST_CASE("memory snapshot: legacy bare segment list and the torch_npu variant", "[profile]") {
+  // Legacy (F 2.2): the whole file is the list of segments; no trace: one sample, the final
+  // state. Block without requested_size: history real_size 1000 + 24 = 1024 -> round512 = 1024.
+  const std::string legacy = testing::TempPath("legacy_snap.json");
+  testing::WriteFile(legacy,
+                     "[{\"device\": 0, \"address\": 1, \"total_size\": 2097152, \"blocks\": ["
+                     "{\"size\": 1024, \"state\": \"active_allocated\", \"history\": [{\"addr\": 1, "
+                     "\"real_size\": 1000}, {\"addr\": 1, \"real_size\": 24}]},"
+                     "{\"size\": 2096128, \"state\": \"inactive\"}]}]");
+  const timeline::Timeline t = LoadProfile(legacy, Format::kAuto);
+  REQUIRE(t.samples.size() == 1);
+  CHECK(t.samples[0].reserved_bytes == 2097152);
+  CHECK(t.samples[0].allocated_bytes == 1024);
+  // torch_npu (A5): no time_us, a pool_id per entry, workspace_snapshot entries. Entries are
+  // 1 us apart: segment_alloc 4 MiB, alloc 1 MiB, workspace_snapshot, free_requested 1 MiB.
+  const std::string npu = testing::TempPath("npu_snap.json");
+  testing::WriteFile(npu,
+                     "{\"segments\": [{\"device\": 0, \"total_size\": 4194304, \"blocks\": "
+                     "[{\"size\": 1048576, \"requested_size\": 1048576, \"state\": "
+                     "\"active_pending_free\"}, {\"size\": 3145728, \"state\": \"inactive\"}]}],"
+                     " \"device_traces\": [[{\"action\": \"segment_alloc\", \"addr\": 1, \"size\": "
+                     "4194304, \"stream\": 0, \"pool_id\": 0}, {\"action\": \"alloc\", \"addr\": 1, "
+                     "\"size\": 1048576, \"stream\": 0, \"pool_id\": 0}, {\"action\": "
+                     "\"workspace_snapshot\", \"addr\": 0, \"size\": 0, \"pool_id\": 0}, {\"action\": "
+                     "\"free_requested\", \"addr\": 1, \"size\": 1048576, \"stream\": 0, \"pool_id\": 0}]]}");
+  const timeline::Timeline n = LoadProfile(npu, Format::kTorchSnapshot);
+  REQUIRE(n.samples.size() == 5);
+  CHECK(n.samples[2].time_us == 1);  // after the alloc (entry 1)
+  CHECK(n.samples[2].allocated_bytes == 1048576);
+  CHECK(n.samples[4].time_us == 3);
+  CHECK(n.samples[4].allocated_bytes == 0);
+  // The free was requested but never completed: the block is still active (its final state
+  // says active_pending_free).
+  CHECK(n.samples[4].active_bytes == 1048576);
+}
+
+}  // namespace
+}  // namespace memsim::profile
