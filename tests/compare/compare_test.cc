@@ -55,7 +55,7 @@ TEST_CASE("measured iterations beyond the simulated ones meet the last simulated
   CHECK(r.iterations[4].simulated_iteration == 2);
 }
 
-TEST_CASE("--skip drops the profile's first iterations", "[compare]") {
+TEST_CASE("the skip option drops the profile's first iterations", "[compare]") {
   CompareOptions o;
   o.skip = 2;
   const Report r = Compare(Flat(100 * kMiB, 4), Flat(100 * kMiB, 4), o);
