@@ -1,7 +1,6 @@
 // memsim compare: a thin wrapper -- load the profile (profile/), simulate the config (engine/)
 // or read a simulated memsim-csv, compare (compare/), print table + chart, write JSON.
 #include <cstdio>
-#include <fstream>
 
 #include <fmt/core.h>
 
@@ -12,6 +11,7 @@
 #include "core/error.h"
 #include "engine/stages.h"
 #include "profile/profile.h"
+#include "report/format.h"
 
 namespace memsim::cli {
 namespace {
@@ -33,20 +33,6 @@ struct CompareArgs {
   int rank = -1;
   bool no_chart = false;
 };
-
-void WriteAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << text;
-    out.close();
-    if (!out) throw InputError(fmt::format("{}: cannot write", path));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw InputError(fmt::format("{}: cannot write", path));
-  }
-}
 
 int RunCompare(const CompareArgs& a) {
   auto format = profile::FormatFromName(a.format);
@@ -89,8 +75,9 @@ int RunCompare(const CompareArgs& a) {
     const std::string chart = compare::FormatChart(report);
     if (!chart.empty()) out += "\n" + chart;
   }
+  // The file first, so a failed write (exit 2) leaves no report on stdout either.
+  if (!a.json.empty()) report::WriteFileAtomically(a.json, compare::FormatJson(report));
   std::fputs(out.c_str(), stdout);
-  if (!a.json.empty()) WriteAtomically(a.json, compare::FormatJson(report));
   return report.failed ? 1 : 0;
 }
 
