@@ -37,10 +37,14 @@ struct CompareArgs {
 int RunCompare(const CompareArgs& a) {
   auto format = profile::FormatFromName(a.format);
   if (!format) {
+    const std::vector<std::string> names = {"auto",    "torch-trace", "torch-snapshot",
+                                            "npu-profiler", "npu-mem", "npu-smi",
+                                            "nvidia-smi", "megatron-log", "memsim-csv"};
+    const std::string guess = ClosestMatch(a.format, names);
     throw InputError(fmt::format(
         "--format: expected auto, torch-trace, torch-snapshot, npu-profiler, npu-mem, npu-smi, "
-        "nvidia-smi, megatron-log or memsim-csv, got '{}'",
-        a.format));
+        "nvidia-smi, megatron-log or memsim-csv, got '{}'{}",
+        a.format, guess.empty() ? "" : fmt::format(" (did you mean '{}'?)", guess)));
   }
   if (a.config.empty() == a.simulated.empty()) {
     throw InputError("expected either CONFIG or --simulated FILE (exactly one)");

@@ -52,6 +52,13 @@ TEST_CASE("memsim compare exit codes", "[compare]") {
                      "'-5'\n");
   CHECK(RunMemsim("compare --simulated " + sim_path + " --profile " + sim_path + " --format nope")
             .exit_code == 2);
+  const Run typo = RunMemsim("compare --simulated " + sim_path + " --profile " + sim_path +
+                             " --format nvidia-smy");  // one edit from nvidia-smi
+  CHECK(typo.exit_code == 2);
+  CHECK(typo.err ==
+        "memsim compare: --format: expected auto, torch-trace, torch-snapshot, npu-profiler, "
+        "npu-mem, npu-smi, nvidia-smi, megatron-log or memsim-csv, got 'nvidia-smy' (did you "
+        "mean 'nvidia-smi'?)\n");
   // Truncated gzip, empty file, wrong kind: exit 2 with the loader's one-line message.
   const std::string cut = testing::TempPath("cli_cut.json.gz");
   {
