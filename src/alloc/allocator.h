@@ -87,7 +87,9 @@ class Allocator {
   virtual ~Allocator() = default;
 
   // Allocates size_bytes on `stream`. Returns the handle, or nullopt when the request failed
-  // after the whole out-of-memory path (num_ooms counted). REQUIRES: size_bytes > 0.
+  // after the whole out-of-memory path (num_ooms counted). Requests of 2^60 bytes or more fail
+  // up front without touching the stats (as PyTorch); 0 bytes returns nullopt and changes
+  // nothing (as allocate(0)). REQUIRES: size_bytes >= 0.
   virtual std::optional<BlockHandle> Malloc(Bytes size_bytes, StreamId stream) = 0;
   // Frees a live block (allocated drops now; the block returns to its pool once the events of
   // streams recorded on it complete).
@@ -98,7 +100,8 @@ class Allocator {
   virtual void CompleteStream(StreamId stream) = 0;
   // torch.cuda.empty_cache(): synchronize, then release every whole free segment (spec §5).
   virtual void EmptyCache() = 0;
-  // Changes the device capacity (spec §13.1); nullopt = unbounded.
+  // Changes the device capacity (spec §13.1); nullopt = unbounded (up to 2^62 bytes; a
+  // memory_fraction then limits nothing). Existing segments and expandable ranges stay.
   virtual void SetCapacity(std::optional<Bytes> capacity_bytes) = 0;
   // reset_peak_memory_stats(): every peak := current.
   virtual void ResetPeakStats() = 0;

@@ -73,17 +73,21 @@ void CachingAllocator::EraseFromPool(BlockIndex b) {
   MEMSIM_CHECK(n == 1);
 }
 
-// Spec §13.1: a device allocation of n bytes fails when reserved + n > capacity.
+// Spec §13.1: a device allocation of n bytes fails when reserved + n > capacity. "Unbounded"
+// stops at 2^62 bytes so that the byte counts can never overflow.
 bool CachingAllocator::CapacityAllows(Bytes device_bytes) const {
+  constexpr Bytes kUnboundedLimit = Bytes{1} << 62;
+  if (device_bytes > kUnboundedLimit - stats_.reserved_bytes.current) return false;
   if (!options_.capacity_bytes) return true;
   return stats_.reserved_bytes.current + device_bytes <= *options_.capacity_bytes;
 }
 
-// allowed_memory_maximum = floor(F x capacity) (spec §13.10).
+// allowed_memory_maximum = floor(F x capacity) (spec §13.10). Without a capacity (SetCapacity
+// made the device unbounded) the fraction limits nothing.
 Bytes CachingAllocator::AllowedMemoryMaximum() const {
-  if (!options_.memory_fraction) return kUnlimited;
-  const Bytes capacity = options_.capacity_bytes.value_or(0);
-  return static_cast<Bytes>(std::floor(*options_.memory_fraction * static_cast<double>(capacity)));
+  if (!options_.memory_fraction || !options_.capacity_bytes) return kUnlimited;
+  return static_cast<Bytes>(
+      std::floor(*options_.memory_fraction * static_cast<double>(*options_.capacity_bytes)));
 }
 
 // set_fraction && garbage_collection_threshold > 0 (S1 get_free_block / malloc).

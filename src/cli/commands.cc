@@ -63,6 +63,11 @@ int Main(int argc, char** argv) {
     } catch (const InputError& e) {
       std::fprintf(stderr, "memsim %s: %s\n", sub->get_name().c_str(), e.what());
       return 2;
+    } catch (const std::exception& e) {
+      // A library error that escaped its boundary (file system, allocation): still one line and
+      // exit 2, never a crash.
+      std::fprintf(stderr, "memsim %s: error: %s\n", sub->get_name().c_str(), e.what());
+      return 2;
     }
   }
   return 2;

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -30,6 +31,10 @@ struct ReplayArgs {
 };
 
 std::string ReadFile(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw InputError(fmt::format("cannot read trace '{}': it is a directory", path));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw InputError(fmt::format("cannot read trace '{}': {}", path, std::strerror(errno)));

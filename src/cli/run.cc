@@ -81,7 +81,8 @@ Action AddRunCommand(CLI::App& sub) {
   sub.add_option("--device", a->device, "device preset name or preset file");
   sub.add_option("--iterations", a->iterations, "training iterations to simulate (train_iters)")
       ->check(CLI::PositiveNumber);
-  sub.add_option("--set", a->sets, "override KEY=VALUE (training.<key> or allocator.<key>)");
+  sub.add_option("--set", a->sets, "override KEY=VALUE (training.<key> or allocator.<key>)")
+      ->allow_extra_args(false);
   sub.add_option("--pipeline-rank", a->pipeline_rank, "report this pipeline stage (default: the worst)");
   sub.add_option("--capacity", a->capacity, "usable device memory, e.g. 60GiB (replaces the preset's)");
   sub.add_option("--json", a->json_path, "write the JSON report (schema 1) to FILE");

@@ -40,7 +40,8 @@ Action AddValidateCommand(CLI::App& sub) {
   sub.add_option("configs", args->configs, "training config files (none: the embedded default)");
   sub.add_option("--model", args->model, "model file replacing each config's \"model\"");
   sub.add_option("--device", args->device, "device preset name or file replacing \"device\"");
-  sub.add_option("--set", args->sets, "override a training or allocator key: KEY=VALUE");
+  sub.add_option("--set", args->sets, "override a training or allocator key: KEY=VALUE")
+      ->allow_extra_args(false);
   sub.add_flag("--verbose", args->verbose, "list what was ignored or defaulted");
   return [args]() -> int {
     std::vector<std::string> configs = args->configs;

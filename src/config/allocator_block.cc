@@ -80,75 +80,6 @@ std::array<int, 16> ReadRoundup(const Source& source, const Json& v, const std::
   return out;
 }
 
-// ---- minimal PYTORCH_*_ALLOC_CONF string parser --------------------------------------------
-// Turns "k:v,k:v" into the JSON form of the allocator block, which the JSON reader then
-// validates. Kept apart so that it can be replaced by alloc's ParseAllocConf.
-// Syntax (PyTorch CUDAAllocatorConfig::parseArgs): comma-separated key:value; spaces ignored;
-// roundup_power2_divisions may be a list "[64:8,128:2,>:1]"; True/False (any case).
-Json AllocConfToJson(const std::string& text, const std::string& at) {
-  std::string s;
-  for (char c : text) {
-    if (!std::isspace(static_cast<unsigned char>(c))) s += c;
-  }
-  Json out = Json::object();
-  size_t i = 0;
-  while (i < s.size()) {
-    size_t colon = s.find(':', i);
-    if (colon == std::string::npos) Fail(at, fmt::format("expected key:value at \"{}\"", s.substr(i)));
-    const std::string key = s.substr(i, colon - i);
-    size_t end;
-    std::string value;
-    if (colon + 1 < s.size() && s[colon + 1] == '[') {
-      end = s.find(']', colon);
-      if (end == std::string::npos) Fail(at, fmt::format("unclosed '[' in the value of {}", key));
-      value = s.substr(colon + 1, end + 1 - (colon + 1));
-      ++end;
-    } else {
-      end = std::min(s.find(',', colon), s.size());
-      value = s.substr(colon + 1, end - colon - 1);
-    }
-    if (key.empty() || value.empty()) Fail(at, fmt::format("expected key:value at \"{}\"", s.substr(i)));
-    Json v;
-    if (value[0] == '[') {
-      v = Json::object();
-      std::string body = value.substr(1, value.size() - 2);
-      size_t j = 0;
-      while (j < body.size()) {
-        size_t comma = std::min(body.find(',', j), body.size());
-        std::string item = body.substr(j, comma - j);
-        size_t c = item.find(':');
-        if (c == std::string::npos) Fail(at, fmt::format("expected K:divisions in {}, got \"{}\"", key, item));
-        const std::string d = item.substr(c + 1);
-        if (d.empty() || !std::all_of(d.begin(), d.end(), [](unsigned char ch) { return std::isdigit(ch); })) {
-          Fail(at, fmt::format("expected an integer number of divisions in {}, got \"{}\"", key, item));
-        }
-        v[item.substr(0, c)] = std::stoll(d.substr(0, 9));
-        j = comma + 1;
-      }
-    } else {
-      std::string lower = value;
-      std::transform(lower.begin(), lower.end(), lower.begin(),
-                     [](unsigned char c) { return std::tolower(c); });
-      if (lower == "true") {
-        v = true;
-      } else if (lower == "false") {
-        v = false;
-      } else {
-        try {
-          v = Json::parse(value);
-        } catch (const Json::exception&) {
-          v = value;
-        }
-        if (!v.is_number()) v = value;
-      }
-    }
-    if (out.contains(key)) Fail(at, fmt::format("{} given twice", key));
-    out[key] = v;
-    i = end + 1;
-  }
-  return out;
-}
-
 }  // namespace
 
 alloc::AllocatorOptions ReadAllocatorBlock(const Source& source, const Json& object,
@@ -157,35 +88,26 @@ alloc::AllocatorOptions ReadAllocatorBlock(const Source& source, const Json& obj
   const bool npu = backend == alloc::Backend::kNpu;
   const std::vector<std::string>& keys = npu ? kNpuKeys : kCudaKeys;
   const std::vector<std::string>& other_keys = npu ? kCudaKeys : kNpuKeys;
-  // alloc_conf string: converted, then read like the JSON keys (but not both).
-  Json converted;
-  Source conf_source;
-  const Source* src = &source;
-  const Json* block = &object;
-  std::string base = pointer;
+  // alloc_conf string: the environment-variable syntax, parsed and checked by alloc's own
+  // parser (the same one `memsim replay --alloc-conf` uses); not together with the JSON keys.
   if (std::optional<std::string> conf = outer.String("alloc_conf")) {
     for (const std::string& k : outer.Unread()) {
       if (k != "alloc_conf") Fail(outer.At(k), "give either alloc_conf or the separate keys, not both");
     }
-    const std::string at = outer.At("alloc_conf");
-    converted = AllocConfToJson(*conf, at);
-    // Every message about the converted string points at the alloc_conf field itself.
-    conf_source.file = source.file;
-    for (auto it = converted.begin(); it != converted.end(); ++it) {
-      conf_source.set_labels[Child("", it.key())] = fmt::format("{} ({})", at, it.key());
-      if (it->is_object()) {
-        for (auto jt = it->begin(); jt != it->end(); ++jt) {
-          conf_source.set_labels[Child(Child("", it.key()), jt.key())] =
-              fmt::format("{} ({} {})", at, it.key(), jt.key());
-        }
-      }
-    }
-    src = &conf_source;
-    block = &converted;
-    base = "";
+    const std::string what = outer.At("alloc_conf");
+    alloc::AllocatorOptions base_options;
+    base_options.backend = backend;
+    alloc::AllocatorOptions parsed = alloc::ParseAllocConf(*conf, backend, what, base_options);
+    // The capacity comes from the device preset later; a memory_fraction only needs one to exist.
+    alloc::AllocatorOptions with_capacity = parsed;
+    with_capacity.capacity_bytes = Bytes{1} << 40;
+    alloc::ValidateOptions(with_capacity, what);
+    return parsed;
   }
+  const Source* src = &source;
+  const Json* block = &object;
+  const std::string& base = pointer;
   ObjectReader r(*src, *block, base);
-  if (block == &object) r.Skip("alloc_conf");
   const char* env = npu ? "PYTORCH_NPU_ALLOC_CONF" : "PYTORCH_CUDA_ALLOC_CONF";
   for (const std::string& k : r.Unread()) {
     if (std::find(keys.begin(), keys.end(), k) == keys.end() &&

@@ -26,7 +26,9 @@ class Rng {
 
 // A tensor size: mostly log-uniform in [1, max], sometimes right at an allocator boundary.
 Bytes TensorBytes(Rng& rng, Bytes max_bytes) {
-  static constexpr Bytes kEdges[] = {512, kMiB, 10 * kMiB, 2 * kMiB, 20 * kMiB, 1000, 4096};
+  static constexpr Bytes kEdges[] = {512,          kMiB,          10 * kMiB, 2 * kMiB, 20 * kMiB,
+                                     19 * kMiB,    9 * kMiB,      1000,      4096,     kMiB - 32,
+                                     18 * kMiB + 1, 100 * kMiB};
   if (rng.Below(8) == 0) {
     const Bytes edge = kEdges[rng.Below(std::size(kEdges))];
     const Bytes b = edge + (rng.Below(3) - 1) * (rng.Below(2) ? 1 : 512);

@@ -1,13 +1,13 @@
 #include "workload/build.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "core/check.h"
 #include "workload/model.h"
@@ -22,14 +22,14 @@ using config::RecomputeGranularity;
 using config::RecomputeMethod;
 
 // Duration model (build.h): estimates of achieved efficiency and link bandwidths.
-constexpr double kComputeEfficiency = 0.5;    // estimate: typical large-GEMM MFU
-constexpr double kBandwidthEfficiency = 0.8;  // estimate: streaming kernels
-constexpr double kTpLinkBytesPerS = 100e9;    // estimate: intra-node NVLink / HCCS class
-constexpr double kOtherLinkBytesPerS = 20e9;  // estimate: inter-node RDMA class
-constexpr double kCollectiveLatencyUs = 10.0; // estimate
-constexpr double kFallbackFlops = 100e12;     // estimate when the preset has no peak
-constexpr double kFallbackBandwidth = 1e12;   // estimate when the preset has no bandwidth
-constexpr double kMinOpUs = 1.0;              // kernel-launch granularity (estimate)
+constexpr double kComputeEfficiency = 0.5;     // estimate: typical large-GEMM MFU
+constexpr double kBandwidthEfficiency = 0.8;   // estimate: streaming kernels
+constexpr double kTpLinkBytesPerS = 100e9;     // estimate: intra-node NVLink / HCCS class
+constexpr double kOtherLinkBytesPerS = 20e9;   // estimate: inter-node RDMA class
+constexpr double kCollectiveLatencyUs = 10.0;  // estimate
+constexpr double kFallbackFlops = 100e12;      // estimate when the preset has no peak
+constexpr double kFallbackBandwidth = 1e12;    // estimate when the preset has no bandwidth
+constexpr double kMinOpUs = 1.0;               // kernel-launch granularity (estimate)
 
 // Workspaces that go through the caching allocator (§1.7).
 // PyTorch CublasHandlePool.cpp: default ":4096:2:16:8" = 2·4 MiB + 8·16 KiB; 8 x 4 MiB on sm >= 90.
@@ -49,6 +49,7 @@ struct CoreAttn {
 // Saved tensors of one transformer layer (§2.2, A1 = the input, kept by the caller).
 struct LayerActs {
   TensorId ln1_mean = 0, ln1_rstd = 0, ln1_out = 0, qkv = 0;
+  TensorId q_norm_out = 0, k_norm_out = 0, q_norm_stats = 0, k_norm_stats = 0;  // qk_layernorm
   CoreAttn core;
   TensorId attn_bda_mask = 0, attn_residual = 0;
   TensorId ln2_mean = 0, ln2_rstd = 0, ln2_out = 0, fc1_out = 0, act_out = 0;
@@ -104,13 +105,14 @@ class Builder {
     const double peak = tc_.precision == config::Precision::kFp32   ? setup.device.peak_flops_fp32
                         : tc_.precision == config::Precision::kFp16 ? setup.device.peak_flops_fp16
                                                                     : setup.device.peak_flops_bf16;
-    peak_flops_ = peak > 0 ? peak
+    peak_flops_ = peak > 0                           ? peak
                   : setup.device.peak_flops_bf16 > 0 ? setup.device.peak_flops_bf16
                                                      : kFallbackFlops;
     bandwidth_ = setup.device.memory_bandwidth_bytes_per_s > 0
                      ? setup.device.memory_bandwidth_bytes_per_s
                      : kFallbackBandwidth;
     BuildSegments();
+    steps_ = PipelineSchedule(d_.p, rank_, d_.m, d_.v);
   }
 
   Program Run() {
@@ -267,13 +269,20 @@ class Builder {
     for (size_t i = 0; i < params_.size(); ++i) {
       const ParamTensor& pt = params_[i];
       if (pt.layer != prev_layer || i == 0) {
-        const char* name = pt.layer >= 0                                     ? "init.model.layer"
+        const char* name = pt.layer >= 0                        ? "init.model.layer"
                            : pt.name.rfind("embedding", 0) == 0 ? "init.model.embedding"
-                                                                            : "init.model.output";
+                                                                : "init.model.output";
         Begin(name, pt.layer);
         prev_layer = pt.layer;
       }
       param_ids_[i] = Alloc(pt.numel * d_.param_bytes, Category::kParameters, pt.name);
+    }
+    // LanguageModule.setup_embeddings_and_output_layer: with tied embeddings and p > 1 the
+    // first and last stages all-reduce the shared weight over "embd" (in place).
+    for (const ParamTensor& pt : params_) {
+      if (!pt.shared_embedding) continue;
+      Begin("init.model.sync_embedding");
+      Collective("embd", 2, static_cast<double>(pt.numel * d_.param_bytes), Coll::kAllReduce);
     }
     // DDP: one param/grad buffer pair per model chunk; with the distributed optimizer the
     // params move into param_data one by one, old blocks freed (§1.3).
@@ -295,14 +304,13 @@ class Builder {
     // growth/backoff factors), found_inf, _dummy_overflow_buf; bf16 _scale_one; fp32 _scale.
     Begin("init.optimizer.scalars");
     if (tc_.precision == config::Precision::kFp16) {
-      for (const char* n : {"grad_scaler.scale", "grad_scaler.min_scale",
-                            "grad_scaler.growth_factor", "grad_scaler.backoff_factor",
-                            "optimizer.found_inf", "optimizer.dummy_overflow_buf"}) {
+      for (const char* n :
+           {"grad_scaler.scale", "grad_scaler.min_scale", "grad_scaler.growth_factor",
+            "grad_scaler.backoff_factor", "optimizer.found_inf", "optimizer.dummy_overflow_buf"}) {
         Alloc(kScalarBytes, Category::kOther, n);
       }
     } else {
-      Alloc(kScalarBytes, Category::kOther,
-            d_.mixed ? "optimizer.scale_one" : "optimizer.scale");
+      Alloc(kScalarBytes, Category::kOther, d_.mixed ? "optimizer.scale_one" : "optimizer.scale");
     }
     // fp32 master copies: `clone().float()` per param (Float16OptimizerWithFloat16Params) or per
     // shard slice (DistributedOptimizer); the 16-bit clone is transient.
@@ -330,12 +338,13 @@ class Builder {
     for (TensorId id : grad_copies_) Free(id);
     grad_copies_.clear();
 
-    const std::vector<ScheduleStep> steps = PipelineSchedule(d_.p, rank_, d_.m, d_.v);
+    const std::vector<ScheduleStep>& steps = steps_;
     std::vector<int> last_backward(d_.v, -1);
     for (int i = 0; i < static_cast<int>(steps.size()); ++i) {
       if (!steps[i].forward) last_backward[steps[i].chunk] = i;
     }
     for (int i = 0; i < static_cast<int>(steps.size()); ++i) {
+      step_ = i;
       const ScheduleStep& st = steps[i];
       micro_batch_ = st.micro_batch;
       if (st.forward) {
@@ -351,6 +360,13 @@ class Builder {
     }
     micro_batch_ = -1;
     phase_ = Phase::kBackward;
+    MEMSIM_CHECK(pending_recv_forward_ == 0 && pending_recv_backward_ == 0 && units_.empty());
+    if (held_recv_backward_ != 0 || held_input_grad_ != 0) {
+      Begin("p2p.schedule_return");  // the schedule function's locals go out of scope
+      Free(held_recv_backward_);
+      Free(held_input_grad_);
+      held_recv_backward_ = held_input_grad_ = 0;
+    }
     FinalizeGrads();
     if (tc_.empty_unused_memory_level >= 1) Cur().empty_cache = true;
     OptimizerStep();
@@ -360,7 +376,7 @@ class Builder {
   // finish_grad_sync per bucket (§1.3, §3.3): in place on the comm stream, group "dp".
   void GradSync(int chunk) {
     const GradBuffer& buf = buffers_[chunk];
-    const int dp = d_.d * d_.cp;
+    const int dp = d_.dp_cp;
     if (dp <= 1) return;
     const bool dist = tc_.use_distributed_optimizer;
     for (const auto& [start, end] : buf.buckets) {
@@ -385,8 +401,8 @@ class Builder {
         if (pt.sequence_parallel) numel += pt.numel;
       }
       Begin("ddp.allreduce_layernorm_grads");
-      const TensorId flat = Alloc(numel * d_.grad_bytes, Category::kTemporaries,
-                                  "ddp.layernorm_grads_flat");
+      const TensorId flat =
+          Alloc(numel * d_.grad_bytes, Category::kTemporaries, "ddp.layernorm_grads_flat");
       Collective("tp", d_.t, static_cast<double>(numel * d_.grad_bytes), Coll::kAllReduce);
       Free(flat);
     }
@@ -408,13 +424,13 @@ class Builder {
     if (d_.mixed && d_.grad_bytes == 2) {
       Begin("optim.copy_main_grads");
       for (const MainTensor& mt : main_) {
-        grad_copies_.push_back(Alloc(mt.numel * 4, Category::kGradients,
-                                     "optim.main_grad." + params_[mt.param].name));
+        grad_copies_.push_back(
+            Alloc(mt.numel * 4, Category::kGradients, "optim.main_grad." + params_[mt.param].name));
       }
     }
     // Grad-stats group: model-parallel (tp·pp) without, tp·dp·cp with the distributed optimizer.
     const char* stats_group = dist ? "tp_dp_cp" : "mp";
-    const int stats_size = dist ? d_.t * d_.d * d_.cp : d_.t * d_.p;
+    const int stats_size = dist ? d_.t * d_.dp_cp : d_.t * d_.p;
     if (tc_.precision == config::Precision::kFp16) {
       Begin("optim.unscale_and_check");  // _amp_foreach_non_finite_check_and_unscale_, in place
       Collective(stats_group, stats_size, 4, Coll::kAllReduce);
@@ -464,7 +480,9 @@ class Builder {
         // (_foreach_add); the first step clones the grads into momentum buffers.
         Begin(fmt::format("optim.sgd.group{}", gi));
         std::vector<TensorId> tmp;
-        if (foreach && tc_.weight_decay != 0.0) {
+        // Megatron's no-weight-decay group (biases, norms) has weight_decay 0.
+        const bool decays = !params_[groups_[gi].front()].no_weight_decay;
+        if (foreach && decays && tc_.weight_decay != 0.0) {
           for (const MainTensor& mt : main_) {
             if (mt.group != gi) continue;
             tmp.push_back(Alloc(mt.numel * 4, Category::kTemporaries,
@@ -488,12 +506,12 @@ class Builder {
       for (const MainTensor& mt : main_) n += mt.numel;
       extra_bytes_ += static_cast<double>(n) * (4 + d_.param_bytes);
     }
-    if (dist && d_.d * d_.cp > 1) {
+    if (dist && d_.dp_cp > 1) {
       // Param all-gather into param_data, in place (§1.6 step 8).
       for (const GradBuffer& buf : buffers_) {
         for (const auto& [start, end] : buf.buckets) {
           Begin("optim.param_all_gather", -1, kCommStream);
-          Collective("dp", d_.d * d_.cp, static_cast<double>((end - start) * d_.param_bytes),
+          Collective("dp", d_.dp_cp, static_cast<double>((end - start) * d_.param_bytes),
                      Coll::kGather);
         }
       }
@@ -526,6 +544,39 @@ class Builder {
   bool Pre(int chunk) const { return rank_ == 0 && chunk == 0; }
   bool Post(int chunk) const { return rank_ == d_.p - 1 && chunk == d_.v - 1; }
 
+  // The P2P exchanges follow Megatron's 1F1B loop (schedules.py
+  // `forward_backward_pipelining_without_interleaving`): after a forward that is followed by a
+  // backward, `send_forward_recv_backward` allocates the grad buffer of that backward before the
+  // output is deallocated; after a backward followed by a forward, `send_backward_recv_forward`
+  // allocates the next input before the backwarded input is dropped. Python locals keep the
+  // previous output_tensor_grad until the next receive of a grad, and the previous
+  // input_tensor_grad until the next backward_step returns (`held_*`).
+  TensorId AllocRecv(const char* label) {
+    Begin(fmt::format("p2p.alloc_{}", label));
+    return Alloc(d_.act_bytes * d_.T * d_.h / d_.sigma, Category::kCommunication,
+                 fmt::format("p2p.{}", label));
+  }
+  // A P2P op on the NCCL stream sending `send` and/or receiving into `recv` (0 = none):
+  // ProcessGroupNCCL records both on its stream, so their frees wait for it (§4.4). A receive is
+  // waited for (req.wait()) before compute goes on.
+  void P2P(std::string_view name, TensorId send, TensorId recv) {
+    Begin(name, -1, kCommStream);
+    double bytes = 0;
+    for (TensorId id : {send, recv}) {
+      if (id == 0) continue;
+      RecordStream(id, kCommStream);
+      bytes += static_cast<double>(sizes_[id]);
+    }
+    Collective("pp", d_.p, bytes, Coll::kP2P);
+    if (recv != 0) {
+      Begin("p2p.wait");
+      Cur().synchronize = true;
+    }
+  }
+  const ScheduleStep* NextStep() const {
+    return step_ + 1 < static_cast<int>(steps_.size()) ? &steps_[step_ + 1] : nullptr;
+  }
+
   void ForwardUnit(int mb, int chunk) {
     UnitState& u = units_[{mb, chunk}];
     u = UnitState{};
@@ -539,13 +590,14 @@ class Builder {
       x = EmbeddingForward(u);
     } else {
       // p2p_communication.py _communicate: torch.empty((s/σ, b, h), requires_grad=True), kept
-      // in input_tensors until this unit's backward; used by the NCCL stream (record_stream).
-      Begin("p2p.alloc_recv_forward");
-      x = Alloc(d_.act_bytes * d_.T * d_.h / d_.sigma, Category::kCommunication,
-                "p2p.recv_forward");
-      Begin("p2p.recv_forward");
-      RecordStream(x, kCommStream);
-      Collective("pp", d_.p, static_cast<double>(sizes_[x]), Coll::kP2P);
+      // in input_tensors until this unit's backward.
+      if (pending_recv_forward_ != 0) {
+        x = pending_recv_forward_;  // received by the previous backward's exchange
+        pending_recv_forward_ = 0;
+      } else {
+        x = AllocRecv("recv_forward");
+        P2P("p2p.recv_forward", 0, x);
+      }
       u.input_external = true;
     }
     u.stage_input = x;
@@ -565,13 +617,6 @@ class Builder {
     if (post) {
       u.last_output = x;
       LossForward(u);
-    } else {
-      // send_forward then deallocate_output_tensor (schedules.py): the output storage is freed
-      // once the NCCL stream is done with it.
-      Begin("p2p.send_forward");
-      RecordStream(x, kCommStream);
-      Collective("pp", d_.p, static_cast<double>(sizes_[x]), Coll::kP2P);
-      Free(x);
     }
     // forward_step returns: batch tensors not saved by autograd are dropped.
     if (u.tokens != u.emb_indices) Free(u.tokens);
@@ -579,6 +624,20 @@ class Builder {
     Free(u.labels);
     u.tokens = u.labels = 0;
     if (!learned_positions()) u.position_ids = 0;
+    if (!post) {
+      const ScheduleStep* next = NextStep();
+      if (next != nullptr && !next->forward && !Post(next->chunk)) {
+        pending_recv_backward_ = AllocRecv("recv_backward");
+        P2P("p2p.send_forward_recv_backward", x, pending_recv_backward_);
+        Free(held_recv_backward_);  // the previous output_tensor_grad binding
+        held_recv_backward_ = 0;
+      } else {
+        P2P("p2p.send_forward", x, 0);
+      }
+      // deallocate_output_tensor (schedules.py; deallocate_pipeline_outputs is forced on).
+      Begin("p2p.deallocate_output");
+      Free(x);
+    }
   }
 
   void BackwardUnit(int mb, int chunk) {
@@ -591,12 +650,15 @@ class Builder {
     if (post) {
       dy = LossBackward(u);
     } else {
-      Begin("p2p.alloc_recv_backward");
-      dy = Alloc(d_.act_bytes * d_.T * d_.h / d_.sigma, Category::kCommunication,
-                 "p2p.recv_backward");
-      Begin("p2p.recv_backward");
-      RecordStream(dy, kCommStream);
-      Collective("pp", d_.p, static_cast<double>(sizes_[dy]), Coll::kP2P);
+      if (pending_recv_backward_ != 0) {
+        dy = pending_recv_backward_;
+        pending_recv_backward_ = 0;
+      } else {
+        dy = AllocRecv("recv_backward");
+        P2P("p2p.recv_backward", 0, dy);
+        Free(held_recv_backward_);
+        held_recv_backward_ = 0;
+      }
       dy_external = true;
     }
     const TensorId recv_grad = dy_external ? dy : 0;
@@ -617,23 +679,35 @@ class Builder {
       for (int i = seg->last; i >= seg->first; --i) {
         const bool free_x = !(i == 0 && u.input_external);
         const bool free_dy = !(i == d_.Lc - 1 && dy_external);
-        dy = LayerBackward(GlobalLayer(chunk, i), u.acts[i], u.layer_inputs[i], free_x, dy,
-                           free_dy);
+        dy =
+            LayerBackward(GlobalLayer(chunk, i), u.acts[i], u.layer_inputs[i], free_x, dy, free_dy);
       }
       Free(recomputed_out);
     }
     if (pre) {
       EmbeddingBackward(u, dy);
-    } else {
-      // send_backward: the input grad (input_tensor.grad) goes to the previous stage; the recv
-      // buffer (stage input) is released when backward_step returns.
-      Begin("p2p.send_backward");
-      RecordStream(dy, kCommStream);
-      Collective("pp", d_.p, static_cast<double>(sizes_[dy]), Coll::kP2P);
-      Free(dy);
-      Free(u.stage_input);
     }
-    Free(recv_grad);
+    // backward_step returned: the previous input_tensor_grad binding is dropped.
+    Free(held_input_grad_);
+    held_input_grad_ = 0;
+    if (recv_grad != 0) {
+      MEMSIM_CHECK(held_recv_backward_ == 0);  // dropped at this backward's receive
+      held_recv_backward_ = recv_grad;  // output_tensor_grad stays bound until the next receive
+    }
+    if (!pre) {
+      // The input grad (input_tensor.grad) goes to the previous stage; with a forward next,
+      // its input is received in the same exchange, then the backwarded input is dropped.
+      const ScheduleStep* next = NextStep();
+      if (next != nullptr && next->forward && !Pre(next->chunk)) {
+        pending_recv_forward_ = AllocRecv("recv_forward");
+        P2P("p2p.send_backward_recv_forward", dy, pending_recv_forward_);
+      } else {
+        P2P("p2p.send_backward", dy, 0);
+        Begin("p2p.release_input");
+      }
+      Free(u.stage_input);
+      held_input_grad_ = dy;
+    }
     units_.erase(it);
   }
 
@@ -740,7 +814,8 @@ class Builder {
   void LossForward(UnitState& u) {
     const Bytes shard = d_.act_bytes * d_.T * d_.h / d_.sigma;
     Begin("final_norm");
-    if (d_.layernorm) u.final_mean = Alloc(4 * d_.T / d_.sigma, Category::kActivations, "final_norm.mean");
+    if (d_.layernorm)
+      u.final_mean = Alloc(4 * d_.T / d_.sigma, Category::kActivations, "final_norm.mean");
     u.final_rstd = Alloc(4 * d_.T / d_.sigma, Category::kActivations, "final_norm.rstd");
     u.final_out = Alloc(shard, Category::kActivations, "final_norm.out");
     Begin("output_layer");  // Megatron ColumnParallelLinear: torch GEMM, "mpu" buffer with SP
@@ -799,8 +874,8 @@ class Builder {
     Free(u.final_out);
     Flops(4.0 * d_.T * d_.h * (d_.V / d_.t));
     Begin("final_norm_bwd");
-    const TensorId dx = Alloc(d_.act_bytes * d_.T * d_.h / d_.sigma, Category::kTemporaries,
-                              "final_norm.d_input");
+    const TensorId dx =
+        Alloc(d_.act_bytes * d_.T * d_.h / d_.sigma, Category::kTemporaries, "final_norm.d_input");
     SmallWeightGrad(d_.h, "final_norm.weight_grad");
     if (d_.layernorm) SmallWeightGrad(d_.h, "final_norm.bias_grad");
     for (TensorId id : {din, u.final_mean, u.final_rstd, u.last_output}) Free(id);
@@ -906,9 +981,29 @@ class Builder {
     if (nograd) {
       for (TensorId id : {a.ln1_mean, a.ln1_rstd, a.ln1_out}) Free(id);
     }
+    if (setup_.model.qk_layernorm) {
+      // q_layernorm / k_layernorm (attention.py get_query_key_value_tensors): new normalized q
+      // and k, saved by attention, with their per-head statistics; v stays a view of qkv.
+      Begin("attn.qk_norm", l);
+      const Bytes stat = d_.layernorm ? 8 : 4;
+      a.q_norm_out =
+          Alloc(d_.act_bytes * d_.T * d_.q / d_.t, Category::kActivations, L(l, "attn.q_norm_out"));
+      a.q_norm_stats =
+          Alloc(stat * d_.T * d_.a / d_.t, Category::kActivations, L(l, "attn.q_norm_stats"));
+      a.k_norm_out = Alloc(d_.act_bytes * d_.T * d_.kv / d_.t, Category::kActivations,
+                           L(l, "attn.k_norm_out"));
+      a.k_norm_stats =
+          Alloc(stat * d_.T * d_.g / d_.t, Category::kActivations, L(l, "attn.k_norm_stats"));
+      if (nograd) {
+        Free(a.q_norm_stats);
+        Free(a.k_norm_stats);
+      }
+    }
     // Core attention.
     a.core = CoreAttnForward(l, !(nograd || selective));
-    if (nograd) Free(a.qkv);
+    if (nograd) {
+      for (TensorId id : {a.qkv, a.q_norm_out, a.k_norm_out}) Free(id);
+    }
     // Output projection (TERowParallelLinear).
     Begin("attn.proj", l);
     const TensorId proj = RowParallelOutput(full, L(l, "attn.proj_out"));
@@ -917,7 +1012,8 @@ class Builder {
     // Bias-dropout-add: mask (if dropout), new residual.
     Begin("attn.bda", l);
     if (d_.hidden_dropout) {
-      a.attn_bda_mask = Alloc(d_.T * d_.h / d_.sigma, Category::kActivations, L(l, "attn.bda_mask"));
+      a.attn_bda_mask =
+          Alloc(d_.T * d_.h / d_.sigma, Category::kActivations, L(l, "attn.bda_mask"));
     }
     a.attn_residual = Alloc(shard, Category::kActivations, L(l, "attn.residual"));
     Free(proj);
@@ -938,8 +1034,8 @@ class Builder {
     }
     // Activation (GeLU / SwiGLU): new output, input kept.
     Begin("mlp.act", l);
-    a.act_out = Alloc(d_.act_bytes * d_.T * d_.ffn / d_.t, Category::kActivations,
-                      L(l, "mlp.act_out"));
+    a.act_out =
+        Alloc(d_.act_bytes * d_.T * d_.ffn / d_.t, Category::kActivations, L(l, "mlp.act_out"));
     if (nograd) Free(a.fc1_out);
     // FC2 (TERowParallelLinear).
     Begin("mlp.fc2", l);
@@ -1039,8 +1135,8 @@ class Builder {
     // FC2: gather dY (SP), dgrad, wgrad into main_grad (gradient_accumulation_fusion).
     Begin("mlp.fc2_bwd", l);
     TensorId g = SpGather(full, L(l, "mlp.d_fc2_gather"), false);
-    const TensorId dact = Alloc(d_.act_bytes * d_.T * d_.ffn / d_.t, Category::kTemporaries,
-                                L(l, "mlp.d_act_out"));
+    const TensorId dact =
+        Alloc(d_.act_bytes * d_.T * d_.ffn / d_.t, Category::kTemporaries, L(l, "mlp.d_act_out"));
     if (bias) SmallWeightGrad(d_.h, L(l, "mlp.fc2.bias_grad"));
     Free(g);
     Free(a.act_out);
@@ -1078,8 +1174,8 @@ class Builder {
     }
     Begin("attn.proj_bwd", l);
     g = SpGather(full, L(l, "attn.d_proj_gather"), false);
-    const TensorId dcore = Alloc(d_.act_bytes * d_.T * d_.q / d_.t, Category::kTemporaries,
-                                 L(l, "attn.d_core_out"));
+    const TensorId dcore =
+        Alloc(d_.act_bytes * d_.T * d_.q / d_.t, Category::kTemporaries, L(l, "attn.d_core_out"));
     if (bias) SmallWeightGrad(d_.h, L(l, "attn.proj.bias_grad"));
     Free(g);
     if (dproj != dres) Free(dproj);
@@ -1094,7 +1190,9 @@ class Builder {
     } else {
       dqkv = CoreAttnBackward(l, a.core, dcore, 0);
     }
-    Free(a.qkv);
+    for (TensorId id : {a.qkv, a.q_norm_out, a.k_norm_out, a.q_norm_stats, a.k_norm_stats}) {
+      Free(id);
+    }
     // QKV (re-gather LN1 output with SP), LN1 backward, residual sum -> grad of the layer input.
     Begin("attn.ln_qkv_bwd", l);
     g = SpGather(full, L(l, "attn.qkv_input_gather"), false);
@@ -1133,6 +1231,10 @@ class Builder {
   std::vector<Bytes> sizes_;  // by tensor id
   std::vector<TensorId> param_ids_;
   std::map<std::pair<int, int>, UnitState> units_;
+  std::vector<ScheduleStep> steps_;  // this rank's schedule, the same every iteration
+  int step_ = 0;                     // index into steps_ of the unit being emitted
+  TensorId pending_recv_forward_ = 0, pending_recv_backward_ = 0;  // received ahead
+  TensorId held_recv_backward_ = 0, held_input_grad_ = 0;          // kept by Python locals
   std::vector<TensorId> grad_copies_;
   std::vector<TensorId> report_losses_;
   bool cublas_done_ = false, te_done_ = false;
@@ -1201,22 +1303,24 @@ ClosedFormEstimate ComputeClosedFormEstimate(const config::Setup& setup, int pip
   e.parameters_on_rank = params / d.t;
   const bool dist = tc.use_distributed_optimizer;
   if (!d.mixed) {
-    e.bytes_per_parameter = dist ? 8 + 8.0 / d.d : 16;
+    e.bytes_per_parameter = dist ? 8 + 8.0 / d.dp_cp : 16;
   } else if (d.grad_bytes == 2) {
-    e.bytes_per_parameter = dist ? 4 + 16.0 / d.d : 20;
+    e.bytes_per_parameter = dist ? 4 + 16.0 / d.dp_cp : 20;
   } else {
-    e.bytes_per_parameter = dist ? 6 + 12.0 / d.d : 18;
+    e.bytes_per_parameter = dist ? 6 + 12.0 / d.dp_cp : 18;
   }
   if (tc.optimizer == OptimizerKind::kSgd) {
-    e.bytes_per_parameter -= (tc.sgd_momentum > 0 ? 4.0 : 8.0) / (dist ? d.d : 1);
+    e.bytes_per_parameter -= (tc.sgd_momentum > 0 ? 4.0 : 8.0) / (dist ? d.dp_cp : 1);
   }
-  e.weight_and_optimizer_bytes = static_cast<Bytes>(std::llround(e.parameters_on_rank * e.bytes_per_parameter));
+  e.weight_and_optimizer_bytes =
+      static_cast<Bytes>(std::llround(e.parameters_on_rank * e.bytes_per_parameter));
   // Activations per layer (Korthikanti et al. 2022 Table 2; theoretical_memory_usage.py), in
   // units of s·b·h with 16-bit activations, scaled to B_a.
   const double sbh = static_cast<double>(d.T) * h;
   const double t = d.t;
   const double masks = d.hidden_dropout ? 2.0 : 0.0;
-  const double mlp = (d.gamma == 2 ? 6.0 : 4.0) * static_cast<double>(d.ffn) / h;  // 4ffn/h, 6 gated
+  const double mlp =
+      (d.gamma == 2 ? 6.0 : 4.0) * static_cast<double>(d.ffn) / h;  // 4ffn/h, 6 gated
   const double attn_s2 = static_cast<double>(d.a) * d.s / h * (d.attention_dropout ? 5.0 : 2.0);
   const bool core_saved = !d.flash && tc.recompute_granularity == RecomputeGranularity::kNone;
   double layer;

@@ -1,9 +1,9 @@
 #include "workload/format.h"
 
+#include <fmt/format.h>
+
 #include <iterator>
 #include <unordered_map>
-
-#include <fmt/format.h>
 
 namespace memsim::workload {
 
@@ -20,9 +20,15 @@ std::string FormatProgram(const Program& program) {
   for (const Op& op : program.ops) {
     auto it = std::back_inserter(out);
     fmt::format_to(it, "{} {} mb=", op.iteration, PhaseName(op.phase));
-    if (op.micro_batch >= 0) fmt::format_to(it, "{}", op.micro_batch); else out += '-';
+    if (op.micro_batch >= 0)
+      fmt::format_to(it, "{}", op.micro_batch);
+    else
+      out += '-';
     out += " layer=";
-    if (op.layer >= 0) fmt::format_to(it, "{}", op.layer); else out += '-';
+    if (op.layer >= 0)
+      fmt::format_to(it, "{}", op.layer);
+    else
+      out += '-';
     fmt::format_to(it, " s{} {} {:.1f}us", op.stream, op.name, op.duration_us);
     for (const TensorAlloc& a : op.allocs) {
       labels[a.id] = &a.label;

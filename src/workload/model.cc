@@ -1,10 +1,10 @@
 #include "workload/model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <numeric>
-
-#include <fmt/format.h>
 
 #include "core/check.h"
 
@@ -32,6 +32,7 @@ ModelDims ComputeDims(const config::Setup& setup) {
   d.d = tc.data_parallel_size;
   d.cp = tc.context_parallel_size;
   MEMSIM_CHECK(d.t >= 1 && d.p >= 1 && d.d >= 1 && d.cp >= 1);
+  d.dp_cp = d.d * d.cp;
   d.s = tc.seq_length / d.cp;
   d.b = tc.micro_batch_size;
   d.T = d.s * d.b;
@@ -60,22 +61,31 @@ ModelDims ComputeDims(const config::Setup& setup) {
   }
   // m = global_batch / (b·d) (Megatron `get_num_microbatches`); 0 means one micro-batch.
   const std::int64_t per_step = std::int64_t{d.b} * d.d;
-  d.m = tc.global_batch_size > 0 ? static_cast<int>(std::max<std::int64_t>(1, tc.global_batch_size / per_step))
-                                 : 1;
+  d.m = tc.global_batch_size > 0
+            ? static_cast<int>(std::max<std::int64_t>(1, tc.global_batch_size / per_step))
+            : 1;
   d.sp = tc.sequence_parallel && d.t > 1;
   d.sigma = d.sp ? d.t : 1;
   // §1.2 table: dtype per precision mode.
   switch (tc.precision) {
     case Precision::kFp32:
-      d.act_bytes = 4; d.param_bytes = 4; d.grad_bytes = 4; d.mixed = false;
+      d.act_bytes = 4;
+      d.param_bytes = 4;
+      d.grad_bytes = 4;
+      d.mixed = false;
       break;
     case Precision::kFp16:
-      d.act_bytes = 2; d.param_bytes = 2; d.mixed = true;
+      d.act_bytes = 2;
+      d.param_bytes = 2;
+      d.mixed = true;
       d.grad_bytes = tc.accumulate_allreduce_grads_in_fp32 ? 4 : 2;
       break;
     case Precision::kBf16:
       // Megatron arguments.py forces accumulate_allreduce_grads_in_fp32 for bf16.
-      d.act_bytes = 2; d.param_bytes = 2; d.grad_bytes = 4; d.mixed = true;
+      d.act_bytes = 2;
+      d.param_bytes = 2;
+      d.grad_bytes = 4;
+      d.mixed = true;
       break;
   }
   d.layernorm = mc.normalization == config::Normalization::kLayerNorm;
@@ -162,14 +172,14 @@ std::vector<GradBuffer> LayoutGradBuffers(const config::Setup& setup, int pipeli
                                           const std::vector<ParamTensor>& params) {
   const ModelDims d = ComputeDims(setup);
   const bool dist = setup.training.use_distributed_optimizer;
-  const std::int64_t end_pad = std::lcm(std::int64_t{d.d}, std::int64_t{128});
+  const std::int64_t end_pad = std::lcm(std::int64_t{d.dp_cp}, std::int64_t{128});
   std::vector<GradBuffer> out;
   for (int c = 0; c < d.v; ++c) {
     GradBuffer buf;
     buf.chunk = c;
     std::int64_t bucket_size = 0;  // 0 = one bucket
     if (setup.training.overlap_grad_reduce && pipeline_rank == 0 && c == 0) {
-      bucket_size = std::max<std::int64_t>(40'000'000, std::int64_t{1'000'000} * d.d);
+      bucket_size = std::max<std::int64_t>(40'000'000, std::int64_t{1'000'000} * d.dp_cp);
     }
     auto pad_start = [&](std::int64_t i) { return dist ? RoundUp(i, 64) : i; };
     auto pad_end = [&](std::int64_t i) { return dist ? RoundUp(i, end_pad) : i; };
@@ -187,13 +197,15 @@ std::vector<GradBuffer> LayoutGradBuffers(const config::Setup& setup, int pipeli
     for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
       if (params[i].chunk != c) continue;
       param_start = pad_start(param_start);
-      if (params[i].shared_embedding && bucket_open) param_start = close_bucket(param_start);
+      // `_does_param_require_new_bucket`: the shared embedding gets its own bucket, only with
+      // the distributed optimizer.
+      const bool own_bucket = params[i].shared_embedding && dist;
+      if (own_bucket && bucket_open) param_start = close_bucket(param_start);
       const std::int64_t param_end = param_start + params[i].numel;
       buf.entries.push_back({i, param_start, param_end, bucket});
       bucket_open = true;
       last_end = param_end;
-      if ((bucket_size > 0 && param_end - bucket_start >= bucket_size) ||
-          params[i].shared_embedding) {
+      if ((bucket_size > 0 && param_end - bucket_start >= bucket_size) || own_bucket) {
         param_start = close_bucket(param_end);
       } else {
         param_start = param_end;
@@ -227,7 +239,7 @@ std::vector<ShardSlice> ShardSlices(const ModelDims& dims, const std::vector<Par
   for (const GradBuffer& buf : buffers) {
     for (const GradBuffer::Entry& e : buf.entries) {
       const auto [bs, be] = buf.buckets[e.bucket];
-      const std::int64_t shard_end = bs + (be - bs) / dims.d;
+      const std::int64_t shard_end = bs + (be - bs) / dims.dp_cp;
       const std::int64_t lo = std::max(e.start, bs), hi = std::min(e.end, shard_end);
       if (hi > lo) owned[e.param] = hi - lo;
     }

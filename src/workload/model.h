@@ -17,22 +17,24 @@ namespace memsim::workload {
 
 // reference/workload.md §0, for one rank. All sizes are per TP rank where the text says so.
 struct ModelDims {
-  std::int64_t s = 0;      // sequence length per rank (seq_length / cp)
-  std::int64_t b = 0;      // micro-batch size
-  std::int64_t T = 0;      // s·b tokens per micro-batch
-  std::int64_t h = 0;      // hidden size
-  std::int64_t a = 0;      // attention heads
-  std::int64_t g = 0;      // query groups (KV heads)
-  std::int64_t dh = 0;     // head dim (kv_channels)
-  std::int64_t q = 0;      // a·dh (query projection width)
-  std::int64_t kv = 0;     // g·dh
-  std::int64_t ffn = 0;    // FFN hidden size
-  std::int64_t gamma = 1;  // 2 for a gated MLP (SwiGLU), else 1
-  std::int64_t V = 0;      // padded vocab: ceil(V_raw / (div·t))·div·t (Megatron
-                           // training/tokenizer `_vocab_size_with_padding`)
+  std::int64_t s = 0;              // sequence length per rank (seq_length / cp)
+  std::int64_t b = 0;              // micro-batch size
+  std::int64_t T = 0;              // s·b tokens per micro-batch
+  std::int64_t h = 0;              // hidden size
+  std::int64_t a = 0;              // attention heads
+  std::int64_t g = 0;              // query groups (KV heads)
+  std::int64_t dh = 0;             // head dim (kv_channels)
+  std::int64_t q = 0;              // a·dh (query projection width)
+  std::int64_t kv = 0;             // g·dh
+  std::int64_t ffn = 0;            // FFN hidden size
+  std::int64_t gamma = 1;          // 2 for a gated MLP (SwiGLU), else 1
+  std::int64_t V = 0;              // padded vocab: ceil(V_raw / (div·t))·div·t (Megatron
+                                   // training/tokenizer `_vocab_size_with_padding`)
   std::int64_t max_positions = 0;  // learned position table rows
-  int L = 0;               // total transformer layers
+  int L = 0;                       // total transformer layers
   int t = 1, p = 1, d = 1, cp = 1;
+  int dp_cp = 1;           // d·cp: the DDP / distributed-optimizer group
+                           // (parallel_state data-parallel group with_context_parallel)
   int v = 1;               // model chunks per rank (VPP), 1 without interleaving
   int Lc = 0;              // layers per model chunk (L/p without VPP)
   int m = 1;               // micro-batches per iteration per DP rank = global / (b·d)
@@ -58,12 +60,12 @@ ModelDims ComputeDims(const config::Setup& setup);
 
 // One parameter tensor of this rank, in module construction order (§1.1 step 3).
 struct ParamTensor {
-  std::string name;          // e.g. "layer3.attn.qkv.weight", "embedding.word_embeddings.weight"
+  std::string name;  // e.g. "layer3.attn.qkv.weight", "embedding.word_embeddings.weight"
   std::int64_t numel = 0;
-  int chunk = 0;             // model chunk (VPP) that owns it
-  int layer = -1;            // global transformer layer, -1 for embedding / final norm / output
+  int chunk = 0;                 // model chunk (VPP) that owns it
+  int layer = -1;                // global transformer layer, -1 for embedding / final norm / output
   bool no_weight_decay = false;  // 1-D: biases and norm weights (Megatron `_get_param_groups`)
-  bool shared_embedding = false; // tied word embedding / output weight with p > 1
+  bool shared_embedding = false;   // tied word embedding / output weight with p > 1
   bool sequence_parallel = false;  // replicated over TP and all-reduced with SP (norms, row biases)
 };
 
@@ -78,31 +80,30 @@ struct GradBuffer {
   int chunk = 0;
   std::int64_t numel_padded = 0;  // elements of param_data / grad_data
   struct Entry {
-    int param = 0;                // index into StageParams
+    int param = 0;  // index into StageParams
     std::int64_t start = 0, end = 0;
     int bucket = 0;
   };
-  std::vector<Entry> entries;     // reverse registration order (≈ backward order)
+  std::vector<Entry> entries;  // reverse registration order (≈ backward order)
   std::vector<std::pair<std::int64_t, std::int64_t>> buckets;  // [start, end) in elements
 };
 
 // Layout per Megatron `param_and_grad_buffer.py` `_ParamAndGradBuffer.__init__`: params in
 // reverse order; with the distributed optimizer each param start is padded to 64 elements and
-// each bucket end to lcm(d, 128); buckets close at bucket_size = max(4e7, 1e6·d) elements only
-// with overlap_grad_reduce on pp rank 0, chunk 0 (training.py `get_model` disable_bucketing);
-// the shared embedding gets its own bucket.
+// each bucket end to lcm(d·cp, 128); buckets close at bucket_size = max(4e7, 1e6·d·cp) elements
+// only with overlap_grad_reduce on pp rank 0, chunk 0 (training.py `get_model` disable_bucketing);
+// the shared embedding gets its own bucket (distributed optimizer only).
 std::vector<GradBuffer> LayoutGradBuffers(const config::Setup& setup, int pipeline_rank,
                                           const std::vector<ParamTensor>& params);
 
 // A slice of one parameter owned by this DP rank's optimizer shard (distributed optimizer,
-// `distrib_optimizer.py` `_build_model_gbuf_range`): the rank's 1/d range of every bucket.
+// `distrib_optimizer.py` `_build_model_gbuf_range`): the rank's 1/(d·cp) range of every bucket.
 struct ShardSlice {
-  int param = 0;             // index into StageParams
+  int param = 0;  // index into StageParams
   std::int64_t numel = 0;
 };
 // Slices of data-parallel rank 0 (memsim simulates DP rank 0), in optimizer param-group order.
-std::vector<ShardSlice> ShardSlices(const ModelDims& dims,
-                                    const std::vector<ParamTensor>& params,
+std::vector<ShardSlice> ShardSlices(const ModelDims& dims, const std::vector<ParamTensor>& params,
                                     const std::vector<GradBuffer>& buffers);
 
 // The optimizer's param groups in Megatron order (`_get_param_groups`: groups keyed by weight

@@ -22,19 +22,19 @@ inline constexpr int kComputeStream = 0;
 inline constexpr int kCommStream = 1;
 
 struct TensorAlloc {
-  TensorId id = 0;            // unique within a Program
-  Bytes size_bytes = 0;       // the request as the framework makes it (before any rounding)
+  TensorId id = 0;       // unique within a Program
+  Bytes size_bytes = 0;  // the request as the framework makes it (before any rounding)
   Category category = Category::kOther;
-  std::string label;          // e.g. "layer3.attn.qkv_out" (reference/workload.md §2.2 names)
+  std::string label;  // e.g. "layer3.attn.qkv_out" (reference/workload.md §2.2 names)
   bool operator==(const TensorAlloc&) const = default;
 };
 
 struct Op {
-  std::string name;                 // e.g. "fwd.layer3.attn"
-  int iteration = 0;                // 0 = init, 1..train_iters = training iterations
+  std::string name;   // e.g. "fwd.layer3.attn"
+  int iteration = 0;  // 0 = init, 1..train_iters = training iterations
   Phase phase = Phase::kInit;
-  int micro_batch = -1;             // -1 = not inside a micro-batch
-  int layer = -1;                   // global transformer-layer index, -1 = none
+  int micro_batch = -1;  // -1 = not inside a micro-batch
+  int layer = -1;        // global transformer-layer index, -1 = none
   int stream = kComputeStream;
   double duration_us = 0.0;         // estimated from FLOPs and bytes moved (device preset)
   std::vector<TensorAlloc> allocs;  // at op start, in order
@@ -43,8 +43,8 @@ struct Op {
   // Non-empty for a collective: the communicator group ("dp", "tp", "pp", "cp", "embd", ...).
   // The first collective of each group creates its communicator (device-level buffers).
   std::string collective_group;
-  bool synchronize = false;         // wait for all streams before starting
-  bool empty_cache = false;         // torch.cuda.empty_cache() after the op
+  bool synchronize = false;  // wait for all streams before starting
+  bool empty_cache = false;  // torch.cuda.empty_cache() after the op
   bool operator==(const Op&) const = default;
 };
 

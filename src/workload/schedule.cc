@@ -28,8 +28,8 @@ std::vector<ScheduleStep> PipelineSchedule(int p, int rank, int m, int v) {
     }
   }
   const int units = m * v;
-  const int warmup = v == 1 ? std::min(p - rank - 1, m)
-                            : std::min((p - rank - 1) * 2 + (v - 1) * G, units);
+  const int warmup =
+      v == 1 ? std::min(p - rank - 1, m) : std::min((p - rank - 1) * 2 + (v - 1) * G, units);
   auto fwd = [&](int k) { return table[k]; };
   auto bwd = [&](int k) {
     return ScheduleStep{false, table[k].micro_batch, v - 1 - table[k].chunk};

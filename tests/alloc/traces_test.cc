@@ -254,3 +254,93 @@ TEST_CASE("power2 list: '>' fills the intervals after the last key", "[alloc]") 
 
 }  // namespace
 }  // namespace memsim::alloc
+
+namespace memsim::alloc {
+namespace {
+
+TEST_CASE("boundaries: rounding, pools and the large-pool split rule", "[alloc]") {
+  // (request, allocated after one malloc, reserved), derived from §1 and §3:
+  auto [request, allocated, reserved] = GENERATE(table<Bytes, Bytes, Bytes>({
+      {1, 512, 2 * MiB},                    // minimum block 512
+      {512, 512, 2 * MiB},
+      {513, 1024, 2 * MiB},                 // next multiple of 512
+      {1 * MiB, 1 * MiB, 2 * MiB},          // largest small-pool size
+      {1 * MiB + 1, 1 * MiB + 512, 20 * MiB},  // large pool, 20 MiB buffer
+      {10 * MiB - 512, 10 * MiB - 512, 20 * MiB},  // < kMinLargeAlloc: 20 MiB buffer, split
+      {10 * MiB, 10 * MiB, 10 * MiB},       // own segment, no remainder
+      // 19 MiB + 512: segment 20 MiB, remainder 1 MiB - 512 <= 1 MiB: not split.
+      {19 * MiB + 512, 20 * MiB, 20 * MiB},
+      // 19 MiB: remainder exactly 1 MiB: not split (the rule is remaining > 1 MiB).
+      {19 * MiB, 20 * MiB, 20 * MiB},
+      // 19 MiB - 512: remainder 1 MiB + 512 > 1 MiB: split.
+      {19 * MiB - 512, 19 * MiB - 512, 20 * MiB},
+  }));
+  INFO("request " << request);
+  AllocFixture f;
+  f.Run("malloc a " + std::to_string(request));
+  CHECK(f.Allocated() == allocated);
+  CHECK(f.Reserved() == reserved);
+}
+
+TEST_CASE("boundaries: the small-pool split rule (remaining >= 512)", "[alloc]") {
+  AllocFixture f;
+  // In one 2 MiB small segment: a (1 MiB) leaves 1 MiB; b (1 MiB - 1024) leaves 1024 (split);
+  // c (512) leaves 512 (>= 512: split); d (512) takes the rest exactly.
+  f.Run("malloc a 1MiB; malloc b 1047552; malloc c 512; malloc d 512");
+  CHECK(f.Allocated() == 2 * MiB);
+  CHECK(f.Segments() == 1);
+  CHECK(f.S().inactive_split.current == 0);
+}
+
+}  // namespace
+}  // namespace memsim::alloc
+
+namespace memsim::alloc {
+namespace {
+
+TEST_CASE("npu: release_available_cached_blocks synchronizes first (spec §13.4)", "[alloc]") {
+  const char* script = "malloc a 50MiB 0; record a 1; free a; malloc b 30MiB 0";
+  SECTION("npu") {
+    AllocFixture f(Conf("max_split_size_mb:40", Backend::kNpu, 70 * MiB));
+    f.Run(script);
+    // a: 50 MiB + 32 -> 52,429,312 B, a 52 MiB segment; b: 30 MiB + 32 -> a 32 MiB segment.
+    // 52 + 32 > 70 fails; release_available synchronizes (a returns to the pool, whole) and
+    // releases it (key max(b, 40 MiB) = 40 MiB <= 52 MiB); the second try succeeds: no retry.
+    CHECK(f.Reserved() == 32 * MiB);
+    CHECK(f.S().num_alloc_retries == 0);
+  }
+  SECTION("cuda") {
+    AllocFixture f(Conf("max_split_size_mb:40", Backend::kCuda, 70 * MiB));
+    f.Run(script);
+    // 50 + 30 > 70; release_available sees no free block (a is pending); release_cached_blocks
+    // synchronizes and frees a's segment; the retry succeeds.
+    CHECK(f.Reserved() == 30 * MiB);
+    CHECK(f.S().num_alloc_retries == 1);
+  }
+}
+
+TEST_CASE("npu: garbage collection synchronizes first (spec §13.4)", "[alloc]") {
+  // allowed = floor(0.5 x 200 MiB) = 100 MiB; GC above 50 MiB.
+  const char* conf = "memory_fraction:0.5,garbage_collection_threshold:0.5";
+  const char* script = "malloc a 60MiB 0; record a 1; free a; malloc b 50MiB 0";
+  SECTION("npu") {
+    AllocFixture f(Conf(conf, Backend::kNpu, 200 * MiB));
+    f.Run(script);
+    // b misses the cache (a pending). GC synchronizes: a (62 MiB segment) returns to the pool
+    // with age 0 = the average, 62 > 50, so it is released; b's 52 MiB segment then fits.
+    CHECK(f.Reserved() == 52 * MiB);
+    CHECK(f.Segments() == 1);
+    CHECK(f.S().num_alloc_retries == 0);
+  }
+  SECTION("cuda") {
+    AllocFixture f(Conf(conf, Backend::kCuda, 200 * MiB));
+    f.Run(script);
+    // GC finds no candidate (a pending); 60 + 50 > 100 fails; release_cached_blocks
+    // synchronizes and frees a; the retry succeeds.
+    CHECK(f.Reserved() == 50 * MiB);
+    CHECK(f.S().num_alloc_retries == 1);
+  }
+}
+
+}  // namespace
+}  // namespace memsim::alloc

@@ -368,8 +368,7 @@ TEST_CASE("allocator block", "[config]") {
                                   "(divisions per power-of-two interval), got 3");
     path = InlineConfig("alloc10.json", model, "\"seq_length\": 512",
                         ", \"allocator\": {\"alloc_conf\": \"max_split_size_mb:10\"}");
-    CHECK(ErrorOf(path) == path + ": /allocator/alloc_conf (max_split_size_mb): expected an "
-                                  "integer > 20 (MiB) or null, got 10");
+    CHECK(ErrorOf(path) == path + ": /allocator/alloc_conf: max_split_size_mb must be > 20, got 10");
   }
 }
 

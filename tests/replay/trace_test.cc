@@ -102,6 +102,12 @@ TEST_CASE("replay: zero-byte, oversized and failed mallocs leave nothing behind"
   // >= 2^60 bytes fails before the allocator's stats are touched (no num_ooms).
   s = ReplayText("malloc,h,1152921504606846976\nfree,h\n");
   CHECK(s == alloc::AllocatorStats{});
+  // Just below 2^60, eight times: "unbounded" stops at 2^62 reserved bytes (no overflow).
+  std::string many;
+  for (int i = 0; i < 8; ++i) many += "malloc,m" + std::to_string(i) + ",1152921504606846975\n";
+  s = ReplayText(many);
+  CHECK(s.reserved_bytes.current == 4 * 1152921504606846976LL);  // 4 x 2^60 = 2^62
+  CHECK(s.num_ooms == 4);
   // A failed malloc counts (retry + OOM) and its id stays unallocated.
   alloc::AllocatorOptions o;
   o.capacity_bytes = 10 * MiB;

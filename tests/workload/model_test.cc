@@ -1,8 +1,7 @@
 #include "workload/model.h"
 
-#include <numeric>
-
 #include <catch2/catch.hpp>
+#include <numeric>
 
 #include "test_setups.h"
 
@@ -54,13 +53,11 @@ TEST_CASE("llama2-70b at TP8 PP8: parameter count of one stage", "[workload]") {
   CHECK(Count(StageParams(s, 7)) == 1'069'711'360 + 8192 + 33'554'432);
 }
 
-TEST_CASE("tied embeddings: one tensor at p = 1, a copy on the last stage at p > 1",
-          "[workload]") {
+TEST_CASE("tied embeddings: one tensor at p = 1, a copy on the last stage at p > 1", "[workload]") {
   config::Setup s = testing::PaperGpt();
   std::vector<ParamTensor> params = StageParams(s, 0);
-  CHECK(std::count_if(params.begin(), params.end(), [](const ParamTensor& p) {
-          return p.name == "output_layer.weight";
-        }) == 0);
+  CHECK(std::count_if(params.begin(), params.end(),
+                      [](const ParamTensor& p) { return p.name == "output_layer.weight"; }) == 0);
   s.training.pipeline_model_parallel_size = 2;
   params = StageParams(s, 1);
   REQUIRE(params.back().name == "output_layer.weight");
@@ -108,6 +105,30 @@ TEST_CASE("overlap_grad_reduce buckets close at max(4e7, 1e6·d) elements on ran
   for (size_t i = 0; i + 1 < bufs[0].buckets.size(); ++i) {
     CHECK(bufs[0].buckets[i].second - bufs[0].buckets[i].first >= 40'000'000);
   }
+}
+
+}  // namespace
+}  // namespace memsim::workload
+
+namespace memsim::workload {
+namespace {
+
+TEST_CASE("tied embedding with p > 1 gets its own bucket with the distributed optimizer",
+          "[workload]") {
+  config::Setup s = testing::PaperGpt();
+  s.training.pipeline_model_parallel_size = 2;
+  s.training.data_parallel_size = 2;
+  // First stage: reverse order puts the word embedding last; it closes the layers' bucket and
+  // takes a bucket of its own (Megatron `_does_param_require_new_bucket`).
+  s.training.use_distributed_optimizer = true;
+  std::vector<GradBuffer> bufs = LayoutGradBuffers(s, 0, StageParams(s, 0));
+  REQUIRE(bufs[0].buckets.size() == 2);
+  CHECK(bufs[0].entries.back().bucket == 1);
+  CHECK(bufs[0].entries.back().param == 0);
+  // Without the distributed optimizer there is one bucket.
+  s.training.use_distributed_optimizer = false;
+  bufs = LayoutGradBuffers(s, 0, StageParams(s, 0));
+  CHECK(bufs[0].buckets.size() == 1);
 }
 
 }  // namespace

@@ -1,9 +1,8 @@
 #include "workload/schedule.h"
 
 #include <algorithm>
-#include <set>
-
 #include <catch2/catch.hpp>
+#include <set>
 
 namespace memsim::workload {
 namespace {
@@ -34,8 +33,8 @@ TEST_CASE("1F1B: warm-up min(p - r - 1, m), in flight min(p - r, m)", "[workload
     CHECK(steps.size() == 16);
     CHECK(MaxInFlight(steps) == 4 - r);
     // The first backward comes after exactly warm-up + 1 = 4 - r forwards.
-    const auto first_b = std::find_if(steps.begin(), steps.end(),
-                                      [](const ScheduleStep& s) { return !s.forward; });
+    const auto first_b =
+        std::find_if(steps.begin(), steps.end(), [](const ScheduleStep& s) { return !s.forward; });
     CHECK(first_b - steps.begin() == 4 - r);
     CHECK(first_b->micro_batch == 0);
   }

@@ -1,0 +1,110 @@
+// `memsim check` end to end (issue 6): exit codes, messages, baselines and report files.
+#include <catch2/catch.hpp>
+#include <tinyxml2.h>
+
+#include "cli/cli_test_util.h"
+
+namespace memsim {
+namespace {
+
+using testing::RunMemsim;
+using testing::ScratchDir;
+
+const std::string kDefault = std::string(MEMSIM_SOURCE_DIR) + "/configs/default.json";
+
+TEST_CASE("memsim check: the default config fits its device", "[check][cli]") {
+  ScratchDir dir("check");
+  const auto r = RunMemsim(dir, "check " + kDefault);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.rfind("ok ", 0) == 0);
+  CHECK(r.out.find("stage 0: peak ") != std::string::npos);
+}
+
+TEST_CASE("memsim check: over capacity exits 1 and names the stage and the shortfall",
+          "[check][cli]") {
+  ScratchDir dir("check");
+  // The default needs tens of GiB (llama2-7b TP2 with Adam); 8 GiB cannot hold it.
+  const auto r = RunMemsim(dir, "check " + kDefault + " --capacity 8GiB");
+  CHECK(r.exit_code == 1);
+  CHECK(r.out.find("FAIL oom") != std::string::npos);
+  CHECK(r.out.find("default.json stage 0: out of memory") != std::string::npos);
+  CHECK(r.out.find("short by") != std::string::npos);
+}
+
+TEST_CASE("memsim check: a peak inside the margin exits 1, a smaller margin passes",
+          "[check][cli]") {
+  ScratchDir dir("check");
+  // Find the default's peak P from its JSON report, then set the capacity to P / 0.97: it fits
+  // with 3% headroom, inside the default 5% margin but outside a 2% one.
+  const auto json = RunMemsim(dir, "check " + kDefault + " --json r.json");
+  REQUIRE(json.exit_code == 0);
+  const std::string text = testing::ReadAll(dir.path() / "r.json");
+  const auto at = text.find("\"peak_bytes\": ");
+  REQUIRE(at != std::string::npos);
+  const long long peak = std::stoll(text.substr(at + 14));
+  const long long capacity = static_cast<long long>(static_cast<double>(peak) / 0.97);
+  auto r = RunMemsim(dir, "check " + kDefault + " --capacity " + std::to_string(capacity));
+  CHECK(r.exit_code == 1);
+  CHECK(r.out.find("FAIL margin") != std::string::npos);
+  r = RunMemsim(dir, "check " + kDefault + " --capacity " + std::to_string(capacity) + " --margin 2%");
+  CHECK(r.exit_code == 0);
+}
+
+TEST_CASE("memsim check: baseline regression above the tolerance fails, below passes",
+          "[check][cli]") {
+  ScratchDir dir("check");
+  REQUIRE(RunMemsim(dir, "check " + kDefault + " --baseline base/ --update-baseline").exit_code == 0);
+  // Same config: no growth at all.
+  CHECK(RunMemsim(dir, "check " + kDefault + " --baseline base/ --tolerance 0").exit_code == 0);
+  // Micro-batch 2 doubles the activations: far above a 1% tolerance ...
+  ScratchDir cfg("check-config");
+  std::string config = testing::ReadAll(kDefault);
+  config.replace(config.find("\"micro_batch_size\": 1"), 21, "\"micro_batch_size\": 2");
+  // The model file is named relative to the config: name the shipped model instead.
+  config.replace(config.find("\"../models/llama2-7b.json\""), 26, "\"llama2-7b\"");
+  const std::string bigger = cfg.Write("default.json", config).string();
+  auto r = RunMemsim(dir, "check " + bigger + " --baseline base/");
+  REQUIRE(r.exit_code != 2);
+  CHECK(r.exit_code == 1);
+  CHECK(r.out.find("FAIL regression") != std::string::npos);
+  CHECK(r.out.find("activations +") != std::string::npos);
+  // ... and within a 99% one.
+  CHECK(RunMemsim(dir, "check " + bigger + " --baseline base/ --tolerance 99").exit_code == 0);
+}
+
+TEST_CASE("memsim check: a malformed baseline exits 2 naming the file", "[check][cli]") {
+  ScratchDir dir("check");
+  dir.Write("base.json", "{\"schema_version\": 1, \"stages\": [{\"pipeline\": 0}]}");
+  const auto r = RunMemsim(dir, "check " + kDefault + " --baseline base.json");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim check: base.json: /stages/0/peak_allocated_bytes: expected an integer "
+                 "byte count, missing\n");
+}
+
+TEST_CASE("memsim check: --junit writes XML with testsuites, testsuite, testcase and failure",
+          "[check][cli]") {
+  ScratchDir dir("check");
+  const auto r = RunMemsim(dir, "check " + kDefault + " --capacity 8GiB --junit j.xml");
+  CHECK(r.exit_code == 1);
+  tinyxml2::XMLDocument doc;
+  REQUIRE(doc.LoadFile((dir.path() / "j.xml").c_str()) == tinyxml2::XML_SUCCESS);
+  const auto* suites = doc.FirstChildElement("testsuites");
+  REQUIRE(suites != nullptr);
+  const auto* suite = suites->FirstChildElement("testsuite");
+  REQUIRE(suite != nullptr);
+  const auto* testcase = suite->FirstChildElement("testcase");
+  REQUIRE(testcase != nullptr);
+  CHECK(testcase->FirstChildElement("failure") != nullptr);
+}
+
+TEST_CASE("memsim check: with several configs a bad one makes the exit code 2", "[check][cli]") {
+  ScratchDir dir("check");
+  dir.Write("bad.json", "{\"training\": 3}");
+  const auto r = RunMemsim(dir, "check bad.json " + kDefault + " --capacity 8GiB");
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find("FAIL oom") != std::string::npos);
+  CHECK(r.out.find("ERROR") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace memsim

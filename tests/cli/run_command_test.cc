@@ -1,0 +1,85 @@
+// `memsim run` and `memsim dump-program` end to end: exit codes, files, and bad input.
+#include <catch2/catch.hpp>
+
+#include "cli/cli_test_util.h"
+
+namespace memsim {
+namespace {
+
+using testing::ReadAll;
+using testing::RunMemsim;
+using testing::ScratchDir;
+
+TEST_CASE("memsim run: the embedded default runs from any directory and writes its files",
+          "[cli]") {
+  ScratchDir dir("run");
+  const auto r = RunMemsim(dir, "run --json r.json --csv t.csv --megatron-report");
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.empty());
+  CHECK(r.out.find("memsim run: llama2-7b") == 0);
+  // One Megatron line per iteration (4 in the default config).
+  size_t lines = 0;
+  for (size_t at = r.out.find("[Rank 0] (after "); at != std::string::npos;
+       at = r.out.find("[Rank 0] (after ", at + 1)) {
+    ++lines;
+  }
+  CHECK(lines == 4);
+  const std::string json = ReadAll(dir.path() / "r.json");
+  CHECK(json.find("\"schema_version\": 1") != std::string::npos);
+  CHECK(json.find("\"oom\": null") != std::string::npos);
+  const std::string csv = ReadAll(dir.path() / "t.csv");
+  CHECK(csv.rfind("time_us,iteration,phase,allocated_bytes,reserved_bytes,active_bytes,device_bytes\n", 0) == 0);
+}
+
+TEST_CASE("memsim run: a predicted OOM is reported, recorded in JSON, and exits 0", "[cli]") {
+  ScratchDir dir("run");
+  const auto r = RunMemsim(dir, "run --capacity 8GiB --json r.json --no-chart");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("*** OUT OF MEMORY predicted: stage 0, iteration ") != std::string::npos);
+  const std::string json = ReadAll(dir.path() / "r.json");
+  CHECK(json.find("\"oom\": {") != std::string::npos);
+  CHECK(json.find("\"usable_memory_bytes\": 8589934592") != std::string::npos);  // 8 × 2^30
+}
+
+TEST_CASE("memsim run: bad input exits 2 with one message and leaves no file", "[cli]") {
+  ScratchDir dir("run");
+  auto r = RunMemsim(dir, "run missing.json --json r.json");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("missing.json") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK_FALSE(std::filesystem::exists(dir.path() / "r.json"));
+  r = RunMemsim(dir, "run --pipeline-rank 1");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim run: --pipeline-rank 1: expected 0..0 (pipeline_model_parallel_size 1)\n");
+  r = RunMemsim(dir, "run --capacity 12XB");
+  CHECK(r.exit_code == 2);
+  r = RunMemsim(dir, "rnu");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("unknown subcommand 'rnu' (did you mean 'run'?)") != std::string::npos);
+  // An unwritable output path: exit 2, nothing half-written.
+  r = RunMemsim(dir, "run --json no/such/dir/r.json");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("no/such/dir/r.json: cannot write") != std::string::npos);
+}
+
+TEST_CASE("memsim run: --set takes one KEY=VALUE each time, the config may follow it", "[cli]") {
+  ScratchDir dir("run");
+  const auto r = RunMemsim(dir, "run --set training.train_iters=2 " + std::string(MEMSIM_SOURCE_DIR) +
+                                    "/configs/default.json --set training.micro_batch_size=2 --no-chart");
+  CHECK(r.exit_code == 0);
+  // global 64 / (micro-batch 2 × DP 4) = 8 micro-batches; two iterations in the table.
+  CHECK(r.out.find("micro-batch 2 x 8 per iteration") != std::string::npos);
+  CHECK(r.out.find("\n   2 ") != std::string::npos);
+  CHECK(r.out.find("\n   3 ") == std::string::npos);
+}
+
+TEST_CASE("memsim dump-program prints one op a line", "[cli]") {
+  ScratchDir dir("dump");
+  const auto r = RunMemsim(dir, "dump-program --iterations 1");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.rfind("# program: pipeline_rank=0 iterations=1 ops=", 0) == 0);
+  CHECK(r.out.find("+layer0.attn.qkv.weight:") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace memsim

@@ -1,0 +1,87 @@
+// docs/walkthrough.md explains the default run with figures; this test recomputes each figure
+// from the simulation of the embedded default and checks that the document quotes it, so the
+// walkthrough cannot drift from memsim's output. On failure it lists the expected phrases.
+#include <fstream>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+#include <fmt/core.h>
+
+#include "config/load.h"
+#include "engine/stages.h"
+#include "report/format.h"
+#include "report/run_report.h"
+
+namespace memsim {
+namespace {
+
+std::string ReadDoc(const std::string& relative = "docs/walkthrough.md") {
+  std::ifstream in(std::string(MEMSIM_SOURCE_DIR) + "/" + relative);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Bytes Cat(const CategoryBytes& c, Category k) { return c[static_cast<size_t>(k)]; }
+
+TEST_CASE("docs/walkthrough.md quotes the default run's own figures", "[docs]") {
+  const config::Setup setup = config::LoadSetup("", {});
+  engine::RunOptions options;
+  options.keep_timeline = false;
+  const engine::RunResult run = engine::RunAllStages(setup, options);
+  const engine::StageResult& stage = run.Reported();
+  const timeline::SpanSummary& init = *stage.Span(0);
+  const timeline::SpanSummary& it1 = *stage.Span(1);
+  const timeline::SpanSummary& it2 = *stage.Span(2);
+  const timeline::SpanSummary& it3 = *stage.Span(3);
+  const timeline::SpanSummary& it4 = *stage.Span(4);
+  using report::GiB;
+  const CategoryBytes& kept = it1.end_by_category;
+  const Bytes outside = it4.end_device_bytes - it4.end_reserved_bytes;
+  std::vector<std::string> phrases = {
+      // Static memory after the first step, by category.
+      fmt::format("parameters: {} GiB", GiB(Cat(kept, Category::kParameters))),
+      fmt::format("gradients: {} GiB", GiB(Cat(kept, Category::kGradients))),
+      fmt::format("main parameters: {} GiB", GiB(Cat(kept, Category::kMainParameters))),
+      fmt::format("optimizer states: {} GiB", GiB(Cat(kept, Category::kOptimizerStates))),
+      fmt::format("static total: {} GiB", GiB(it1.end_allocated_bytes)),
+      // Init and iteration 1.
+      fmt::format("allocated after init: {} GiB", GiB(init.end_allocated_bytes)),
+      fmt::format("reserved after init: {} GiB", GiB(init.end_reserved_bytes)),
+      fmt::format("activations at the iteration-1 peak: {} GiB",
+                  GiB(Cat(it1.by_category_at_peak, Category::kActivations))),
+      fmt::format("iteration 1 peak allocated: {} GiB", GiB(it1.peak_allocated_bytes)),
+      fmt::format("iteration 1 reserved: {} GiB", GiB(it1.end_reserved_bytes)),
+      // Iteration 2: the optimizer states raise the floor.
+      fmt::format("iteration 2 starts at {} GiB", GiB(it2.start_allocated_bytes)),
+      fmt::format("iteration 2 peak allocated: {} GiB", GiB(it2.peak_allocated_bytes)),
+      fmt::format("reserved grows by {} GiB during iteration 2",
+                  GiB(it2.end_reserved_bytes - it1.end_reserved_bytes)),
+      fmt::format("iteration 3 reserved growth: {} GiB", GiB(it3.end_reserved_bytes - it2.end_reserved_bytes)),
+      fmt::format("iteration 4 reserved growth: {} GiB", GiB(it4.end_reserved_bytes - it3.end_reserved_bytes)),
+      fmt::format("steady reserved: {} GiB", GiB(it4.end_reserved_bytes)),
+      // npu-smi.
+      fmt::format("npu-smi shows {} GiB", GiB(it4.end_device_bytes)),
+      fmt::format("outside the allocator: {} GiB", GiB(outside)),
+      fmt::format("{} communicators", stage.simulation.num_communicators),
+      fmt::format("idle baseline: {} GiB", GiB(setup.device.idle_baseline_bytes)),
+      fmt::format("runtime context: {} GiB", GiB(setup.device.context_bytes)),
+  };
+  const std::string doc = ReadDoc();
+  REQUIRE_FALSE(doc.empty());
+  std::string missing;
+  for (const std::string& p : phrases) {
+    if (doc.find(p) == std::string::npos) missing += "  " + p + "\n";
+  }
+  // The output block quoted at the top is the current output (header and table).
+  phrases.push_back(report::FormatRunHeader(run, setup));
+  phrases.push_back(report::FormatIterationTable(run, 80));
+  // The README's quick tour quotes the same output.
+  const std::string readme = ReadDoc("README.md");
+  CHECK(readme.find(report::FormatIterationTable(run, 80)) != std::string::npos);
+  INFO("phrases the walkthrough must quote (from the current simulation):\n" << missing);
+  CHECK(missing.empty());
+}
+
+}  // namespace
+}  // namespace memsim
