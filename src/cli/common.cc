@@ -10,6 +10,27 @@
 
 namespace memsim::cli {
 
+void AddConfigOptions(CLI::App& sub, ConfigArgs& args, bool with_iterations) {
+  sub.add_option("--model", args.model, "model file (Hugging Face config.json form), replaces the config's");
+  sub.add_option("--device", args.device, "device preset name or preset file, replaces the config's");
+  sub.add_option("--set", args.sets, "override KEY=VALUE (training.<key> or allocator.<key>)")
+      ->allow_extra_args(false);
+  if (with_iterations) {
+    sub.add_option("--iterations", args.iterations, "training iterations to simulate (train_iters)");
+  }
+}
+
+config::LoadOptions ToLoadOptions(const ConfigArgs& args) {
+  config::LoadOptions load;
+  load.model_path = args.model;
+  load.device = args.device;
+  load.overrides = args.sets;
+  if (const int n = CheckIterations(args.iterations); n > 0) {
+    load.overrides.push_back(fmt::format("training.train_iters={}", n));
+  }
+  return load;
+}
+
 Bytes ParseSizeArg(std::string_view text, std::string_view option) {
   const Bytes bytes = ParseSize(text, option);
   // A device smaller than 1 MiB or larger than 1 PiB is a typo, and larger values would

@@ -6,10 +6,25 @@
 #include <string>
 #include <string_view>
 
+#include <CLI/CLI.hpp>
+
+#include "config/load.h"
 #include "config/setup.h"
 #include "core/units.h"
 
 namespace memsim::cli {
+
+// The options every simulating subcommand takes to load a config: --model, --device, --set
+// (repeatable, one KEY=VALUE each) and, where `with_iterations`, --iterations.
+struct ConfigArgs {
+  std::string model;
+  std::string device;
+  std::vector<std::string> sets;
+  int iterations = -2147483647 - 1;  // kNotGiven
+};
+void AddConfigOptions(CLI::App& sub, ConfigArgs& args, bool with_iterations);
+// The loader options they stand for. Throws InputError for a bad --iterations.
+config::LoadOptions ToLoadOptions(const ConfigArgs& args);
 
 // The value of an int option the user did not give.
 inline constexpr int kNotGiven = -2147483647 - 1;

@@ -26,9 +26,7 @@ struct CompareArgs {
   int profile_iterations = 0;
   std::string tolerance;
   std::string json;
-  std::string model;
-  std::string device;
-  std::vector<std::string> sets;
+  ConfigArgs load;
   int device_index = -1;
   int rank = -1;
   bool no_chart = false;
@@ -60,11 +58,7 @@ int RunCompare(const CompareArgs& a) {
   const timeline::Timeline measured = profile::LoadProfile(a.profile, *format, load);
   timeline::Timeline simulated;
   if (a.simulated.empty()) {
-    config::LoadOptions config_options;
-    config_options.model_path = a.model;
-    config_options.device = a.device;
-    config_options.overrides = a.sets;
-    const config::Setup setup = config::LoadSetup(a.config, config_options);
+    const config::Setup setup = config::LoadSetup(a.config, ToLoadOptions(a.load));
     engine::RunOptions run_options;
     run_options.pipeline_rank = CheckPipelineRank(a.pipeline_rank, setup);
     run_options.keep_timeline = true;
@@ -109,9 +103,7 @@ Action AddCompareCommand(CLI::App& sub) {
   sub.add_option("--device-index", a->device_index,
                  "device in the profile (default: the lowest with data)");
   sub.add_option("--rank", a->rank, "Megatron logs: global rank (default: the lowest)");
-  sub.add_option("--model", a->model, "model file, replaces the config's");
-  sub.add_option("--device", a->device, "device preset name or preset file, replaces the config's");
-  sub.add_option("--set", a->sets, "override KEY=VALUE of the config (training.<key>, allocator.<key>)");
+  AddConfigOptions(sub, a->load, /*with_iterations=*/false);
   sub.add_flag("--no-chart", a->no_chart, "omit the overlay chart");
   return [a]() -> int { return RunCompare(*a); };
 }

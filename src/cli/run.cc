@@ -18,10 +18,7 @@ namespace {
 
 struct RunArgs {
   std::string config;
-  std::string model;
-  std::string device;
-  int iterations = kNotGiven;
-  std::vector<std::string> sets;
+  ConfigArgs load;
   int pipeline_rank = kNotGiven;
   std::string capacity;
   bool capacity_given = false;
@@ -34,13 +31,7 @@ struct RunArgs {
 };
 
 int Run(const RunArgs& a) {
-  config::LoadOptions load;
-  load.model_path = a.model;
-  load.device = a.device;
-  load.overrides = a.sets;
-  if (const int n = CheckIterations(a.iterations); n > 0) {
-    load.overrides.push_back(fmt::format("training.train_iters={}", n));
-  }
+  config::LoadOptions load = ToLoadOptions(a.load);
   std::optional<Bytes> capacity;
   if (a.capacity_given) capacity = ParseSizeArg(a.capacity, "--capacity");
   load.capacity_bytes = capacity;
@@ -82,12 +73,7 @@ int Run(const RunArgs& a) {
 Action AddRunCommand(CLI::App& sub) {
   auto a = std::make_shared<RunArgs>();
   sub.add_option("config", a->config, "training config (JSON); the embedded default if omitted");
-  sub.add_option("--model", a->model, "model file (Hugging Face config.json form), replaces the config's");
-  sub.add_option("--device", a->device, "device preset name or preset file");
-  sub.add_option("--iterations", a->iterations, "training iterations to simulate (train_iters)")
-;
-  sub.add_option("--set", a->sets, "override KEY=VALUE (training.<key> or allocator.<key>)")
-      ->allow_extra_args(false);
+  AddConfigOptions(sub, a->load, /*with_iterations=*/true);
   sub.add_option("--pipeline-rank", a->pipeline_rank, "report this pipeline stage (default: the worst)");
   sub.add_option("--capacity", a->capacity, "usable device memory, e.g. 60GiB (replaces the preset's)");
   sub.add_option("--json", a->json_path, "write the JSON report (schema 1) to FILE");
