@@ -24,6 +24,7 @@ namespace fs = std::filesystem;
 struct CheckArgs {
   std::vector<std::string> configs;
   std::string capacity;
+  bool capacity_given = false;
   std::string margin = "5";
   std::string baseline;
   std::string tolerance = "1";
@@ -52,7 +53,7 @@ std::string BaselinePath(const std::string& baseline, const std::string& config)
 int Check(const CheckArgs& a) {
   report::CheckOptions options;
   std::optional<Bytes> capacity;
-  if (!a.capacity.empty()) capacity = ParseSizeArg(a.capacity, "--capacity");
+  if (a.capacity_given) capacity = ParseSizeArg(a.capacity, "--capacity");
   options.usable_memory_bytes = capacity;
   options.margin_pct = ParsePercentArg(a.margin, "--margin");
   options.tolerance_pct = ParsePercentArg(a.tolerance, "--tolerance");
@@ -64,6 +65,11 @@ int Check(const CheckArgs& a) {
   if (a.update_baseline && a.baseline.empty()) {
     throw InputError("--update-baseline: needs --baseline FILE|DIR to write to");
   }
+  if (baseline_is_dir && !a.update_baseline && !fs::is_directory(a.baseline)) {
+    throw InputError(fmt::format("--baseline {}: no such directory (create it with --update-baseline)",
+                                 a.baseline));
+  }
+  std::vector<std::string> notes;
 
   std::vector<report::StageVerdict> verdicts;
   std::vector<report::CheckError> errors;
@@ -85,6 +91,10 @@ int Check(const CheckArgs& a) {
         throw InputError(fmt::format("--baseline {}: no such file", baseline_path));
       }
       if (have_baseline) baseline = report::ParseBaseline(baseline_path, ReadFile(baseline_path));
+      if (baseline_is_dir && !a.update_baseline && !have_baseline) {
+        notes.push_back(fmt::format("note: no baseline {} for {}: checked against capacity only",
+                                    baseline_path, config_path));
+      }
       auto v = report::CheckStages(config_path, run, setup, options, have_baseline ? &baseline : nullptr);
       verdicts.insert(verdicts.end(), v.begin(), v.end());
       if (a.update_baseline) to_write.emplace_back(baseline_path, report::RunReportJson(run, setup));
@@ -92,15 +102,20 @@ int Check(const CheckArgs& a) {
       errors.push_back({config_path, e.what()});
     }
   }
-  for (const auto& [path, text] : to_write) {
-    if (baseline_is_dir) fs::create_directories(a.baseline);
-    report::WriteFileAtomically(path, text);
+  // Files only when every config could be checked (exit 2 leaves nothing behind), all or none.
+  if (errors.empty()) {
+    std::vector<std::pair<std::string, std::string>> files = to_write;
+    if (!to_write.empty() && baseline_is_dir) fs::create_directories(a.baseline);
+    if (!a.json_path.empty()) files.emplace_back(a.json_path, report::CheckJson(verdicts, errors));
+    if (!a.junit_path.empty()) files.emplace_back(a.junit_path, report::CheckJUnit(verdicts, errors));
+    report::WriteFilesAtomically(files);
   }
-  if (!a.json_path.empty()) report::WriteFileAtomically(a.json_path, report::CheckJson(verdicts, errors));
-  if (!a.junit_path.empty()) report::WriteFileAtomically(a.junit_path, report::CheckJUnit(verdicts, errors));
   std::fputs(report::FormatCheckText(verdicts, errors).c_str(), stdout);
+  for (const std::string& note : notes) std::printf("%s\n", note.c_str());
   for (const report::CheckError& e : errors) std::fprintf(stderr, "memsim check: %s\n", e.message.c_str());
-  if (!to_write.empty()) std::printf("wrote %zu baseline report(s)\n", to_write.size());
+  if (!to_write.empty() && errors.empty()) {
+    std::printf("wrote %zu baseline report(s) to %s\n", to_write.size(), a.baseline.c_str());
+  }
   if (!errors.empty()) return 2;
   for (const report::StageVerdict& v : verdicts) {
     if (v.verdict != "ok") return 1;
@@ -120,7 +135,11 @@ Action AddCheckCommand(CLI::App& sub) {
   sub.add_flag("--update-baseline", a->update_baseline, "write the new reports as the baseline");
   sub.add_option("--junit", a->junit_path, "write JUnit XML to FILE");
   sub.add_option("--json", a->json_path, "write the verdicts as JSON to FILE");
-  return [a] { return Check(*a); };
+  CLI::Option* capacity = sub.get_option("--capacity");
+  return [a, capacity] {
+    a->capacity_given = capacity->count() > 0;
+    return Check(*a);
+  };
 }
 
 }  // namespace memsim::cli

@@ -10,23 +10,51 @@
 
 namespace memsim::cli {
 
+void AddConfigOptions(CLI::App& sub, ConfigArgs& args, bool with_iterations) {
+  sub.add_option("--model", args.model, "model file (Hugging Face config.json form), replaces the config's");
+  sub.add_option("--device", args.device, "device preset name or preset file, replaces the config's");
+  sub.add_option("--set", args.sets, "override KEY=VALUE (training.<key> or allocator.<key>)")
+      ->allow_extra_args(false);
+  if (with_iterations) {
+    sub.add_option("--iterations", args.iterations, "training iterations to simulate (train_iters)");
+  }
+}
+
+config::LoadOptions ToLoadOptions(const ConfigArgs& args) {
+  config::LoadOptions load;
+  load.model_path = args.model;
+  load.device = args.device;
+  load.overrides = args.sets;
+  if (const int n = CheckIterations(args.iterations); n > 0) {
+    load.overrides.push_back(fmt::format("training.train_iters={}", n));
+  }
+  return load;
+}
+
 Bytes ParseSizeArg(std::string_view text, std::string_view option) {
-  return ParseSize(text, option);
+  const Bytes bytes = ParseSize(text, option);
+  // A device smaller than 1 MiB or larger than 1 PiB is a typo, and larger values would
+  // overflow the byte arithmetic downstream.
+  if (bytes < kMiB || bytes > (Bytes{1} << 50)) {
+    throw InputError(fmt::format("{} {}: expected a size from 1 MiB to 1 PiB, e.g. 80GiB", option, text));
+  }
+  return bytes;
 }
 
 double ParsePercentArg(std::string_view text, std::string_view option) {
-  std::string s(text);
-  if (!s.empty() && s.back() == '%') s.pop_back();
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size() || !(v >= 0.0) || v >= 100.0) {
+  std::string_view s = text;
+  if (!s.empty() && s.back() == '%') s.remove_suffix(1);
+  double v = -1;
+  // Plain decimal only: no exponent, hex, inf or nan.
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v, std::chars_format::fixed);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !(v >= 0.0) || v >= 100.0) {
     throw InputError(fmt::format("{} {}: expected a percentage in [0, 100), e.g. 5 or 5%", option, text));
   }
   return v;
 }
 
 std::optional<int> CheckPipelineRank(int rank, const config::Setup& setup) {
-  if (rank == -1) return std::nullopt;
+  if (rank == kNotGiven) return std::nullopt;
   const int p = setup.training.pipeline_model_parallel_size;
   if (rank < 0 || rank >= p) {
     throw InputError(fmt::format("--pipeline-rank {}: expected 0..{} (pipeline_model_parallel_size {})",
@@ -35,13 +63,26 @@ std::optional<int> CheckPipelineRank(int rank, const config::Setup& setup) {
   return rank;
 }
 
+int CheckIterations(int iterations) {
+  if (iterations == kNotGiven) return 0;
+  if (iterations < 1) {
+    throw InputError(fmt::format("--iterations {}: expected a positive number of iterations", iterations));
+  }
+  return iterations;
+}
+
 int TerminalWidth(int requested) {
-  if (requested > 0) return std::max(40, requested);
+  if (requested != kNotGiven) {
+    if (requested < 40 || requested > 1000) {
+      throw InputError(fmt::format("--width {}: expected 40 to 1000 columns", requested));
+    }
+    return requested;
+  }
   if (const char* c = std::getenv("COLUMNS")) {
     int v = 0;
     const std::string_view s(c);
     auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (ec == std::errc() && p == s.data() + s.size() && v >= 40) return v;
+    if (ec == std::errc() && p == s.data() + s.size() && v >= 40 && v <= 1000) return v;
   }
   return 80;
 }

@@ -6,18 +6,39 @@
 #include <string>
 #include <string_view>
 
+#include <CLI/CLI.hpp>
+
+#include "config/load.h"
 #include "config/setup.h"
 #include "core/units.h"
 
 namespace memsim::cli {
 
-// "80GiB", "512MiB", "1000000" (bytes), "80GB" (10^9). Throws InputError naming `option`.
+// The options every simulating subcommand takes to load a config: --model, --device, --set
+// (repeatable, one KEY=VALUE each) and, where `with_iterations`, --iterations.
+struct ConfigArgs {
+  std::string model;
+  std::string device;
+  std::vector<std::string> sets;
+  int iterations = -2147483647 - 1;  // kNotGiven
+};
+void AddConfigOptions(CLI::App& sub, ConfigArgs& args, bool with_iterations);
+// The loader options they stand for. Throws InputError for a bad --iterations.
+config::LoadOptions ToLoadOptions(const ConfigArgs& args);
+
+// The value of an int option the user did not give.
+inline constexpr int kNotGiven = -2147483647 - 1;
+
+// "80GiB", "512MiB", "1000000" (bytes), "80GB" (10^9), from 1 MiB to 1 PiB (2^50). Throws
+// InputError naming `option`.
 Bytes ParseSizeArg(std::string_view text, std::string_view option);
 // "5" or "5%" -> 5.0; must be in [0, 100). Throws InputError naming `option`.
 double ParsePercentArg(std::string_view text, std::string_view option);
-// -1 = not given -> nullopt; else checks 0 <= r < pipeline_model_parallel_size.
+// kNotGiven -> nullopt; else checks 0 <= r < pipeline_model_parallel_size.
 std::optional<int> CheckPipelineRank(int rank, const config::Setup& setup);
-// `requested` if > 0, else $COLUMNS if it is a number >= 40, else 80.
+// kNotGiven -> 0 (the config's train_iters); else checks iterations >= 1.
+int CheckIterations(int iterations);
+// `requested` (40..1000) if given, else $COLUMNS if it is a number in 40..1000, else 80.
 int TerminalWidth(int requested);
 // The loader's notes (ignored model keys, defaults taken), one per line, for --verbose.
 std::string FormatVerboseNotes(const config::Setup& setup);

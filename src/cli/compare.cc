@@ -1,12 +1,111 @@
+// memsim compare: a thin wrapper -- load the profile (profile/), simulate the config (engine/)
+// or read a simulated memsim-csv, compare (compare/), print table + chart, write JSON.
+#include <cstdio>
+
+#include <fmt/core.h>
+
 #include "cli/commands.h"
+#include "cli/common.h"
+#include "compare/compare.h"
+#include "config/load.h"
 #include "core/error.h"
+#include "engine/stages.h"
+#include "profile/profile.h"
+#include "report/format.h"
 
 namespace memsim::cli {
+namespace {
 
-// STUB: not implemented yet.
+struct CompareArgs {
+  std::string config;
+  std::string profile;
+  std::string format = "auto";
+  std::string simulated;
+  int pipeline_rank = 0;
+  int skip = 0;
+  int profile_iterations = 0;
+  std::string tolerance;
+  std::string json;
+  ConfigArgs load;
+  int device_index = -1;
+  int rank = -1;
+  bool no_chart = false;
+};
+
+int RunCompare(const CompareArgs& a) {
+  auto format = profile::FormatFromName(a.format);
+  if (!format) {
+    const std::vector<std::string> names = {"auto",    "torch-trace", "torch-snapshot",
+                                            "npu-profiler", "npu-mem", "npu-smi",
+                                            "nvidia-smi", "megatron-log", "memsim-csv"};
+    const std::string guess = ClosestMatch(a.format, names);
+    throw InputError(fmt::format(
+        "--format: expected auto, torch-trace, torch-snapshot, npu-profiler, npu-mem, npu-smi, "
+        "nvidia-smi, megatron-log or memsim-csv, got '{}'{}",
+        a.format, guess.empty() ? "" : fmt::format(" (did you mean '{}'?)", guess)));
+  }
+  if (a.config.empty() == a.simulated.empty()) {
+    throw InputError("expected either CONFIG or --simulated FILE (exactly one)");
+  }
+  compare::CompareOptions options;
+  options.skip = a.skip;
+  options.profile_iterations = a.profile_iterations;
+  options.pipeline_rank = a.pipeline_rank;
+  if (!a.tolerance.empty()) options.tolerance_pct = ParsePercentArg(a.tolerance, "--tolerance");
+  profile::LoadProfileOptions load;
+  load.device_index = a.device_index;
+  load.rank = a.rank;
+  const timeline::Timeline measured = profile::LoadProfile(a.profile, *format, load);
+  timeline::Timeline simulated;
+  if (a.simulated.empty()) {
+    const config::Setup setup = config::LoadSetup(a.config, ToLoadOptions(a.load));
+    engine::RunOptions run_options;
+    run_options.pipeline_rank = CheckPipelineRank(a.pipeline_rank, setup);
+    run_options.keep_timeline = true;
+    simulated = engine::RunAllStages(setup, run_options).timeline;
+  } else {
+    simulated = profile::LoadProfile(a.simulated, profile::Format::kMemsimCsv);
+  }
+  options.format = measured.source;
+  const compare::Report report = compare::Compare(measured, simulated, options);
+  std::string out = compare::FormatTable(report);
+  if (!a.no_chart) {
+    const std::string chart = compare::FormatChart(report);
+    if (!chart.empty()) out += "\n" + chart;
+  }
+  // The file first, so a failed write (exit 2) leaves no report on stdout either.
+  if (!a.json.empty()) report::WriteFileAtomically(a.json, compare::FormatJson(report));
+  std::fputs(out.c_str(), stdout);
+  return report.failed ? 1 : 0;
+}
+
+}  // namespace
+
 Action AddCompareCommand(CLI::App& sub) {
-  (void)sub;
-  return [] () -> int { throw UnsupportedError("this subcommand is not implemented yet"); };
+  auto a = std::make_shared<CompareArgs>();
+  sub.add_option("CONFIG", a->config, "training config to simulate");
+  sub.add_option("--profile", a->profile, "the real profile: file, .gz file or *_ascend_pt folder")
+      ->required();
+  sub.add_option("--format", a->format,
+                 "auto|torch-trace|torch-snapshot|npu-profiler|npu-mem|npu-smi|nvidia-smi|"
+                 "megatron-log|memsim-csv (default auto: detected and reported)");
+  sub.add_option("--simulated", a->simulated,
+                 "a simulated timeline (memsim-csv from `memsim run --csv`) instead of CONFIG");
+  sub.add_option("--pipeline-rank", a->pipeline_rank, "simulated stage to compare with (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  sub.add_option("--skip", a->skip, "drop the profile's first N iterations")
+      ->check(CLI::NonNegativeNumber);
+  sub.add_option("--profile-iterations", a->profile_iterations,
+                 "how many iterations the profile covers when it has no markers")
+      ->check(CLI::NonNegativeNumber);
+  sub.add_option("--tolerance", a->tolerance, "exit 1 when an overall peak error exceeds PCT");
+  sub.add_option("--json", a->json, "write the comparison as JSON (schema_version 1)");
+  sub.add_option("--device-index", a->device_index,
+                 "device in the profile (default: the lowest with data)");
+  sub.add_option("--rank", a->rank, "Megatron logs: global rank (default: the lowest)");
+  AddConfigOptions(sub, a->load, /*with_iterations=*/false);
+  sub.add_flag("--no-chart", a->no_chart, "omit the overlay chart");
+  return [a]() -> int { return RunCompare(*a); };
 }
 
 }  // namespace memsim::cli

@@ -13,20 +13,12 @@ namespace {
 
 struct DumpArgs {
   std::string config;
-  std::string model;
-  std::string device;
-  std::vector<std::string> sets;
-  int pipeline_rank = 0;
-  int iterations = 0;
+  ConfigArgs load;
+  int pipeline_rank = kNotGiven;
 };
 
 int Dump(const DumpArgs& a) {
-  config::LoadOptions load;
-  load.model_path = a.model;
-  load.device = a.device;
-  load.overrides = a.sets;
-  if (a.iterations > 0) load.overrides.push_back("training.train_iters=" + std::to_string(a.iterations));
-  const config::Setup setup = config::LoadSetup(a.config, load);
+  const config::Setup setup = config::LoadSetup(a.config, ToLoadOptions(a.load));
   const int rank = CheckPipelineRank(a.pipeline_rank, setup).value_or(0);
   const std::string text = workload::FormatProgram(workload::Build(setup, rank));
   std::fwrite(text.data(), 1, text.size(), stdout);
@@ -38,13 +30,8 @@ int Dump(const DumpArgs& a) {
 Action AddDumpProgramCommand(CLI::App& sub) {
   auto a = std::make_shared<DumpArgs>();
   sub.add_option("config", a->config, "training config (JSON); the embedded default if omitted");
-  sub.add_option("--model", a->model, "model file, replaces the config's");
-  sub.add_option("--device", a->device, "device preset name or preset file");
-  sub.add_option("--set", a->sets, "override KEY=VALUE (training.<key> or allocator.<key>)")
-      ->allow_extra_args(false);
+  AddConfigOptions(sub, a->load, /*with_iterations=*/true);
   sub.add_option("--pipeline-rank", a->pipeline_rank, "the pipeline stage to print (default 0)");
-  sub.add_option("--iterations", a->iterations, "training iterations (train_iters)")
-      ->check(CLI::PositiveNumber);
   return [a] { return Dump(*a); };
 }
 

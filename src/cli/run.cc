@@ -18,28 +18,22 @@ namespace {
 
 struct RunArgs {
   std::string config;
-  std::string model;
-  std::string device;
-  int iterations = 0;
-  std::vector<std::string> sets;
-  int pipeline_rank = -1;
+  ConfigArgs load;
+  int pipeline_rank = kNotGiven;
   std::string capacity;
+  bool capacity_given = false;
   std::string json_path;
   std::string csv_path;
   bool no_chart = false;
   bool megatron_report = false;
   bool verbose = false;
-  int width = 0;
+  int width = kNotGiven;
 };
 
 int Run(const RunArgs& a) {
-  config::LoadOptions load;
-  load.model_path = a.model;
-  load.device = a.device;
-  load.overrides = a.sets;
-  if (a.iterations > 0) load.overrides.push_back(fmt::format("training.train_iters={}", a.iterations));
+  config::LoadOptions load = ToLoadOptions(a.load);
   std::optional<Bytes> capacity;
-  if (!a.capacity.empty()) capacity = ParseSizeArg(a.capacity, "--capacity");
+  if (a.capacity_given) capacity = ParseSizeArg(a.capacity, "--capacity");
   load.capacity_bytes = capacity;
   const config::Setup setup = config::LoadSetup(a.config, load);
 
@@ -66,8 +60,10 @@ int Run(const RunArgs& a) {
   }
   if (a.megatron_report) out += "\n" + report::FormatMegatronLines(run, setup);
   // Files first, so a failed write (exit 2) leaves no partial report on stdout either.
-  if (!a.json_path.empty()) report::WriteFileAtomically(a.json_path, report::RunReportJson(run, setup));
-  if (!a.csv_path.empty()) report::WriteFileAtomically(a.csv_path, report::TimelineCsv(run.timeline));
+  std::vector<std::pair<std::string, std::string>> files;
+  if (!a.json_path.empty()) files.emplace_back(a.json_path, report::RunReportJson(run, setup));
+  if (!a.csv_path.empty()) files.emplace_back(a.csv_path, report::TimelineCsv(run.timeline));
+  report::WriteFilesAtomically(files);
   std::fputs(out.c_str(), stdout);
   return 0;
 }
@@ -77,12 +73,7 @@ int Run(const RunArgs& a) {
 Action AddRunCommand(CLI::App& sub) {
   auto a = std::make_shared<RunArgs>();
   sub.add_option("config", a->config, "training config (JSON); the embedded default if omitted");
-  sub.add_option("--model", a->model, "model file (Hugging Face config.json form), replaces the config's");
-  sub.add_option("--device", a->device, "device preset name or preset file");
-  sub.add_option("--iterations", a->iterations, "training iterations to simulate (train_iters)")
-      ->check(CLI::PositiveNumber);
-  sub.add_option("--set", a->sets, "override KEY=VALUE (training.<key> or allocator.<key>)")
-      ->allow_extra_args(false);
+  AddConfigOptions(sub, a->load, /*with_iterations=*/true);
   sub.add_option("--pipeline-rank", a->pipeline_rank, "report this pipeline stage (default: the worst)");
   sub.add_option("--capacity", a->capacity, "usable device memory, e.g. 60GiB (replaces the preset's)");
   sub.add_option("--json", a->json_path, "write the JSON report (schema 1) to FILE");
@@ -92,7 +83,11 @@ Action AddRunCommand(CLI::App& sub) {
                "print Megatron's report_memory line after each iteration");
   sub.add_flag("--verbose", a->verbose, "list ignored keys and defaults taken");
   sub.add_option("--width", a->width, "terminal width for the table and chart (default $COLUMNS or 80)");
-  return [a] { return Run(*a); };
+  CLI::Option* capacity = sub.get_option("--capacity");
+  return [a, capacity] {
+    a->capacity_given = capacity->count() > 0;
+    return Run(*a);
+  };
 }
 
 }  // namespace memsim::cli

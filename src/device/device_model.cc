@@ -1,5 +1,7 @@
 #include "device/device_model.h"
 
+#include <algorithm>
+
 namespace memsim::device {
 
 bool DeviceModel::OnCollective(std::string_view group) {
@@ -17,7 +19,7 @@ Bytes DeviceModel::DeviceBytes(Bytes reserved_bytes) const {
 }
 
 Bytes DeviceModel::AllocatorCapacity(Bytes usable_memory_bytes) const {
-  return usable_memory_bytes - OutsideAllocatorBytes();
+  return std::max<Bytes>(0, usable_memory_bytes - OutsideAllocatorBytes());
 }
 
 }  // namespace memsim::device

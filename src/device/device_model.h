@@ -31,7 +31,7 @@ class DeviceModel {
   Bytes DeviceBytes(Bytes reserved_bytes) const;
   // The most the caching allocator may reserve now: usable memory (the framework's total
   // capacity, which already excludes the idle baseline) minus outside-allocator bytes
-  // (design.md "Capacity"). `usable_override` replaces the preset's usable_memory_bytes.
+  // (design.md "Capacity"), never below 0.
   Bytes AllocatorCapacity(Bytes usable_memory_bytes) const;
 
   int NumCommunicators() const { return static_cast<int>(groups_.size()); }

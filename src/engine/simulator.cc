@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/check.h"
@@ -88,6 +89,10 @@ class Engine {
         if (op.synchronize) compute_free = end;
       } else {
         compute_free = end;
+        // A blocking collective issued on the compute stream (Megatron P2P: p2p_communication.py
+        // _communicate waits on its requests unless overlap_p2p_comm): when it ends its NCCL work
+        // is done, so the communication stream is idle if nothing else is queued on it.
+        if (!op.collective_group.empty()) comm_idle_at_end_[i] = comm_free <= end;
       }
       events.push_back({start, 2 * i});
       events.push_back({end, 2 * i + 1});
@@ -105,7 +110,7 @@ class Engine {
       observer_.OnCommunicatorCreated(time_us, op.collective_group);
     }
     for (const auto& [tensor, stream] : op.record_streams) {
-      auto it = live_.find(tensor);
+      auto it = live_.find(tensor);  // absent for a tensor that was never allocated
       if (it != live_.end()) allocator_->RecordStream(it->second.block, stream);
     }
     for (const workload::TensorAlloc& t : op.allocs) Allocate(op, t, time_us);
@@ -114,13 +119,14 @@ class Engine {
 
   void End(const workload::Op& op, SimTimeUs time_us, size_t index) {
     for (workload::TensorId id : op.frees) {
+      if (!failed_.empty() && failed_.erase(id) > 0) continue;
       auto it = live_.find(id);
       MEMSIM_CHECK(it != live_.end());  // the workload frees only what it allocated before
       allocator_->Free(it->second.block);
       by_category_[static_cast<int>(it->second.category)] -= it->second.block_bytes;
       live_.erase(it);
     }
-    if (op.stream == workload::kCommStream && comm_idle_at_end_[index]) {
+    if (comm_idle_at_end_[index]) {
       allocator_->CompleteStream(workload::kCommStream);
     }
     if (op.empty_cache) allocator_->EmptyCache();
@@ -143,7 +149,13 @@ class Engine {
       unbounded_ = true;
       allocator_->SetCapacity(std::nullopt);
       block = allocator_->Malloc(t.size_bytes, op.stream);
-      MEMSIM_CHECK(block.has_value());
+      if (!block) {
+        // Even an unbounded device refuses it (a request of 2^60 bytes or more, as PyTorch
+        // refuses): the tensor is not allocated, its later free does nothing. The first
+        // out-of-memory event above already reports the run as not fitting.
+        failed_.insert(t.id);
+        return;
+      }
     }
     const Bytes block_bytes = allocator_->Stats().allocated_bytes.current - before;
     live_.emplace(t.id, LiveTensor{*block, block_bytes, t.category});
@@ -176,6 +188,7 @@ class Engine {
   std::unique_ptr<alloc::Allocator> allocator_;
   // Keyed by tensor id; only looked up, never iterated (determinism).
   std::unordered_map<workload::TensorId, LiveTensor> live_;
+  std::unordered_set<workload::TensorId> failed_;  // never allocated even when unbounded
   CategoryBytes by_category_;
   std::vector<bool> comm_idle_at_end_;
   std::optional<OomEvent> first_oom_;

@@ -10,7 +10,9 @@
 // Each op becomes two events, start (record_streams, then allocs in order) and end (frees in
 // order), processed in (time, sequence) order, sequence = issue order.
 // Stream events (reference/allocator.md §13.3): when a stream becomes idle, every event
-// recorded on it so far is complete (Allocator::CompleteStream).
+// recorded on it so far is complete (Allocator::CompleteStream). A collective issued on the
+// compute stream (a blocking P2P) waits for its own communication, so the communication stream
+// is also idle at its end when no communication-stream op is still running.
 // Out of memory (design.md "Capacity"): the allocator's capacity is the usable memory minus the
 // device's outside-allocator bytes at that moment. The first malloc that still fails after the
 // allocator's out-of-memory path is reported once (OnOom); the simulation then continues with an

@@ -17,6 +17,8 @@ RunResult RunAllStages(const config::Setup& setup, const RunOptions& options) {
   MEMSIM_CHECK(p >= 1);
   MEMSIM_CHECK(!options.pipeline_rank || (*options.pipeline_rank >= 0 && *options.pipeline_rank < p));
   RunResult result;
+  result.reported_stage_chosen = options.pipeline_rank.has_value();
+  result.usable_memory_bytes = options.usable_memory_bytes.value_or(setup.device.usable_memory_bytes);
   SimulateOptions sim_options;
   sim_options.usable_memory_bytes = options.usable_memory_bytes;
   Bytes worst_device = -1;

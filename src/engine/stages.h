@@ -34,6 +34,8 @@ struct StagedOomEvent {
 struct RunResult {
   std::vector<StageResult> stages;  // by pipeline rank
   int reported_stage = 0;
+  bool reported_stage_chosen = false;  // by --pipeline-rank, not as the worst
+  Bytes usable_memory_bytes = 0;       // the device preset's, or --capacity
   timeline::Timeline timeline;      // of the reported stage (empty unless keep_timeline)
   std::optional<StagedOomEvent> first_oom;  // earliest in time over all stages (lowest rank on ties)
 

@@ -15,11 +15,15 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
+// A byte count: an integer in [0, 2^62] (anything larger cannot come from a run report).
 Bytes GetBytes(const json& j, const std::string& key, const std::string& path,
                const std::string& pointer) {
-  if (!j.contains(key) || !j[key].is_number_integer()) {
-    throw InputError(fmt::format("{}: {}/{}: expected an integer byte count{}", path, pointer, key,
-                                 j.contains(key) ? "" : ", missing"));
+  const bool ok = j.contains(key) && j[key].is_number_integer() &&
+                  (j[key].is_number_unsigned() ? j[key].get<std::uint64_t>() <= (std::uint64_t{1} << 62)
+                                               : j[key].get<std::int64_t>() >= 0);
+  if (!ok) {
+    throw InputError(fmt::format("{}: {}/{}: expected a byte count (an integer from 0 to 2^62){}",
+                                 path, pointer, key, j.contains(key) ? "" : ", missing"));
   }
   return j[key].get<Bytes>();
 }
@@ -51,8 +55,10 @@ std::vector<BaselineStage> ParseBaseline(const std::string& path, const std::str
     const std::string pointer = fmt::format("/stages/{}", i);
     if (!s.is_object()) throw InputError(fmt::format("{}: {}: expected an object", path, pointer));
     BaselineStage b;
-    if (!s.contains("pipeline") || !s["pipeline"].is_number_integer()) {
-      throw InputError(fmt::format("{}: {}/pipeline: expected an integer", path, pointer));
+    if (!s.contains("pipeline") || !s["pipeline"].is_number_integer() ||
+        s["pipeline"].get<std::int64_t>() < 0 || s["pipeline"].get<std::int64_t>() > 100000) {
+      throw InputError(fmt::format("{}: {}/pipeline: expected a pipeline rank (an integer from 0)",
+                                   path, pointer));
     }
     b.pipeline = s["pipeline"].get<int>();
     b.peak_allocated_bytes = GetBytes(s, "peak_allocated_bytes", path, pointer);
@@ -115,7 +121,13 @@ std::vector<StageVerdict> CheckStages(const std::string& config, const engine::R
       for (const BaselineStage& b : *baseline) {
         if (b.pipeline == stage.pipeline_rank) base = &b;
       }
-      if (base) {
+      if (!base) {
+        throw InputError(fmt::format(
+            "baseline for {}: /stages: no stage {} (the config has {} pipeline stages; "
+            "regenerate the baseline with --update-baseline)",
+            config, stage.pipeline_rank, run.stages.size()));
+      }
+      {
         for (int k = 0; k < kNumCategories; ++k) {
           const Bytes d = stage.by_category_at_peak[static_cast<size_t>(k)] -
                           base->by_category_at_peak[static_cast<size_t>(k)];

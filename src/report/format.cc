@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include <fmt/core.h>
 
@@ -34,23 +35,73 @@ std::string HumanBytes(Bytes bytes) {
   return fmt::format("{} B", bytes);
 }
 
-void WriteFileAtomically(const std::string& path, std::string_view content) {
-  if (path == "-") {
-    std::fwrite(content.data(), 1, content.size(), stdout);
-    std::fflush(stdout);
-    return;
+namespace {
+
+bool IsSpecialFile(const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  return !ec && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status) &&
+         !std::filesystem::is_directory(status);
+}
+
+std::string CannotWrite(const std::string& path, int err) {
+  return fmt::format("{}: cannot write: {}", path, std::strerror(err));
+}
+
+// Writes `content` to `path` directly (stdout, or a device / pipe that must not be replaced).
+void WriteInPlace(const std::string& path, std::string_view content) {
+  std::FILE* f = path == "-" ? stdout : std::fopen(path.c_str(), "wb");
+  if (f == nullptr) throw InputError(CannotWrite(path, errno));
+  const bool ok = std::fwrite(content.data(), 1, content.size(), f) == content.size();
+  const bool closed = path == "-" ? std::fflush(f) == 0 : std::fclose(f) == 0;
+  if (!ok || !closed) throw InputError(CannotWrite(path, errno));
+}
+
+// Writes the temporary file of `path`; returns its name. Throws InputError naming `path`.
+std::string WriteTemporary(const std::string& path, std::string_view content) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw InputError(fmt::format("{}: cannot write: is a directory", path));
   }
   const std::string tmp = path + ".tmp-memsim";
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) {
-    throw InputError(fmt::format("{}: cannot write: {}", path, std::strerror(errno)));
-  }
+  if (f == nullptr) throw InputError(CannotWrite(path, errno));
   const bool ok = std::fwrite(content.data(), 1, content.size(), f) == content.size();
   const bool closed = std::fclose(f) == 0;
-  if (!ok || !closed || std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (!ok || !closed) {
     const int err = errno;
     std::remove(tmp.c_str());
-    throw InputError(fmt::format("{}: cannot write: {}", path, std::strerror(err)));
+    throw InputError(CannotWrite(path, err));
+  }
+  return tmp;
+}
+
+}  // namespace
+
+void WriteFileAtomically(const std::string& path, std::string_view content) {
+  WriteFilesAtomically({{path, std::string(content)}});
+}
+
+void WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>& files) {
+  std::vector<std::pair<std::string, std::string>> staged;  // temporary, target
+  try {
+    for (const auto& [path, content] : files) {
+      if (path == "-" || IsSpecialFile(path)) continue;
+      staged.emplace_back(WriteTemporary(path, content), path);
+    }
+  } catch (const InputError&) {
+    for (const auto& [tmp, path] : staged) std::remove(tmp.c_str());
+    throw;
+  }
+  for (const auto& [tmp, path] : staged) {
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+      const int err = errno;
+      for (const auto& [t, p] : staged) std::remove(t.c_str());
+      throw InputError(CannotWrite(path, err));
+    }
+  }
+  for (const auto& [path, content] : files) {
+    if (path == "-" || IsSpecialFile(path)) WriteInPlace(path, content);
   }
 }
 

@@ -4,6 +4,8 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "core/units.h"
 
@@ -21,8 +23,15 @@ std::string MiB(Bytes bytes);
 std::string HumanBytes(Bytes bytes);
 
 // Writes `content` to `path` via a temporary file in the same directory and a rename, so no
-// half-written file is ever left behind. "-" writes to standard output. Throws InputError
-// naming the path when the file cannot be written.
+// half-written file is ever left behind. "-" writes to standard output; an existing path that is
+// not a regular file (/dev/null, a pipe) is written in place, never replaced. Throws InputError
+// naming the path when the file cannot be written (a directory, a missing folder, no
+// permission).
 void WriteFileAtomically(const std::string& path, std::string_view content);
+
+// Writes several files all or nothing: every content goes to its temporary file first; only when
+// all of them were written are they renamed into place. On failure no target is touched and the
+// temporaries are removed; throws InputError naming the first path that could not be written.
+void WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>& files);
 
 }  // namespace memsim::report

@@ -8,6 +8,7 @@
 
 #include "config/load.h"
 #include "report/format.h"
+#include "workload/build.h"
 
 namespace memsim::report {
 namespace {
@@ -149,10 +150,18 @@ std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& s
       t.use_distributed_optimizer ? " (distributed optimizer)" : "",
       RecomputeName(t.recompute_granularity));
   const engine::StageResult& stage = run.Reported();
-  out += fmt::format("  reported: pipeline stage {} of {}{}; peak device {} GiB, usable {} GiB\n",
-                     stage.pipeline_rank, run.stages.size(),
-                     run.stages.size() > 1 ? " (highest peak device memory)" : "",
-                     GiB(stage.peak_device_bytes), GiB(setup.device.usable_memory_bytes));
+  const bool npu = setup.device.allocator_backend == alloc::Backend::kNpu;
+  out += fmt::format("  reported: pipeline stage {} of {}{}\n", stage.pipeline_rank, run.stages.size(),
+                     run.reported_stage_chosen ? " (--pipeline-rank)"
+                     : run.stages.size() > 1   ? " (the highest peak device memory)"
+                                               : "");
+  // Two different budgets: the device total that npu-smi / nvidia-smi shows (which includes the
+  // idle baseline), and what the framework may use (usable memory, which excludes it).
+  out += fmt::format("  peak device ({}) {} GiB of {} GiB total\n", npu ? "npu-smi" : "nvidia-smi",
+                     GiB(stage.peak_device_bytes), GiB(setup.device.total_memory_bytes));
+  out += fmt::format("  peak reserved + runtime {} GiB of {} GiB usable by the framework\n",
+                     GiB(stage.peak_device_bytes - setup.device.idle_baseline_bytes),
+                     GiB(run.usable_memory_bytes));
   if (run.stages.size() > 1) {
     out += "  stages, peak allocated / reserved / device GiB:\n";
     std::string line = " ";
@@ -222,6 +231,16 @@ std::string FormatMegatronLines(const engine::RunResult& run, const config::Setu
   const int rank = stage.pipeline_rank * setup.training.tensor_model_parallel_size *
                    setup.training.data_parallel_size * setup.training.context_parallel_size;
   std::string out;
+  // Megatron's own closed form, as `report_theoretical_memory` prints it before training
+  // (megatron/training/theoretical_memory_usage.py; MB = MiB), for this stage: what the
+  // simulation is compared with ("allocated" ~ weight and optimizer, "max allocated" ~ total).
+  const workload::ClosedFormEstimate cf =
+      workload::ComputeClosedFormEstimate(setup, stage.pipeline_rank);
+  out += fmt::format(
+      "Theoretical memory footprints (closed form, stage {}): weight and optimizer={} MB, "
+      "activation={} MB, total={} MB\n",
+      stage.pipeline_rank, MiB(cf.weight_and_optimizer_bytes), MiB(cf.activation_bytes),
+      MiB(cf.total_bytes));
   Bytes max_allocated = 0, max_reserved = 0;
   for (const timeline::SpanSummary& s : stage.spans) {
     max_allocated = std::max(max_allocated, s.peak_allocated_bytes);
@@ -240,9 +259,11 @@ std::string FormatOom(const engine::RunResult& run) {
   if (!run.first_oom) return "";
   const engine::OomEvent& o = run.first_oom->oom;
   return fmt::format(
-      "*** OUT OF MEMORY predicted: stage {}, iteration {}, {} ({}): a request of {} failed with "
-      "{} allocated, {} reserved, {} the allocator could hold ({} usable).\n"
-      "*** The simulation continued on an unbounded device to show what the job would need.\n",
+      "*** OUT OF MEMORY predicted: stage {}, iteration {}, {}\n"
+      "***   {}: a request of {} failed\n"
+      "***   with {} allocated and {} reserved; the allocator could hold {}\n"
+      "***   ({} usable minus context and communicator buffers).\n"
+      "*** The simulation went on as if the device were unbounded, to show what the job needs.\n",
       run.first_oom->pipeline_rank, o.iteration, PhaseName(o.phase),
       o.tensor_label.empty() ? o.op_name : o.tensor_label, HumanBytes(o.request_bytes),
       HumanBytes(o.allocated_bytes), HumanBytes(o.reserved_bytes), HumanBytes(o.capacity_bytes),

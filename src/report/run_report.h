@@ -21,6 +21,9 @@ std::string FormatIterationTable(const engine::RunResult& run, int width);
 // (init and iterations 1..N). R is the global rank of (tp 0, dp 0, this stage) = stage × TP × DP
 // under Megatron's default rank order (tp fastest, then dp, then pp) -- an assumption stated
 // here, since the order is configurable.
+// The lines are preceded by Megatron's "Theoretical memory footprints: weight and optimizer=W MB,
+// activation=A MB, total=T MB" for the reported stage (workload::ComputeClosedFormEstimate), so
+// the classic estimate sits next to the simulated numbers.
 std::string FormatMegatronLines(const engine::RunResult& run, const config::Setup& setup);
 
 // The header lines: what was simulated and which stage is reported.

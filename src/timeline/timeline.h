@@ -33,10 +33,27 @@ struct Marker {
   bool operator==(const Marker&) const = default;
 };
 
+// A peak the source reports itself, cumulative from the start of the process to the end of
+// `iteration` (Megatron report_memory "max allocated" / "max reserved", MiB converted to bytes).
+struct ReportedPeak {
+  int iteration = -1;
+  Bytes max_allocated_bytes = kUnknownBytes;
+  Bytes max_reserved_bytes = kUnknownBytes;
+  bool operator==(const ReportedPeak&) const = default;
+};
+
 struct Timeline {
   std::vector<Sample> samples;
   std::vector<Marker> markers;
   std::string source;  // "memsim" or the profile format name
+  // Added by profile/: the device (ordinal as the source numbers it) the samples belong to,
+  // -1 when unknown or simulated.
+  int device_index = -1;
+  // Added by profile/: cumulative peaks reported by the source (Megatron logs); empty otherwise.
+  std::vector<ReportedPeak> reported_peaks;
+  // Added by profile/: one line each about what the importer detected, skipped or decimated
+  // ("skipped 3 CPU [memory] events"), printed by `compare`.
+  std::vector<std::string> notes;
   bool operator==(const Timeline&) const = default;
 };
 

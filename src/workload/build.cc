@@ -252,6 +252,12 @@ class Builder {
     const TensorId g = Alloc(numel * d_.param_bytes, Category::kGradients, label);
     Free(g);
   }
+  // A weight grad of a Megatron (non-TE) linear layer handed to autograd and released by the DDP
+  // hook in the same backward step: bytes in the activation dtype (`input.dtype`).
+  void LinearWgradToAutograd(std::int64_t numel, const std::string& label) {
+    const TensorId g = Alloc(numel * d_.act_bytes, Category::kGradients, label);
+    Free(g);
+  }
   void NormWeightGrads(int layer, const char* norm) {
     SmallWeightGrad(d_.h, L(layer, fmt::format("{}.weight_grad", norm)));
     if (d_.layernorm) SmallWeightGrad(d_.h, L(layer, fmt::format("{}.bias_grad", norm)));
@@ -869,6 +875,13 @@ class Builder {
     }
     Begin("output_layer_bwd");
     SpGather(d_.act_bytes * d_.T * d_.h, "output_layer.input_gather", true);
+    // The output layer is Megatron's own ColumnParallelLinear (also under the TE spec). Its
+    // backward returns a full [V/t, h] weight grad to autograd: the real wgrad without
+    // gradient-accumulation fusion, else a `torch.empty(weight.main_grad.shape)` placeholder
+    // once Megatron-core DDP has set `grad_added_to_main_grad`
+    // (megatron/core/tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication
+    // .backward). AccumulateGrad stores it as .grad and the DDP hook drops it (§1.3).
+    LinearWgradToAutograd(d_.V / d_.t * d_.h, "output_layer.wgrad");
     const TensorId din = RowParallelOutputGrad("output_layer.d_input");
     Free(dlogits);
     Free(u.final_out);
@@ -1138,6 +1151,9 @@ class Builder {
     const TensorId dact =
         Alloc(d_.act_bytes * d_.T * d_.ffn / d_.t, Category::kTemporaries, L(l, "mlp.d_act_out"));
     if (bias) SmallWeightGrad(d_.h, L(l, "mlp.fc2.bias_grad"));
+    // Local (non-TE) linears: the wgrad or its placeholder goes through autograd (see
+    // LinearWgradToAutograd); TE layers accumulate into main_grad without one.
+    if (!d_.te) LinearWgradToAutograd(d_.h * (d_.ffn / d_.t), L(l, "mlp.fc2.wgrad"));
     Free(g);
     Free(a.act_out);
     if (dfc2 != dy) Free(dfc2);
@@ -1152,6 +1168,7 @@ class Builder {
     g = SpGather(full, L(l, "mlp.fc1_input_gather"), false);
     const TensorId dln2out = RowParallelOutputGrad(L(l, "mlp.d_ln2_out"));
     if (bias) SmallWeightGrad(d_.gamma * d_.ffn / d_.t, L(l, "mlp.fc1.bias_grad"));
+    if (!d_.te) LinearWgradToAutograd(d_.gamma * d_.ffn / d_.t * d_.h, L(l, "mlp.fc1.wgrad"));
     Free(g);
     Free(dfc1);
     Free(a.ln2_out);
@@ -1177,6 +1194,7 @@ class Builder {
     const TensorId dcore =
         Alloc(d_.act_bytes * d_.T * d_.q / d_.t, Category::kTemporaries, L(l, "attn.d_core_out"));
     if (bias) SmallWeightGrad(d_.h, L(l, "attn.proj.bias_grad"));
+    if (!d_.te) LinearWgradToAutograd(d_.h * (d_.q / d_.t), L(l, "attn.proj.wgrad"));
     Free(g);
     if (dproj != dres) Free(dproj);
     Flops(4.0 * d_.T * d_.q / d_.t * d_.h);
@@ -1200,6 +1218,7 @@ class Builder {
     if (setup_.model.add_bias_linear || setup_.model.add_qkv_bias) {
       SmallWeightGrad((d_.q + 2 * d_.kv) / d_.t, L(l, "attn.qkv.bias_grad"));
     }
+    if (!d_.te) LinearWgradToAutograd((d_.q + 2 * d_.kv) / d_.t * d_.h, L(l, "attn.qkv.wgrad"));
     Free(g);
     Free(dqkv);
     Free(a.ln1_out);

@@ -75,10 +75,12 @@ TEST_CASE("memsim check: baseline regression above the tolerance fails, below pa
 TEST_CASE("memsim check: a malformed baseline exits 2 naming the file", "[check][cli]") {
   ScratchDir dir("check");
   dir.Write("base.json", "{\"schema_version\": 1, \"stages\": [{\"pipeline\": 0}]}");
-  const auto r = RunMemsim(dir, "check " + kDefault + " --baseline base.json");
+  const auto r = RunMemsim(dir, "check " + kDefault + " --baseline base.json --junit j.xml");
   CHECK(r.exit_code == 2);
-  CHECK(r.err == "memsim check: base.json: /stages/0/peak_allocated_bytes: expected an integer "
-                 "byte count, missing\n");
+  CHECK(r.err == "memsim check: base.json: /stages/0/peak_allocated_bytes: expected a byte count "
+                 "(an integer from 0 to 2^62), missing\n");
+  // Nothing is written on exit 2.
+  CHECK_FALSE(std::filesystem::exists(dir.path() / "j.xml"));
 }
 
 TEST_CASE("memsim check: --junit writes XML with testsuites, testsuite, testcase and failure",

@@ -11,6 +11,7 @@
 #include "engine/stages.h"
 #include "report/format.h"
 #include "report/run_report.h"
+#include "cli/cli_test_util.h"
 
 namespace memsim {
 namespace {
@@ -44,25 +45,26 @@ TEST_CASE("docs/walkthrough.md quotes the default run's own figures", "[docs]") 
       fmt::format("gradients: {} GiB", GiB(Cat(kept, Category::kGradients))),
       fmt::format("main parameters: {} GiB", GiB(Cat(kept, Category::kMainParameters))),
       fmt::format("optimizer states: {} GiB", GiB(Cat(kept, Category::kOptimizerStates))),
-      fmt::format("static total: {} GiB", GiB(it1.end_allocated_bytes)),
+      fmt::format("{} GiB of static memory", GiB(it1.end_allocated_bytes)),
       // Init and iteration 1.
-      fmt::format("allocated after init: {} GiB", GiB(init.end_allocated_bytes)),
-      fmt::format("reserved after init: {} GiB", GiB(init.end_reserved_bytes)),
-      fmt::format("activations at the iteration-1 peak: {} GiB",
+      fmt::format("allocated is {} GiB after init", GiB(init.end_allocated_bytes)),
+      fmt::format("reserved is {} GiB", GiB(init.end_reserved_bytes)),
+      fmt::format("{} GiB of activations at the iteration-1 peak",
                   GiB(Cat(it1.by_category_at_peak, Category::kActivations))),
-      fmt::format("iteration 1 peak allocated: {} GiB", GiB(it1.peak_allocated_bytes)),
-      fmt::format("iteration 1 reserved: {} GiB", GiB(it1.end_reserved_bytes)),
+      fmt::format("iteration 1 peaks at {} GiB allocated", GiB(it1.peak_allocated_bytes)),
+      fmt::format("reserved stands at {} GiB after iteration 1", GiB(it1.end_reserved_bytes)),
       // Iteration 2: the optimizer states raise the floor.
       fmt::format("iteration 2 starts at {} GiB", GiB(it2.start_allocated_bytes)),
-      fmt::format("iteration 2 peak allocated: {} GiB", GiB(it2.peak_allocated_bytes)),
+      fmt::format("iteration 2 peaks at {} GiB allocated", GiB(it2.peak_allocated_bytes)),
       fmt::format("reserved grows by {} GiB during iteration 2",
                   GiB(it2.end_reserved_bytes - it1.end_reserved_bytes)),
-      fmt::format("iteration 3 reserved growth: {} GiB", GiB(it3.end_reserved_bytes - it2.end_reserved_bytes)),
-      fmt::format("iteration 4 reserved growth: {} GiB", GiB(it4.end_reserved_bytes - it3.end_reserved_bytes)),
-      fmt::format("steady reserved: {} GiB", GiB(it4.end_reserved_bytes)),
+      fmt::format("by {} GiB in iteration 3 and by {} GiB in iteration 4",
+                  GiB(it3.end_reserved_bytes - it2.end_reserved_bytes),
+                  GiB(it4.end_reserved_bytes - it3.end_reserved_bytes)),
+      fmt::format("reserved stays at {} GiB", GiB(it4.end_reserved_bytes)),
       // npu-smi.
       fmt::format("npu-smi shows {} GiB", GiB(it4.end_device_bytes)),
-      fmt::format("outside the allocator: {} GiB", GiB(outside)),
+      fmt::format("{} GiB more than reserved", GiB(outside)),
       fmt::format("{} communicators", stage.simulation.num_communicators),
       fmt::format("idle baseline: {} GiB", GiB(setup.device.idle_baseline_bytes)),
       fmt::format("runtime context: {} GiB", GiB(setup.device.context_bytes)),
@@ -73,14 +75,18 @@ TEST_CASE("docs/walkthrough.md quotes the default run's own figures", "[docs]") 
   for (const std::string& p : phrases) {
     if (doc.find(p) == std::string::npos) missing += "  " + p + "\n";
   }
-  // The output block quoted at the top is the current output (header and table).
-  phrases.push_back(report::FormatRunHeader(run, setup));
-  phrases.push_back(report::FormatIterationTable(run, 80));
-  // The README's quick tour quotes the same output.
-  const std::string readme = ReadDoc("README.md");
-  CHECK(readme.find(report::FormatIterationTable(run, 80)) != std::string::npos);
   INFO("phrases the walkthrough must quote (from the current simulation):\n" << missing);
   CHECK(missing.empty());
+}
+
+TEST_CASE("the walkthrough and the README quote the whole current output of `memsim run`",
+          "[docs]") {
+  testing::ScratchDir dir("docs");
+  const testing::CommandResult r = testing::RunMemsim(dir, "run --width 80");
+  REQUIRE(r.exit_code == 0);
+  INFO("current output:\n" << r.out);
+  CHECK(ReadDoc().find("$ memsim run\n" + r.out + "```") != std::string::npos);
+  CHECK(ReadDoc("README.md").find("$ build/memsim run\n" + r.out + "```") != std::string::npos);
 }
 
 }  // namespace

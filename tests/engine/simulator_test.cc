@@ -123,6 +123,32 @@ TEST_CASE("engine: a communication op overlaps the compute ops issued after it",
                                           "step-"});
 }
 
+// Megatron P2P (p2p_communication.py _communicate) runs on the compute stream and waits for its
+// NCCL requests; the tensor it recorded on the communication stream is reusable once it ends.
+// Without that, every micro-batch's send buffer stays pending and reserved creeps (issue 4,
+// docs/validation.md: the slurm-on-aws 70B case, +91% reserved before this rule).
+TEST_CASE("engine: a blocking collective on the compute stream completes its recorded stream",
+          "[engine]") {
+  struct Reserved final : public Observer {
+    void OnOpBoundary(const OpBoundary& b) override { last_reserved = b.reserved_bytes; }
+    Bytes last_reserved = 0;
+  };
+  Program program;
+  program.ops.push_back(
+      MakeOp("fwd", 1, Phase::kForward, {{1, 64_MiB, Category::kActivations, "out"}}, {}));
+  Op send = MakeOp("p2p.send_forward", 1, Phase::kForward, {}, {1});
+  send.collective_group = "pp";
+  send.record_streams = {{1, workload::kCommStream}};
+  program.ops.push_back(send);
+  program.ops.push_back(
+      MakeOp("fwd2", 1, Phase::kForward, {{2, 64_MiB, Category::kActivations, "out2"}}, {}));
+  Reserved seen;
+  Simulate(program, TestSetup(), {}, seen);
+  // One 64 MiB segment: the freed "out" block is reused for "out2" (64 MiB is a multiple of the
+  // 2 MiB large-pool rounding, so the block is exactly the request).
+  CHECK(seen.last_reserved == 64_MiB);
+}
+
 TEST_CASE("engine: the first out-of-memory is reported once and the run continues unbounded",
           "[engine]") {
   Program program;

@@ -87,7 +87,7 @@ TEST_CASE("check: a malformed baseline is an input error naming file and field",
   CHECK_THROWS_WITH(ParseBaseline("b.json", "{"),
                     "b.json: byte 2: not valid JSON (expected a `memsim run --json` report)");
   CHECK_THROWS_WITH(ParseBaseline("b.json", R"({"schema_version": 1, "stages": [{"pipeline": 0}]})"),
-                    "b.json: /stages/0/peak_allocated_bytes: expected an integer byte count, missing");
+                    "b.json: /stages/0/peak_allocated_bytes: expected a byte count (an integer from 0 to 2^62), missing");
   CHECK_THROWS_WITH(ParseBaseline("b.json", R"({"schema_version": 2})"),
                     "b.json: /schema_version: expected 1 (a `memsim run --json` report)");
   const auto stages = ParseBaseline(

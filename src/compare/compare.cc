@@ -1,0 +1,522 @@
+#include "compare/compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+
+#include <fmt/core.h>
+
+namespace memsim::compare {
+namespace {
+
+using timeline::kUnknownBytes;
+using timeline::Sample;
+using timeline::Timeline;
+
+enum class Curve { kAllocated, kReserved, kDevice };
+constexpr Curve kCurves[] = {Curve::kAllocated, Curve::kReserved, Curve::kDevice};
+
+const char* CurveName(Curve c) {
+  switch (c) {
+    case Curve::kAllocated: return "allocated";
+    case Curve::kReserved: return "reserved";
+    case Curve::kDevice: return "device";
+  }
+  return "";
+}
+
+Bytes Value(const Sample& s, Curve c) {
+  switch (c) {
+    case Curve::kAllocated: return s.allocated_bytes;
+    case Curve::kReserved: return s.reserved_bytes;
+    case Curve::kDevice: return s.device_bytes;
+  }
+  return kUnknownBytes;
+}
+
+bool HasCurve(const Timeline& t, Curve c) {
+  for (const Sample& s : t.samples) {
+    if (Value(s, c) >= 0) return true;
+  }
+  return false;
+}
+
+// Sample indices of one iteration, in time order, plus its time span [start, end].
+struct IterSpan {
+  std::vector<size_t> index;
+  double start_us = 0, end_us = 0;
+};
+
+std::map<int, IterSpan> SpansByIteration(const Timeline& t) {
+  std::map<int, IterSpan> spans;
+  for (size_t i = 0; i < t.samples.size(); ++i) {
+    const int k = t.samples[i].iteration;
+    if (k < 0) continue;
+    spans[k].index.push_back(i);
+  }
+  for (auto& [k, span] : spans) {
+    const size_t first = span.index.front(), last = span.index.back();
+    span.start_us = t.samples[first].time_us;
+    // The iteration lasts until the next sample that belongs to another iteration.
+    span.end_us = last + 1 < t.samples.size() ? t.samples[last + 1].time_us : t.samples[last].time_us;
+  }
+  return spans;
+}
+
+Bytes MaxOf(const Timeline& t, const std::vector<size_t>& index, Curve c) {
+  Bytes m = kUnknownBytes;
+  for (size_t i : index) m = std::max(m, Value(t.samples[i], c));
+  return m;
+}
+
+Bytes LastOf(const Timeline& t, const std::vector<size_t>& index, Curve c) {
+  for (auto it = index.rbegin(); it != index.rend(); ++it) {
+    if (Value(t.samples[*it], c) >= 0) return Value(t.samples[*it], c);
+  }
+  return kUnknownBytes;
+}
+
+Peaks PeaksOf(const Timeline& t, const std::vector<size_t>& index) {
+  Peaks p;
+  p.peak_allocated_bytes = MaxOf(t, index, Curve::kAllocated);
+  p.peak_reserved_bytes = MaxOf(t, index, Curve::kReserved);
+  p.peak_device_bytes = MaxOf(t, index, Curve::kDevice);
+  p.end_allocated_bytes = LastOf(t, index, Curve::kAllocated);
+  p.end_reserved_bytes = LastOf(t, index, Curve::kReserved);
+  return p;
+}
+
+std::optional<double> Pct(Bytes measured, Bytes simulated) {
+  if (measured < 0 || simulated <= 0) return std::nullopt;
+  return (static_cast<double>(measured) - static_cast<double>(simulated)) /
+         static_cast<double>(simulated) * 100.0;
+}
+
+PeakErrors ErrorsOf(const Peaks& m, const Peaks& s) {
+  return {Pct(m.peak_allocated_bytes, s.peak_allocated_bytes),
+          Pct(m.peak_reserved_bytes, s.peak_reserved_bytes),
+          Pct(m.peak_device_bytes, s.peak_device_bytes), Pct(m.end_allocated_bytes, s.end_allocated_bytes),
+          Pct(m.end_reserved_bytes, s.end_reserved_bytes)};
+}
+
+// Step-hold value at time q among index (sorted by time): the last known sample at or before q,
+// else the first known one.
+Bytes HoldAt(const Timeline& t, const std::vector<size_t>& index, Curve c, double q) {
+  Bytes v = kUnknownBytes;
+  for (size_t i : index) {
+    const Bytes x = Value(t.samples[i], c);
+    if (x < 0) continue;
+    if (t.samples[i].time_us > q && v >= 0) break;
+    v = x;
+    if (t.samples[i].time_us > q) break;
+  }
+  return v;
+}
+
+// Phase start times in order of first appearance (phases other than kUnknown).
+std::vector<std::pair<Phase, double>> PhaseStarts(const Timeline& t, const IterSpan& span) {
+  std::vector<std::pair<Phase, double>> out;
+  for (size_t i : span.index) {
+    const Phase p = t.samples[i].phase;
+    if (p == Phase::kUnknown) continue;
+    if (out.empty() || out.back().first != p) out.emplace_back(p, t.samples[i].time_us);
+  }
+  return out;
+}
+
+// Query times (measured, simulated) for `n` points of normalised time u = (i + 0.5) / n.
+void QueryTimes(const Timeline& m, const IterSpan& ms, const Timeline& s, const IterSpan& ss, int n,
+                std::vector<double>* mt, std::vector<double>* st, bool* phase_normalised) {
+  const auto mp = PhaseStarts(m, ms), sp = PhaseStarts(s, ss);
+  bool same = mp.size() >= 2 && mp.size() == sp.size();
+  for (size_t i = 0; same && i < mp.size(); ++i) same = mp[i].first == sp[i].first;
+  *phase_normalised = same;
+  std::vector<double> mb, sb;  // boundaries: start, phase 2.., end
+  if (same) {
+    mb.push_back(ms.start_us);
+    sb.push_back(ss.start_us);
+    for (size_t i = 1; i < mp.size(); ++i) {
+      mb.push_back(mp[i].second);
+      sb.push_back(sp[i].second);
+    }
+  } else {
+    mb.push_back(ms.start_us);
+    sb.push_back(ss.start_us);
+  }
+  mb.push_back(ms.end_us);
+  sb.push_back(ss.end_us);
+  const double s_len = ss.end_us - ss.start_us;
+  for (int i = 0; i < n; ++i) {
+    const double u = (i + 0.5) / n;
+    const double s_time = ss.start_us + u * s_len;
+    // Which simulated segment holds u, and where within it.
+    size_t j = 0;
+    while (j + 2 < sb.size() && s_time >= sb[j + 1]) ++j;
+    const double seg = sb[j + 1] - sb[j];
+    const double v = seg > 0 ? (s_time - sb[j]) / seg : u;
+    mt->push_back(mb[j] + v * (mb[j + 1] - mb[j]));
+    st->push_back(same ? s_time : ss.start_us + u * s_len);
+  }
+  if (!same) {
+    for (int i = 0; i < n; ++i) (*mt)[i] = ms.start_us + (i + 0.5) / n * (ms.end_us - ms.start_us);
+  }
+}
+
+std::optional<int> SteadyState(const std::vector<std::pair<int, Bytes>>& peaks) {
+  // The first iteration after which the peak reserved never exceeds the maximum so far.
+  std::optional<int> steady;
+  Bytes max_so_far = kUnknownBytes;
+  for (const auto& [k, v] : peaks) {
+    if (v < 0) continue;
+    if (v > max_so_far) {
+      max_so_far = v;
+      steady = k;
+    }
+  }
+  return steady;
+}
+
+Bytes ConvergedLevel(const Timeline& t, Curve c) {
+  std::vector<Bytes> v;
+  for (const Sample& s : t.samples) {
+    if (Value(s, c) >= 0) v.push_back(Value(s, c));
+  }
+  if (v.empty()) return kUnknownBytes;
+  std::vector<Bytes> tail(v.end() - static_cast<std::ptrdiff_t>(std::max<size_t>(1, v.size() / 5)), v.end());
+  std::sort(tail.begin(), tail.end());
+  return tail[(tail.size() - 1) / 2];
+}
+
+void SplitEvenly(Timeline& t, int count) {
+  if (t.samples.empty() || count <= 0) return;
+  const double t0 = t.samples.front().time_us, t1 = t.samples.back().time_us;
+  const double len = (t1 - t0) / count;
+  for (Sample& s : t.samples) {
+    int k = len > 0 ? static_cast<int>((s.time_us - t0) / len) : 0;
+    s.iteration = std::min(k, count - 1) + 1;
+  }
+}
+
+bool HasIterations(const Timeline& t) {
+  for (const Sample& s : t.samples) {
+    if (s.iteration >= 1) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int DetectIterations(Timeline& t, int expected_count) {
+  Curve c = Curve::kAllocated;
+  if (!HasCurve(t, c)) c = HasCurve(t, Curve::kReserved) ? Curve::kReserved : Curve::kDevice;
+  std::vector<size_t> known;
+  for (size_t i = 0; i < t.samples.size(); ++i) {
+    if (Value(t.samples[i], c) >= 0) known.push_back(i);
+  }
+  if (known.size() < 8) return 0;
+  const double t0 = t.samples[known.front()].time_us, t1 = t.samples[known.back()].time_us;
+  if (!(t1 > t0)) return 0;
+  constexpr int kN = 2048;
+  const double dt = (t1 - t0) / (kN - 1);
+  std::vector<double> y(kN);
+  {
+    size_t j = 0;
+    for (int i = 0; i < kN; ++i) {
+      const double q = t0 + i * dt;
+      while (j + 1 < known.size() && t.samples[known[j + 1]].time_us <= q) ++j;
+      y[i] = static_cast<double>(Value(t.samples[known[j]], c));
+    }
+  }
+  const auto [lo_it, hi_it] = std::minmax_element(y.begin(), y.end());
+  const double range = *hi_it - *lo_it;
+  if (range <= 0) return 0;
+  int period = 0;
+  if (expected_count > 0) {
+    period = kN / expected_count;
+  } else {
+    // Autocorrelation r(lag) (normalised by the overlap). The iteration period is the shortest
+    // lag whose r is a local maximum, above 0.3 r(0), and higher than every r in [lag/2,
+    // 0.95 lag]. That last condition rejects multiples of the period (r(2P) <= r(P)) and, in a
+    // curve with sub-periods (micro-batches), the sub-period's multiples, whose r decays with the
+    // lag, while the iteration period rises above that decay.
+    const double mean = std::accumulate(y.begin(), y.end(), 0.0) / kN;
+    std::vector<double> r(kN / 2 + 2, 0.0);
+    for (int lag = 0; lag <= kN / 2 + 1; ++lag) {
+      double sum = 0;
+      for (int i = 0; i + lag < kN; ++i) sum += (y[i] - mean) * (y[i + lag] - mean);
+      r[lag] = sum / (kN - lag);
+    }
+    if (r[0] <= 0) return 0;
+    for (int lag = kN / 64; lag < kN / 2 && period == 0; ++lag) {
+      if (r[lag] < r[lag - 1] || r[lag] < r[lag + 1] || r[lag] <= 0.3 * r[0]) continue;
+      const auto window_begin = r.begin() + lag / 2;
+      const auto window_end = r.begin() + static_cast<int>(0.95 * lag) + 1;
+      if (r[lag] > *std::max_element(window_begin, window_end)) period = lag;
+    }
+  }
+  if (period < 4) return 0;
+  // The end of the flat stretch that starts at index b (the rise after a low point).
+  auto end_of_plateau = [&](int b, int to) {
+    while (b + 1 < to && y[b + 1] == y[b]) ++b;
+    return b;
+  };
+  // The rise after the lowest point of a window (the last one on ties).
+  auto boundary_in = [&](int from, int to) {
+    from = std::max(from, 0);
+    to = std::min(to, kN);
+    int arg = from;
+    for (int i = from; i < to; ++i) {
+      if (y[i] <= y[arg]) arg = i;
+    }
+    return end_of_plateau(arg, to);
+  };
+  // The same among the indices within 2% of the range of `level` (the level the curve returns
+  // to between iterations); -1 when there is none.
+  auto boundary_at_level = [&](int from, int to, double level) {
+    from = std::max(from, 0);
+    to = std::min(to, kN);
+    int arg = -1;
+    for (int i = from; i < to; ++i) {
+      if (std::fabs(y[i] - level) > 0.02 * range) continue;
+      if (arg < 0 || y[i] <= y[arg]) arg = i;
+    }
+    return arg < 0 ? -1 : end_of_plateau(arg, to);
+  };
+  std::vector<int> bounds;
+  if (expected_count > 0) {
+    bounds.push_back(0);
+    for (int k = 1; k < expected_count; ++k) {
+      bounds.push_back(boundary_in(k * period - period / 2, k * period + period / 2));
+    }
+  } else {
+    const int mid = boundary_in(kN / 2 - period / 2, kN / 2 + period / 2);
+    const double level = y[mid];
+    bounds.push_back(mid);
+    for (int b = mid;;) {  // backwards
+      const int from = b - period - period / 2, to = b - period / 2;
+      if (from < 0) break;
+      b = boundary_at_level(from, to, level);
+      if (b < 0) break;
+      bounds.insert(bounds.begin(), b);
+    }
+    for (int b = mid;;) {  // forwards
+      const int from = b + period / 2, to = b + period + period / 2;
+      if (to > kN) break;
+      b = boundary_at_level(from, to, level);
+      if (b < 0) break;
+      bounds.push_back(b);
+    }
+    // A last iteration that runs to the end of the profile, when it is nearly a whole period.
+    if (kN - 1 - bounds.back() < 0.8 * period) {
+      // the tail is partial: it stays unlabelled
+    } else {
+      bounds.push_back(kN);
+    }
+  }
+  if (expected_count > 0) bounds.push_back(kN);
+  const int count = static_cast<int>(bounds.size()) - 1;
+  if (count < 1) return 0;
+  for (Sample& s : t.samples) {
+    if (s.iteration >= 0) continue;
+    const double pos = (s.time_us - t0) / dt;
+    // Iteration k holds (bounds[k], bounds[k + 1]]: the sample that rises off the low point
+    // opens the next iteration; the low point itself closes the previous one.
+    for (int k = 0; k < count; ++k) {
+      const double lo = (expected_count > 0 && k == 0) ? -1e300 : bounds[k];
+      const double hi = bounds[k + 1] == kN ? 1e300 : bounds[k + 1];
+      if (pos > lo && pos <= hi) {
+        s.iteration = k + 1;
+        break;
+      }
+    }
+  }
+  return count;
+}
+
+Report Compare(const Timeline& measured_in, const Timeline& simulated, const CompareOptions& o) {
+  Report r;
+  r.format = o.format.empty() ? measured_in.source : o.format;
+  r.pipeline_rank = o.pipeline_rank;
+  r.tolerance_pct = o.tolerance_pct;
+  Timeline m = measured_in;
+  for (const std::string& n : measured_in.notes) r.notes.push_back(n);
+  const bool allocator_level = HasCurve(m, Curve::kAllocated) || HasCurve(m, Curve::kReserved);
+  bool detected = false;
+  if (HasIterations(m)) {
+    r.alignment = fmt::format("by the iteration numbers in the profile ({})", m.source);
+  } else if (allocator_level) {
+    const int n = DetectIterations(m, o.profile_iterations);
+    detected = n > 0 && o.profile_iterations == 0;
+    r.alignment = n > 0 ? fmt::format("{} iterations detected from the periodic {} curve{}", n,
+                                      HasCurve(m, Curve::kAllocated) ? "allocated" : "reserved",
+                                      o.profile_iterations > 0 ? " (--profile-iterations)" : "")
+                        : "no iterations found in the profile: compared on peaks only";
+  } else if (o.profile_iterations > 0) {
+    SplitEvenly(m, o.profile_iterations);
+    r.alignment = fmt::format("device-level samples split into {} equal iterations "
+                              "(--profile-iterations)", o.profile_iterations);
+  } else {
+    r.alignment = "device-level samples without iteration markers: compared on the peak and the "
+                  "converged level";
+  }
+  // --skip: drop the first N measured iterations (>= 1).
+  std::map<int, IterSpan> mspans = SpansByIteration(m);
+  mspans.erase(0);  // init is not an iteration
+  for (int i = 0; i < o.skip && !mspans.empty(); ++i) mspans.erase(mspans.begin());
+  if (o.skip > 0) r.notes.push_back(fmt::format("skipped the profile's first {} iterations", o.skip));
+  std::map<int, IterSpan> sspans = SpansByIteration(simulated);
+  const int last_simulated = sspans.empty() ? -1 : sspans.rbegin()->first;
+  // Detected iterations repeat by construction, so they are compared with the simulated steady
+  // state: detected iteration j with simulated iteration S + j - 1, where S is the simulated
+  // iteration after which reserved stops growing.
+  int offset = 0;
+  if (detected) {
+    std::vector<std::pair<int, Bytes>> sim_reserved;
+    for (const auto& [k, span] : sspans) {
+      if (k < 1) continue;
+      const Bytes res = MaxOf(simulated, span.index, Curve::kReserved);
+      sim_reserved.emplace_back(k, res >= 0 ? res : MaxOf(simulated, span.index, Curve::kAllocated));
+    }
+    if (auto steady = SteadyState(sim_reserved)) {
+      offset = *steady - 1;
+      r.alignment += fmt::format("; compared from the simulated steady state (iteration {}) on", *steady);
+    }
+  }
+
+  r.cumulative_peaks = !m.reported_peaks.empty();
+  std::map<int, timeline::ReportedPeak> reported;
+  for (const auto& p : m.reported_peaks) reported[p.iteration] = p;
+
+  std::vector<size_t> all_measured_index, all_simulated_index;
+  std::vector<std::pair<int, Bytes>> m_reserved;
+  std::optional<Curve> chart_curve;
+  for (Curve c : kCurves) {
+    if (!chart_curve && HasCurve(m, c) && HasCurve(simulated, c)) chart_curve = c;
+  }
+  std::vector<double> curve_errors;
+  for (const auto& [k, ms] : mspans) {
+    if (last_simulated < 1) break;
+    const int sk = std::min(k + offset, last_simulated);
+    if (!sspans.count(sk)) continue;
+    const IterSpan& ss = sspans.at(sk);
+    IterationResult it;
+    it.iteration = k;
+    it.simulated_iteration = sk;
+    it.measured = PeaksOf(m, ms.index);
+    it.simulated = PeaksOf(simulated, ss.index);
+    if (r.cumulative_peaks) {
+      // Peaks since the start of the process: simulated maximum over init..sk.
+      std::vector<size_t> upto;
+      for (size_t i = 0; i < simulated.samples.size(); ++i) {
+        if (simulated.samples[i].time_us <= ss.end_us) upto.push_back(i);
+      }
+      const Peaks cum = PeaksOf(simulated, upto);
+      it.simulated.peak_allocated_bytes = cum.peak_allocated_bytes;
+      it.simulated.peak_reserved_bytes = cum.peak_reserved_bytes;
+      it.simulated.peak_device_bytes = cum.peak_device_bytes;
+      auto rp = reported.find(k);
+      it.measured.peak_allocated_bytes = rp == reported.end() ? kUnknownBytes : rp->second.max_allocated_bytes;
+      it.measured.peak_reserved_bytes = rp == reported.end() ? kUnknownBytes : rp->second.max_reserved_bytes;
+      it.measured.peak_device_bytes = kUnknownBytes;  // one sample per report: no peak
+    }
+    it.error_pct = ErrorsOf(it.measured, it.simulated);
+    if (!r.cumulative_peaks && ms.index.size() >= 2) {
+      std::vector<double> mt, st;
+      QueryTimes(m, ms, simulated, ss, o.curve_points, &mt, &st, &it.phase_normalised);
+      for (Curve c : kCurves) {
+        const Bytes peak = MaxOf(m, ms.index, c);
+        if (peak <= 0 || MaxOf(simulated, ss.index, c) < 0) continue;
+        double sum = 0;
+        for (int i = 0; i < o.curve_points; ++i) {
+          const Bytes a = HoldAt(m, ms.index, c, mt[i]), b = HoldAt(simulated, ss.index, c, st[i]);
+          sum += std::fabs(static_cast<double>(a - b));
+          if (chart_curve == c) {
+            r.chart_measured.push_back(a);
+            r.chart_simulated.push_back(b);
+          }
+        }
+        const double e = sum / o.curve_points / static_cast<double>(peak) * 100.0;
+        (c == Curve::kAllocated ? it.curve_error_pct.allocated
+                                : c == Curve::kReserved ? it.curve_error_pct.reserved
+                                                        : it.curve_error_pct.device) = e;
+      }
+      const auto& ce = it.curve_error_pct;
+      if (auto e = ce.allocated ? ce.allocated : ce.reserved ? ce.reserved : ce.device) {
+        curve_errors.push_back(*e);
+      }
+    }
+    all_measured_index.insert(all_measured_index.end(), ms.index.begin(), ms.index.end());
+    all_simulated_index.insert(all_simulated_index.end(), ss.index.begin(), ss.index.end());
+    m_reserved.emplace_back(k, it.measured.peak_reserved_bytes >= 0 ? it.measured.peak_reserved_bytes
+                                                                    : it.measured.peak_device_bytes);
+    r.iterations.push_back(it);
+  }
+  if (chart_curve) r.chart_curve = CurveName(*chart_curve);
+  if (!r.iterations.empty()) {
+    // Overall: maxima over the aligned iterations; ends from the last one.
+    Peaks om, os;
+    for (const IterationResult& it : r.iterations) {
+      om.peak_allocated_bytes = std::max(om.peak_allocated_bytes, it.measured.peak_allocated_bytes);
+      om.peak_reserved_bytes = std::max(om.peak_reserved_bytes, it.measured.peak_reserved_bytes);
+      om.peak_device_bytes = std::max(om.peak_device_bytes, it.measured.peak_device_bytes);
+      os.peak_allocated_bytes = std::max(os.peak_allocated_bytes, it.simulated.peak_allocated_bytes);
+      os.peak_reserved_bytes = std::max(os.peak_reserved_bytes, it.simulated.peak_reserved_bytes);
+      os.peak_device_bytes = std::max(os.peak_device_bytes, it.simulated.peak_device_bytes);
+    }
+    om.end_allocated_bytes = r.iterations.back().measured.end_allocated_bytes;
+    om.end_reserved_bytes = r.iterations.back().measured.end_reserved_bytes;
+    os.end_allocated_bytes = r.iterations.back().simulated.end_allocated_bytes;
+    os.end_reserved_bytes = r.iterations.back().simulated.end_reserved_bytes;
+    if (om.peak_device_bytes < 0 && os.peak_device_bytes >= 0 && HasCurve(m, Curve::kDevice)) {
+      om.peak_device_bytes = MaxOf(m, all_measured_index, Curve::kDevice);
+    }
+    r.overall_measured = om;
+    r.overall_simulated = os;
+    r.steady_state_measured = SteadyState(m_reserved);
+    // The simulated steady state over all simulated iterations, not only the aligned ones.
+    std::vector<std::pair<int, Bytes>> all_simulated;
+    for (const auto& [k, span] : sspans) {
+      if (k < 1) continue;
+      const Bytes res = MaxOf(simulated, span.index, Curve::kReserved);
+      all_simulated.emplace_back(k, res >= 0 ? res : MaxOf(simulated, span.index, Curve::kDevice));
+    }
+    r.steady_state_simulated = SteadyState(all_simulated);
+  } else {
+    std::vector<size_t> mi(m.samples.size()), si(simulated.samples.size());
+    std::iota(mi.begin(), mi.end(), size_t{0});
+    std::iota(si.begin(), si.end(), size_t{0});
+    r.overall_measured = PeaksOf(m, mi);
+    r.overall_simulated = PeaksOf(simulated, si);
+    if (chart_curve) {
+      IterSpan ms{mi, m.samples.empty() ? 0 : m.samples.front().time_us,
+                  m.samples.empty() ? 0 : m.samples.back().time_us};
+      IterSpan ss{si, simulated.samples.empty() ? 0 : simulated.samples.front().time_us,
+                  simulated.samples.empty() ? 0 : simulated.samples.back().time_us};
+      for (int i = 0; i < o.curve_points; ++i) {
+        const double u = (i + 0.5) / o.curve_points;
+        r.chart_measured.push_back(HoldAt(m, mi, *chart_curve, ms.start_us + u * (ms.end_us - ms.start_us)));
+        r.chart_simulated.push_back(
+            HoldAt(simulated, si, *chart_curve, ss.start_us + u * (ss.end_us - ss.start_us)));
+      }
+    }
+    if (!HasIterations(simulated)) r.notes.push_back("the simulated timeline has no iterations");
+  }
+  r.overall_error_pct = ErrorsOf(r.overall_measured, r.overall_simulated);
+  if (!curve_errors.empty()) {
+    r.overall_curve_error_pct =
+        std::accumulate(curve_errors.begin(), curve_errors.end(), 0.0) / curve_errors.size();
+  }
+  r.converged_device_measured = ConvergedLevel(m, Curve::kDevice);
+  r.converged_device_simulated = ConvergedLevel(simulated, Curve::kDevice);
+  r.converged_device_error_pct = Pct(r.converged_device_measured, r.converged_device_simulated);
+  if (o.tolerance_pct) {
+    for (const auto& e : {r.overall_error_pct.peak_allocated, r.overall_error_pct.peak_reserved,
+                          r.overall_error_pct.peak_device}) {
+      if (e && std::fabs(*e) > *o.tolerance_pct) r.failed = true;
+    }
+  }
+  return r;
+}
+
+}  // namespace memsim::compare

@@ -1,0 +1,144 @@
+// Megatron-LM report_memory lines (F§5.1, M1 common_utils.py report_memory):
+//   [Rank 0] (after 10 iterations) memory (MB) | allocated: 21874.33 | max allocated: 47210.91 |
+//   reserved: 50112.00 | max reserved: 50112.00[ | total device memory used: 51200.00]
+// "MB" is MiB (Megatron divides by 1024*1024). Only "(after N iterations)" reports become samples
+// (iteration N, the end of training iteration N in memsim's 1-based numbering); checkpoint
+// reports are skipped and counted. The log has no clock: sample time is N x nominal interval.
+// "max allocated" / "max reserved" are peaks since the process started: they go to
+// Timeline::reported_peaks, never into the samples.
+#include <map>
+#include <set>
+
+#include <fmt/core.h>
+
+#include "core/error.h"
+#include "profile/importers.h"
+#include "profile/reader.h"
+
+namespace memsim::profile::internal {
+namespace {
+
+struct Report {
+  double allocated_mib = 0, max_allocated_mib = 0, reserved_mib = 0, max_reserved_mib = 0;
+  std::optional<double> device_mib;
+};
+
+// Reads "<key>: <number>" at *pos (after optional spaces), advancing past it.
+bool ReadField(std::string_view line, size_t* pos, std::string_view key, double* value) {
+  std::string_view rest = line.substr(*pos);
+  const std::string_view bar = "| ";
+  if (!StartsWith(rest, bar)) return false;
+  rest.remove_prefix(bar.size());
+  if (!StartsWith(rest, key) || !StartsWith(rest.substr(key.size()), ": ")) return false;
+  rest.remove_prefix(key.size() + 2);
+  const size_t end = rest.find(' ');
+  auto v = ParseDouble(rest.substr(0, end));
+  if (!v || *v < 0) return false;
+  *value = *v;
+  *pos = end == std::string_view::npos ? line.size() : line.size() - rest.size() + end + 1;
+  return true;
+}
+
+}  // namespace
+
+timeline::Timeline LoadMegatronLog(const std::string& path, const LoadProfileOptions& options) {
+  LineReader in(path);
+  // rank -> iteration -> report (ordered: deterministic).
+  std::map<int, std::map<int, Report>> reports;
+  int skipped_other = 0;
+  std::string_view line;
+  const std::string_view anchor = " memory (MB) | ";
+  while (in.Next(&line)) {
+    const size_t at = line.find(anchor);
+    if (at == std::string_view::npos) continue;
+    // Rank: "[Rank N]" before the name; absent on some forks (then rank 0).
+    int rank = 0;
+    std::string_view head = line.substr(0, at);
+    const size_t r = head.find("[Rank ");
+    if (r != std::string_view::npos) {
+      const size_t close = head.find(']', r);
+      auto v = close == std::string_view::npos ? std::nullopt
+                                                : ParseInt(head.substr(r + 6, close - r - 6));
+      if (!v || *v < 0) in.Fail("expected '[Rank <integer>]' before the memory report");
+      rank = static_cast<int>(*v);
+      head = head.substr(close + 1);
+    }
+    Report rep;
+    size_t pos = at + anchor.size() - 2;  // at "| allocated"
+    double device = 0;
+    if (!ReadField(line, &pos, "allocated", &rep.allocated_mib) ||
+        !ReadField(line, &pos, "max allocated", &rep.max_allocated_mib) ||
+        !ReadField(line, &pos, "reserved", &rep.reserved_mib) ||
+        !ReadField(line, &pos, "max reserved", &rep.max_reserved_mib)) {
+      in.Fail(
+          "expected 'memory (MB) | allocated: <MiB> | max allocated: <MiB> | reserved: <MiB> | "
+          "max reserved: <MiB>'");
+    }
+    if (pos < line.size() && ReadField(line, &pos, "total device memory used", &device)) {
+      rep.device_mib = device;
+    }
+    // "(after N iterations)"
+    head = Trim(head);
+    const std::string_view after = "(after ";
+    const size_t a = head.find(after);
+    const size_t it_end = head.find(" iterations)");
+    if (a == std::string_view::npos || it_end == std::string_view::npos || it_end < a) {
+      ++skipped_other;
+      continue;
+    }
+    auto iteration = ParseInt(head.substr(a + after.size(), it_end - a - after.size()));
+    if (!iteration || *iteration < 0 || *iteration > 1'000'000'000) {
+      in.Fail("expected '(after <integer> iterations)' before 'memory (MB)'");
+    }
+    reports[rank][static_cast<int>(*iteration)] = rep;
+  }
+  if (reports.empty()) {
+    if (in.line_number() == 0) in.Fail("empty file, expected Megatron report_memory lines");
+    in.Fail(
+        "no '(after N iterations) memory (MB) | allocated: ...' line, expected Megatron "
+        "report_memory output");
+  }
+  int rank = reports.begin()->first;
+  if (options.rank >= 0) {
+    if (!reports.count(options.rank)) {
+      std::string seen;
+      for (const auto& [k, v] : reports) seen += fmt::format("{}{}", seen.empty() ? "" : ", ", k);
+      throw InputError(fmt::format("{}: no report_memory lines for rank {} (ranks in the file: {})",
+                                   path, options.rank, seen));
+    }
+    rank = options.rank;
+  }
+  SeriesBuilder series(options.max_samples);
+  timeline::Timeline out;
+  std::vector<timeline::ReportedPeak> peaks;
+  std::vector<RawSpan> spans;
+  for (const auto& [iteration, rep] : reports[rank]) {
+    timeline::Sample s;
+    s.iteration = iteration;
+    s.allocated_bytes = MiBToBytes(rep.allocated_mib);
+    s.reserved_bytes = MiBToBytes(rep.reserved_mib);
+    if (rep.device_mib) s.device_bytes = MiBToBytes(*rep.device_mib);
+    const TimeNs t = static_cast<TimeNs>(iteration * options.nominal_interval_us * 1000.0);
+    series.Add(t, s);
+    peaks.push_back({iteration, MiBToBytes(rep.max_allocated_mib), MiBToBytes(rep.max_reserved_mib)});
+  }
+  out = series.Finish({}, "megatron-log");
+  for (timeline::Sample& s : out.samples) {
+    s.time_us = s.iteration * options.nominal_interval_us;  // keep the nominal clock absolute
+  }
+  out.reported_peaks = std::move(peaks);
+  out.device_index = rank;
+  out.notes.push_back(fmt::format(
+      "rank {} ({} report_memory lines; no clock: iteration N placed at N x {} us)", rank,
+      reports[rank].size(), options.nominal_interval_us));
+  if (reports.size() > 1) {
+    out.notes.push_back(fmt::format("{} ranks in the log; --rank picks another",
+                                    reports.size()));
+  }
+  if (skipped_other > 0) {
+    out.notes.push_back(fmt::format("skipped {} reports not made after an iteration", skipped_other));
+  }
+  return out;
+}
+
+}  // namespace memsim::profile::internal

@@ -1,0 +1,81 @@
+// profile/: importers of real memory profiles into a timeline::Timeline (design.md "profile/";
+// every format, unit and time base is described in reference/formats.md, cited below as F§n).
+// An importer only translates: it never guesses values the source does not hold (those stay
+// kUnknownBytes) and never simulates. Time in the returned Timeline is microseconds since the
+// earliest sample or marker of the file (importers keep nanosecond precision while reading).
+// Iteration numbers follow memsim's convention (1 = first training iteration) where the source
+// says which training iteration it saw; otherwise samples keep iteration -1 and compare/ detects
+// iterations from the curve.
+//
+// Memory bound: every importer reads its file as a stream and keeps only memory samples, at most
+// LoadProfileOptions::max_samples per device in the file (default 2^21 samples of 64
+// bytes while reading = 128 MiB, plus up to 40 MiB during a decimation; the returned Timeline
+// holds 48-byte samples); longer series are decimated by runs of 16 consecutive samples that keep
+// each run's first, last, highest-allocated, highest-reserved and highest-device sample, so
+// peaks stay exact. A 2 GB memory_record.csv therefore loads in one pass within that bound,
+// whatever its row order. The memory snapshot keeps 24 bytes per trace entry besides (it is
+// walked backwards); pre-1.10 Chrome traces keep their Bytes deltas whole.
+//
+// Errors: bad input throws memsim::InputError whose message starts with "<file>:<line>: " for
+// line-based formats or "<file>: byte <offset>: " for JSON, and says what was expected.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "timeline/timeline.h"
+
+namespace memsim::profile {
+
+enum class Format {
+  kAuto,
+  kTorchTrace,     // PyTorch profiler Chrome trace (.json, .json.gz), F§1
+  kTorchSnapshot,  // PyTorch memory snapshot, JSON form, F§2
+  kNpuProfiler,    // torch_npu profiler CSVs or a whole *_ascend_pt folder, F§3.1-3.4
+  kNpuMem,         // CANN npu_mem*.csv, F§3.5
+  kNpuSmi,         // repeated `npu-smi info` text, F§4.1
+  kNvidiaSmi,      // `nvidia-smi --query-gpu=... --format=csv` log, F§4.3
+  kMegatronLog,    // Megatron report_memory lines, F§5.1
+  kMemsimCsv,      // memsim's own CSV timeline (design.md "CSV timeline columns")
+};
+
+// The command-line names: "auto", "torch-trace", "torch-snapshot", "npu-profiler", "npu-mem",
+// "npu-smi", "nvidia-smi", "megatron-log", "memsim-csv".
+std::string_view FormatName(Format format);
+std::optional<Format> FormatFromName(std::string_view name);
+
+struct LoadProfileOptions {
+  // Device to import: the `Device Id` / `NPU:<id>` / device ordinal / GPU index / chip position
+  // as the format numbers it. -1: the lowest device that has data.
+  int device_index = -1;
+  // Megatron logs: the global rank whose lines are imported. -1: the lowest rank seen.
+  int rank = -1;
+  // Upper bound on samples kept in memory (see the header comment). REQUIRES: >= 16.
+  size_t max_samples = size_t{1} << 21;
+  // Nominal spacing of samples whose source has no clock (npu-smi without timestamps), in us.
+  double nominal_interval_us = 1e6;
+};
+
+// What DetectFormat found, and why (printed by `compare`: "detected npu-smi: ...").
+struct Detection {
+  Format format = Format::kAuto;
+  std::string reason;
+};
+
+// Guesses the format of `path` (a file, a .gz file, or a directory) from its name and first
+// bytes. Throws InputError "<path>: cannot tell the profile format: ..." when nothing matches,
+// and when the file cannot be read.
+Detection DetectFormat(const std::string& path);
+
+// The same decision from a file name and its first (decompressed) bytes; no I/O. Returns
+// kAuto when nothing matches.
+Detection DetectFormatFromContent(std::string_view path, std::string_view head);
+
+// Reads `path` as `format` (kAuto: DetectFormat first). Throws InputError as described above,
+// including for empty files, truncated files, a file of another kind, and a profile with no
+// memory samples for the selected device.
+timeline::Timeline LoadProfile(const std::string& path, Format format,
+                               const LoadProfileOptions& options = {});
+
+}  // namespace memsim::profile

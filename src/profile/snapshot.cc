@@ -1,0 +1,381 @@
+// PyTorch memory snapshot, JSON form (F§2; torch_npu's variant F§2.2 A5). The final state comes
+// from `segments` and the curves from walking `device_traces[d]` backwards (F§2.4, as MemoryViz
+// does), because the ring buffer may have dropped the oldest entries:
+//   reserved  = sum of the device's segment total_size; undo segment_alloc/map (-size) and
+//               segment_free/unmap (+size);
+//   allocated = sum over active_allocated blocks; undo alloc (-size), free_requested (+size)
+//               (the allocator's allocated_bytes drops at free_requested, F§2.2 table);
+//   active    = sum over active_* blocks; undo alloc (-size), free_completed (+size).
+// A trace entry's `size` is the requested size (orig_size, F§2.2), a block's requested_size too;
+// both are rounded up to the allocator's 512-byte granule (PyTorch CUDACachingAllocator
+// round_size, kMinBlockSize = 512) so the two agree. Estimate: a large block whose unsplit tail
+// is kept (remainder <= 1 MiB) is larger than that; the imported allocated curve can be up to
+// 1 MiB per such live block low. Time: `time_us` (epoch us) where present; otherwise (PyTorch
+// <= 2.0, torch_npu) the entry index, 1 us apart. The snapshot has no iteration markers.
+// Memory: read with a SAX parser (stack frames are skipped, never stored); kept are 24 bytes per
+// trace entry of every device plus per-device sums, then the usual bounded series (profile.h).
+#include <istream>
+#include <map>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "profile/importers.h"
+#include "profile/json_error.h"
+#include "profile/reader.h"
+
+namespace memsim::profile::internal {
+namespace {
+
+using json = nlohmann::json;
+
+int64_t Round512(int64_t bytes) { return bytes <= 0 ? 0 : (bytes + 511) / 512 * 512; }
+
+enum class Action : std::uint8_t {
+  kAlloc, kFreeRequested, kFreeCompleted, kSegmentAlloc, kSegmentFree, kMarker
+};
+
+struct Entry {
+  int64_t time_us = -1;  // -1: absent
+  int64_t size = 0;
+  Action action = Action::kMarker;
+};
+
+struct Final {
+  int64_t reserved = 0, allocated = 0, active = 0;
+};
+
+const char* const kNotSnapshot =
+    "expected a memory snapshot object with 'segments' and 'device_traces' arrays "
+    "(torch.cuda.memory._snapshot())";
+
+// Paths, as frame sequences from the root object (legacy: the root is the segment array):
+//   /segments/i/{device,total_size}            segment fields
+//   /segments/i/blocks/b/{size,requested_size,state}, .../history/h/real_size
+//   /device_traces/d/n/{action,size,time_us}   trace entries
+class Handler : public nlohmann::json_sax<json> {
+ public:
+  explicit Handler(const std::string& path) : path_(path) {}
+
+  std::map<int, Final> finals;
+  std::map<int, std::vector<Entry>> traces;
+  std::optional<size_t> error_position;
+  std::string error;
+  bool saw_segments = false;
+
+  bool null() override { return Scalar(Kind::kOther, 0, ""); }
+  bool boolean(bool) override { return Scalar(Kind::kOther, 0, ""); }
+  bool number_integer(number_integer_t v) override { return Scalar(Kind::kInt, v, ""); }
+  bool number_unsigned(number_unsigned_t v) override {
+    return Scalar(Kind::kInt, v > static_cast<number_unsigned_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(v), "");
+  }
+  bool number_float(number_float_t, const string_t&) override { return Scalar(Kind::kOther, 0, ""); }
+  bool string(string_t& v) override { return Scalar(Kind::kString, 0, v); }
+  bool binary(binary_t&) override { return Scalar(Kind::kOther, 0, ""); }
+
+  bool start_object(std::size_t) override {
+    BeginValue();
+    if (frames_.empty()) legacy_ = false;
+    frames_.push_back(Frame{false, {}, -1});
+    switch (Where()) {
+      case Place::kSegment: segment_ = Segment{}; break;
+      case Place::kBlock: block_ = Block{}; break;
+      case Place::kEntry: entry_ = Entry{}; entry_action_.clear(); entry_has_size_ = false; break;
+      default: break;
+    }
+    return true;
+  }
+  bool end_object() override {
+    const Place place = Where();
+    if (place == Place::kSegment) {
+      if (segment_.total < 0) return Fail(Pointer(), "expected 'total_size' (an integer)");
+      Final& f = finals[segment_.device];
+      f.reserved += segment_.total;
+      f.allocated += segment_.allocated;
+      f.active += segment_.active;
+    } else if (place == Place::kBlock) {
+      if (block_.state.empty()) return Fail(Pointer(), "expected a block with a 'state' string");
+      if (block_.size < 0) return Fail(Pointer(), "expected 'size' (an integer)");
+      const int64_t requested =
+          block_.requested >= 0 ? block_.requested : block_.has_history ? block_.history : block_.size;
+      if (block_.state == "active_allocated") segment_.allocated += Round512(requested);
+      if (block_.state.rfind("active_", 0) == 0) segment_.active += Round512(requested);
+    } else if (place == Place::kEntry) {
+      if (!FinishEntry()) return false;
+    }
+    frames_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    BeginValue();
+    if (frames_.empty()) {
+      legacy_ = true;  // a bare list of segments (F§2.2 legacy)
+      saw_segments = true;
+    } else if (frames_.size() == 1 && !legacy_ && frames_[0].key == "segments") {
+      saw_segments = true;
+    }
+    frames_.push_back(Frame{true, {}, -1});
+    if (Where() == Place::kDeviceTrace) traces[static_cast<int>(frames_[1].index)];
+    return true;
+  }
+  bool end_array() override {
+    frames_.pop_back();
+    return true;
+  }
+  bool key(string_t& k) override {
+    frames_.back().key = k;
+    return true;
+  }
+  bool parse_error(std::size_t position, const std::string&,
+                   const nlohmann::detail::exception& ex) override {
+    if (!semantic_) {
+      error_position = position;
+      error = ex.what();
+    }
+    return false;
+  }
+  bool semantic_failed() const { return semantic_; }
+
+ private:
+  enum class Kind { kInt, kString, kOther };
+  enum class Place {
+    kOther, kSegments, kSegment, kBlock, kHistoryItem, kTraces, kDeviceTrace, kEntry
+  };
+  struct Frame {
+    bool array;
+    std::string key;
+    int64_t index;
+  };
+  struct Segment {
+    int device = 0;
+    int64_t total = -1, allocated = 0, active = 0;
+  };
+  struct Block {
+    int64_t size = -1, requested = -1, history = 0;
+    bool has_history = false;
+    std::string state;
+  };
+
+  void BeginValue() {
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+  }
+
+  // Where the innermost frame is (for objects: the object itself).
+  Place Where() const {
+    const size_t b = legacy_ ? 0 : 1;  // frames_[b] is the segments array
+    const size_t n = frames_.size();
+    const bool in_segments = legacy_ ? n >= 1 && frames_[0].array
+                                     : n >= 2 && frames_[0].key == "segments" && frames_[1].array;
+    if (in_segments) {
+      if (n == b + 1) return Place::kSegments;
+      if (n == b + 2 && !frames_[b + 1].array) return Place::kSegment;
+      if (n == b + 4 && frames_[b + 1].key == "blocks" && frames_[b + 2].array && !frames_[b + 3].array) {
+        return Place::kBlock;
+      }
+      if (n == b + 6 && frames_[b + 1].key == "blocks" && frames_[b + 3].key == "history" &&
+          !frames_[b + 5].array) {
+        return Place::kHistoryItem;
+      }
+      return Place::kOther;
+    }
+    if (!legacy_ && n >= 2 && frames_[0].key == "device_traces" && frames_[1].array) {
+      if (n == 2) return Place::kTraces;
+      if (n == 3 && frames_[2].array) return Place::kDeviceTrace;
+      if (n == 4 && frames_[2].array && !frames_[3].array) return Place::kEntry;
+    }
+    return Place::kOther;
+  }
+
+  std::string Pointer() const {
+    std::string p;
+    for (const Frame& f : frames_) {
+      if (f.array) {
+        if (f.index >= 0) p += fmt::format("/{}", f.index);
+      } else if (!f.key.empty() && &f != &frames_.back()) {
+        p += "/" + f.key;
+      }
+    }
+    return p;
+  }
+
+  bool Fail(const std::string& pointer, std::string_view what) {
+    error = fmt::format("{}: {}: {}", path_, pointer.empty() ? "/" : pointer, what);
+    semantic_ = true;
+    return false;
+  }
+
+  // A scalar: its key is frames_.back().key (objects only).
+  bool Scalar(Kind kind, int64_t v, const std::string& text) {
+    BeginValue();
+    if (frames_.empty()) return Fail("/segments", kNotSnapshot);
+    const Frame& f = frames_.back();
+    if (f.array) return true;
+    const std::string& k = f.key;
+    const Place place = Where();
+    auto need_int = [&]() {
+      if (kind == Kind::kInt) return true;
+      return Fail(Pointer() + "/" + k, "expected an integer");
+    };
+    if (frames_.size() == 1 && !legacy_ && (k == "segments" || k == "device_traces")) {
+      return Fail("/" + k, k == "segments" ? kNotSnapshot : "expected an array of per-device arrays");
+    }
+    switch (place) {
+      case Place::kSegment:
+        if (k == "device") {
+          if (!need_int()) return false;
+          segment_.device = static_cast<int>(v);
+        } else if (k == "total_size") {
+          if (!need_int()) return false;
+          segment_.total = v;
+        }
+        break;
+      case Place::kBlock:
+        if (k == "size") {
+          if (!need_int()) return false;
+          block_.size = v;
+        } else if (k == "requested_size") {
+          if (!need_int()) return false;
+          block_.requested = v;
+        } else if (k == "state") {
+          if (kind != Kind::kString) return Fail(Pointer(), "expected a block with a 'state' string");
+          block_.state = text;
+        }
+        break;
+      case Place::kHistoryItem:
+        if (k == "real_size" && kind == Kind::kInt) {
+          block_.history += v;
+          block_.has_history = true;
+        }
+        break;
+      case Place::kEntry:
+        if (k == "action") {
+          if (kind != Kind::kString) return Fail(Pointer(), "expected a trace entry with an 'action' string");
+          entry_action_ = text;
+        } else if (k == "size") {
+          if (!need_int()) return false;
+          entry_.size = v;
+          entry_has_size_ = true;
+        } else if (k == "time_us") {
+          if (!need_int()) return false;
+          entry_.time_us = v;
+        }
+        break;
+      default:
+        break;
+    }
+    return true;
+  }
+
+  bool FinishEntry() {
+    const std::string& a = entry_action_;
+    if (a.empty()) return Fail(Pointer(), "expected a trace entry with an 'action' string");
+    if (a == "alloc") entry_.action = Action::kAlloc;
+    else if (a == "free_requested") entry_.action = Action::kFreeRequested;
+    else if (a == "free_completed") entry_.action = Action::kFreeCompleted;
+    else if (a == "segment_alloc" || a == "segment_map") entry_.action = Action::kSegmentAlloc;
+    else if (a == "segment_free" || a == "segment_unmap") entry_.action = Action::kSegmentFree;
+    else if (a == "snapshot" || a == "oom" || a == "workspace_snapshot") entry_.action = Action::kMarker;
+    else {
+      return Fail(Pointer() + "/action",
+                  fmt::format("expected alloc, free_requested, free_completed, segment_alloc, "
+                              "segment_free, segment_map, segment_unmap, snapshot or oom, got '{}'",
+                              a));
+    }
+    if (entry_.action != Action::kMarker && !entry_has_size_) {
+      return Fail(Pointer(), "expected 'size' (an integer)");
+    }
+    traces[static_cast<int>(frames_[1].index)].push_back(entry_);
+    return true;
+  }
+
+  std::string path_;
+  std::vector<Frame> frames_;
+  bool legacy_ = false;
+  bool semantic_ = false;
+  Segment segment_;
+  Block block_;
+  Entry entry_;
+  std::string entry_action_;
+  bool entry_has_size_ = false;
+};
+
+}  // namespace
+
+timeline::Timeline LoadSnapshot(const std::string& path, const LoadProfileOptions& options) {
+  Handler h(path);
+  {
+    GzStreamBuf buf(path);
+    std::istream in(&buf);
+    const bool ok = json::sax_parse(in, &h, json::input_format_t::json, /*strict=*/true);
+    if (h.semantic_failed()) throw InputError(h.error);
+    if (!ok || h.error_position) {
+      throw InputError(JsonErrorMessage(path, h.error_position.value_or(0), h.error,
+                                        "a memory snapshot JSON object"));
+    }
+  }
+  if (!h.saw_segments) throw InputError(fmt::format("{}: /segments: {}", path, kNotSnapshot));
+  // Device: the requested one, else the lowest with trace entries, else with segments.
+  int device = options.device_index;
+  for (const auto& [d, entries] : h.traces) {
+    if (device < 0 && !entries.empty()) device = d;
+  }
+  if (device < 0 && !h.finals.empty()) device = h.finals.begin()->first;
+  if (device < 0) {
+    throw InputError(fmt::format("{}: no segments and no trace entries, expected a snapshot "
+                                 "recorded with _record_memory_history(enabled='all')", path));
+  }
+  const Final end = h.finals.count(device) ? h.finals.at(device) : Final{};
+  const std::vector<Entry> empty;
+  const std::vector<Entry>& trace = h.traces.count(device) ? h.traces.at(device) : empty;
+  bool timed = !trace.empty();
+  for (const Entry& e : trace) timed = timed && e.time_us >= 0;
+  // Walk the trace backwards, recording the state after each entry.
+  struct State {
+    TimeNs time_ns;
+    int64_t allocated, reserved, active;
+  };
+  std::vector<State> after(trace.size());
+  int64_t reserved = end.reserved, allocated = end.allocated, active = end.active;
+  for (size_t n = trace.size(); n-- > 0;) {
+    const Entry& e = trace[n];
+    const TimeNs t = timed ? e.time_us * 1000 : static_cast<TimeNs>(n) * 1000;
+    after[n] = {t, allocated, reserved, active};
+    const int64_t rounded = Round512(e.size);
+    switch (e.action) {
+      case Action::kAlloc: allocated -= rounded; active -= rounded; break;
+      case Action::kFreeRequested: allocated += rounded; break;
+      case Action::kFreeCompleted: active += rounded; break;
+      case Action::kSegmentAlloc: reserved -= e.size; break;
+      case Action::kSegmentFree: reserved += e.size; break;
+      case Action::kMarker: break;
+    }
+  }
+  SeriesBuilder series(options.max_samples);
+  int64_t clamped = 0;
+  auto add = [&](TimeNs t, int64_t a, int64_t r, int64_t act) {
+    timeline::Sample s;
+    // The ring buffer may start with frees of blocks allocated before it: clamp at 0 (counted).
+    if (a < 0 || r < 0 || act < 0) ++clamped;
+    s.allocated_bytes = std::max<int64_t>(a, 0);
+    s.reserved_bytes = std::max<int64_t>(r, 0);
+    s.active_bytes = std::max<int64_t>(act, 0);
+    series.Add(t, s);
+  };
+  // The state before the first entry, then after each.
+  add(after.empty() ? 0 : after.front().time_ns, allocated, reserved, active);
+  for (const State& s : after) add(s.time_ns, s.allocated, s.reserved, s.active);
+  timeline::Timeline out = series.Finish({}, "torch-snapshot");
+  out.device_index = device;
+  out.notes.push_back(fmt::format("device {}, {} trace entries, {}; allocated from requested "
+                                  "sizes rounded to 512 B (estimate)",
+                                  device, trace.size(),
+                                  timed ? "time_us clock" : "no time_us: entries 1 us apart"));
+  if (clamped > 0) {
+    out.notes.push_back(fmt::format("{} states before the ring buffer's oldest entry clamped at 0",
+                                    clamped));
+  }
+  return out;
+}
+
+}  // namespace memsim::profile::internal

@@ -1,0 +1,112 @@
+// Truncated, empty, wrong-kind and corrupted input: one InputError each, naming the file, the
+// line or byte offset and what was expected (messages pinned verbatim).
+#include <catch2/catch.hpp>
+
+#include "core/error.h"
+#include "profile/profile.h"
+#include "profile/writers.h"
+
+namespace memsim::profile {
+namespace {
+
+std::string LoadError(const std::string& text, Format format, const std::string& name) {
+  const std::string path = testing::TempPath(name);
+  testing::WriteFile(path, text);
+  try {
+    LoadProfile(path, format);
+  } catch (const InputError& e) {
+    const std::string message = e.what();
+    // Strip the temp directory so the expectations read as "<file>:...".
+    return message.substr(0, path.size()) == path ? "<file>" + message.substr(path.size()) : message;
+  }
+  return "no error";
+}
+
+TEST_CASE("empty files", "[profile]") {
+  CHECK(LoadError("", Format::kMemsimCsv, "empty.csv") ==
+        "<file>: empty file, expected the memsim-csv header and samples");
+  CHECK(LoadError("", Format::kMegatronLog, "empty.log") ==
+        "<file>: empty file, expected Megatron report_memory lines");
+  CHECK(LoadError("", Format::kNvidiaSmi, "empty_smi.csv") ==
+        "<file>: empty file, expected the nvidia-smi CSV header and samples");
+  CHECK(LoadError("", Format::kNpuSmi, "empty_npu.txt") ==
+        "<file>: empty file, expected npu-smi info output");
+  CHECK(LoadError("", Format::kAuto, "empty_auto") == "<file>: empty file, expected a memory profile");
+}
+
+TEST_CASE("wrong kind of file", "[profile]") {
+  const std::string megatron =
+      "[Rank 0] (after 1 iterations) memory (MB) | allocated: 1.0 | max allocated: 2.0 | "
+      "reserved: 4.0 | max reserved: 4.0\n";
+  CHECK(LoadError(megatron, Format::kMemsimCsv, "wrong1.csv") ==
+        "<file>:1: expected the memsim-csv header "
+        "'time_us,iteration,phase,allocated_bytes,reserved_bytes,active_bytes,device_bytes'");
+  CHECK(LoadError("time_us,allocated_bytes\n0,1\n", Format::kMegatronLog, "wrong2.log") ==
+        "<file>:2: no '(after N iterations) memory (MB) | allocated: ...' line, expected "
+        "Megatron report_memory output");
+  CHECK(LoadError("time_us,allocated_bytes\n0,1\n", Format::kNvidiaSmi, "wrong3.csv") ==
+        "<file>:1: expected the nvidia-smi CSV header 'timestamp, memory.used [MiB], ...' (run "
+        "nvidia-smi --query-gpu=timestamp,index,memory.used,memory.total --format=csv)");
+  CHECK(LoadError(megatron, Format::kNpuSmi, "wrong4.txt") ==
+        "<file>:1: no npu-smi device table ('| NPU   Name | Health | ...'), expected npu-smi info "
+        "output");
+  CHECK(LoadError("hello\nworld\n", Format::kAuto, "wrong5.txt") ==
+        "<file>: cannot tell the profile format from its first bytes; expected one of "
+        "torch-trace, torch-snapshot, npu-profiler, npu-mem, npu-smi, nvidia-smi, megatron-log, "
+        "memsim-csv (name it with --format)");
+}
+
+TEST_CASE("corrupted values and binary data", "[profile]") {
+  const std::string header =
+      "time_us,iteration,phase,allocated_bytes,reserved_bytes,active_bytes,device_bytes\n";
+  CHECK(LoadError(header + "0,0,init,1,2,,\n1,1,forward,abc,2,,\n", Format::kMemsimCsv, "bad1.csv") ==
+        "<file>:3: allocated_bytes: expected a non-negative integer number of bytes, got 'abc'");
+  CHECK(LoadError(header + "0,0,forwrd,1,2,,\n", Format::kMemsimCsv, "bad2.csv") ==
+        "<file>:2: phase: expected init, forward, backward, optimizer_step or unknown, got 'forwrd'");
+  CHECK(LoadError(header + "0,0,init,1,2\n", Format::kMemsimCsv, "bad3.csv") ==
+        "<file>:2: expected 7 fields as in the header, got 5");
+  CHECK(LoadError(header + std::string("0,0,init,1,\0,,\n", 16), Format::kMemsimCsv, "bad4.csv") ==
+        "<file>: byte 92: binary data (a NUL byte), expected text");  // 81-byte header + "0,0,init,1,"
+  CHECK(LoadError("[Rank 0] (after 1 iterations) memory (MB) | allocated: x | max allocated: 2.0\n",
+                  Format::kMegatronLog, "bad5.log") ==
+        "<file>:1: expected 'memory (MB) | allocated: <MiB> | max allocated: <MiB> | reserved: "
+        "<MiB> | max reserved: <MiB>'");
+  CHECK(LoadError("timestamp, memory.used [MiB]\n2025/07/02 14:03:11.482, lots MiB\n",
+                  Format::kNvidiaSmi, "bad6.csv") ==
+        "<file>:2: memory.used: expected '<integer> MiB', got 'lots MiB'");
+  CHECK(LoadError("timestamp, memory.used [MiB]\nyesterday, 5 MiB\n", Format::kNvidiaSmi, "bad7.csv") ==
+        "<file>:2: timestamp: expected 'YYYY/MM/DD HH:MM:SS.mmm', got 'yesterday'");
+}
+
+TEST_CASE("truncated files", "[profile]") {
+  const std::string table =
+      "| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|\n"
+      "| Chip                      | Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |\n"
+      "+===========================+===============+====================================================+\n"
+      "| 0     910X                | OK            | 211.4       47                0    / 0             |\n";
+  CHECK(LoadError(table, Format::kNpuSmi, "trunc1.txt") ==
+        "<file>:4: truncated npu-smi table: expected the second row of the last device");
+  CHECK(LoadError(table.substr(0, table.find('\n') + 1), Format::kNpuSmi, "trunc2.txt") ==
+        "<file>:1: truncated npu-smi table: expected the second header row");
+  CHECK(LoadError("time_us,iteration,phase,allocated_bytes,reserved_bytes,active_bytes,device_bytes\n",
+                  Format::kMemsimCsv, "trunc3.csv") ==
+        "<file>:1: no samples after the header, expected at least one row");
+  CHECK(LoadError("time_us,iteration,phase,allocated_bytes,reserved_bytes,active_bytes,device_bytes\n"
+                  "0,0,init,1,2",
+                  Format::kMemsimCsv, "trunc4.csv") ==
+        "<file>:2: expected 7 fields as in the header, got 5");
+}
+
+TEST_CASE("a missing file and a device that is not in the profile", "[profile]") {
+  const std::string path = testing::TempPath("missing.csv");
+  CHECK_THROWS_WITH(LoadProfile(path, Format::kMemsimCsv),
+                    path + ": cannot open: No such file or directory");
+  LoadProfileOptions o;
+  o.device_index = 7;
+  CHECK_THROWS_WITH(LoadProfile(testing::DataPath("npu_smi.txt"), Format::kNpuSmi, o),
+                    testing::DataPath("npu_smi.txt") +
+                        ": no samples for device 7 (devices in the file: 0-1)");
+}
+
+}  // namespace
+}  // namespace memsim::profile
