@@ -5,11 +5,8 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
-
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <fmt/core.h>
 
@@ -19,6 +16,7 @@
 #include "core/error.h"
 #include "core/size.h"
 #include "replay/trace.h"
+#include "report/format.h"
 
 namespace memsim::cli {
 namespace {
@@ -66,64 +64,6 @@ std::string ReadFile(const std::string& path) {
     throw InputError(fmt::format("cannot read trace '{}': {}", path, std::strerror(err)));
   }
   return out;
-}
-
-// One output file of a run: where it goes and its whole content.
-struct OutputFile {
-  std::string path;
-  std::string content;
-};
-
-// Writes every file or none: first each content goes to a temporary file created next to its
-// target (mkstemp, so concurrent runs do not collide), and only when all of them are written
-// are they renamed over their targets. A failure removes the temporaries, and the targets this
-// call already renamed (a rename fails only in odd cases, such as the directory vanishing).
-// A target that exists and is not a regular file (a directory, /dev/null, a FIFO) is refused
-// rather than replaced. Throws InputError "<path>: cannot write: <reason>".
-void WriteAllOrNothing(const std::vector<OutputFile>& files) {
-  std::vector<std::string> temps;  // temps[i] belongs to files[i]
-  auto remove_temps = [&](std::size_t from) {
-    for (std::size_t j = from; j < temps.size(); ++j) ::unlink(temps[j].c_str());
-  };
-  auto fail = [&](const std::string& path, const std::string& reason) {
-    remove_temps(0);
-    return InputError(fmt::format("{}: cannot write: {}", path, reason));
-  };
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  for (const OutputFile& f : files) {
-    struct stat st;
-    if (::stat(f.path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-      throw fail(f.path, "not a regular file");
-    }
-    std::string temp = f.path + ".tmp-memsim-XXXXXX";
-    const int fd = ::mkstemp(temp.data());
-    if (fd < 0) throw fail(f.path, std::strerror(errno));
-    temps.push_back(temp);
-    std::size_t done = 0;
-    while (done < f.content.size()) {
-      const ssize_t n = ::write(fd, f.content.data() + done, f.content.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        const int err = n < 0 ? errno : EIO;
-        ::close(fd);
-        throw fail(f.path, std::strerror(err));
-      }
-      done += static_cast<std::size_t>(n);
-    }
-    // mkstemp creates 0600; give the file the mode a plain create would.
-    const bool ok = ::fchmod(fd, 0666 & ~mask) == 0;
-    const int err = errno;
-    if (::close(fd) != 0 || !ok) throw fail(f.path, std::strerror(ok ? errno : err));
-  }
-  for (std::size_t i = 0; i < files.size(); ++i) {
-    if (::rename(temps[i].c_str(), files[i].path.c_str()) != 0) {
-      const int err = errno;
-      for (std::size_t j = 0; j < i; ++j) ::unlink(files[j].path.c_str());
-      remove_temps(i);
-      throw InputError(fmt::format("{}: cannot write: {}", files[i].path, std::strerror(err)));
-    }
-  }
 }
 
 std::int64_t StatValue(const alloc::StatInfo& s, const alloc::AllocatorStats& stats, bool peak) {
@@ -189,7 +129,9 @@ int RunReplay(const ReplayArgs& args) {
         f.segment_allocs, stats.num_device_alloc, f.segment_frees, stats.num_device_free,
         f.reserved_end_bytes, stats.reserved_bytes.current, f.skipped, match ? "true" : "false");
   }
-  std::vector<OutputFile> outputs;
+  // All outputs are rendered first and written all or nothing (an unwritable --csv must not
+  // leave a fresh --json behind).
+  std::vector<std::pair<std::string, std::string>> outputs;
   if (!args.json.empty()) {
     outputs.push_back({args.json,
         fmt::format("{{\"schema_version\": 1, \"memsim_version\": \"{}\", \"backend\": \"{}\", "
@@ -207,7 +149,7 @@ int RunReplay(const ReplayArgs& args) {
     }
     outputs.push_back({args.csv, std::move(csv)});
   }
-  WriteAllOrNothing(outputs);
+  report::WriteFilesAtomically(outputs);
   std::fputs(out.c_str(), stdout);
   return 0;
 }

@@ -492,15 +492,20 @@ TEST_CASE("memsim replay: outputs are written all or nothing", "[replay]") {
   CHECK(r.err == "memsim replay: nodir/x.json: cannot write: No such file or directory\n");
   CHECK(Slurp(dir.path() / "good.csv") == "old\n");
   CHECK(written() == std::vector<std::string>{"good.csv"});
-  // A directory (or any non-regular file) is refused, not replaced.
-  r = Memsim(dir, "replay ok.csv --json sub --csv good.csv");
+  // A directory is refused, not replaced, and the other output is not written either.
+  r = Memsim(dir, "replay ok.csv --json good.csv --csv sub");
   CHECK(r.exit_code == 2);
-  CHECK(r.err == "memsim replay: sub: cannot write: not a regular file\n");
+  CHECK(r.err == "memsim replay: sub: cannot write: is a directory\n");
   CHECK(Slurp(dir.path() / "good.csv") == "old\n");
   CHECK(written() == std::vector<std::string>{"good.csv"});
   r = Memsim(dir, "replay ok.csv --json same.out --csv same.out");
   CHECK(r.exit_code == 2);
   CHECK(r.err == "memsim replay: --json and --csv name the same file 'same.out'\n");
+  // /dev/null is written in place, never replaced (report::WriteFilesAtomically).
+  r = Memsim(dir, "replay ok.csv --json /dev/null --csv good.csv");
+  CHECK(r.exit_code == 0);
+  CHECK(std::filesystem::is_character_file("/dev/null"));
+  std::filesystem::remove(dir.path() / "good.csv");
   // Success writes both, no temporaries left. 10 bytes round up to 512 (the minimum block
   // size) and a small request gets a 2 MiB = 2097152-byte segment (kSmallBuffer).
   r = Memsim(dir, "replay ok.csv --json good.json --csv good.csv");
