@@ -31,7 +31,9 @@ void WriteFileAtomically(const std::string& path, std::string_view content);
 
 // Writes several files all or nothing: every content goes to its temporary file first; only when
 // all of them were written are they renamed into place. On failure no target is touched and the
-// temporaries are removed; throws InputError naming the first path that could not be written.
+// temporaries are removed; throws InputError naming the first path that could not be written,
+// or a path named twice. (A rename failing after others succeeded is not rolled back; renames
+// within one directory fail only if the directory changes meanwhile.)
 void WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>& files);
 
 }  // namespace memsim::report

@@ -56,6 +56,11 @@ TEST_CASE("memsim run: bad input exits 2 with one message and leaves no file", "
   r = RunMemsim(dir, "rnu");
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("unknown subcommand 'rnu' (did you mean 'run'?)") != std::string::npos);
+  // The same file for two outputs.
+  r = RunMemsim(dir, "run --json same.out --csv same.out");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim run: same.out: named for two outputs\n");
+  CHECK_FALSE(std::filesystem::exists(dir.path() / "same.out"));
   // An unwritable output path: exit 2, nothing half-written.
   r = RunMemsim(dir, "run --json no/such/dir/r.json");
   CHECK(r.exit_code == 2);
