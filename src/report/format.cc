@@ -85,7 +85,7 @@ void WriteFileAtomically(const std::string& path, std::string_view content) {
 void WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>& files) {
   for (size_t i = 0; i < files.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
-      if (files[i].first == files[j].first && files[i].first != "-") {
+      if (files[i].first == files[j].first && files[i].first != "-" && !IsSpecialFile(files[i].first)) {
         throw InputError(fmt::format("{}: named for two outputs", files[i].first));
       }
     }
