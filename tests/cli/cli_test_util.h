@@ -22,7 +22,11 @@ class ScratchDir {
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
   }
-  ~ScratchDir() { std::filesystem::remove_all(path_); }
+  ~ScratchDir() {
+    std::filesystem::remove_all(path_);
+    std::filesystem::remove(path_.string() + ".stdout");
+    std::filesystem::remove(path_.string() + ".stderr");
+  }
   ScratchDir(const ScratchDir&) = delete;
   ScratchDir& operator=(const ScratchDir&) = delete;
 
@@ -50,8 +54,10 @@ struct CommandResult {
 };
 
 // Runs `memsim ARGS` with DIR as the working directory. ARGS is passed to the shell as is.
+// Standard output and error are captured beside DIR, so DIR holds only what memsim wrote.
 inline CommandResult RunMemsim(const ScratchDir& dir, const std::string& args) {
-  const auto out = dir.path() / ".stdout", err = dir.path() / ".stderr";
+  const std::filesystem::path out = dir.path().string() + ".stdout";
+  const std::filesystem::path err = dir.path().string() + ".stderr";
   const std::string cmd = "cd '" + dir.path().string() + "' && '" MEMSIM_BINARY "' " + args +
                           " > '" + out.string() + "' 2> '" + err.string() + "'";
   const int status = std::system(cmd.c_str());

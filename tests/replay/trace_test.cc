@@ -12,6 +12,8 @@
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
+
+#include "cli/cli_test_util.h"
 #include <fmt/core.h>
 
 #include "alloc/allocator.h"
@@ -356,43 +358,16 @@ TEST_CASE("snapshot: a deep nesting is an error, not a stack overflow", "[replay
 
 // ---- the command line ----
 
-struct Run {
-  int exit_code;
-  std::string out, err;
-};
+using Run = testing::CommandResult;
 
-std::string Slurp(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string Slurp(const std::filesystem::path& p) { return testing::ReadAll(p); }
 
-class TempDir {
+class TempDir : public testing::ScratchDir {
  public:
-  TempDir() {
-    path_ = std::filesystem::temp_directory_path() /
-            ("memsim_replay_test_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::filesystem::path Write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ / name) << text;
-    return path_ / name;
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
+  TempDir() : ScratchDir("replay") {}
 };
 
-Run Memsim(const TempDir& dir, const std::string& args) {
-  const auto out = dir.path() / "stdout", err = dir.path() / "stderr";
-  const std::string cmd = "cd '" + dir.path().string() + "' && '" MEMSIM_BINARY "' " + args +
-                          " > '" + out.string() + "' 2> '" + err.string() + "'";
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, Slurp(out), Slurp(err)};
-}
+Run Memsim(const TempDir& dir, const std::string& args) { return testing::RunMemsim(dir, args); }
 
 TEST_CASE("memsim replay: bad traces exit 2 with one message", "[replay]") {
   TempDir dir;
