@@ -77,7 +77,12 @@ bool LooksLikePath(const std::string& s) {
 // --set KEY=VALUE -> (pointer, value).
 void ApplyOverride(const std::string& text, Json* root, Source* source) {
   const size_t eq = text.find('=');
-  const std::string label = "--set " + text;
+  // Echoed safely: invalid UTF-8 replaced, long keys and values shortened.
+  const std::string label =
+      "--set " + (eq == std::string::npos
+                      ? internal::Printable(text)
+                      : internal::Printable(std::string_view(text).substr(0, eq)) + "=" +
+                            internal::Printable(std::string_view(text).substr(eq + 1)));
   if (eq == std::string::npos || eq == 0) {
     throw InputError(fmt::format("{}: expected KEY=VALUE, e.g. training.micro_batch_size=2", label));
   }
@@ -93,6 +98,9 @@ void ApplyOverride(const std::string& text, Json* root, Source* source) {
   Json value;
   if (raw == "True" || raw == "False") {
     value = raw == "True";
+  } else if (internal::FindTooDeep(raw)) {
+    throw InputError(fmt::format("{}: value nested deeper than memsim's limit of {} levels", label,
+                                 internal::kMaxJsonDepth));
   } else {
     try {
       value = Json::parse(raw);
@@ -134,13 +142,13 @@ DevicePreset LoadDevice(const std::string& ref, const std::string& location, con
       Document d{label, "", false, ""};
       if (ReadFile(label, &d.text)) doc = d;
     }
-    if (!doc) Fail(location, fmt::format("cannot read device preset file '{}'", label));
+    if (!doc) Fail(location, fmt::format("cannot read device preset file '{}'", internal::Printable(label)));
     *device_path = doc->label;
     return ReadDevice(*doc);
   }
   std::optional<Document> doc = FindEmbeddedDocument("configs/devices/" + ref + ".json");
   if (!doc) {
-    std::string message = fmt::format("unknown device preset '{}'", ref);
+    std::string message = fmt::format("unknown device preset '{}'", internal::Printable(ref));
     const std::string guess = ClosestMatch(ref, EmbeddedDeviceNames());
     if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
     message += fmt::format("; known presets: {}; or give a path to a preset file", KnownDevices());
@@ -170,7 +178,7 @@ Document LoadModelDocument(const std::string& ref, const std::string& location, 
     if (doc) return *doc;
     std::string known;
     for (const std::string& n : EmbeddedModelNames()) known += (known.empty() ? "" : ", ") + n;
-    std::string message = fmt::format("unknown model '{}'", ref);
+    std::string message = fmt::format("unknown model '{}'", internal::Printable(ref));
     const std::string guess = ClosestMatch(ref, EmbeddedModelNames());
     if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
     message += fmt::format("; shipped models: {}; or give a path to a model file", known);
@@ -185,7 +193,7 @@ Document LoadModelDocument(const std::string& ref, const std::string& location, 
     Document d{label, "", false, ""};
     if (ReadFile(label, &d.text)) doc = d;
   }
-  if (!doc) Fail(location, fmt::format("cannot read model file '{}'", label));
+  if (!doc) Fail(location, fmt::format("cannot read model file '{}'", internal::Printable(label)));
   return *doc;
 }
 
@@ -226,7 +234,7 @@ const std::vector<std::string> kMoeOnly = {
 void ReadUnsupported(ObjectReader& t) {
   if (std::optional<std::string> fw = t.String("framework"); fw && *fw != "megatron") {
     throw UnsupportedError(fmt::format("{}: framework '{}' (memsim models Megatron-LM only)",
-                                       t.At("framework"), *fw));
+                                       t.At("framework"), internal::Printable(*fw)));
   }
   if (std::optional<bool> f = t.Bool("use_megatron_fsdp"); f.value_or(false)) {
     throw UnsupportedError(fmt::format("{}: Megatron-FSDP", t.At("use_megatron_fsdp")));
@@ -254,7 +262,8 @@ void ReadUnsupported(ObjectReader& t) {
     throw UnsupportedError(fmt::format("{}: CUDA graphs", t.At("enable_cuda_graph")));
   }
   if (std::optional<std::string> g = t.String("cuda_graph_impl"); g && *g != "none") {
-    throw UnsupportedError(fmt::format("{}: CUDA graphs ('{}')", t.At("cuda_graph_impl"), *g));
+    throw UnsupportedError(fmt::format("{}: CUDA graphs ('{}')", t.At("cuda_graph_impl"),
+                                       internal::Printable(*g)));
   }
   for (const char* key : {"fp8", "fp8_format"}) {
     if (const Json* v = t.Get(key); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
@@ -531,7 +540,9 @@ void Validate(Setup& s, const std::map<std::string, std::string>& where, const O
 
 }  // namespace
 
-Setup LoadSetup(const std::string& config_path, const LoadOptions& options) {
+namespace {
+
+Setup LoadSetupUnguarded(const std::string& config_path, const LoadOptions& options) {
   Document config;
   if (config_path.empty()) {
     if (!options.use_embedded_default) throw InputError("no config file given");
@@ -567,7 +578,7 @@ Setup LoadSetup(const std::string& config_path, const LoadOptions& options) {
   // Model: --model, a path relative to the config, or an inline object.
   internal::LocatedModel located;
   if (!options.model_path.empty()) {
-    const Document d = LoadModelDocument(options.model_path, "--model " + options.model_path, nullptr);
+    const Document d = LoadModelDocument(options.model_path, "--model " + internal::Printable(options.model_path), nullptr);
     Source ms{d.label, {}};
     located = internal::ReadHfModel(ms, internal::ParseJson(d.text, d.label), "", &s.notes);
     s.model_path = d.label;
@@ -598,7 +609,8 @@ Setup LoadSetup(const std::string& config_path, const LoadOptions& options) {
 
   // Device: --device, or the config's "device" (a preset name, a path, or an inline object).
   if (!options.device.empty()) {
-    s.device = LoadDevice(options.device, "--device " + options.device, nullptr, &s.device_path);
+    s.device = LoadDevice(options.device, "--device " + internal::Printable(options.device), nullptr,
+                          &s.device_path);
     top.Skip("device");
   } else {
     const Json* device = top.Get("device");
@@ -640,9 +652,24 @@ Setup LoadSetup(const std::string& config_path, const LoadOptions& options) {
   return s;
 }
 
+}  // namespace
+
+Setup LoadSetup(const std::string& config_path, const LoadOptions& options) {
+  // Backstop: every read above checks types first, so nlohmann should never throw; if it does,
+  // the user still gets one InputError naming the config rather than a library exception.
+  try {
+    return LoadSetupUnguarded(config_path, options);
+  } catch (const Json::exception& e) {
+    throw InputError(fmt::format("{}: unexpected JSON error ({})",
+                                 config_path.empty() ? "<embedded>/configs/default.json"
+                                                     : internal::Printable(config_path),
+                                 internal::Printable(e.what())));
+  }
+}
+
 DevicePreset LoadDevicePreset(const std::string& name_or_path) {
   std::string path;
-  return LoadDevice(name_or_path, name_or_path, nullptr, &path);
+  return LoadDevice(name_or_path, internal::Printable(name_or_path), nullptr, &path);
 }
 
 std::string ModelName(const Setup& setup) {

@@ -115,7 +115,8 @@ LocatedModel ReadHfModel(const Source& source, const Json& object, const std::st
     if (f.model_type == *type) fam = &f;
   }
   if (fam == nullptr) {
-    std::string message = fmt::format("unknown model_type \"{}\", expected one of {}", *type, Known());
+    std::string message = fmt::format("unknown model_type \"{}\", expected one of {}",
+                                      Printable(*type), Known());
     const std::string guess = ClosestMatch(*type, types);
     if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
     Fail(r.At("model_type"), message);
