@@ -119,7 +119,7 @@ void ApplyOverride(const std::string& text, Json* root, Source* source) {
 
 DevicePreset ReadDevice(const Document& doc) {
   Source s{doc.label, {}};
-  return internal::ReadDevicePreset(s, internal::ParseJson(doc.text, doc.label));
+  return internal::ReadDevicePreset(s, internal::ParseJson(doc.text, doc.label), "");
 }
 
 std::string KnownDevices() {
@@ -618,7 +618,7 @@ Setup LoadSetupUnguarded(const std::string& config_path, const LoadOptions& opti
     if (device->is_string()) {
       s.device = LoadDevice(device->get<std::string>(), top.At("device"), &config, &s.device_path);
     } else if (device->is_object()) {
-      s.device = internal::ReadDevicePreset(source, *device);
+      s.device = internal::ReadDevicePreset(source, *device, "/device");
       s.device_path = "";
     } else {
       Fail(top.At("device"), fmt::format("expected a device preset name, a path or an object, got {}", Describe(*device)));
@@ -635,6 +635,10 @@ Setup LoadSetupUnguarded(const std::string& config_path, const LoadOptions& opti
     // --capacity replaces the device's usable memory (design.md "Capacity").
     if (*options.capacity_bytes <= 0) {
       throw InputError(fmt::format("--capacity: expected a positive size, got {}", *options.capacity_bytes));
+    }
+    if (*options.capacity_bytes > (Bytes{1} << 50)) {
+      throw InputError(fmt::format("--capacity: {} bytes exceed memsim's limit of 2^50 (1 PiB)",
+                                   *options.capacity_bytes));
     }
     s.notes.push_back(fmt::format("--capacity: usable memory {} bytes instead of the preset's {}",
                                   *options.capacity_bytes, s.device.usable_memory_bytes));

@@ -28,6 +28,18 @@ std::string WriteTemp(const std::string& name, const std::string& text) {
   return path;
 }
 
+// A config with an inline model (as tests/config/data/good.json: 32 heads, 8 key/value heads,
+// 32 layers, hidden 256, intermediate 688, vocab 32000) and TP 2, DP 2, 4 micro-batches;
+// `model_extra` is appended to the model object's members, `device` is the device value.
+std::string Config(const std::string& model_extra, const std::string& device = "\"a100-80g\"") {
+  return "{\"model\": {\"model_type\": \"llama\", \"hidden_size\": 256, \"intermediate_size\": "
+         "688, \"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"num_hidden_layers\": "
+         "32, \"vocab_size\": 32000" +
+         model_extra + "}, \"device\": " + device +
+         ", \"training\": {\"seq_length\": 1024, \"global_batch_size\": 8, "
+         "\"data_parallel_size\": 2, \"tensor_model_parallel_size\": 2}}";
+}
+
 struct Result {
   int exit_code = -1;
   std::string output;  // stdout and stderr
@@ -91,6 +103,49 @@ TEST_CASE("JSON nested deeper than 64 levels is rejected while parsing", "[confi
 TEST_CASE("duplicate keys are still found at depth, with their full pointer", "[config]") {
   const std::string path = WriteTemp("dup.json", "{\"a\": [0, {\"b~/\": {\"c\": 1, \"c\": 2}}]}");
   CHECK(ErrorOf(path) == path + ": /a/1/b~0~1/c: duplicate key");
+}
+
+TEST_CASE("device preset figures are bounded", "[config]") {
+  auto preset = [](const std::string& fields) {
+    return "{\"name\": \"x\", \"allocator_backend\": \"cuda\", \"total_memory_bytes\": 1024, "
+           "\"usable_memory_bytes\": 1024" +
+           fields + "}";
+  };
+  auto error = [](const std::string& path) {
+    try {
+      LoadDevicePreset(path);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const std::string ok = WriteTemp("dev_ok.json", preset(", \"peak_flops\": {\"bf16\": 0}"));
+  CHECK(error(ok) == "(no error)");
+  // 2^63 - 1 bytes: far over 2^50.
+  const std::string huge = WriteTemp("dev_huge.json", preset(", \"context_bytes\": 9223372036854775807"));
+  CHECK(error(huge) == huge + ": /context_bytes: expected an integer number of bytes from 0 to "
+                              "2^50 (1 PiB), got 9223372036854775807");
+  const std::string pib = WriteTemp(
+      "dev_pib.json", "{\"name\": \"x\", \"allocator_backend\": \"cuda\", \"total_memory_bytes\": "
+                      "1125899906842625, \"usable_memory_bytes\": 1}");
+  CHECK(error(pib) == pib + ": /total_memory_bytes: expected an integer number of bytes from 1 to "
+                            "2^50 (1 PiB), got 1125899906842625");
+  const std::string tiny = WriteTemp("dev_flops.json", preset(", \"peak_flops\": {\"bf16\": 1e-300}"));
+  CHECK(error(tiny) == tiny + ": /peak_flops/bf16: expected 0 (unknown) or a number from 1e9 to "
+                              "1e18 FLOP/s, got 1e-300");
+  const std::string bw = WriteTemp("dev_bw.json", preset(", \"memory_bandwidth_bytes_per_s\": 1e17"));
+  CHECK(error(bw) == bw + ": /memory_bandwidth_bytes_per_s: expected 0 (unknown) or a number from "
+                          "1e6 to 1e16 bytes/s, got 1e+17");
+}
+
+TEST_CASE("an inline device object reports pointers under /device", "[config]") {
+  const std::string path = WriteTemp(
+      "inline_dev.json",
+      Config("", "{\"name\": \"x\", \"allocator_backend\": \"cuda\", \"total_memory_bytes\": -1}"));
+  CHECK(ErrorOf(path) == path + ": /device/total_memory_bytes: expected an integer number of "
+                                "bytes from 1 to 2^50 (1 PiB), got -1");
+  const Result r = Run("validate " + path);
+  CHECK(r.exit_code == 2);
 }
 
 TEST_CASE("invalid UTF-8 and long values are echoed safely", "[config]") {
