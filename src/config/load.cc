@@ -431,12 +431,22 @@ void Validate(Setup& s, const std::map<std::string, std::string>& where, const O
   };
   const int tp = c.tensor_model_parallel_size;
   const int pp = c.pipeline_model_parallel_size;
+  // When a value from the model file conflicts with a training setting, the message names the
+  // model file's field and, after it, the training config's (the file alone does not say which
+  // config referenced it).
+  auto also = [&](const char* field, const char* training_key) {
+    auto it = where.find(field);
+    const bool in_model_file = !s.model_path.empty() && it != where.end() &&
+                               it->second.starts_with(s.model_path + ": ");
+    return in_model_file ? fmt::format(" (training config {})", t.At(training_key)) : std::string();
+  };
   // Megatron core: divide(num_attention_heads, TP) and divide(num_query_groups, TP) in
   // attention.py (ensure_divisibility).
   if (m.num_attention_heads % tp != 0) {
     Fail(at_model("num_attention_heads"),
-         fmt::format("{} heads are not divisible by tensor_model_parallel_size {}",
-                     m.num_attention_heads, tp));
+         fmt::format("{} heads are not divisible by tensor_model_parallel_size {}{}",
+                     m.num_attention_heads, tp,
+                     also("num_attention_heads", "tensor_model_parallel_size")));
   }
   if (m.num_key_value_heads > m.num_attention_heads ||
       m.num_attention_heads % m.num_key_value_heads != 0) {
@@ -446,14 +456,25 @@ void Validate(Setup& s, const std::map<std::string, std::string>& where, const O
   }
   if (m.num_key_value_heads % tp != 0) {
     Fail(at_model("num_key_value_heads"),
-         fmt::format("{} key/value heads are not divisible by tensor_model_parallel_size {}",
-                     m.num_key_value_heads, tp));
+         fmt::format("{} key/value heads are not divisible by tensor_model_parallel_size {}{}",
+                     m.num_key_value_heads, tp,
+                     also("num_key_value_heads", "tensor_model_parallel_size")));
+  }
+  // Megatron core tensor_parallel/layers.py: the MLP's ColumnParallelLinear (fc1) and
+  // RowParallelLinear (fc2) take divide(ffn_hidden_size, TP) columns / rows per rank
+  // (ensure_divisibility), so ffn_hidden_size must be a multiple of TP.
+  if (m.intermediate_size % tp != 0) {
+    Fail(at_model("intermediate_size"),
+         fmt::format("FFN hidden size {} is not divisible by tensor_model_parallel_size {}{}",
+                     m.intermediate_size, tp,
+                     also("intermediate_size", "tensor_model_parallel_size")));
   }
   // Megatron arguments.py: num_layers % pipeline_model_parallel_size == 0.
   if (m.num_hidden_layers % pp != 0) {
     Fail(at_model("num_hidden_layers"),
-         fmt::format("{} layers are not divisible by pipeline_model_parallel_size {}",
-                     m.num_hidden_layers, pp));
+         fmt::format("{} layers are not divisible by pipeline_model_parallel_size {}{}",
+                     m.num_hidden_layers, pp,
+                     also("num_hidden_layers", "pipeline_model_parallel_size")));
   }
   const int layers_per_stage = m.num_hidden_layers / pp;
   if (vstages) {

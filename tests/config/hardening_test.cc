@@ -40,6 +40,15 @@ std::string Config(const std::string& model_extra, const std::string& device = "
          "\"data_parallel_size\": 2, \"tensor_model_parallel_size\": 2}}";
 }
 
+// Config("") with the model's "key": value replaced by `value`.
+std::string ConfigWith(const std::string& key, const std::string& value) {
+  std::string text = Config("");
+  const size_t at = text.find("\"" + key + "\": ");
+  const size_t start = at + key.size() + 4;
+  const size_t end = text.find_first_of(",}", start);
+  return text.substr(0, start) + value + text.substr(end);
+}
+
 struct Result {
   int exit_code = -1;
   std::string output;  // stdout and stderr
@@ -75,6 +84,40 @@ TEST_CASE("a short unknown key gets no far-fetched suggestion", "[config]") {
   CHECK(ClosestMatch("foo", {"fp8"}) == "");
 }
 
+
+TEST_CASE("the hardening tests' base config loads", "[config]") {
+  CHECK(ErrorOf(WriteTemp("base.json", Config(""))) == "(no error)");
+}
+
+// Every Setup the workload would stop on (a MEMSIM_CHECK in workload/model.cc) is rejected here.
+TEST_CASE("FFN hidden size not divisible by TP", "[config]") {
+  // Megatron splits ffn_hidden_size over TP ranks: 11007 is odd, TP is 2.
+  CHECK(ErrorOf(Data("good.json"), Set({"training.ffn_hidden_size=11007"})) ==
+        "--set training.ffn_hidden_size=11007: FFN hidden size 11007 is not divisible by "
+        "tensor_model_parallel_size 2");
+  const std::string path = WriteTemp("ffn.json", ConfigWith("intermediate_size", "687"));
+  CHECK(ErrorOf(path) == path + ": /model/intermediate_size: FFN hidden size 687 is not divisible "
+                                "by tensor_model_parallel_size 2");
+}
+
+TEST_CASE("other shapes the workload cannot take are rejected", "[config]") {
+  // More key/value heads (64) than attention heads (32).
+  const std::string kv = WriteTemp("kv.json", ConfigWith("num_key_value_heads", "64"));
+  CHECK(ErrorOf(kv) == kv + ": /model/num_key_value_heads: 64 key/value heads do not divide the "
+                            "32 attention heads");
+  // hidden_size 250 over 32 heads without head_dim: 250 / 32 is not whole.
+  const std::string hd = WriteTemp("hd.json", ConfigWith("hidden_size", "250"));
+  CHECK(ErrorOf(hd) == hd + ": /model/hidden_size: hidden_size 250 is not divisible by "
+                            "num_attention_heads 32 (set head_dim)");
+  const std::string vocab = WriteTemp("vocab.json", ConfigWith("vocab_size", "0"));
+  CHECK(ErrorOf(vocab) == vocab + ": /model/vocab_size: expected a positive integer, got 0");
+  // Learned positions: seq_length 1024 over max_position_embeddings 512.
+  const std::string pos = WriteTemp(
+      "pos.json", "{\"model\": {\"model_type\": \"gpt2\", \"n_positions\": 512}, \"device\": "
+                  "\"a100-80g\", \"training\": {\"seq_length\": 1024}}");
+  CHECK(ErrorOf(pos) == pos + ": /training/seq_length: 1024 exceeds max_position_embeddings 512 "
+                              "(learned absolute position embeddings)");
+}
 
 TEST_CASE("JSON nested deeper than 64 levels is rejected while parsing", "[config]") {
   // 100000 '[': the 65th, at byte offset 64 of line 1, opens level 65 (column 65).
@@ -165,6 +208,18 @@ TEST_CASE("invalid UTF-8 and long values are echoed safely", "[config]") {
   CHECK(r.exit_code == 2);
   CHECK(r.output == "memsim validate: --set training.precision=" + fffd + fffd +
                         ": expected one of 'fp32', 'fp16', 'bf16', got \"" + fffd + fffd + "\"\n");
+}
+
+TEST_CASE("a model-file value in conflict with the training config names both", "[config]") {
+  CHECK(ErrorOf(Data("file_model_heads_tp.json")) ==
+        Data("tiny-llama.json") + ": /num_attention_heads: 8 heads are not divisible by "
+                                  "tensor_model_parallel_size 3 (training config " +
+            Data("file_model_heads_tp.json") + ": /training/tensor_model_parallel_size)");
+  // tiny-llama has 4 layers; PP 3 from the command line.
+  CHECK(ErrorOf(Data("file_model.json"), Set({"training.pipeline_model_parallel_size=3"})) ==
+        Data("tiny-llama.json") + ": /num_hidden_layers: 4 layers are not divisible by "
+                                  "pipeline_model_parallel_size 3 (training config --set "
+                                  "training.pipeline_model_parallel_size=3)");
 }
 
 }  // namespace
