@@ -416,9 +416,25 @@ TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes) {
   return c;
 }
 
-// Micro-batches per iteration memsim simulates at most (each is a forward and a backward pass
-// of every layer of a stage in the Program).
-constexpr int kMaxMicroBatches = 1 << 16;
+// Simulation-size limits (estimates, chosen so that every accepted setup simulates in seconds to
+// a minute and in a few GiB; docs/config.md "Limits"). Each micro-batch is a forward and a
+// backward pass of every layer of a stage in the Program; a stage's Program is built and
+// replayed in full, all stages one after another, so time grows with the layer passes of all
+// stages and memory with those of one stage. Measured on the default config: about 2.4 KB of
+// Program and event state per layer pass (65536 micro-batches × 32 layers × 4 iterations took
+// 20 GB), so 2^20 layer passes stay near 2.5 GB.
+constexpr int kMaxMicroBatches = 4096;
+constexpr std::int64_t kMaxLayerPasses = std::int64_t{1} << 20;
+
+// memsim's bound on the bytes of one rank: any one tensor, and the weights, gradients and
+// optimizer state of one pipeline stage, at most 2^50 bytes (1 PiB), far below the 2^60-byte
+// request that PyTorch's allocator refuses and int64 overflow in sums.
+constexpr double kMaxRankBytes = 1125899906842624.0;  // 2^50
+// Bytes of weight, gradient and optimizer state per parameter, an upper bound: Megatron mixed
+// precision with Adam keeps 2 (bf16 weight) + 4 (fp32 main grad) + 12 (fp32 main weight, exp_avg,
+// exp_avg_sq) = 18 (Rajbhandari et al. 2020, ZeRO, section 3.1, counts 16 without the fp32 grad);
+// rounded up to 20 for biases and buffers.
+constexpr double kStateBytesPerParameter = 20;
 
 // Cross-field rules, each with Megatron's source.
 void Validate(Setup& s, const std::map<std::string, std::string>& where, const ObjectReader& t,
@@ -557,6 +573,61 @@ void Validate(Setup& s, const std::map<std::string, std::string>& where, const O
                      m.vocab_size, m.make_vocab_size_divisible_by, tp, padded, 1 << 27));
   }
   m.padded_vocab_size = static_cast<int>(padded);
+
+  // Simulation size: iterations × micro-batches × layers, all stages (see kMaxLayerPasses).
+  const std::int64_t passes =
+      std::int64_t{c.train_iters} * c.num_micro_batches * m.num_hidden_layers;
+  if (passes > kMaxLayerPasses) {
+    Fail(t.At("train_iters"),
+         fmt::format("train_iters × micro-batches per iteration × num_hidden_layers = {} × {} × {} "
+                     "= {} layer passes exceed memsim's limit of {}; reduce train_iters, "
+                     "global_batch_size (micro-batches) or num_hidden_layers",
+                     c.train_iters, c.num_micro_batches, m.num_hidden_layers, passes,
+                     kMaxLayerPasses));
+  }
+
+  // Model size per rank, in double (the products can pass int64): weights, gradients and
+  // optimizer state of the largest pipeline stage, and the largest activation of a micro-batch.
+  const double h = m.hidden_size, ffn = m.intermediate_size;
+  const double q = static_cast<double>(m.num_attention_heads) * m.head_dim;
+  const double kv = static_cast<double>(m.num_key_value_heads) * m.head_dim;
+  const double gamma = m.gated_mlp ? 2 : 1;
+  // Per layer: QKV (h × (q + 2 kv)), output projection (q × h), MLP (γ h ffn + ffn h), and up to
+  // 4 h of norms and biases; split over TP.
+  const double per_layer = (h * (q + 2 * kv) + q * h + (gamma + 1) * h * ffn + 4 * h) / tp;
+  // Embedding and output layer (both on one stage when PP = 1), and learned positions.
+  const double embedding =
+      2 * static_cast<double>(m.padded_vocab_size) * h / tp +
+      (m.position_embedding_type == PositionEmbedding::kLearnedAbsolute
+           ? static_cast<double>(m.max_position_embeddings) * h
+           : 0);
+  const double parameters = layers_per_stage * per_layer + embedding;
+  if (parameters * kStateBytesPerParameter > kMaxRankBytes) {
+    Fail(at_model("hidden_size"),
+         fmt::format("model too large for memsim: about {:.3g} parameters per rank ({} layers per "
+                     "stage × {:.3g} + {:.3g} embedding), {:.3g} bytes of weights, gradients and "
+                     "optimizer state at {} bytes each, over memsim's limit of 2^50 bytes (1 PiB); "
+                     "reduce hidden_size, intermediate_size, num_hidden_layers or vocab_size, or "
+                     "raise tensor_model_parallel_size or pipeline_model_parallel_size",
+                     parameters, layers_per_stage, per_layer, embedding,
+                     parameters * kStateBytesPerParameter, kStateBytesPerParameter));
+  }
+  // Largest activation of one micro-batch, at 4 bytes an element (fp32, the widest): attention
+  // scores b × heads/TP × (seq/CP) × seq without flash attention, logits T × V/TP, the MLP's
+  // T × γ ffn/TP, the QKV output T × (q + 2 kv)/TP, T = seq/CP × b tokens.
+  const double tokens = static_cast<double>(c.seq_length) / c.context_parallel_size * c.micro_batch_size;
+  double largest = std::max({tokens * m.padded_vocab_size / tp, tokens * gamma * ffn / tp,
+                             tokens * (q + 2 * kv) / tp, tokens * h});
+  if (!c.use_flash_attn) {
+    largest = std::max(largest, tokens * (static_cast<double>(m.num_attention_heads) / tp) * c.seq_length);
+  }
+  if (largest * 4 > kMaxRankBytes) {
+    Fail(t.At("seq_length"),
+         fmt::format("model too large for memsim: one activation of a micro-batch would take "
+                     "about {:.3g} bytes, over memsim's limit of 2^50 bytes (1 PiB); reduce "
+                     "seq_length, micro_batch_size or the model's width{}",
+                     largest * 4, c.use_flash_attn ? "" : ", or set use_flash_attn"));
+  }
 }
 
 }  // namespace

@@ -279,7 +279,9 @@ constexpr Limit kLimits[] = {
     {"micro_batch_size", 1 << 16},  {"global_batch_size", 1 << 30},
     {"tensor_model_parallel_size", 1 << 16}, {"pipeline_model_parallel_size", 1 << 16},
     {"data_parallel_size", 1 << 20}, {"context_parallel_size", 1 << 16},
-    {"make_vocab_size_divisible_by", 1 << 20}, {"train_iters", 100000},
+    {"make_vocab_size_divisible_by", 1 << 20},
+    // Simulation size: each iteration is simulated in full (load.cc kMaxLayerPasses).
+    {"train_iters", 1000},
 };
 
 }  // namespace

@@ -148,6 +148,47 @@ TEST_CASE("duplicate keys are still found at depth, with their full pointer", "[
   CHECK(ErrorOf(path) == path + ": /a/1/b~0~1/c: duplicate key");
 }
 
+TEST_CASE("simulation size limits", "[config]") {
+  CHECK(ErrorOf(Data("good.json"), Set({"training.train_iters=1001"})) ==
+        "--set training.train_iters=1001: 1001 exceeds memsim's limit of 1000");
+  // global 8194 / (micro-batch 1 × DP 2) = 4097 micro-batches.
+  CHECK(ErrorOf(Data("good.json"), Set({"training.global_batch_size=8194"})) ==
+        "--set training.global_batch_size=8194: 4097 micro-batches per iteration exceed memsim's "
+        "limit of 4096");
+  // 1000 iterations × (8192 / 2 = 4096 micro-batches) × 32 layers = 131072000 > 2^20 = 1048576.
+  CHECK(ErrorOf(Data("good.json"),
+                Set({"training.train_iters=1000", "training.global_batch_size=8192"})) ==
+        "--set training.train_iters=1000: train_iters × micro-batches per iteration × "
+        "num_hidden_layers = 1000 × 4096 × 32 = 131072000 layer passes exceed memsim's limit of "
+        "1048576; reduce train_iters, global_batch_size (micro-batches) or num_hidden_layers");
+}
+
+TEST_CASE("models too large for memsim's byte range", "[config]") {
+  // hidden 2^20 = 1048576 over 32 heads: head_dim 32768, q = 32 × 32768 = 2^20,
+  // kv = 8 × 32768 = 2^18; ffn 688, gated (γ = 2); 64 layers, PP 1, TP 2; vocab 32000 (a multiple
+  // of 128 × 2). Per layer: (h(q + 2kv) + qh + 3 h ffn + 4h) / 2
+  //   = (1649267441664 + 1099511627776 + 2164260864 + 4194304) / 2 = 1375473762304 ≈ 1.38e+12;
+  // embedding 2 × 32000 × 2^20 / 2 = 33554432000 ≈ 3.36e+10;
+  // parameters 64 × 1375473762304 + 33554432000 = 88063875219456 ≈ 8.81e+13;
+  // × 20 bytes = 1761277504389120 ≈ 1.76e+15 > 2^50 ≈ 1.13e+15.
+  CHECK(ErrorOf(Data("good.json"), Set({"training.hidden_size=1048576", "training.num_layers=64"})) ==
+        "--set training.hidden_size=1048576: model too large for memsim: about 8.81e+13 "
+        "parameters per rank (64 layers per stage × 1.38e+12 + 3.36e+10 embedding), 1.76e+15 "
+        "bytes of weights, gradients and optimizer state at 20 bytes each, over memsim's limit of "
+        "2^50 bytes (1 PiB); reduce hidden_size, intermediate_size, num_hidden_layers or "
+        "vocab_size, or raise tensor_model_parallel_size or pipeline_model_parallel_size");
+  // seq 2^26 without flash attention: scores 1 × (32 / 2) × 2^26 × 2^26 × 4 bytes = 2^58
+  // = 288230376151711744 ≈ 2.88e+17 bytes.
+  CHECK(ErrorOf(Data("good.json"), Set({"training.seq_length=67108864"})) ==
+        "--set training.seq_length=67108864: model too large for memsim: one activation of a "
+        "micro-batch would take about 2.88e+17 bytes, over memsim's limit of 2^50 bytes (1 PiB); "
+        "reduce seq_length, micro_batch_size or the model's width, or set use_flash_attn");
+  // With flash attention the largest is the logits, 2^26 × 32000 / 2 × 4 ≈ 4.3e12 bytes: accepted.
+  CHECK(ErrorOf(Data("good.json"),
+                Set({"training.seq_length=67108864", "training.use_flash_attn=true"})) ==
+        "(no error)");
+}
+
 TEST_CASE("device preset figures are bounded", "[config]") {
   auto preset = [](const std::string& fields) {
     return "{\"name\": \"x\", \"allocator_backend\": \"cuda\", \"total_memory_bytes\": 1024, "
