@@ -263,5 +263,16 @@ TEST_CASE("a model-file value in conflict with the training config names both", 
                                   "training.pipeline_model_parallel_size=3)");
 }
 
+TEST_CASE("hidden_act must be an activation Hugging Face knows", "[config]") {
+  const std::string path = WriteTemp("act.json", Config(", \"hidden_act\": \"foo\""));
+  CHECK(ErrorOf(path) ==
+        path + ": /model/hidden_act: expected one of 'gelu', 'gelu_10', 'gelu_fast', 'gelu_new', "
+               "'gelu_python', 'gelu_pytorch_tanh', 'gelu_accurate', 'laplace', 'leaky_relu', "
+               "'linear', 'mish', 'quick_gelu', 'relu', 'relu2', 'relu6', 'sigmoid', 'silu', "
+               "'swish', 'tanh', 'prelu', got \"foo\"");
+  CHECK(ErrorOf(WriteTemp("act_ok.json", Config(", \"hidden_act\": \"gelu_pytorch_tanh\""))) ==
+        "(no error)");
+}
+
 }  // namespace
 }  // namespace memsim::config
