@@ -416,15 +416,17 @@ TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes) {
   return c;
 }
 
-// Simulation-size limits (estimates, chosen so that every accepted setup simulates in seconds to
-// a minute and in a few GiB; docs/config.md "Limits"). Each micro-batch is a forward and a
-// backward pass of every layer of a stage in the Program; a stage's Program is built and
-// replayed in full, all stages one after another, so time grows with the layer passes of all
-// stages and memory with those of one stage. Measured on the default config: about 2.4 KB of
-// Program and event state per layer pass (65536 micro-batches × 32 layers × 4 iterations took
-// 20 GB), so 2^20 layer passes stay near 2.5 GB.
+// Simulation-size limits (estimates, chosen so that every accepted setup simulates in about a
+// minute at most and in about 2 GB). Each micro-batch is a forward and a backward pass of every
+// layer of a stage; `memsim run` builds and replays one stage's Program at a time, all stages one
+// after another, so time grows with the layer passes of all stages and memory with those of one
+// stage. Measured (`memsim run` of configs/default.json, g++ 12 -O2 build, 2 shared cores): about
+// 15 KB of peak RSS per layer pass of a stage (global_batch_size 1024 and 4096 at PP 4: 143 MB and
+// 538 MB) and about 37 microseconds per layer pass of all stages (4096 at PP 4: 4.8 s for
+// 131072 passes). So 2^17 passes per stage stay near 2 GB and 2^20 in all near 40 s.
 constexpr int kMaxMicroBatches = 4096;
 constexpr std::int64_t kMaxLayerPasses = std::int64_t{1} << 20;
+constexpr std::int64_t kMaxStageLayerPasses = std::int64_t{1} << 17;
 
 // memsim's bound on the bytes of one rank: any one tensor, and the weights, gradients and
 // optimizer state of one pipeline stage, at most 2^50 bytes (1 PiB), far below the 2^60-byte
@@ -574,7 +576,8 @@ void Validate(Setup& s, const std::map<std::string, std::string>& where, const O
   }
   m.padded_vocab_size = static_cast<int>(padded);
 
-  // Simulation size: iterations × micro-batches × layers, all stages (see kMaxLayerPasses).
+  // Simulation size: iterations × micro-batches × layers, all stages and one stage (see
+  // kMaxLayerPasses).
   const std::int64_t passes =
       std::int64_t{c.train_iters} * c.num_micro_batches * m.num_hidden_layers;
   if (passes > kMaxLayerPasses) {
@@ -584,6 +587,16 @@ void Validate(Setup& s, const std::map<std::string, std::string>& where, const O
                      "global_batch_size (micro-batches) or num_hidden_layers",
                      c.train_iters, c.num_micro_batches, m.num_hidden_layers, passes,
                      kMaxLayerPasses));
+  }
+  const std::int64_t stage_passes = passes / pp;
+  if (stage_passes > kMaxStageLayerPasses) {
+    Fail(t.At("train_iters"),
+         fmt::format("train_iters × micro-batches per iteration × layers per pipeline stage = {} × "
+                     "{} × {} = {} layer passes in one stage exceed memsim's limit of {} (memory "
+                     "of the simulation); reduce train_iters, global_batch_size (micro-batches) or "
+                     "num_hidden_layers, or raise pipeline_model_parallel_size",
+                     c.train_iters, c.num_micro_batches, layers_per_stage, stage_passes,
+                     kMaxStageLayerPasses));
   }
 
   // Model size per rank, in double (the products can pass int64): weights, gradients and

@@ -161,6 +161,17 @@ TEST_CASE("simulation size limits", "[config]") {
         "--set training.train_iters=1000: train_iters × micro-batches per iteration × "
         "num_hidden_layers = 1000 × 4096 × 32 = 131072000 layer passes exceed memsim's limit of "
         "1048576; reduce train_iters, global_batch_size (micro-batches) or num_hidden_layers");
+  // One stage (PP 1): 1000 × (16 / 2 = 8) × 32 = 256000 > 2^17 = 131072, though under 2^20 in all.
+  CHECK(ErrorOf(Data("good.json"),
+                Set({"training.train_iters=1000", "training.global_batch_size=16"})) ==
+        "--set training.train_iters=1000: train_iters × micro-batches per iteration × layers per "
+        "pipeline stage = 1000 × 8 × 32 = 256000 layer passes in one stage exceed memsim's limit "
+        "of 131072 (memory of the simulation); reduce train_iters, global_batch_size "
+        "(micro-batches) or num_hidden_layers, or raise pipeline_model_parallel_size");
+  // PP 2 halves a stage: 1000 × 8 × 16 = 128000 passes, accepted.
+  CHECK(ErrorOf(Data("good.json"),
+                Set({"training.train_iters=1000", "training.global_batch_size=16",
+                     "training.pipeline_model_parallel_size=2"})) == "(no error)");
 }
 
 TEST_CASE("models too large for memsim's byte range", "[config]") {
