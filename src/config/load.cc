@@ -77,7 +77,12 @@ bool LooksLikePath(const std::string& s) {
 // --set KEY=VALUE -> (pointer, value).
 void ApplyOverride(const std::string& text, Json* root, Source* source) {
   const size_t eq = text.find('=');
-  const std::string label = "--set " + text;
+  // Echoed safely: invalid UTF-8 replaced, long keys and values shortened.
+  const std::string label =
+      "--set " + (eq == std::string::npos
+                      ? internal::Printable(text)
+                      : internal::Printable(std::string_view(text).substr(0, eq)) + "=" +
+                            internal::Printable(std::string_view(text).substr(eq + 1)));
   if (eq == std::string::npos || eq == 0) {
     throw InputError(fmt::format("{}: expected KEY=VALUE, e.g. training.micro_batch_size=2", label));
   }
@@ -93,6 +98,9 @@ void ApplyOverride(const std::string& text, Json* root, Source* source) {
   Json value;
   if (raw == "True" || raw == "False") {
     value = raw == "True";
+  } else if (internal::FindTooDeep(raw)) {
+    throw InputError(fmt::format("{}: value nested deeper than memsim's limit of {} levels", label,
+                                 internal::kMaxJsonDepth));
   } else {
     try {
       value = Json::parse(raw);
@@ -111,7 +119,7 @@ void ApplyOverride(const std::string& text, Json* root, Source* source) {
 
 DevicePreset ReadDevice(const Document& doc) {
   Source s{doc.label, {}};
-  return internal::ReadDevicePreset(s, internal::ParseJson(doc.text, doc.label));
+  return internal::ReadDevicePreset(s, internal::ParseJson(doc.text, doc.label), "");
 }
 
 std::string KnownDevices() {
@@ -134,13 +142,13 @@ DevicePreset LoadDevice(const std::string& ref, const std::string& location, con
       Document d{label, "", false, ""};
       if (ReadFile(label, &d.text)) doc = d;
     }
-    if (!doc) Fail(location, fmt::format("cannot read device preset file '{}'", label));
+    if (!doc) Fail(location, fmt::format("cannot read device preset file '{}'", internal::Printable(label)));
     *device_path = doc->label;
     return ReadDevice(*doc);
   }
   std::optional<Document> doc = FindEmbeddedDocument("configs/devices/" + ref + ".json");
   if (!doc) {
-    std::string message = fmt::format("unknown device preset '{}'", ref);
+    std::string message = fmt::format("unknown device preset '{}'", internal::Printable(ref));
     const std::string guess = ClosestMatch(ref, EmbeddedDeviceNames());
     if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
     message += fmt::format("; known presets: {}; or give a path to a preset file", KnownDevices());
@@ -170,7 +178,7 @@ Document LoadModelDocument(const std::string& ref, const std::string& location, 
     if (doc) return *doc;
     std::string known;
     for (const std::string& n : EmbeddedModelNames()) known += (known.empty() ? "" : ", ") + n;
-    std::string message = fmt::format("unknown model '{}'", ref);
+    std::string message = fmt::format("unknown model '{}'", internal::Printable(ref));
     const std::string guess = ClosestMatch(ref, EmbeddedModelNames());
     if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
     message += fmt::format("; shipped models: {}; or give a path to a model file", known);
@@ -185,7 +193,7 @@ Document LoadModelDocument(const std::string& ref, const std::string& location, 
     Document d{label, "", false, ""};
     if (ReadFile(label, &d.text)) doc = d;
   }
-  if (!doc) Fail(location, fmt::format("cannot read model file '{}'", label));
+  if (!doc) Fail(location, fmt::format("cannot read model file '{}'", internal::Printable(label)));
   return *doc;
 }
 
@@ -226,7 +234,7 @@ const std::vector<std::string> kMoeOnly = {
 void ReadUnsupported(ObjectReader& t) {
   if (std::optional<std::string> fw = t.String("framework"); fw && *fw != "megatron") {
     throw UnsupportedError(fmt::format("{}: framework '{}' (memsim models Megatron-LM only)",
-                                       t.At("framework"), *fw));
+                                       t.At("framework"), internal::Printable(*fw)));
   }
   if (std::optional<bool> f = t.Bool("use_megatron_fsdp"); f.value_or(false)) {
     throw UnsupportedError(fmt::format("{}: Megatron-FSDP", t.At("use_megatron_fsdp")));
@@ -254,7 +262,8 @@ void ReadUnsupported(ObjectReader& t) {
     throw UnsupportedError(fmt::format("{}: CUDA graphs", t.At("enable_cuda_graph")));
   }
   if (std::optional<std::string> g = t.String("cuda_graph_impl"); g && *g != "none") {
-    throw UnsupportedError(fmt::format("{}: CUDA graphs ('{}')", t.At("cuda_graph_impl"), *g));
+    throw UnsupportedError(fmt::format("{}: CUDA graphs ('{}')", t.At("cuda_graph_impl"),
+                                       internal::Printable(*g)));
   }
   for (const char* key : {"fp8", "fp8_format"}) {
     if (const Json* v = t.Get(key); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
@@ -407,9 +416,27 @@ TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes) {
   return c;
 }
 
-// Micro-batches per iteration memsim simulates at most (each is a forward and a backward pass
-// of every layer of a stage in the Program).
-constexpr int kMaxMicroBatches = 1 << 16;
+// Simulation-size limits (estimates, chosen so that every accepted setup simulates in about a
+// minute at most and in about 2 GB). Each micro-batch is a forward and a backward pass of every
+// layer of a stage; `memsim run` builds and replays one stage's Program at a time, all stages one
+// after another, so time grows with the layer passes of all stages and memory with those of one
+// stage. Measured (`memsim run` of configs/default.json, g++ 12 -O2 build, 2 shared cores): about
+// 15 KB of peak RSS per layer pass of a stage (global_batch_size 1024 and 4096 at PP 4: 143 MB and
+// 538 MB) and about 37 microseconds per layer pass of all stages (4096 at PP 4: 4.8 s for
+// 131072 passes). So 2^17 passes per stage stay near 2 GB and 2^20 in all near 40 s.
+constexpr int kMaxMicroBatches = 4096;
+constexpr std::int64_t kMaxLayerPasses = std::int64_t{1} << 20;
+constexpr std::int64_t kMaxStageLayerPasses = std::int64_t{1} << 17;
+
+// memsim's bound on the bytes of one rank: any one tensor, and the weights, gradients and
+// optimizer state of one pipeline stage, at most 2^50 bytes (1 PiB), far below the 2^60-byte
+// request that PyTorch's allocator refuses and int64 overflow in sums.
+constexpr double kMaxRankBytes = 1125899906842624.0;  // 2^50
+// Bytes of weight, gradient and optimizer state per parameter, an upper bound: Megatron mixed
+// precision with Adam keeps 2 (bf16 weight) + 4 (fp32 main grad) + 12 (fp32 main weight, exp_avg,
+// exp_avg_sq) = 18 (Rajbhandari et al. 2020, ZeRO, section 3.1, counts 16 without the fp32 grad);
+// rounded up to 20 for biases and buffers.
+constexpr double kStateBytesPerParameter = 20;
 
 // Cross-field rules, each with Megatron's source.
 void Validate(Setup& s, const std::map<std::string, std::string>& where, const ObjectReader& t,
@@ -422,12 +449,22 @@ void Validate(Setup& s, const std::map<std::string, std::string>& where, const O
   };
   const int tp = c.tensor_model_parallel_size;
   const int pp = c.pipeline_model_parallel_size;
+  // When a value from the model file conflicts with a training setting, the message names the
+  // model file's field and, after it, the training config's (the file alone does not say which
+  // config referenced it).
+  auto also = [&](const char* field, const char* training_key) {
+    auto it = where.find(field);
+    const bool in_model_file = !s.model_path.empty() && it != where.end() &&
+                               it->second.starts_with(s.model_path + ": ");
+    return in_model_file ? fmt::format(" (training config {})", t.At(training_key)) : std::string();
+  };
   // Megatron core: divide(num_attention_heads, TP) and divide(num_query_groups, TP) in
   // attention.py (ensure_divisibility).
   if (m.num_attention_heads % tp != 0) {
     Fail(at_model("num_attention_heads"),
-         fmt::format("{} heads are not divisible by tensor_model_parallel_size {}",
-                     m.num_attention_heads, tp));
+         fmt::format("{} heads are not divisible by tensor_model_parallel_size {}{}",
+                     m.num_attention_heads, tp,
+                     also("num_attention_heads", "tensor_model_parallel_size")));
   }
   if (m.num_key_value_heads > m.num_attention_heads ||
       m.num_attention_heads % m.num_key_value_heads != 0) {
@@ -437,14 +474,25 @@ void Validate(Setup& s, const std::map<std::string, std::string>& where, const O
   }
   if (m.num_key_value_heads % tp != 0) {
     Fail(at_model("num_key_value_heads"),
-         fmt::format("{} key/value heads are not divisible by tensor_model_parallel_size {}",
-                     m.num_key_value_heads, tp));
+         fmt::format("{} key/value heads are not divisible by tensor_model_parallel_size {}{}",
+                     m.num_key_value_heads, tp,
+                     also("num_key_value_heads", "tensor_model_parallel_size")));
+  }
+  // Megatron core tensor_parallel/layers.py: the MLP's ColumnParallelLinear (fc1) and
+  // RowParallelLinear (fc2) take divide(ffn_hidden_size, TP) columns / rows per rank
+  // (ensure_divisibility), so ffn_hidden_size must be a multiple of TP.
+  if (m.intermediate_size % tp != 0) {
+    Fail(at_model("intermediate_size"),
+         fmt::format("FFN hidden size {} is not divisible by tensor_model_parallel_size {}{}",
+                     m.intermediate_size, tp,
+                     also("intermediate_size", "tensor_model_parallel_size")));
   }
   // Megatron arguments.py: num_layers % pipeline_model_parallel_size == 0.
   if (m.num_hidden_layers % pp != 0) {
     Fail(at_model("num_hidden_layers"),
-         fmt::format("{} layers are not divisible by pipeline_model_parallel_size {}",
-                     m.num_hidden_layers, pp));
+         fmt::format("{} layers are not divisible by pipeline_model_parallel_size {}{}",
+                     m.num_hidden_layers, pp,
+                     also("num_hidden_layers", "pipeline_model_parallel_size")));
   }
   const int layers_per_stage = m.num_hidden_layers / pp;
   if (vstages) {
@@ -527,11 +575,79 @@ void Validate(Setup& s, const std::map<std::string, std::string>& where, const O
                      m.vocab_size, m.make_vocab_size_divisible_by, tp, padded, 1 << 27));
   }
   m.padded_vocab_size = static_cast<int>(padded);
+
+  // Simulation size: iterations × micro-batches × layers, all stages and one stage (see
+  // kMaxLayerPasses).
+  const std::int64_t passes =
+      std::int64_t{c.train_iters} * c.num_micro_batches * m.num_hidden_layers;
+  if (passes > kMaxLayerPasses) {
+    Fail(t.At("train_iters"),
+         fmt::format("train_iters × micro-batches per iteration × num_hidden_layers = {} × {} × {} "
+                     "= {} layer passes exceed memsim's limit of {}; reduce train_iters, "
+                     "global_batch_size (micro-batches) or num_hidden_layers",
+                     c.train_iters, c.num_micro_batches, m.num_hidden_layers, passes,
+                     kMaxLayerPasses));
+  }
+  const std::int64_t stage_passes = passes / pp;
+  if (stage_passes > kMaxStageLayerPasses) {
+    Fail(t.At("train_iters"),
+         fmt::format("train_iters × micro-batches per iteration × layers per pipeline stage = {} × "
+                     "{} × {} = {} layer passes in one stage exceed memsim's limit of {} (memory "
+                     "of the simulation); reduce train_iters, global_batch_size (micro-batches) or "
+                     "num_hidden_layers, or raise pipeline_model_parallel_size",
+                     c.train_iters, c.num_micro_batches, layers_per_stage, stage_passes,
+                     kMaxStageLayerPasses));
+  }
+
+  // Model size per rank, in double (the products can pass int64): weights, gradients and
+  // optimizer state of the largest pipeline stage, and the largest activation of a micro-batch.
+  const double h = m.hidden_size, ffn = m.intermediate_size;
+  const double q = static_cast<double>(m.num_attention_heads) * m.head_dim;
+  const double kv = static_cast<double>(m.num_key_value_heads) * m.head_dim;
+  const double gamma = m.gated_mlp ? 2 : 1;
+  // Per layer: QKV (h × (q + 2 kv)), output projection (q × h), MLP (γ h ffn + ffn h), and up to
+  // 4 h of norms and biases; split over TP.
+  const double per_layer = (h * (q + 2 * kv) + q * h + (gamma + 1) * h * ffn + 4 * h) / tp;
+  // Embedding and output layer (both on one stage when PP = 1), and learned positions.
+  const double embedding =
+      2 * static_cast<double>(m.padded_vocab_size) * h / tp +
+      (m.position_embedding_type == PositionEmbedding::kLearnedAbsolute
+           ? static_cast<double>(m.max_position_embeddings) * h
+           : 0);
+  const double parameters = layers_per_stage * per_layer + embedding;
+  if (parameters * kStateBytesPerParameter > kMaxRankBytes) {
+    Fail(at_model("hidden_size"),
+         fmt::format("model too large for memsim: about {:.3g} parameters per rank ({} layers per "
+                     "stage × {:.3g} + {:.3g} embedding), {:.3g} bytes of weights, gradients and "
+                     "optimizer state at {} bytes each, over memsim's limit of 2^50 bytes (1 PiB); "
+                     "reduce hidden_size, intermediate_size, num_hidden_layers or vocab_size, or "
+                     "raise tensor_model_parallel_size or pipeline_model_parallel_size",
+                     parameters, layers_per_stage, per_layer, embedding,
+                     parameters * kStateBytesPerParameter, kStateBytesPerParameter));
+  }
+  // Largest activation of one micro-batch, at 4 bytes an element (fp32, the widest): attention
+  // scores b × heads/TP × (seq/CP) × seq without flash attention, logits T × V/TP, the MLP's
+  // T × γ ffn/TP, the QKV output T × (q + 2 kv)/TP, T = seq/CP × b tokens.
+  const double tokens = static_cast<double>(c.seq_length) / c.context_parallel_size * c.micro_batch_size;
+  double largest = std::max({tokens * m.padded_vocab_size / tp, tokens * gamma * ffn / tp,
+                             tokens * (q + 2 * kv) / tp, tokens * h});
+  if (!c.use_flash_attn) {
+    largest = std::max(largest, tokens * (static_cast<double>(m.num_attention_heads) / tp) * c.seq_length);
+  }
+  if (largest * 4 > kMaxRankBytes) {
+    Fail(t.At("seq_length"),
+         fmt::format("model too large for memsim: one activation of a micro-batch would take "
+                     "about {:.3g} bytes, over memsim's limit of 2^50 bytes (1 PiB); reduce "
+                     "seq_length, micro_batch_size or the model's width{}",
+                     largest * 4, c.use_flash_attn ? "" : ", or set use_flash_attn"));
+  }
 }
 
 }  // namespace
 
-Setup LoadSetup(const std::string& config_path, const LoadOptions& options) {
+namespace {
+
+Setup LoadSetupUnguarded(const std::string& config_path, const LoadOptions& options) {
   Document config;
   if (config_path.empty()) {
     if (!options.use_embedded_default) throw InputError("no config file given");
@@ -567,7 +683,7 @@ Setup LoadSetup(const std::string& config_path, const LoadOptions& options) {
   // Model: --model, a path relative to the config, or an inline object.
   internal::LocatedModel located;
   if (!options.model_path.empty()) {
-    const Document d = LoadModelDocument(options.model_path, "--model " + options.model_path, nullptr);
+    const Document d = LoadModelDocument(options.model_path, "--model " + internal::Printable(options.model_path), nullptr);
     Source ms{d.label, {}};
     located = internal::ReadHfModel(ms, internal::ParseJson(d.text, d.label), "", &s.notes);
     s.model_path = d.label;
@@ -598,7 +714,8 @@ Setup LoadSetup(const std::string& config_path, const LoadOptions& options) {
 
   // Device: --device, or the config's "device" (a preset name, a path, or an inline object).
   if (!options.device.empty()) {
-    s.device = LoadDevice(options.device, "--device " + options.device, nullptr, &s.device_path);
+    s.device = LoadDevice(options.device, "--device " + internal::Printable(options.device), nullptr,
+                          &s.device_path);
     top.Skip("device");
   } else {
     const Json* device = top.Get("device");
@@ -606,7 +723,7 @@ Setup LoadSetup(const std::string& config_path, const LoadOptions& options) {
     if (device->is_string()) {
       s.device = LoadDevice(device->get<std::string>(), top.At("device"), &config, &s.device_path);
     } else if (device->is_object()) {
-      s.device = internal::ReadDevicePreset(source, *device);
+      s.device = internal::ReadDevicePreset(source, *device, "/device");
       s.device_path = "";
     } else {
       Fail(top.At("device"), fmt::format("expected a device preset name, a path or an object, got {}", Describe(*device)));
@@ -624,6 +741,10 @@ Setup LoadSetup(const std::string& config_path, const LoadOptions& options) {
     if (*options.capacity_bytes <= 0) {
       throw InputError(fmt::format("--capacity: expected a positive size, got {}", *options.capacity_bytes));
     }
+    if (*options.capacity_bytes > (Bytes{1} << 50)) {
+      throw InputError(fmt::format("--capacity: {} bytes exceed memsim's limit of 2^50 (1 PiB)",
+                                   *options.capacity_bytes));
+    }
     s.notes.push_back(fmt::format("--capacity: usable memory {} bytes instead of the preset's {}",
                                   *options.capacity_bytes, s.device.usable_memory_bytes));
     s.device.usable_memory_bytes = *options.capacity_bytes;
@@ -640,9 +761,24 @@ Setup LoadSetup(const std::string& config_path, const LoadOptions& options) {
   return s;
 }
 
+}  // namespace
+
+Setup LoadSetup(const std::string& config_path, const LoadOptions& options) {
+  // Backstop: every read above checks types first, so nlohmann should never throw; if it does,
+  // the user still gets one InputError naming the config rather than a library exception.
+  try {
+    return LoadSetupUnguarded(config_path, options);
+  } catch (const Json::exception& e) {
+    throw InputError(fmt::format("{}: unexpected JSON error ({})",
+                                 config_path.empty() ? "<embedded>/configs/default.json"
+                                                     : internal::Printable(config_path),
+                                 internal::Printable(e.what())));
+  }
+}
+
 DevicePreset LoadDevicePreset(const std::string& name_or_path) {
   std::string path;
-  return LoadDevice(name_or_path, name_or_path, nullptr, &path);
+  return LoadDevice(name_or_path, internal::Printable(name_or_path), nullptr, &path);
 }
 
 std::string ModelName(const Setup& setup) {

@@ -2,6 +2,7 @@
 // the Megatron-LM argument overrides of the training config.
 #include <algorithm>
 #include <string_view>
+#include <vector>
 
 #include <fmt/core.h>
 
@@ -78,6 +79,15 @@ constexpr Unmodelled kUnmodelled[] = {
 constexpr std::string_view kExpertKeys[] = {"num_local_experts", "num_experts", "n_routed_experts",
                                             "moe_num_experts"};
 
+// The activation names Hugging Face accepts for hidden_act / activation_function: the keys of
+// ACT2CLS in transformers/activations.py (ACT2FN looks names up there and raises KeyError on any
+// other). memsim's memory model does not depend on the activation, but a name transformers would
+// reject means a broken file.
+const std::vector<std::string> kActivations = {
+    "gelu",      "gelu_10", "gelu_fast", "gelu_new", "gelu_python", "gelu_pytorch_tanh",
+    "gelu_accurate", "laplace", "leaky_relu", "linear", "mish", "quick_gelu", "relu", "relu2",
+    "relu6",     "sigmoid", "silu",      "swish",    "tanh",        "prelu"};
+
 std::string Known() {
   std::string out;
   for (const Family& f : kFamilies) out += (out.empty() ? "'" : ", '") + std::string(f.model_type) + "'";
@@ -115,7 +125,8 @@ LocatedModel ReadHfModel(const Source& source, const Json& object, const std::st
     if (f.model_type == *type) fam = &f;
   }
   if (fam == nullptr) {
-    std::string message = fmt::format("unknown model_type \"{}\", expected one of {}", *type, Known());
+    std::string message = fmt::format("unknown model_type \"{}\", expected one of {}",
+                                      Printable(*type), Known());
     const std::string guess = ClosestMatch(*type, types);
     if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
     Fail(r.At("model_type"), message);
@@ -185,9 +196,9 @@ LocatedModel ReadHfModel(const Source& source, const Json& object, const std::st
   m.tie_word_embeddings = r.Bool("tie_word_embeddings").value_or(fam->tie_word_embeddings);
   note_where("tie_word_embeddings", "tie_word_embeddings");
   {
-    std::optional<std::string> act = r.String("hidden_act");
+    std::optional<std::string> act = r.Choice("hidden_act", kActivations);
     std::optional<std::string> act2;
-    if (gpt2) act2 = r.String("activation_function");
+    if (gpt2) act2 = r.Choice("activation_function", kActivations);
     if (act && act2 && *act != *act2) {
       Fail(r.At("hidden_act"), fmt::format("\"{}\" disagrees with activation_function \"{}\"",
                                            *act, *act2));

@@ -31,8 +31,11 @@ void ApplyMegatronArchitecture(ObjectReader& training, LocatedModel* located,
 // The training keys ApplyMegatronArchitecture reads.
 const std::vector<std::string>& MegatronArchitectureKeys();
 
-// Reads a device preset object (design.md "Device preset").
-DevicePreset ReadDevicePreset(const Source& source, const Json& object);
+// Reads a device preset object (design.md "Device preset") at `pointer` of `source` ("" for a
+// preset file, "/device" for an object inline in a training config). Byte figures are integers
+// in [0, 2^50] (total and usable at least 1, usable <= total); peak_flops.* 0 (unknown) or in
+// [1e9, 1e18]; memory_bandwidth_bytes_per_s 0 (unknown) or in [1e6, 1e16] (device.cc).
+DevicePreset ReadDevicePreset(const Source& source, const Json& object, const std::string& pointer);
 
 // Reads the "allocator" block for `backend` into options (capacity left unset).
 alloc::AllocatorOptions ReadAllocatorBlock(const Source& source, const Json& object,

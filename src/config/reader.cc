@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include <fmt/core.h>
 
@@ -21,9 +22,85 @@ void Fail(const std::string& location, const std::string& what) {
 }
 
 std::string Describe(const Json& v) {
-  std::string s = v.dump();
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
-  return s;
+  return Printable(v.dump(-1, ' ', false, Json::error_handler_t::replace), 60);
+}
+
+namespace {
+
+// Length of the valid UTF-8 sequence starting at text[i], or 0 when the byte there does not start
+// one (RFC 3629 section 4: no overlong forms, no surrogates, nothing above U+10FFFF).
+size_t Utf8Length(std::string_view text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char c = byte(i);
+  if (c < 0x80) return 1;
+  size_t n;
+  unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (i + n > text.size()) return 0;
+  if (byte(i + 1) < lo || byte(i + 1) > hi) return 0;
+  for (size_t k = 2; k < n; ++k) {
+    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
+  }
+  return n;
+}
+
+}  // namespace
+
+std::string Printable(std::string_view text, size_t max_chars) {
+  std::string out;
+  size_t chars = 0;
+  size_t cut = std::string::npos;  // size of `out` after max_chars - 3 code points
+  for (size_t i = 0; i < text.size();) {
+    if (chars == max_chars - 3) cut = out.size();
+    if (chars == max_chars) {
+      out.resize(cut);
+      return out + "...";
+    }
+    const size_t n = Utf8Length(text, i);
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";  // U+FFFD REPLACEMENT CHARACTER
+      ++i;
+    } else {
+      out.append(text.substr(i, n));
+      i += n;
+    }
+    ++chars;
+  }
+  return out;
+}
+
+std::optional<size_t> FindTooDeep(std::string_view text) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) return i;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return std::nullopt;
 }
 
 std::string Child(const std::string& pointer, std::string_view key) {
@@ -42,17 +119,25 @@ std::string Child(const std::string& pointer, std::string_view key) {
 
 namespace {
 
-// Rejects duplicate keys, which nlohmann would silently resolve to the last one. Tracks the
-// JSON pointer of each open object or array while the parser runs.
+// Thrown by the parser callback when the nesting limit is passed; ParseJson turns it into an
+// InputError with the line and column.
+struct TooDeep {};
+
+// Rejects duplicate keys, which nlohmann would silently resolve to the last one, and nesting
+// deeper than kMaxJsonDepth. Each open object or array keeps only its own reference token (the
+// key or index it sits at in its parent), so the bookkeeping is linear in the document; the full
+// JSON pointer is assembled only for a message.
 class DuplicateKeyCheck {
  public:
   explicit DuplicateKeyCheck(const std::string& file) : file_(file) {}
 
-  bool operator()(int /*depth*/, Json::parse_event_t event, Json& parsed) {
+  bool operator()(int depth, Json::parse_event_t event, Json& parsed) {
     switch (event) {
       case Json::parse_event_t::object_start:
       case Json::parse_event_t::array_start:
-        frames_.push_back({event == Json::parse_event_t::object_start, ChildPointer(), {}, "", 0});
+        // `depth` counts the containers already open: 0 for the outermost one.
+        if (depth >= kMaxJsonDepth) throw TooDeep{};
+        frames_.push_back({event == Json::parse_event_t::object_start, ChildToken(), {}, "", 0});
         break;
       case Json::parse_event_t::object_end:
       case Json::parse_event_t::array_end:
@@ -63,7 +148,7 @@ class DuplicateKeyCheck {
         Frame& top = frames_.back();
         const std::string key = parsed.get<std::string>();
         if (!top.keys.insert(key).second) {
-          throw InputError(fmt::format("{}: {}: duplicate key", file_, Child(top.pointer, key)));
+          throw InputError(fmt::format("{}: {}: duplicate key", file_, Child(Pointer(), key)));
         }
         top.pending_key = key;
         break;
@@ -78,15 +163,22 @@ class DuplicateKeyCheck {
  private:
   struct Frame {
     bool is_object;
-    std::string pointer;
+    std::string token;  // "/<escaped key or index>" in the parent; "" for the outermost
     std::set<std::string> keys;
     std::string pending_key;
     size_t count;
   };
-  std::string ChildPointer() const {
+  // The reference token of a container opening now, inside the current top frame.
+  std::string ChildToken() const {
     if (frames_.empty()) return "";
     const Frame& top = frames_.back();
-    return Child(top.pointer, top.is_object ? top.pending_key : std::to_string(top.count));
+    return Child("", top.is_object ? top.pending_key : std::to_string(top.count));
+  }
+  // The JSON pointer of the innermost open container.
+  std::string Pointer() const {
+    std::string out;
+    for (const Frame& f : frames_) out += f.token;
+    return out;
   }
   void CountElement() {
     if (!frames_.empty() && !frames_.back().is_object) ++frames_.back().count;
@@ -95,23 +187,36 @@ class DuplicateKeyCheck {
   std::vector<Frame> frames_;
 };
 
+// 1-based line and column of byte `offset` of `text`.
+std::pair<int, int> LineColumn(const std::string& text, size_t offset) {
+  int line = 1, column = 1;
+  for (size_t i = 0; i < offset && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return {line, column};
+}
+
 }  // namespace
 
 Json ParseJson(const std::string& text, const std::string& file) {
   try {
     return Json::parse(text, DuplicateKeyCheck(file));
+  } catch (const TooDeep&) {
+    // The parser accepted everything before the container that passed the limit, so the
+    // string-aware scan finds the same '[' or '{'.
+    const std::optional<size_t> at = FindTooDeep(text);
+    const auto [line, column] = LineColumn(text, at.value_or(0));
+    throw InputError(fmt::format("{}:{}:{}: JSON nested deeper than memsim's limit of {} levels",
+                                 file, line, column, kMaxJsonDepth));
   } catch (const Json::parse_error& e) {
     // Line and column of the byte where parsing stopped (e.byte is 1-based).
     size_t stop = e.byte == 0 ? 0 : std::min<size_t>(e.byte - 1, text.size());
-    int line = 1, column = 1;
-    for (size_t i = 0; i < stop; ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        column = 1;
-      } else {
-        ++column;
-      }
-    }
+    const auto [line, column] = LineColumn(text, stop);
     // nlohmann's message: "[json.exception.parse_error.101] parse error at line L, column C:
     // syntax error while parsing value - <reason>"; keep what follows the location.
     std::string reason = e.what();
@@ -174,7 +279,9 @@ constexpr Limit kLimits[] = {
     {"micro_batch_size", 1 << 16},  {"global_batch_size", 1 << 30},
     {"tensor_model_parallel_size", 1 << 16}, {"pipeline_model_parallel_size", 1 << 16},
     {"data_parallel_size", 1 << 20}, {"context_parallel_size", 1 << 16},
-    {"make_vocab_size_divisible_by", 1 << 20}, {"train_iters", 100000},
+    {"make_vocab_size_divisible_by", 1 << 20},
+    // Simulation size: each iteration is simulated in full (load.cc kMaxLayerPasses).
+    {"train_iters", 1000},
 };
 
 }  // namespace

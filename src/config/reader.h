@@ -29,13 +29,29 @@ struct Source {
 
 [[noreturn]] void Fail(const std::string& location, const std::string& what);
 
-// `v` as compact JSON for "got ..." (strings quoted), shortened to 60 characters.
+// `v` as compact JSON for "got ..." (strings quoted), shortened to 60 characters; invalid UTF-8
+// in strings shows as U+FFFD (never a library exception).
 std::string Describe(const Json& v);
+
+// `text` safe to echo in a message: each byte that is not part of valid UTF-8 becomes U+FFFD,
+// and text of more than `max_chars` code points is cut to max_chars - 3 of them plus "...".
+std::string Printable(std::string_view text, size_t max_chars = 80);
+
+// memsim's limit on JSON nesting (objects and arrays, the outermost one is level 1). Real
+// configs nest 3 levels; the limit keeps a hostile file from costing memory or stack.
+constexpr int kMaxJsonDepth = 64;
+
+// The byte offset of the '[' or '{' that opens level kMaxJsonDepth + 1 of `text` (strings
+// skipped), or std::nullopt when the text nests no deeper than the limit. Linear, no allocation.
+std::optional<size_t> FindTooDeep(std::string_view text);
 
 // Appends one escaped reference token to a JSON pointer.
 std::string Child(const std::string& pointer, std::string_view key);
 
-// Parses `text`; a syntax error throws "<file>:<line>:<column>: malformed JSON: <reason>".
+// Parses `text`; a syntax error throws "<file>:<line>:<column>: malformed JSON: <reason>", a
+// duplicate key "<file>: <pointer>: duplicate key", nesting deeper than kMaxJsonDepth
+// "<file>:<line>:<column>: JSON nested deeper than memsim's limit of 64 levels" (found by the
+// parser callback, so the document is never built).
 Json ParseJson(const std::string& text, const std::string& file);
 
 // Reads the members of one JSON object and remembers which keys were read, so that the rest

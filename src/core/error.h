@@ -22,8 +22,9 @@ class UnsupportedError : public InputError {
   explicit UnsupportedError(const std::string& what) : InputError("unsupported: " + what) {}
 };
 
-// The candidate closest to `word` by edit distance, or "" when none is within
-// max(2, |word|/3) edits. Used for "did you mean" suggestions.
+// The candidate closest to `word` by edit distance (a swap of two adjacent letters is one edit),
+// or "" when none is within max(1, |word|/3) edits (a 3-letter word allows one). Used for "did
+// you mean" suggestions.
 std::string ClosestMatch(std::string_view word, const std::vector<std::string>& candidates);
 
 }  // namespace memsim

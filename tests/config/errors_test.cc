@@ -31,10 +31,12 @@ TEST_CASE("attention heads not divisible by TP", "[config]") {
   CHECK(ErrorOf(Data("heads_tp.json")) ==
         Data("heads_tp.json") +
             ": /model/num_attention_heads: 32 heads are not divisible by tensor_model_parallel_size 3");
-  // Model file: the message names the model file and its key.
+  // Model file: the message names the model file and its key, then the training config's.
   CHECK(ErrorOf(Data("file_model_heads_tp.json")) ==
         Data("tiny-llama.json") +
-            ": /num_attention_heads: 8 heads are not divisible by tensor_model_parallel_size 3");
+            ": /num_attention_heads: 8 heads are not divisible by tensor_model_parallel_size 3 "
+            "(training config " + Data("file_model_heads_tp.json") +
+            ": /training/tensor_model_parallel_size)");
 }
 
 TEST_CASE("key/value heads not divisible by TP", "[config]") {
