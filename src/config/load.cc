@@ -128,20 +128,23 @@ std::string KnownDevices() {
   return out;
 }
 
+// The file at path `ref`: relative to the document `from` (which may itself be embedded), or to
+// the working directory when `from` is null. Sets *label to the name used in messages.
+std::optional<Document> ReadByPath(const std::string& ref, const Document* from, std::string* label) {
+  if (from != nullptr) return Resolve(*from, ref, label);
+  *label = Normal(fs::path(ref));
+  Document d{*label, "", false, ""};
+  if (!ReadFile(*label, &d.text)) return std::nullopt;
+  return d;
+}
+
 // A device by preset name (embedded) or path; `location` names where the reference was written.
 DevicePreset LoadDevice(const std::string& ref, const std::string& location, const Document* from,
                         std::string* device_path) {
   if (ref.empty()) Fail(location, "expected a device preset name or a path to a preset file");
   if (LooksLikePath(ref)) {
-    std::optional<Document> doc;
     std::string label;
-    if (from != nullptr) {
-      doc = Resolve(*from, ref, &label);
-    } else {
-      label = Normal(fs::path(ref));
-      Document d{label, "", false, ""};
-      if (ReadFile(label, &d.text)) doc = d;
-    }
+    const std::optional<Document> doc = ReadByPath(ref, from, &label);
     if (!doc) Fail(location, fmt::format("cannot read device preset file '{}'", internal::Printable(label)));
     *device_path = doc->label;
     return ReadDevice(*doc);
@@ -185,14 +188,7 @@ Document LoadModelDocument(const std::string& ref, const std::string& location, 
     Fail(location, message);
   }
   std::string label;
-  std::optional<Document> doc;
-  if (from != nullptr) {
-    doc = Resolve(*from, ref, &label);
-  } else {
-    label = Normal(fs::path(ref));
-    Document d{label, "", false, ""};
-    if (ReadFile(label, &d.text)) doc = d;
-  }
+  const std::optional<Document> doc = ReadByPath(ref, from, &label);
   if (!doc) Fail(location, fmt::format("cannot read model file '{}'", internal::Printable(label)));
   return *doc;
 }

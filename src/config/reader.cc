@@ -8,6 +8,7 @@
 #include <fmt/core.h>
 
 #include "core/error.h"
+#include "core/json_pointer.h"
 
 namespace memsim::config::internal {
 
@@ -104,17 +105,7 @@ std::optional<size_t> FindTooDeep(std::string_view text) {
 }
 
 std::string Child(const std::string& pointer, std::string_view key) {
-  std::string out = pointer + "/";
-  for (char c : key) {
-    if (c == '~') {
-      out += "~0";
-    } else if (c == '/') {
-      out += "~1";
-    } else {
-      out += c;
-    }
-  }
-  return out;
+  return ChildPointer(pointer, key);
 }
 
 namespace {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_pointer.h"
 
 namespace memsim::replay {
 namespace {
@@ -90,19 +91,7 @@ class Builder {
     std::string key;                 // the member being read
     std::unordered_set<std::string> keys;  // membership tests only
   };
-  static std::string Escape(std::string_view key) {
-    std::string out;
-    for (char c : key) {
-      if (c == '~') {
-        out += "~0";
-      } else if (c == '/') {
-        out += "~1";
-      } else {
-        out += c;
-      }
-    }
-    return out;
-  }
+  static std::string Escape(std::string_view key) { return EscapePointerToken(key); }
   // Called as a value starts: counts it as the next element of the enclosing list.
   bool Value() {
     if (!levels_.empty() && !levels_.back().object) ++levels_.back().n;
