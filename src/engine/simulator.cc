@@ -160,6 +160,7 @@ class Engine {
     const Bytes block_bytes = allocator_->Stats().allocated_bytes.current - before;
     live_.emplace(t.id, LiveTensor{*block, block_bytes, t.category});
     by_category_[static_cast<int>(t.category)] += block_bytes;
+    observer_.OnTensorAllocated(op, t, block_bytes);
   }
 
   void CompleteAllStreams() {

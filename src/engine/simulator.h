@@ -64,6 +64,10 @@ class Observer {
   // A communicator was created by the first collective of `group`.
   virtual void OnCommunicatorCreated(SimTimeUs /*time_us*/, const std::string& /*group*/) {}
   virtual void OnOom(const OomEvent& /*oom*/) {}
+  // `tensor` got a block of `block_bytes` (the increase of allocated bytes: the request rounded
+  // and padded, plus any remainder the allocator did not split off).
+  virtual void OnTensorAllocated(const workload::Op& /*op*/, const workload::TensorAlloc& /*tensor*/,
+                                 Bytes /*block_bytes*/) {}
 };
 
 struct SimulateOptions {

@@ -30,8 +30,9 @@ std::vector<std::string> ShippedConfigs() {
 // The tensors an iteration allocates and does not free within it, bytes by category (from the
 // Program itself, independent of the allocator).
 struct Kept {
-  Bytes bytes = 0;
+  Bytes bytes = 0;    // requested
   Bytes tensors = 0;
+  std::vector<workload::TensorId> ids;
 };
 std::map<Category, Kept> PersistentFirstMadeIn(const workload::Program& program, int iteration) {
   std::map<workload::TensorId, const workload::TensorAlloc*> made;
@@ -44,9 +45,24 @@ std::map<Category, Kept> PersistentFirstMadeIn(const workload::Program& program,
   for (const auto& [id, t] : made) {
     by_category[t->category].bytes += t->size_bytes;
     ++by_category[t->category].tensors;
+    by_category[t->category].ids.push_back(id);
   }
   return by_category;
 }
+
+// Forwards to a Recorder and keeps the block size the allocator gave each tensor.
+class BlockSizes final : public Observer {
+ public:
+  explicit BlockSizes(timeline::Recorder& recorder) : recorder_(recorder) {}
+  void OnOpBoundary(const OpBoundary& b) override { recorder_.OnOpBoundary(b); }
+  void OnTensorAllocated(const workload::Op&, const workload::TensorAlloc& t, Bytes block) override {
+    block_bytes[t.id] = block;
+  }
+  std::map<workload::TensorId, Bytes> block_bytes;
+
+ private:
+  timeline::Recorder& recorder_;
+};
 
 TEST_CASE("every shipped config: reserved only grows, iterations converge, lazy state is exact",
           "[engine][configs]") {
@@ -59,7 +75,8 @@ TEST_CASE("every shipped config: reserved only grows, iterations converge, lazy 
       DYNAMIC_SECTION(fs::path(path).filename().string() << " stage " << r) {
         const workload::Program program = workload::Build(setup, r);
         timeline::Recorder recorder;
-        const SimulateResult result = Simulate(program, setup, {}, recorder);
+        BlockSizes blocks(recorder);
+        const SimulateResult result = Simulate(program, setup, {}, blocks);
         recorder.Finish();
         // Each shipped config fits its device: no out-of-memory path was taken.
         CHECK_FALSE(result.first_oom.has_value());
@@ -87,11 +104,11 @@ TEST_CASE("every shipped config: reserved only grows, iterations converge, lazy 
         CHECK(spans[4].peak_device_bytes == spans[3].peak_device_bytes);
 
         // Iteration 1 keeps exactly what it first made and never frees: the optimizer states
-        // (created lazily inside the first step) plus first-use persistent buffers. Compare the
-        // allocator's per-category change with the Program's own tensors of each category,
-        // rounded as the allocator rounds a request (512 B multiples, +32 B pad on NPU,
-        // reference/allocator.md §1 and "NPU differences"); the optimizer states must equal the
-        // closed form 8 B (Adam) or 4 B (SGD momentum) per main-parameter element.
+        // (created lazily inside the first step) plus first-use persistent buffers (workspaces;
+        // fp32 gradient copies where gradients are 16-bit). Per category, the allocator's change
+        // over iteration 1 must equal exactly the blocks of those tensors -- nothing else stays --
+        // and the optimizer states' requested bytes must equal the closed form: 8 B (Adam) or
+        // 4 B (SGD momentum) per main-parameter element (reference/workload.md §1.5).
         const timeline::SpanSummary& it1 = spans[1];
         const std::map<Category, Kept> kept = PersistentFirstMadeIn(program, 1);
         const workload::StaticSizes sizes = workload::ComputeStaticSizes(setup, r);
@@ -104,14 +121,16 @@ TEST_CASE("every shipped config: reserved only grows, iterations converge, lazy 
                                it1.start_by_category[static_cast<size_t>(c)];
           total_change += change;
           const Kept k = kept.count(category) ? kept.at(category) : Kept{};
-          const Bytes requested = k.bytes;
+          Bytes blocks_of_kept = 0;
+          for (workload::TensorId id : k.ids) blocks_of_kept += blocks.block_bytes.at(id);
           INFO("category " << CategoryName(category) << " change " << change << " requested "
-                           << requested);
+                           << k.bytes << " blocks " << blocks_of_kept);
+          CHECK(change == blocks_of_kept);
           // Each block is at least its request, and at most the request rounded up to 512 B
           // (+32 B pad on NPU) plus a remainder the allocator did not split off: at most
           // kSmallSize = 1 MiB in the large pool (should_split, reference/allocator.md §3 step 6).
-          CHECK(change >= requested);
-          CHECK(change <= requested + k.tensors * (kMiB + 1024));
+          CHECK(blocks_of_kept >= k.bytes);
+          CHECK(blocks_of_kept <= k.bytes + k.tensors * (kMiB + 1024));
         }
         CHECK(total_change == it1.end_allocated_bytes - it1.start_allocated_bytes);
       }
