@@ -130,6 +130,34 @@ TEST_CASE("Chrome trace with one iteration scaled by 10%", "[profile][compare]")
   }
 }
 
+TEST_CASE("memory snapshot with one iteration scaled by 10%", "[profile][compare]") {
+  // A snapshot has allocator data but no iteration markers. One iteration scaled by 10% breaks
+  // the periodicity the detector relies on, so -- as a user would -- say how many iterations
+  // the profile covers (--profile-iterations 6). Scaling iteration 4's bytes by 1.1 must show
+  // as (1.1 s - s) / s = +10% on iteration 4 and 0 on the others.
+  const timeline::Timeline sim = testing::KnownTimeline(6);
+  timeline::Timeline scaled = sim;
+  testing::ScaleIteration(scaled, 4, 1.10);
+  const std::string path = testing::TempPath("rt_snap10.json");
+  testing::WriteFile(path, testing::WriteSnapshot(scaled));
+  compare::CompareOptions options;
+  options.profile_iterations = 6;
+  const compare::Report r = compare::Compare(LoadProfile(path, Format::kAuto), sim, options);
+  REQUIRE(r.iterations.size() == 6);
+  int scaled_seen = 0;
+  for (const auto& it : r.iterations) {
+    INFO("profile iteration " << it.iteration << " vs simulated " << it.simulated_iteration);
+    REQUIRE(it.error_pct.peak_allocated);
+    if (it.simulated_iteration == 4) {
+      ++scaled_seen;
+      CHECK(*it.error_pct.peak_allocated == Approx(10.0).margin(0.5));
+    } else {
+      CHECK(std::fabs(*it.error_pct.peak_allocated) <= 0.5);
+    }
+  }
+  CHECK(scaled_seen == 1);
+}
+
 std::string Error(const std::string& path, Format f) {
   try {
     LoadProfile(path, f);
