@@ -4,6 +4,7 @@
 
 #include <sys/wait.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -62,6 +63,25 @@ inline CommandResult RunMemsim(const ScratchDir& dir, const std::string& args) {
                           " > '" + out.string() + "' 2> '" + err.string() + "'";
   const int status = std::system(cmd.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadAll(out), ReadAll(err)};
+}
+
+struct CombinedResult {
+  int exit_code = -1;
+  std::string output;  // standard output and error, interleaved as printed
+};
+
+// Runs `memsim ARGS` in the current directory, capturing both streams together.
+inline CombinedResult RunMemsimCombined(const std::string& args) {
+  const std::string command = "'" MEMSIM_BINARY "' " + args + " 2>&1";
+  CombinedResult r;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.output.append(buffer, n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
 }
 
 }  // namespace memsim::testing

@@ -11,6 +11,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "cli/cli_test_util.h"
+
 #include "test_util.h"
 
 namespace memsim::config {
@@ -49,23 +51,9 @@ std::string ConfigWith(const std::string& key, const std::string& value) {
   return text.substr(0, start) + value + text.substr(end);
 }
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
+using Result = ::memsim::testing::CombinedResult;
 
-Result Run(const std::string& args) {
-  const std::string command = std::string(MEMSIM_BINARY) + " " + args + " 2>&1";
-  Result r;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+Result Run(const std::string& args) { return ::memsim::testing::RunMemsimCombined(args); }
 
 LoadOptions Set(std::vector<std::string> overrides) {
   LoadOptions o;

@@ -8,28 +8,16 @@
 
 #include <catch2/catch.hpp>
 
+#include "cli/cli_test_util.h"
+
 #include "test_util.h"
 
 namespace memsim::config {
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
+using Result = ::memsim::testing::CombinedResult;
 
-Result Run(const std::string& args) {
-  const std::string command = std::string(MEMSIM_BINARY) + " " + args + " 2>&1";
-  Result r;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+Result Run(const std::string& args) { return ::memsim::testing::RunMemsimCombined(args); }
 
 TEST_CASE("memsim validate prints one line per config and exits 0 when all load", "[config]") {
   const Result r = Run("validate " + testing::Data("file_model.json"));
