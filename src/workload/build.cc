@@ -897,18 +897,9 @@ class Builder {
 
   // dgrad of a column-parallel GEMM: full [s, b, h], reduce-scattered with SP into a new
   // [s/t, b, h] (`sub_grad_input`), all-reduced in place without.
+  // Same allocation pattern as a row-parallel forward output.
   TensorId RowParallelOutputGrad(const std::string& label) {
-    const Bytes full = d_.act_bytes * d_.T * d_.h;
-    if (d_.sp) {
-      const TensorId f = Alloc(full, Category::kTemporaries, label + "_full");
-      const TensorId out = Alloc(full / d_.t, Category::kTemporaries, label);
-      Collective("tp", d_.t, static_cast<double>(full), Coll::kGather);
-      Free(f);
-      return out;
-    }
-    const TensorId out = Alloc(full, Category::kTemporaries, label);
-    Collective("tp", d_.t, static_cast<double>(full), Coll::kAllReduce);
-    return out;
+    return RowParallelOutput(d_.act_bytes * d_.T * d_.h, label);
   }
 
   // ---- transformer layer forward (§2.2, §2.3) -----------------------------------------------
