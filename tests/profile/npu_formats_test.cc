@@ -114,6 +114,30 @@ TEST_CASE("npu errors", "[profile]") {
                     bad_mem + ":2: timestamp(us): expected microseconds, got 'noon'");
 }
 
+TEST_CASE("round trip: operator_memory.csv in an ascend folder within 0.5%; a 10% iteration",
+          "[profile][compare]") {
+  // The folder has operator_memory.csv but no memory_record.csv, so the allocator totals come
+  // from the operator rows (the cann:: row is skipped) and the iterations from trace_view.json.
+  const timeline::Timeline sim = testing::KnownTimeline(4);
+  const std::string dir = testing::TempPath("rt_ascend_ops_pt");
+  testing::WriteAscendFolder(sim, dir, /*operator_memory=*/true);
+  const compare::Report r = compare::Compare(LoadProfile(dir, Format::kAuto), sim, {});
+  REQUIRE(r.iterations.size() == 4);
+  CHECK(std::fabs(*r.overall_error_pct.peak_allocated) <= 0.5);
+  CHECK(std::fabs(*r.overall_error_pct.peak_reserved) <= 0.5);
+  CHECK(*r.overall_curve_error_pct <= 0.5);
+  timeline::Timeline scaled = sim;
+  testing::ScaleIteration(scaled, 2, 1.10);
+  testing::WriteAscendFolder(scaled, dir, /*operator_memory=*/true);
+  const compare::Report s = compare::Compare(LoadProfile(dir, Format::kAuto), sim, {});
+  REQUIRE(s.iterations.size() == 4);
+  for (const auto& it : s.iterations) {
+    INFO(it.iteration);
+    // (1.1 s - s) / s = +10% in iteration 2 only.
+    CHECK(*it.error_pct.peak_allocated == Approx(it.iteration == 2 ? 10.0 : 0.0).margin(1e-6));
+  }
+}
+
 TEST_CASE("round trip: ascend folder and npu_mem within 0.5%; a 10% iteration", "[profile][compare]") {
   const timeline::Timeline sim = testing::KnownTimeline(4);
   const std::string dir = testing::TempPath("rt_ascend_pt");

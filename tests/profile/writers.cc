@@ -280,10 +280,24 @@ std::string EpochUs(double time_us) {
 }
 }  // namespace
 
-void WriteAscendFolder(const timeline::Timeline& t, const std::string& dir) {
+void WriteAscendFolder(const timeline::Timeline& t, const std::string& dir, bool operator_memory) {
   std::filesystem::remove_all(dir);
   const std::string out_dir = dir + "/ASCEND_PROFILER_OUTPUT";
   std::filesystem::create_directories(out_dir);
+  if (operator_memory) {
+    std::string ops =
+        "Name,Size(KB),Allocation Time(us),Release Time(us),Active Release Time(us),Duration(us),"
+        "Active Duration(us),Allocation Total Allocated(MB),Allocation Total Reserved(MB),"
+        "Allocation Total Active(MB),Release Total Allocated(MB),Release Total Reserved(MB),"
+        "Release Total Active(MB),Stream Ptr,Device Type\r\n";
+    ops += "cann::SimAddN_ws,256,1751500000000000.500,,,,,1.0,2.0,,,,,,NPU:0\r\n";
+    for (auto it = t.samples.rbegin(); it != t.samples.rend(); ++it) {
+      ops += fmt::format("aten::empty_strided,4.0,{}\t,,,,,{},{},{},,,,187650000012345,NPU:0\r\n",
+                         EpochUs(it->time_us), Mib(it->allocated_bytes), Mib(it->reserved_bytes),
+                         Mib(it->active_bytes));
+    }
+    WriteFile(out_dir + "/operator_memory.csv", ops);
+  }
   std::string csv =
       "Component,Timestamp(us),Total Allocated(MB),Total Reserved(MB),Total Active(MB),Stream "
       "Ptr,Device Type\r\n";
@@ -296,7 +310,7 @@ void WriteAscendFolder(const timeline::Timeline& t, const std::string& dir) {
     csv += fmt::format("PTA,{}\t,{},{},{},187650000012345,NPU:0\r\n", EpochUs(it->time_us),
                        Mib(it->allocated_bytes), Mib(it->reserved_bytes), Mib(it->active_bytes));
   }
-  WriteFile(out_dir + "/memory_record.csv", csv);
+  if (!operator_memory) WriteFile(out_dir + "/memory_record.csv", csv);
   std::string trace = "[\n";
   int first = 0;
   const auto spans = IterationSpans(t, &first);

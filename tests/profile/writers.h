@@ -44,7 +44,12 @@ std::string WriteSnapshot(const timeline::Timeline& t);
 // torch_npu *_ascend_pt folder at `dir` (created): ASCEND_PROFILER_OUTPUT/memory_record.csv
 // (APP rows first for device_bytes, then PTA rows newest first; MiB floats, epoch us with a
 // trailing TAB, CRLF) and trace_view.json with ProfilerStep#(k-1) spans (string ts).
-void WriteAscendFolder(const timeline::Timeline& t, const std::string& dir);
+// With `operator_memory`, the folder holds operator_memory.csv instead of memory_record.csv: one
+// aten:: row per sample whose allocation half carries the sample's allocator totals (release
+// half empty, as for a tensor still alive when profiling stopped), unsorted, plus a cann:: row
+// that must be skipped.
+void WriteAscendFolder(const timeline::Timeline& t, const std::string& dir,
+                       bool operator_memory = false);
 // CANN npu_mem.csv: one Device row per sample (hbm(KB) = device_bytes / 1024), plus APP rows.
 std::string WriteNpuMem(const timeline::Timeline& t);
 
