@@ -169,6 +169,21 @@ class Builder {
     MEMSIM_CHECK(open_);
     Cur().frees.push_back(id);
   }
+  // Tensors that several Python references keep alive (a stage input held by its micro-batch and
+  // by the model chunk; an input grad held by a schedule local and as that input's .grad): each
+  // holder takes a reference, and the last one to drop it frees the tensor.
+  void Ref(TensorId id) {
+    if (id != 0) ++refs_[id];
+  }
+  void Unref(TensorId id) {
+    if (id == 0) return;
+    auto it = refs_.find(id);
+    MEMSIM_CHECK(it != refs_.end() && it->second > 0);
+    if (--it->second == 0) {
+      refs_.erase(it);
+      Free(id);
+    }
+  }
   void Flops(double flops) { flops_ += flops; }
   void RecordStream(TensorId id, int stream) { Cur().record_streams.emplace_back(id, stream); }
 
@@ -195,14 +210,20 @@ class Builder {
   // ---- first-use workspaces (§1.7) ---------------------------------------------------------
 
   // A GEMM through PyTorch (cuBLAS) or Transformer Engine: the first one creates the persistent
-  // workspace (CUDA only; torch_npu's workspaces are outside this model).
+  // workspace (CUDA only; torch_npu's workspaces are outside this model). PyTorch keeps one
+  // cuBLAS workspace per (handle, stream) and one handle per thread (CublasHandlePool.cpp
+  // getCurrentCUDABlasHandle); the autograd engine runs CUDA backward on its own device thread
+  // (torch/csrc/autograd/engine.cpp), so backward GEMMs, recompute included, get a second one.
+  // TE's workspace is one module-level tensor (module/base.py get_workspace).
   void GemmWorkspace(bool torch_gemm) {
     if (d_.npu) return;
     if (torch_gemm || !d_.te) {
-      if (cublas_done_) return;
-      cublas_done_ = true;
+      const bool autograd_thread = phase_ == Phase::kBackward;
+      bool& done = cublas_done_[autograd_thread ? 1 : 0];
+      if (done) return;
+      done = true;
       Alloc(d_.hopper ? kCublasWorkspaceHopperBytes : kCublasWorkspaceBytes, Category::kWorkspace,
-            "workspace.cublas");
+            autograd_thread ? "workspace.cublas_autograd" : "workspace.cublas");
     } else {
       if (te_done_) return;
       te_done_ = true;
@@ -370,7 +391,7 @@ class Builder {
     if (held_recv_backward_ != 0 || held_input_grad_ != 0) {
       Begin("p2p.schedule_return");  // the schedule function's locals go out of scope
       Free(held_recv_backward_);
-      Free(held_input_grad_);
+      Unref(held_input_grad_);
       held_recv_backward_ = held_input_grad_ = 0;
     }
     FinalizeGrads();
@@ -583,6 +604,25 @@ class Builder {
     return step_ + 1 < static_cast<int>(steps_.size()) ? &steps_[step_ + 1] : nullptr;
   }
 
+  // schedules.py forward_step calls set_input_tensor, and TransformerBlock.set_input_tensor keeps
+  // the tensor as self.input_tensor until the next forward of the same chunk replaces it
+  // (megatron/core/transformer/transformer_block.py). So the last micro-batch's received input,
+  // and the .grad that backward_step's retain_grad left on it, outlive the iteration: they are
+  // resident during finalize_model_grads, the optimizer step and the next iteration's first
+  // receive, and dropped when that forward sets its own input.
+  void SetChunkInput(int chunk, TensorId x) {
+    if (chunk_input_.empty()) {
+      chunk_input_.assign(d_.v, 0);
+      chunk_input_grad_.assign(d_.v, 0);
+    }
+    const TensorId old = chunk_input_[chunk], old_grad = chunk_input_grad_[chunk];
+    chunk_input_[chunk] = x;
+    chunk_input_grad_[chunk] = 0;
+    Ref(x);
+    Unref(old);
+    Unref(old_grad);
+  }
+
   void ForwardUnit(int mb, int chunk) {
     UnitState& u = units_[{mb, chunk}];
     u = UnitState{};
@@ -605,6 +645,8 @@ class Builder {
         P2P("p2p.recv_forward", 0, x);
       }
       u.input_external = true;
+      SetChunkInput(chunk, x);
+      Ref(x);  // this micro-batch's reference (input_tensors), dropped at its backward
     }
     u.stage_input = x;
     for (const Segment& seg : segments_) {
@@ -694,7 +736,7 @@ class Builder {
       EmbeddingBackward(u, dy);
     }
     // backward_step returned: the previous input_tensor_grad binding is dropped.
-    Free(held_input_grad_);
+    Unref(held_input_grad_);
     held_input_grad_ = 0;
     if (recv_grad != 0) {
       MEMSIM_CHECK(held_recv_backward_ == 0);  // dropped at this backward's receive
@@ -711,8 +753,16 @@ class Builder {
         P2P("p2p.send_backward", dy, 0);
         Begin("p2p.release_input");
       }
-      Free(u.stage_input);
+      // backward_step's retain_grad leaves the grad on the input as .grad: it lives as long as
+      // the input, which the model chunk still holds if this was its latest forward.
+      if (chunk_input_[chunk] == u.stage_input) {
+        MEMSIM_CHECK(chunk_input_grad_[chunk] == 0);
+        chunk_input_grad_[chunk] = dy;
+        Ref(dy);
+      }
+      Unref(u.stage_input);
       held_input_grad_ = dy;
+      Ref(dy);
     }
     units_.erase(it);
   }
@@ -874,6 +924,7 @@ class Builder {
       Free(u.logits_fp32);
     }
     Begin("output_layer_bwd");
+    GemmWorkspace(/*torch_gemm=*/true);
     SpGather(d_.act_bytes * d_.T * d_.h, "output_layer.input_gather", true);
     // The output layer is Megatron's own ColumnParallelLinear (also under the TE spec). Its
     // backward returns a full [V/t, h] weight grad to autograd: the real wgrad without
@@ -935,6 +986,7 @@ class Builder {
       c.v_rep = Alloc(qbytes, Category::kActivations, L(l, "attn.value_repeated"));
     }
     Begin("attn.scores", l);  // baddbmm over the "mpu" buffer -> new scores
+    GemmWorkspace(/*torch_gemm=*/true);
     MpuBuffer(d_.act_bytes * s2);
     const TensorId scores = Alloc(d_.act_bytes * s2, Category::kTemporaries, L(l, "attn.scores"));
     Flops(2.0 * d_.b * d_.s * d_.s * d_.q / d_.t);
@@ -1082,6 +1134,7 @@ class Builder {
     } else {
       const Bytes s2 = d_.act_bytes * d_.b * at * d_.s * d_.s;
       Begin("attn.context_bwd", l);
+      GemmWorkspace(/*torch_gemm=*/true);
       TensorId dp = Alloc(s2, Category::kTemporaries, L(l, "attn.d_probs"));
       const TensorId dvr = Alloc(qbytes, Category::kTemporaries, L(l, "attn.d_value_repeated"));
       for (TensorId id : {d_core, c.dout, c.v_rep}) Free(id);
@@ -1138,6 +1191,7 @@ class Builder {
     }
     // FC2: gather dY (SP), dgrad, wgrad into main_grad (gradient_accumulation_fusion).
     Begin("mlp.fc2_bwd", l);
+    GemmWorkspace(false);
     TensorId g = SpGather(full, L(l, "mlp.d_fc2_gather"), false);
     const TensorId dact =
         Alloc(d_.act_bytes * d_.T * d_.ffn / d_.t, Category::kTemporaries, L(l, "mlp.d_act_out"));
@@ -1245,9 +1299,14 @@ class Builder {
   int step_ = 0;                     // index into steps_ of the unit being emitted
   TensorId pending_recv_forward_ = 0, pending_recv_backward_ = 0;  // received ahead
   TensorId held_recv_backward_ = 0, held_input_grad_ = 0;          // kept by Python locals
+  // Per model chunk: the input its TransformerBlock keeps from the latest forward
+  // (set_input_tensor) and that input's retained .grad once its backward ran (0 = none).
+  std::vector<TensorId> chunk_input_, chunk_input_grad_;
+  std::map<TensorId, int> refs_;  // holders of the tensors managed by Ref/Unref
   std::vector<TensorId> grad_copies_;
   std::vector<TensorId> report_losses_;
-  bool cublas_done_ = false, te_done_ = false;
+  bool cublas_done_[2] = {false, false};  // main thread, autograd thread
+  bool te_done_ = false;
   TensorId mpu_id_ = 0;
   Bytes mpu_bytes_ = 0;
 

@@ -23,16 +23,19 @@ bool Within(double actual, double expected, double rel) {
 }
 
 // Checks the Program's own consistency: unique ids, every free / record_stream names a live
-// tensor, and after the last op only static, optimizer-state, workspace and scalar tensors live.
+// tensor, and after the last op only static, optimizer-state, workspace and scalar tensors live,
+// plus, on a stage that receives its input, what each model chunk's TransformerBlock keeps from
+// its last forward (set_input_tensor): the received input and the grad retained on it, one pair
+// per chunk of the same [s/σ, b, h] size.
 void CheckWellFormed(const Program& p) {
-  std::map<TensorId, Category> live;
+  std::map<TensorId, const TensorAlloc*> live;
   std::set<TensorId> seen;
   for (const Op& op : p.ops) {
     for (const auto& [id, stream] : op.record_streams) REQUIRE(live.count(id) == 1);
     for (const TensorAlloc& a : op.allocs) {
       REQUIRE(seen.insert(a.id).second);
       REQUIRE(a.size_bytes >= 0);
-      live[a.id] = a.category;
+      live[a.id] = &a;
     }
     for (TensorId id : op.frees) {
       INFO(op.name << " iteration " << op.iteration << " frees " << id);
@@ -40,12 +43,22 @@ void CheckWellFormed(const Program& p) {
     }
     REQUIRE(op.duration_us > 0);
   }
-  for (const auto& [id, cat] : live) {
-    INFO("left alive: " << id << " " << CategoryName(cat));
-    CHECK((cat == Category::kParameters || cat == Category::kGradients ||
-           cat == Category::kMainParameters || cat == Category::kOptimizerStates ||
-           cat == Category::kWorkspace || cat == Category::kOther));
+  std::multiset<Bytes> held_inputs, held_grads;
+  for (const auto& [id, a] : live) {
+    const Category cat = a->category;
+    INFO("left alive: " << id << " " << a->label << " " << CategoryName(cat));
+    if (cat == Category::kCommunication) {
+      CHECK(a->label == "p2p.recv_forward");
+      held_inputs.insert(a->size_bytes);
+    } else if (cat == Category::kTemporaries) {
+      held_grads.insert(a->size_bytes);
+    } else {
+      CHECK((cat == Category::kParameters || cat == Category::kGradients ||
+             cat == Category::kMainParameters || cat == Category::kOptimizerStates ||
+             cat == Category::kWorkspace || cat == Category::kOther));
+    }
   }
+  CHECK(held_inputs == held_grads);
 }
 
 // One iteration's ops with tensor ids replaced by (iterations back, index of the alloc within
@@ -59,9 +72,12 @@ std::vector<NormOp> NormalisedIteration(const Program& p, int iteration) {
   for (const Op& op : p.ops) {
     for (const TensorAlloc& a : op.allocs) where[a.id] = {op.iteration, count[op.iteration]++};
   }
+  // A tensor from an earlier iteration (a model chunk's input kept across the step) is named
+  // by how far back it was made; its index would differ because iteration 1 also makes the
+  // optimizer state and the workspaces.
   auto norm = [&](TensorId id) {
     const auto [it, idx] = where.at(id);
-    return std::pair<int, int>{iteration - it, idx};
+    return std::pair<int, int>{iteration - it, it == iteration ? idx : -1};
   };
   std::vector<NormOp> out;
   for (const Op& op : p.ops) {
@@ -248,6 +264,73 @@ TEST_CASE("1F1B: stage r holds min(p - r, m) micro-batches in the Program", "[wo
   CHECK(MaxMicroBatchesInFlight(Build(s, 0), 2) == 2);
 }
 
+TEST_CASE("a model chunk keeps its last received input and that input's grad across the step",
+          "[workload]") {
+  // schedules.py forward_step -> set_input_tensor keeps the received input in the chunk's
+  // TransformerBlock until the chunk's next forward; backward_step's retain_grad leaves its grad
+  // on it as .grad. PaperGpt, bf16, no SP: the input is [s, b, h] = 1024 · 2 · 1024 · 2 B = 4 MiB.
+  config::Setup s = testing::PaperGpt();
+  s.model.num_hidden_layers = 8;
+  s.training.pipeline_model_parallel_size = 4;
+  s.training.global_batch_size = 16;  // m = 8
+  const Bytes input = 1024 * 2 * 1024 * 2;
+  for (int r = 0; r < 4; ++r) {
+    INFO("stage " << r);
+    const Program p = Build(s, r);
+    CheckWellFormed(p);
+    const auto net1 = NetByCategory(p, 1);
+    if (r == 0) {  // the first stage's input is the embedding output, not held (input_tensor None)
+      CHECK(net1.count(Category::kCommunication) == 0);
+      CHECK(net1.count(Category::kTemporaries) == 0);
+    } else {  // iteration 1 leaves one received input and its grad behind
+      CHECK(net1.at(Category::kCommunication) == input);
+      CHECK(net1.at(Category::kTemporaries) == input);
+    }
+    CHECK(NetByCategory(p, 2).empty());  // each later iteration swaps in its own pair
+    // The pair is resident during the optimizer step and dropped by the next iteration's first
+    // forward (its set_input_tensor), after that forward's receive.
+    std::map<TensorId, std::string> recv;
+    for (const Op& op : p.ops) {
+      for (const TensorAlloc& a : op.allocs)
+        if (a.label == "p2p.recv_forward" && op.iteration == 1) recv[a.id] = op.name;
+      for (TensorId id : op.frees) {
+        if (recv.count(id) == 0 || op.iteration != 2) continue;
+        CHECK(op.phase == Phase::kForward);
+        CHECK(op.micro_batch == 0);
+      }
+    }
+  }
+  // Interleaved: on stage 0 only chunk 1 receives its input, so one pair stays (v = 2).
+  s.training.num_layers_per_virtual_pipeline_stage = 1;
+  s.training.pipeline_model_parallel_size = 4;
+  const Program p = Build(s, 0);
+  CheckWellFormed(p);
+  const auto net1 = NetByCategory(p, 1);
+  CHECK(net1.at(Category::kCommunication) == input);
+  CHECK(net1.at(Category::kTemporaries) == input);
+}
+
+TEST_CASE("forward and backward GEMMs each get a cuBLAS workspace (one per thread's handle)",
+          "[workload]") {
+  // CublasHandlePool.cpp: one workspace per (handle, stream), one handle per thread; the autograd
+  // engine runs CUDA backward on its own thread. A100 (sm 80) default ":4096:2:16:8":
+  // 2 · 4096 KiB + 8 · 16 KiB = 8,519,680 B each; created once, never freed.
+  config::Setup s = testing::PaperGpt();
+  const Program p = Build(s, 0);
+  CheckWellFormed(p);
+  std::map<std::string, std::vector<Phase>> made;
+  for (const Op& op : p.ops) {
+    for (const TensorAlloc& a : op.allocs) {
+      if (a.label.rfind("workspace.cublas", 0) != 0) continue;
+      CHECK(a.size_bytes == 8'519'680);
+      made[a.label].push_back(op.phase);
+    }
+  }
+  CHECK(made == std::map<std::string, std::vector<Phase>>{
+                    {"workspace.cublas", {Phase::kForward}},
+                    {"workspace.cublas_autograd", {Phase::kBackward}}});
+}
+
 TEST_CASE("static bytes match the closed forms", "[workload]") {
   config::Setup s = testing::Llama2_7b();
   s.training.tensor_model_parallel_size = 2;
@@ -349,11 +432,12 @@ TEST_CASE("Adam state appears lazily in iteration 1's step only", "[workload]") 
   CHECK(st.optimizer_state_bytes == 8 * st.main_param_count);
 
   // End minus start of iteration 1 = state + first-use workspaces (H100: sm >= 90):
-  // TE cuBLASLt 32 MiB + cuBLAS (output layer) 8·4 MiB = 32 MiB + "mpu" for the output layer's SP
-  // all-gather [s, b, h] bf16 = 2·4096·4096 = 32 MiB.
+  // TE cuBLASLt 32 MiB + cuBLAS 8·4 MiB = 32 MiB twice (the output layer's forward GEMM on the
+  // main thread, its backward GEMM on the autograd thread: one workspace per handle) + "mpu" for
+  // the output layer's SP all-gather [s, b, h] bf16 = 2·4096·4096 = 32 MiB; 4 × 32 = 128 MiB.
   const auto net1 = NetByCategory(p, 1);
   CHECK(net1 == std::map<Category, Bytes>{{Category::kOptimizerStates, 8 * st.main_param_count},
-                                          {Category::kWorkspace, 96 * kMiB}});
+                                          {Category::kWorkspace, 128 * kMiB}});
   CHECK(NetByCategory(p, 2).empty());
   CHECK(NetByCategory(p, 3).empty());
 }
