@@ -218,7 +218,7 @@ class Builder {
   void GemmWorkspace(bool torch_gemm) {
     if (d_.npu) return;
     if (torch_gemm || !d_.te) {
-      const bool autograd_thread = phase_ == Phase::kBackward;
+      const bool autograd_thread = on_autograd_thread_;
       bool& done = cublas_done_[autograd_thread ? 1 : 0];
       if (done) return;
       done = true;
@@ -287,6 +287,8 @@ class Builder {
   // ---- init (§1.1, §1.3, §1.4) --------------------------------------------------------------
 
   void Init() {
+    chunk_input_.assign(d_.v, 0);
+    chunk_input_grad_.assign(d_.v, 0);
     iteration_ = 0;
     phase_ = Phase::kInit;
     micro_batch_ = -1;
@@ -388,13 +390,18 @@ class Builder {
     micro_batch_ = -1;
     phase_ = Phase::kBackward;
     MEMSIM_CHECK(pending_recv_forward_ == 0 && pending_recv_backward_ == 0 && units_.empty());
-    if (held_recv_backward_ != 0 || held_input_grad_ != 0) {
-      Begin("p2p.schedule_return");  // the schedule function's locals go out of scope
-      Free(held_recv_backward_);
-      Unref(held_input_grad_);
-      held_recv_backward_ = held_input_grad_ = 0;
-    }
+    // Only the chunk inputs and their grads (at most two per chunk) outlive the schedule loop,
+    // besides the locals dropped below.
+    MEMSIM_CHECK(refs_.size() <= 2 * chunk_input_.size() + 1);
+    // forward_backward_pipelining_* calls finalize_model_grads_func before it returns, so its
+    // locals (the last output_tensor_grad and input_tensor_grad) are alive during it.
     FinalizeGrads();
+    const bool frees_held = held_recv_backward_ != 0 ||
+                            (held_input_grad_ != 0 && refs_.at(held_input_grad_) == 1);
+    if (frees_held) Begin("p2p.schedule_return");  // the schedule function's locals go out of scope
+    Free(held_recv_backward_);
+    Unref(held_input_grad_);
+    held_recv_backward_ = held_input_grad_ = 0;
     if (tc_.empty_unused_memory_level >= 1) Cur().empty_cache = true;
     OptimizerStep();
     if (tc_.empty_unused_memory_level >= 2) Cur().empty_cache = true;
@@ -611,14 +618,13 @@ class Builder {
   // resident during finalize_model_grads, the optimizer step and the next iteration's first
   // receive, and dropped when that forward sets its own input.
   void SetChunkInput(int chunk, TensorId x) {
-    if (chunk_input_.empty()) {
-      chunk_input_.assign(d_.v, 0);
-      chunk_input_grad_.assign(d_.v, 0);
-    }
     const TensorId old = chunk_input_[chunk], old_grad = chunk_input_grad_[chunk];
     chunk_input_[chunk] = x;
     chunk_input_grad_[chunk] = 0;
     Ref(x);
+    // The old input is freed here only once its own backward has run (the chunk is its last
+    // holder): the first forward of each chunk in an iteration.
+    if (old != 0 && refs_.at(old) == 1) Begin("p2p.set_input_tensor");
     Unref(old);
     Unref(old_grad);
   }
@@ -630,9 +636,9 @@ class Builder {
     u.acts.assign(d_.Lc, LayerActs{});
     const bool pre = Pre(chunk), post = Post(chunk);
     const bool selective = tc_.recompute_granularity == RecomputeGranularity::kSelective;
-    if (pre || post) Data(u, pre, post);
     TensorId x;
     if (pre) {
+      Data(u, pre, post);
       x = EmbeddingForward(u);
     } else {
       // p2p_communication.py _communicate: torch.empty((s/σ, b, h), requires_grad=True), kept
@@ -647,6 +653,8 @@ class Builder {
       u.input_external = true;
       SetChunkInput(chunk, x);
       Ref(x);  // this micro-batch's reference (input_tensors), dropped at its backward
+      // forward_step: set_input_tensor, then the forward step function's get_batch.
+      if (post) Data(u, pre, post);
     }
     u.stage_input = x;
     for (const Segment& seg : segments_) {
@@ -693,6 +701,7 @@ class Builder {
     MEMSIM_CHECK(it != units_.end());
     UnitState& u = it->second;
     const bool pre = Pre(chunk), post = Post(chunk);
+    on_autograd_thread_ = true;  // backward_step's autograd run, recompute included
     TensorId dy;
     bool dy_external = false;
     if (post) {
@@ -735,6 +744,7 @@ class Builder {
     if (pre) {
       EmbeddingBackward(u, dy);
     }
+    on_autograd_thread_ = false;
     // backward_step returned: the previous input_tensor_grad binding is dropped.
     Unref(held_input_grad_);
     held_input_grad_ = 0;
@@ -1306,6 +1316,7 @@ class Builder {
   std::vector<TensorId> grad_copies_;
   std::vector<TensorId> report_losses_;
   bool cublas_done_[2] = {false, false};  // main thread, autograd thread
+  bool on_autograd_thread_ = false;        // inside a backward_step's autograd run
   bool te_done_ = false;
   TensorId mpu_id_ = 0;
   Bytes mpu_bytes_ = 0;

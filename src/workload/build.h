@@ -20,7 +20,12 @@
 //   wait for the transfer; a receive is followed by a synchronizing wait.
 // - 1F1B exchanges follow Megatron's loop: send_forward_recv_backward allocates the next grad
 //   buffer before the output is deallocated; the previous output_tensor_grad and
-//   input_tensor_grad stay bound to Python locals until the next receive / backward.
+//   input_tensor_grad stay bound to Python locals until the next receive / backward (the last
+//   ones until the schedule returns, after finalize_model_grads). Each model chunk that receives
+//   its input keeps the last one, and the grad retained on it, until its next forward
+//   (TransformerBlock.set_input_tensor, backward_step's retain_grad): they outlive the iteration.
+// - cuBLAS workspaces: one for the main thread's GEMMs, one for the autograd thread's (backward,
+//   recompute included); Transformer Engine's is shared.
 // - Assumed Megatron flags: gradient_accumulation_fusion (wgrads go straight into main_grad),
 //   deallocate_pipeline_outputs, no overlap_p2p_comm, no --overlap-param-gather (the param
 //   all-gather is emitted at the end of the step); unfused attention = Megatron-core

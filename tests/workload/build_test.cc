@@ -51,6 +51,8 @@ void CheckWellFormed(const Program& p) {
       CHECK(a->label == "p2p.recv_forward");
       held_inputs.insert(a->size_bytes);
     } else if (cat == Category::kTemporaries) {
+      CHECK(a->label.size() > 8);
+      CHECK(a->label.substr(a->label.size() - 8) == ".d_input");  // a layer's input grad
       held_grads.insert(a->size_bytes);
     } else {
       CHECK((cat == Category::kParameters || cat == Category::kGradients ||
@@ -62,23 +64,27 @@ void CheckWellFormed(const Program& p) {
 }
 
 // One iteration's ops with tensor ids replaced by (iterations back, index of the alloc within
-// that iteration), so two iterations can be compared.
+// that iteration), so two iterations can be compared. A tensor from an earlier iteration (a model
+// chunk's input kept across the step) is named by how far back it was made, its label and its
+// rank among that iteration's allocations of the same label: its plain index would differ
+// because iteration 1 also makes the optimizer state and the workspaces.
 using NormOp = std::tuple<std::string, Phase, int, int, int, double, std::vector<std::string>,
-                          std::vector<std::pair<int, int>>, std::vector<std::pair<int, int>>,
-                          std::string, bool, bool>;
+                          std::vector<std::string>, std::vector<std::string>, std::string, bool,
+                          bool>;
 std::vector<NormOp> NormalisedIteration(const Program& p, int iteration) {
-  std::map<TensorId, std::pair<int, int>> where;
+  std::map<TensorId, std::string> name;
   std::map<int, int> count;
+  std::map<std::pair<int, std::string>, int> same_label;
   for (const Op& op : p.ops) {
-    for (const TensorAlloc& a : op.allocs) where[a.id] = {op.iteration, count[op.iteration]++};
+    for (const TensorAlloc& a : op.allocs) {
+      const int idx = count[op.iteration]++;
+      const int rank = same_label[{op.iteration, a.label}]++;
+      name[a.id] = op.iteration == iteration
+                       ? fmt::format("0:{}", idx)
+                       : fmt::format("{}:{}#{}", iteration - op.iteration, a.label, rank);
+    }
   }
-  // A tensor from an earlier iteration (a model chunk's input kept across the step) is named
-  // by how far back it was made; its index would differ because iteration 1 also makes the
-  // optimizer state and the workspaces.
-  auto norm = [&](TensorId id) {
-    const auto [it, idx] = where.at(id);
-    return std::pair<int, int>{iteration - it, it == iteration ? idx : -1};
-  };
+  auto norm = [&](TensorId id) { return name.at(id); };
   std::vector<NormOp> out;
   for (const Op& op : p.ops) {
     if (op.iteration != iteration) continue;
@@ -86,7 +92,7 @@ std::vector<NormOp> NormalisedIteration(const Program& p, int iteration) {
     for (const TensorAlloc& a : op.allocs) {
       allocs.push_back(fmt::format("{}:{}:{}", a.label, a.size_bytes, CategoryName(a.category)));
     }
-    std::vector<std::pair<int, int>> frees, rs;
+    std::vector<std::string> frees, rs;
     for (TensorId id : op.frees) frees.push_back(norm(id));
     for (const auto& [id, s] : op.record_streams) rs.push_back(norm(id));
     out.emplace_back(op.name, op.phase, op.micro_batch, op.layer, op.stream, op.duration_us, allocs,
@@ -295,19 +301,26 @@ TEST_CASE("a model chunk keeps its last received input and that input's grad acr
         if (a.label == "p2p.recv_forward" && op.iteration == 1) recv[a.id] = op.name;
       for (TensorId id : op.frees) {
         if (recv.count(id) == 0 || op.iteration != 2) continue;
+        CHECK(op.name == "p2p.set_input_tensor");
         CHECK(op.phase == Phase::kForward);
         CHECK(op.micro_batch == 0);
       }
     }
   }
-  // Interleaved: on stage 0 only chunk 1 receives its input, so one pair stays (v = 2).
+  // Interleaved, 8 layers, p = 4, one layer per virtual stage: v = 2 chunks per stage. Every
+  // chunk keeps its own pair, except stage 0's chunk 0, whose input is the embedding output:
+  // v - [r = 0] pairs.
   s.training.num_layers_per_virtual_pipeline_stage = 1;
-  s.training.pipeline_model_parallel_size = 4;
-  const Program p = Build(s, 0);
-  CheckWellFormed(p);
-  const auto net1 = NetByCategory(p, 1);
-  CHECK(net1.at(Category::kCommunication) == input);
-  CHECK(net1.at(Category::kTemporaries) == input);
+  for (int r = 0; r < 4; ++r) {
+    INFO("interleaved stage " << r);
+    const Program p = Build(s, r);
+    CheckWellFormed(p);
+    const auto net1 = NetByCategory(p, 1);
+    const Bytes pairs = r == 0 ? 1 : 2;
+    CHECK(net1.at(Category::kCommunication) == pairs * input);
+    CHECK(net1.at(Category::kTemporaries) == pairs * input);
+    CHECK(NetByCategory(p, 2).empty());
+  }
 }
 
 TEST_CASE("forward and backward GEMMs each get a cuBLAS workspace (one per thread's handle)",
@@ -329,6 +342,38 @@ TEST_CASE("forward and backward GEMMs each get a cuBLAS workspace (one per threa
   CHECK(made == std::map<std::string, std::vector<Phase>>{
                     {"workspace.cublas", {Phase::kForward}},
                     {"workspace.cublas_autograd", {Phase::kBackward}}});
+}
+
+TEST_CASE("the autograd thread's cuBLAS workspace appears at its first PyTorch GEMM",
+          "[workload]") {
+  // Under Transformer Engine the layers' GEMMs use TE's own workspace; PyTorch (cuBLAS) GEMMs in
+  // backward are: every linear of the local implementation (the first backward op of a layer is
+  // mlp.fc2_bwd), unfused attention's bmm (attn.context_bwd) and the output layer on the last
+  // stage (output_layer_bwd). Flash attention has none. PaperGpt, p = 2, stage 0 (no output layer)
+  // and stage 1 (output layer first in backward).
+  struct Row {
+    const char* impl;
+    bool flash;
+    int rank;
+    const char* op;  // where workspace.cublas_autograd is made; "" = never
+  };
+  auto row = GENERATE(Row{"local", true, 0, "mlp.fc2_bwd"}, Row{"local", false, 0, "mlp.fc2_bwd"},
+                      Row{"transformer_engine", false, 0, "attn.context_bwd"},
+                      Row{"transformer_engine", true, 0, ""},
+                      Row{"transformer_engine", true, 1, "output_layer_bwd"});
+  config::Setup s = testing::PaperGpt();
+  s.training.pipeline_model_parallel_size = 2;
+  s.training.transformer_impl = row.impl;
+  s.training.use_flash_attn = row.flash;
+  INFO(row.impl << " flash " << row.flash << " stage " << row.rank);
+  const Program p = Build(s, row.rank);
+  std::string made;
+  for (const Op& op : p.ops) {
+    for (const TensorAlloc& a : op.allocs) {
+      if (a.label == "workspace.cublas_autograd") made += op.name;
+    }
+  }
+  CHECK(made == row.op);
 }
 
 TEST_CASE("static bytes match the closed forms", "[workload]") {
