@@ -203,6 +203,7 @@ const std::vector<std::string> kTrainingKeys = {
     "optimizer", "optimizer_impl", "weight_decay", "sgd_momentum", "use_distributed_optimizer",
     "overlap_grad_reduce", "overlap_param_gather", "recompute_granularity", "recompute_method",
     "recompute_num_layers", "recompute_modules", "use_flash_attn", "transformer_impl",
+    "gradient_accumulation_fusion", "transformer_engine_version", "megatron_core_version",
     "train_iters", "empty_unused_memory_level", "gradient_accumulation_steps",
     // recognised; unsupported when set to what memsim does not model
     "zero_stage", "use_megatron_fsdp", "data_parallel_sharding_strategy", "load", "no_load_optim",
@@ -275,6 +276,39 @@ void ReadUnsupported(ObjectReader& t) {
         "weights only)",
         t.At("load")));
   }
+}
+
+// A software version "MAJOR[.MINOR[.PATCH]]" (a leading "v" or "core_v"/"core_r" as in release
+// tags is accepted) as {major, minor}; {} when absent.
+std::vector<int> Version(ObjectReader& t, std::string_view key) {
+  std::optional<std::string> v = t.String(key);
+  if (!v) return {};
+  std::string_view text = *v;
+  for (std::string_view prefix : {"core_v", "core_r", "v"}) {
+    if (text.substr(0, prefix.size()) == prefix) {
+      text.remove_prefix(prefix.size());
+      break;
+    }
+  }
+  // One to three dot-separated groups of one to six digits.
+  std::vector<int> parts;
+  bool ok = true;
+  size_t start = 0;
+  while (ok) {
+    const size_t dot = std::min(text.find('.', start), text.size());
+    const std::string_view group = text.substr(start, dot - start);
+    ok = !group.empty() && group.size() <= 6 && parts.size() < 3 &&
+         std::all_of(group.begin(), group.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    if (ok) parts.push_back(std::stoi(std::string(group)));
+    if (dot == text.size()) break;
+    start = dot + 1;
+  }
+  if (!ok) {
+    Fail(t.At(key), fmt::format("expected a version \"MAJOR.MINOR\" such as \"2.9\", got \"{}\"",
+                                internal::Printable(*v)));
+  }
+  parts.resize(2, 0);
+  return parts;
 }
 
 TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes) {
@@ -398,6 +432,9 @@ TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes) {
   }
   c.use_flash_attn = t.Bool("use_flash_attn").value_or(false);
   c.transformer_impl = t.Choice("transformer_impl", {"transformer_engine", "local"}).value_or("transformer_engine");
+  c.gradient_accumulation_fusion = t.Bool("gradient_accumulation_fusion").value_or(true);
+  c.transformer_engine_version = Version(t, "transformer_engine_version");
+  c.megatron_core_version = Version(t, "megatron_core_version");
   c.train_iters = t.PositiveInt("train_iters").value_or(4);
   c.empty_unused_memory_level = t.IntInRange("empty_unused_memory_level", 0, 2).value_or(0);
 

@@ -85,6 +85,14 @@ struct TrainingConfig {
   std::vector<std::string> recompute_modules = {"core_attn"};
   bool use_flash_attn = false;
   std::string transformer_impl = "transformer_engine";
+  // Megatron --no-gradient-accumulation-fusion sets this false: weight grads are then computed as
+  // tensors and added to main_grad by the DDP hook instead of accumulated in the GEMM.
+  bool gradient_accumulation_fusion = true;
+  // Software versions that change what is allocated ("MAJOR.MINOR", {major, minor}); {} = not
+  // stated, taken as the current releases. transformer_engine_version also says that Transformer
+  // Engine is installed (it always is with transformer_impl "transformer_engine").
+  std::vector<int> transformer_engine_version;
+  std::vector<int> megatron_core_version;
   int train_iters = 4;
   int empty_unused_memory_level = 0;
   // Derived by LoadSetup: global_batch_size / (micro_batch_size × data_parallel_size), the m of

@@ -273,10 +273,28 @@ class Builder {
     const TensorId g = Alloc(numel * d_.param_bytes, Category::kGradients, label);
     Free(g);
   }
-  // A weight grad of a Megatron (non-TE) linear layer handed to autograd and released by the DDP
-  // hook in the same backward step: bytes in the activation dtype (`input.dtype`).
-  void LinearWgradToAutograd(std::int64_t numel, const std::string& label) {
-    const TensorId g = Alloc(numel * d_.act_bytes, Category::kGradients, label);
+  // The [rows, cols] weight grad a linear layer hands to autograd (§1.3). Without
+  // gradient-accumulation fusion it is the real wgrad; with it, a dummy (the GEMM accumulated
+  // into main_grad). Either way AccumulateGrad stores it as .grad and the DDP hook drops it in the
+  // same backward step, unless the dummy is Transformer Engine's cached one (get_dummy_wgrad: one
+  // tensor per (shape, dtype), made at first use and kept for the run). Bytes in the activation
+  // dtype (Megatron `input.dtype`; TE `weight.dtype`, the same for 16-bit training).
+  // te_layer: a Transformer Engine module (else Megatron's own ColumnParallel/RowParallelLinear).
+  void WeightGradToAutograd(std::int64_t rows, std::int64_t cols, bool te_layer,
+                            const std::string& label) {
+    const bool cached = d_.grad_accum_fusion &&
+                        (te_layer ? d_.te_dummy_wgrad_cache : d_.megatron_dummy_wgrad_cache);
+    if (cached) {
+      TensorId& dummy = dummy_wgrads_[{rows, cols}];
+      if (dummy == 0) {
+        dummy = Alloc(rows * cols * d_.act_bytes, Category::kWorkspace,
+                      fmt::format("te.dummy_wgrad[{}x{}]", rows, cols));
+      }
+      return;
+    }
+    // TE before its cache (and TE without fusion) hands a fresh tensor too (TE PR #507:
+    // `torch.empty(weight.main_grad.shape, dtype=weight.dtype)`).
+    const TensorId g = Alloc(rows * cols * d_.act_bytes, Category::kGradients, label);
     Free(g);
   }
   void NormWeightGrads(int layer, const char* norm) {
@@ -942,7 +960,7 @@ class Builder {
     // once Megatron-core DDP has set `grad_added_to_main_grad`
     // (megatron/core/tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication
     // .backward). AccumulateGrad stores it as .grad and the DDP hook drops it (§1.3).
-    LinearWgradToAutograd(d_.V / d_.t * d_.h, "output_layer.wgrad");
+    WeightGradToAutograd(d_.V / d_.t, d_.h, /*te_layer=*/false, "output_layer.wgrad");
     const TensorId din = RowParallelOutputGrad("output_layer.d_input");
     Free(dlogits);
     Free(u.final_out);
@@ -1206,9 +1224,7 @@ class Builder {
     const TensorId dact =
         Alloc(d_.act_bytes * d_.T * d_.ffn / d_.t, Category::kTemporaries, L(l, "mlp.d_act_out"));
     if (bias) SmallWeightGrad(d_.h, L(l, "mlp.fc2.bias_grad"));
-    // Local (non-TE) linears: the wgrad or its placeholder goes through autograd (see
-    // LinearWgradToAutograd); TE layers accumulate into main_grad without one.
-    if (!d_.te) LinearWgradToAutograd(d_.h * (d_.ffn / d_.t), L(l, "mlp.fc2.wgrad"));
+    WeightGradToAutograd(d_.h, d_.ffn / d_.t, d_.te, L(l, "mlp.fc2.wgrad"));
     Free(g);
     Free(a.act_out);
     if (dfc2 != dy) Free(dfc2);
@@ -1223,7 +1239,7 @@ class Builder {
     g = SpGather(full, L(l, "mlp.fc1_input_gather"), false);
     const TensorId dln2out = RowParallelOutputGrad(L(l, "mlp.d_ln2_out"));
     if (bias) SmallWeightGrad(d_.gamma * d_.ffn / d_.t, L(l, "mlp.fc1.bias_grad"));
-    if (!d_.te) LinearWgradToAutograd(d_.gamma * d_.ffn / d_.t * d_.h, L(l, "mlp.fc1.wgrad"));
+    WeightGradToAutograd(d_.gamma * d_.ffn / d_.t, d_.h, d_.te, L(l, "mlp.fc1.wgrad"));
     Free(g);
     Free(dfc1);
     Free(a.ln2_out);
@@ -1249,7 +1265,7 @@ class Builder {
     const TensorId dcore =
         Alloc(d_.act_bytes * d_.T * d_.q / d_.t, Category::kTemporaries, L(l, "attn.d_core_out"));
     if (bias) SmallWeightGrad(d_.h, L(l, "attn.proj.bias_grad"));
-    if (!d_.te) LinearWgradToAutograd(d_.h * (d_.q / d_.t), L(l, "attn.proj.wgrad"));
+    WeightGradToAutograd(d_.h, d_.q / d_.t, d_.te, L(l, "attn.proj.wgrad"));
     Free(g);
     if (dproj != dres) Free(dproj);
     Flops(4.0 * d_.T * d_.q / d_.t * d_.h);
@@ -1273,7 +1289,7 @@ class Builder {
     if (setup_.model.add_bias_linear || setup_.model.add_qkv_bias) {
       SmallWeightGrad((d_.q + 2 * d_.kv) / d_.t, L(l, "attn.qkv.bias_grad"));
     }
-    if (!d_.te) LinearWgradToAutograd((d_.q + 2 * d_.kv) / d_.t * d_.h, L(l, "attn.qkv.wgrad"));
+    WeightGradToAutograd((d_.q + 2 * d_.kv) / d_.t, d_.h, d_.te, L(l, "attn.qkv.wgrad"));
     Free(g);
     Free(dqkv);
     Free(a.ln1_out);
@@ -1313,6 +1329,7 @@ class Builder {
   // (set_input_tensor) and that input's retained .grad once its backward ran (0 = none).
   std::vector<TensorId> chunk_input_, chunk_input_grad_;
   std::map<TensorId, int> refs_;  // holders of the tensors managed by Ref/Unref
+  std::map<std::pair<std::int64_t, std::int64_t>, TensorId> dummy_wgrads_;  // TE get_dummy_wgrad
   std::vector<TensorId> grad_copies_;
   std::vector<TensorId> report_losses_;
   bool cublas_done_[2] = {false, false};  // main thread, autograd thread

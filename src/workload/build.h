@@ -26,8 +26,10 @@
 //   (TransformerBlock.set_input_tensor, backward_step's retain_grad): they outlive the iteration.
 // - cuBLAS workspaces: one for the main thread's GEMMs, one for the autograd thread's (backward,
 //   recompute included); Transformer Engine's is shared.
-// - Assumed Megatron flags: gradient_accumulation_fusion (wgrads go straight into main_grad),
-//   deallocate_pipeline_outputs, no overlap_p2p_comm, no --overlap-param-gather (the param
+// - Weight grads handed to autograd (gradient_accumulation_fusion, the two version keys):
+//   fresh tensors freed in the same backward step, or Transformer Engine's cached dummies
+//   (get_dummy_wgrad, one per weight shape, kWorkspace, made at first use); model.cc.
+// - Assumed Megatron flags: deallocate_pipeline_outputs, no overlap_p2p_comm, no --overlap-param-gather (the param
 //   all-gather is emitted at the end of the step); unfused attention = Megatron-core
 //   `DotProductAttention` (use_flash_attn false, any transformer_impl); distributed optimizer
 //   shards over d·cp; memsim simulates data-parallel rank 0.

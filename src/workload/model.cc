@@ -9,6 +9,15 @@
 #include "core/check.h"
 
 namespace memsim::workload {
+
+// First releases with the cached dummy wgrad (see ComputeDims).
+// Transformer Engine: estimate 2.3. `get_dummy_wgrad` came with TE PR #1651 ("Enable reuse of
+// dummy wgrad tensor", opened 2025-04-07); 2.3 is the first release after it (2025-05-14), and
+// TE PR #2097 (2025-08-21) already builds on it; not checked against the 2.3 tag.
+const std::vector<int> kTeDummyWgradCacheSince = {2, 3};
+// Megatron-core: estimate 0.14. tensor_parallel/layers.py imports get_dummy_wgrad under HAVE_TE
+// in 0.14.0rc6 and in current main, not in 0.12.x; 0.13 not checked.
+const std::vector<int> kMegatronDummyWgradCacheSince = {0, 14};
 namespace {
 
 using config::Precision;
@@ -100,6 +109,24 @@ ModelDims ComputeDims(const config::Setup& setup) {
   d.hidden_dropout = mc.hidden_dropout > 0.0;
   d.attention_dropout = mc.attention_dropout > 0.0;
   d.tied = mc.tie_word_embeddings;
+  // With gradient-accumulation fusion, the wgrad GEMM accumulates into main_grad and the layer
+  // hands autograd a dummy weight-sized tensor (Megatron-core DDP sets grad_added_to_main_grad).
+  // Transformer Engine's get_dummy_wgrad (transformer_engine/pytorch/module/base.py) keeps one
+  // such tensor per (shape, dtype) for the whole run; its linear modules use it from release
+  // kTeDummyWgradCacheSince on (before: a fresh torch.empty per backward), and Megatron's
+  // tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication uses it when
+  // Transformer Engine is importable from Megatron-core kMegatronDummyWgradCacheSince on. Versions
+  // not stated are taken as current releases; torch_npu has no Transformer Engine.
+  d.grad_accum_fusion = tc.gradient_accumulation_fusion;
+  const bool have_te = !d.npu && (d.te || !tc.transformer_engine_version.empty());
+  auto at_least = [](const std::vector<int>& version, const std::vector<int>& since) {
+    return version.empty() || version >= since;
+  };
+  d.te_dummy_wgrad_cache = have_te && d.grad_accum_fusion &&
+                           at_least(tc.transformer_engine_version, kTeDummyWgradCacheSince);
+  d.megatron_dummy_wgrad_cache = have_te && d.grad_accum_fusion &&
+                                 at_least(tc.transformer_engine_version, kTeDummyWgradCacheSince) &&
+                                 at_least(tc.megatron_core_version, kMegatronDummyWgradCacheSince);
   return d;
 }
 

@@ -52,6 +52,10 @@ struct ModelDims {
   bool hidden_dropout = false;
   bool attention_dropout = false;
   bool tied = false;
+  // Weight grads handed to autograd (reference/workload.md §1.3; model.cc for the versions):
+  bool grad_accum_fusion = true;    // gradient_accumulation_fusion (wgrad GEMM into main_grad)
+  bool te_dummy_wgrad_cache = true;  // TE layers return a cached dummy wgrad (get_dummy_wgrad)
+  bool megatron_dummy_wgrad_cache = true;  // Megatron's own linears return TE's cached dummy
 };
 
 // REQUIRES: a Setup that config/ validated (positive sizes, divisibility of heads, layers and

@@ -233,6 +233,34 @@ TEST_CASE("training defaults and null and Megatron's adjustments", "[config]") {
   CHECK(s.training.recompute_granularity == RecomputeGranularity::kNone);
   CHECK(s.training.optimizer_impl == OptimizerImpl::kFused);
   CHECK(s.training.transformer_impl == "transformer_engine");
+  CHECK(s.training.gradient_accumulation_fusion);  // Megatron's default
+  CHECK(s.training.transformer_engine_version.empty());  // not stated: current releases
+  CHECK(s.training.megatron_core_version.empty());
+}
+
+TEST_CASE("software versions: the forms release tags use, and malformed ones", "[config]") {
+  auto load = [](const std::string& te, const std::string& mcore) {
+    return LoadSetup(InlineConfig("versions.json", "{\"model_type\": \"llama\"}",
+                                  "\"seq_length\": 512, \"transformer_engine_version\": \"" + te +
+                                      "\", \"megatron_core_version\": \"" + mcore +
+                                      "\", \"gradient_accumulation_fusion\": false"),
+                     {})
+        .training;
+  };
+  const TrainingConfig a = load("2.9", "0.15");
+  CHECK(a.transformer_engine_version == std::vector<int>{2, 9});
+  CHECK(a.megatron_core_version == std::vector<int>{0, 15});
+  CHECK_FALSE(a.gradient_accumulation_fusion);
+  const TrainingConfig b = load("v1", "core_r0.8.0");  // a missing minor is 0; patch dropped
+  CHECK(b.transformer_engine_version == std::vector<int>{1, 0});
+  CHECK(b.megatron_core_version == std::vector<int>{0, 8});
+  for (const char* bad : {"", "2.", ".9", "2..9", "2.9.1.4", "two", "2.9rc1", "1234567"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(load(bad, "0.15"),
+                      Catch::Matchers::EndsWith(
+                          "/versions.json: /training/transformer_engine_version: expected a "
+                          "version \"MAJOR.MINOR\" such as \"2.9\", got \"" + std::string(bad) + "\""));
+  }
 }
 
 TEST_CASE("a model file next to the config with pipeline and full recompute", "[config]") {

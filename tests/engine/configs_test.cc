@@ -94,13 +94,24 @@ TEST_CASE("every shipped config: reserved only grows, iterations converge, lazy 
 
         const auto& spans = recorder.spans();
         REQUIRE(spans.size() == static_cast<size_t>(setup.training.train_iters) + 1);
-        // Iterations >= 2 replay the same request stream on the same pool: allocated at the end
-        // of iteration k is the same for every k >= 2, and iteration 4 peaks as iteration 3.
+        // Iterations >= 2 replay the same request stream: allocated at the end of iteration k is
+        // the same for every k >= 2, and iteration 4 peaks as iteration 3 -- up to block
+        // rounding of the tensors that live across iterations (each model chunk's last received
+        // input and its grad, workload/build.h): the pool they land in differs from one
+        // iteration to the next, and a large-pool block is used whole when the remainder would
+        // be under kSmallSize = 1 MiB (reference/allocator.md, should_split), so each may hold
+        // up to 1 MiB more. Two per model chunk.
+        const config::TrainingConfig& tc = setup.training;
+        const int chunks = tc.num_layers_per_virtual_pipeline_stage > 0
+                               ? setup.model.num_hidden_layers / tc.pipeline_model_parallel_size /
+                                     tc.num_layers_per_virtual_pipeline_stage
+                               : 1;
+        const Bytes rounding = 2 * kMiB * chunks;
         for (size_t k = 3; k < spans.size(); ++k) {
-          CHECK(spans[k].end_allocated_bytes == spans[2].end_allocated_bytes);
+          CHECK(std::llabs(spans[k].end_allocated_bytes - spans[2].end_allocated_bytes) < rounding);
         }
         CHECK(spans[4].peak_reserved_bytes == spans[3].peak_reserved_bytes);
-        CHECK(spans[4].peak_allocated_bytes == spans[3].peak_allocated_bytes);
+        CHECK(std::llabs(spans[4].peak_allocated_bytes - spans[3].peak_allocated_bytes) < rounding);
         CHECK(spans[4].peak_device_bytes == spans[3].peak_device_bytes);
 
         // Iteration 1 keeps exactly what it first made and never frees: the optimizer states
