@@ -955,11 +955,8 @@ class Builder {
     GemmWorkspace(/*torch_gemm=*/true);
     SpGather(d_.act_bytes * d_.T * d_.h, "output_layer.input_gather", true);
     // The output layer is Megatron's own ColumnParallelLinear (also under the TE spec). Its
-    // backward returns a full [V/t, h] weight grad to autograd: the real wgrad without
-    // gradient-accumulation fusion, else a `torch.empty(weight.main_grad.shape)` placeholder
-    // once Megatron-core DDP has set `grad_added_to_main_grad`
-    // (megatron/core/tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication
-    // .backward). AccumulateGrad stores it as .grad and the DDP hook drops it (§1.3).
+    // backward hands autograd a [V/t, h] weight grad (megatron/core/tensor_parallel/layers.py
+    // LinearWithGradAccumulationAndAsyncCommunication.backward): see WeightGradToAutograd.
     WeightGradToAutograd(d_.V / d_.t, d_.h, /*te_layer=*/false, "output_layer.wgrad");
     const TensorId din = RowParallelOutputGrad("output_layer.d_input");
     Free(dlogits);

@@ -29,10 +29,11 @@
 // - Weight grads handed to autograd (gradient_accumulation_fusion, the two version keys):
 //   fresh tensors freed in the same backward step, or Transformer Engine's cached dummies
 //   (get_dummy_wgrad, one per weight shape, kWorkspace, made at first use); model.cc.
-// - Assumed Megatron flags: deallocate_pipeline_outputs, no overlap_p2p_comm, no --overlap-param-gather (the param
-//   all-gather is emitted at the end of the step); unfused attention = Megatron-core
-//   `DotProductAttention` (use_flash_attn false, any transformer_impl); distributed optimizer
-//   shards over d·cp; memsim simulates data-parallel rank 0.
+// - Assumed Megatron flags: deallocate_pipeline_outputs, no overlap_p2p_comm, no
+//   --overlap-param-gather (the param all-gather is emitted at the end of the step); unfused
+//   attention = Megatron-core `DotProductAttention` (use_flash_attn false, any
+//   transformer_impl); distributed optimizer shards over d·cp; memsim simulates data-parallel
+//   rank 0.
 // - Durations: roofline max(flops / (peak · 0.5), bytes / (bandwidth · 0.8)) with the device
 //   preset's peak and bandwidth; 0.5 and 0.8 are estimates of achieved efficiency (typical
 //   large-GEMM MFU and streaming-kernel bandwidth). Collectives: bus bytes over an estimated link

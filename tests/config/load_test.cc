@@ -259,7 +259,8 @@ TEST_CASE("software versions: the forms release tags use, and malformed ones", "
     CHECK_THROWS_WITH(load(bad, "0.15"),
                       Catch::Matchers::EndsWith(
                           "/versions.json: /training/transformer_engine_version: expected a "
-                          "version \"MAJOR.MINOR\" such as \"2.9\", got \"" + std::string(bad) + "\""));
+                          "version \"MAJOR.MINOR\" such as \"2.9\", got \"" +
+                          std::string(bad) + "\""));
   }
 }
 

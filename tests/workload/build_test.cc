@@ -274,7 +274,8 @@ TEST_CASE("a model chunk keeps its last received input and that input's grad acr
           "[workload]") {
   // schedules.py forward_step -> set_input_tensor keeps the received input in the chunk's
   // TransformerBlock until the chunk's next forward; backward_step's retain_grad leaves its grad
-  // on it as .grad. PaperGpt, bf16, no SP: the input is [s, b, h] = 1024 · 2 · 1024 · 2 B = 4 MiB.
+  // on it as .grad. PaperGpt, bf16, no SP: the input is
+  // [s, b, h] = 1024 · 2 · 1024 · 2 B = 4 MiB.
   config::Setup s = testing::PaperGpt();
   s.model.num_hidden_layers = 8;
   s.training.pipeline_model_parallel_size = 4;
