@@ -784,6 +784,20 @@ Setup LoadSetupUnguarded(const std::string& config_path, const LoadOptions& opti
   }
   s.allocator.capacity_bytes = s.device.usable_memory_bytes;
 
+  // Transformer Engine runs only on CUDA; say which releases memsim assumed when none is stated
+  // (they decide whether dummy weight grads are cached, workload/model.cc).
+  const bool te = s.device.allocator_backend == alloc::Backend::kCuda &&
+                  (s.training.transformer_impl == "transformer_engine" ||
+                   !s.training.transformer_engine_version.empty());
+  if (te && s.training.gradient_accumulation_fusion) {
+    for (const char* key : {"transformer_engine_version", "megatron_core_version"}) {
+      if (t.Get(key) == nullptr) {
+        s.notes.push_back(fmt::format("{}: not stated, the current release taken (cached dummy "
+                                      "weight grads)",
+                                      t.At(key)));
+      }
+    }
+  }
   Validate(s, located.where, t, vstages);
   if (gas && *gas != s.training.num_micro_batches) {
     Fail(t.At("gradient_accumulation_steps"),
