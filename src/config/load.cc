@@ -279,10 +279,21 @@ void ReadUnsupported(ObjectReader& t) {
 }
 
 // A software version "MAJOR[.MINOR[.PATCH]]" (a leading "v" or "core_v"/"core_r" as in release
-// tags is accepted) as {major, minor}; {} when absent.
-std::vector<int> Version(ObjectReader& t, std::string_view key) {
+// tags is accepted) as {major, minor}; {} when absent. `example` is quoted in the error.
+std::vector<int> Version(ObjectReader& t, std::string_view key, std::string_view example) {
+  const Json* json = t.Get(key);
+  if (json == nullptr || json->is_null()) {
+    t.Skip(std::string(key));
+    return {};
+  }
+  const std::string expected = fmt::format("expected a version string such as \"{}\"", example);
+  if (json->is_number()) {
+    // A JSON number drops trailing zeros (2.10 reads as 2.1), so it is never taken as a version.
+    Fail(t.At(key), fmt::format("{}, got the number {} (quote it; with --set: "
+                                "'training.{}=\"{}\"')",
+                                expected, Describe(*json), key, example));
+  }
   std::optional<std::string> v = t.String(key);
-  if (!v) return {};
   std::string_view text = *v;
   for (std::string_view prefix : {"core_v", "core_r", "v"}) {
     if (text.substr(0, prefix.size()) == prefix) {
@@ -303,10 +314,7 @@ std::vector<int> Version(ObjectReader& t, std::string_view key) {
     if (dot == text.size()) break;
     start = dot + 1;
   }
-  if (!ok) {
-    Fail(t.At(key), fmt::format("expected a version \"MAJOR.MINOR\" such as \"2.9\", got \"{}\"",
-                                internal::Printable(*v)));
-  }
+  if (!ok) Fail(t.At(key), fmt::format("{}, got {}", expected, Describe(*json)));
   parts.resize(2, 0);
   return parts;
 }
@@ -433,8 +441,8 @@ TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes) {
   c.use_flash_attn = t.Bool("use_flash_attn").value_or(false);
   c.transformer_impl = t.Choice("transformer_impl", {"transformer_engine", "local"}).value_or("transformer_engine");
   c.gradient_accumulation_fusion = t.Bool("gradient_accumulation_fusion").value_or(true);
-  c.transformer_engine_version = Version(t, "transformer_engine_version");
-  c.megatron_core_version = Version(t, "megatron_core_version");
+  c.transformer_engine_version = Version(t, "transformer_engine_version", "2.9");
+  c.megatron_core_version = Version(t, "megatron_core_version", "0.15");
   c.train_iters = t.PositiveInt("train_iters").value_or(4);
   c.empty_unused_memory_level = t.IntInRange("empty_unused_memory_level", 0, 2).value_or(0);
 
@@ -789,9 +797,18 @@ Setup LoadSetupUnguarded(const std::string& config_path, const LoadOptions& opti
   const bool te = s.device.allocator_backend == alloc::Backend::kCuda &&
                   (s.training.transformer_impl == "transformer_engine" ||
                    !s.training.transformer_engine_version.empty());
+  if (s.device.allocator_backend != alloc::Backend::kCuda) {
+    for (const char* key : {"transformer_engine_version", "megatron_core_version"}) {
+      if (t.Get(key) != nullptr && !t.Get(key)->is_null()) {
+        s.notes.push_back(fmt::format("{}: no effect on this device (torch_npu has no Transformer "
+                                      "Engine)",
+                                      t.At(key)));
+      }
+    }
+  }
   if (te && s.training.gradient_accumulation_fusion) {
     for (const char* key : {"transformer_engine_version", "megatron_core_version"}) {
-      if (t.Get(key) == nullptr) {
+      if (t.Get(key) == nullptr || t.Get(key)->is_null()) {
         s.notes.push_back(fmt::format("{}: not stated, the current release taken (cached dummy "
                                       "weight grads)",
                                       t.At(key)));

@@ -259,9 +259,21 @@ TEST_CASE("software versions: the forms release tags use, and malformed ones", "
     CHECK_THROWS_WITH(load(bad, "0.15"),
                       Catch::Matchers::EndsWith(
                           "/versions.json: /training/transformer_engine_version: expected a "
-                          "version \"MAJOR.MINOR\" such as \"2.9\", got \"" +
+                          "version string such as \"2.9\", got \"" +
                           std::string(bad) + "\""));
   }
+  // Control characters are shown escaped, and the example fits the key.
+  CHECK_THROWS_WITH(load("2.9", std::string("0.15\\u0000x")),
+                    Catch::Matchers::EndsWith("/training/megatron_core_version: expected a version "
+                                              "string such as \"0.15\", got \"0.15\\u0000x\""));
+  // A JSON number loses trailing zeros (2.10 would read as 2.1), so it is refused with a hint.
+  CHECK_THROWS_WITH(
+      LoadSetup(InlineConfig("versions.json", "{\"model_type\": \"llama\"}",
+                             "\"seq_length\": 512, \"transformer_engine_version\": 2.10"),
+                {}),
+      Catch::Matchers::EndsWith("/training/transformer_engine_version: expected a version string "
+                                "such as \"2.9\", got the number 2.1 (quote it; with --set: "
+                                "'training.transformer_engine_version=\"2.9\"')"));
 }
 
 TEST_CASE("a model file next to the config with pipeline and full recompute", "[config]") {
