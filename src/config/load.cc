@@ -809,9 +809,11 @@ Setup LoadSetupUnguarded(const std::string& config_path, const LoadOptions& opti
   if (te && s.training.gradient_accumulation_fusion) {
     for (const char* key : {"transformer_engine_version", "megatron_core_version"}) {
       if (t.Get(key) == nullptr || t.Get(key)->is_null()) {
-        s.notes.push_back(fmt::format("{}: not stated, the current release taken (cached dummy "
-                                      "weight grads)",
-                                      t.At(key)));
+        s.notes.push_back(fmt::format(
+            "{}: not stated, a current release taken (TE >= 2.3, Megatron-core >= 0.14: one "
+            "cached weight-sized dummy gradient per weight shape stays allocated; "
+            "docs/config.md)",
+            t.At(key)));
       }
     }
   }
