@@ -233,18 +233,19 @@ void ReadUnsupported(ObjectReader& t) {
     throw UnsupportedError(fmt::format("{}: framework '{}' (memsim models Megatron-LM only)",
                                        t.At("framework"), internal::Printable(*fw)));
   }
-  if (std::optional<bool> f = t.Bool("use_megatron_fsdp"); f.value_or(false)) {
-    throw UnsupportedError(fmt::format("{}: Megatron-FSDP", t.At("use_megatron_fsdp")));
-  }
+  const bool fsdp = t.Bool("use_megatron_fsdp").value_or(false);
   if (std::optional<std::string> s = t.Choice(
           "data_parallel_sharding_strategy", {"no_shard", "optim", "optim_grads", "optim_grads_params"});
-      s && *s != "no_shard") {
-    throw UnsupportedError(fmt::format("{}: Megatron-FSDP sharding '{}'",
-                                       t.At("data_parallel_sharding_strategy"), *s));
+      fsdp && s == "optim_grads_params") {
+    throw UnsupportedError(fmt::format("{}: Megatron-FSDP sharding 'optim_grads_params' (sharded "
+                                       "weights, gathered per layer; memsim models no_shard, "
+                                       "optim and optim_grads)",
+                                       t.At("data_parallel_sharding_strategy")));
   }
-  if (std::optional<int> z = t.IntInRange("zero_stage", 0, 3); z && *z >= 2) {
+  if (std::optional<int> z = t.IntInRange("zero_stage", 0, 3); !fsdp && z && *z >= 2) {
     throw UnsupportedError(fmt::format("{}: ZeRO stage {} (memsim models ZeRO-1, Megatron's "
-                                       "distributed optimizer, only)",
+                                       "distributed optimizer, and Megatron-FSDP's optim and "
+                                       "optim_grads)",
                                        t.At("zero_stage"), *z));
   }
   if (std::optional<int> ep = t.PositiveInt("expert_model_parallel_size"); ep && *ep > 1) {
@@ -319,6 +320,60 @@ std::vector<int> Version(ObjectReader& t, std::string_view key, std::string_view
   return parts;
 }
 
+// Megatron-FSDP (use_megatron_fsdp true): the sharding strategy, from
+// data_parallel_sharding_strategy (Megatron-LM's default "no_shard") or from the equivalent
+// zero_stage (0, 1, 2); the two must agree when both are given. Megatron-FSDP builds its optimizer
+// through the distributed-optimizer path (megatron/core/optimizer/distrib_optimizer.py returns
+// early for it) and shards optimizer state exactly when the strategy says so, so
+// use_distributed_optimizer follows the strategy. Pipeline parallelism and fp32 parameters with
+// Megatron-FSDP are not modelled (reported unsupported).
+void ReadMegatronFsdp(ObjectReader& t, const std::optional<std::string>& sharding,
+                      std::optional<int> zero, TrainingConfig& c, std::vector<std::string>* notes) {
+  if (c.pipeline_model_parallel_size > 1) {
+    throw UnsupportedError(fmt::format("{}: Megatron-FSDP with pipeline parallelism (memsim models "
+                                       "Megatron-FSDP with pipeline_model_parallel_size 1)",
+                                       t.At("use_megatron_fsdp")));
+  }
+  if (c.precision == Precision::kFp32) {
+    throw UnsupportedError(fmt::format("{}: Megatron-FSDP with fp32 parameters (memsim models "
+                                       "Megatron-FSDP for bf16 and fp16)",
+                                       t.At("use_megatron_fsdp")));
+  }
+  static const char* const kNames[] = {"no_shard", "optim", "optim_grads"};
+  int stage = 0;
+  if (sharding) {
+    stage = *sharding == "optim_grads" ? 2 : *sharding == "optim" ? 1 : 0;
+    if (zero && *zero != stage) {
+      Fail(t.At("zero_stage"),
+           fmt::format("{} disagrees with data_parallel_sharding_strategy \"{}\" (ZeRO stage {} "
+                       "under Megatron-FSDP)",
+                       *zero, *sharding, stage));
+    }
+  } else if (zero) {
+    if (*zero == 3) {
+      throw UnsupportedError(fmt::format("{}: ZeRO stage 3 (Megatron-FSDP optim_grads_params, not "
+                                         "modelled)",
+                                         t.At("zero_stage")));
+    }
+    stage = *zero;
+    notes->push_back(fmt::format("{}: Megatron-FSDP sharding taken as \"{}\"", t.At("zero_stage"),
+                                 kNames[stage]));
+  } else {
+    notes->push_back(fmt::format("{}: absent, Megatron-LM's default \"no_shard\" taken",
+                                 t.At("data_parallel_sharding_strategy")));
+  }
+  c.fsdp_sharding = stage == 2   ? FsdpSharding::kOptimGrads
+                    : stage == 1 ? FsdpSharding::kOptim
+                                 : FsdpSharding::kNoShard;
+  const bool sharded = stage > 0;
+  if (c.use_distributed_optimizer != sharded) {
+    notes->push_back(fmt::format("{}: taken as {}: Megatron-FSDP \"{}\" {} the optimizer state",
+                                 t.At("use_distributed_optimizer"), sharded ? "true" : "false",
+                                 kNames[stage], sharded ? "shards" : "does not shard"));
+    c.use_distributed_optimizer = sharded;
+  }
+}
+
 TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes) {
   TrainingConfig c;
   c.framework = "megatron";
@@ -387,9 +442,25 @@ TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes) {
   c.weight_decay = t.Number("weight_decay", 0, 1e6, false, false).value_or(0.01);
   c.sgd_momentum = t.Number("sgd_momentum", 0, 1, false, true).value_or(0.9);
   c.use_distributed_optimizer = t.Bool("use_distributed_optimizer").value_or(false);
-  if (std::optional<int> z = t.IntInRange("zero_stage", 0, 3); z && *z == 1 && !c.use_distributed_optimizer) {
-    c.use_distributed_optimizer = true;
-    notes->push_back(fmt::format("{}: ZeRO-1 taken as use_distributed_optimizer true", t.At("zero_stage")));
+  c.use_megatron_fsdp = t.Bool("use_megatron_fsdp").value_or(false);
+  const std::optional<std::string> sharding =
+      t.Choice("data_parallel_sharding_strategy", {"no_shard", "optim", "optim_grads", "optim_grads_params"});
+  const std::optional<int> zero = t.IntInRange("zero_stage", 0, 3);
+  if (c.use_megatron_fsdp) {
+    ReadMegatronFsdp(t, sharding, zero, c, notes);
+  } else {
+    if (sharding && *sharding != "no_shard") {
+      // Megatron-LM reads --data-parallel-sharding-strategy only with --use-megatron-fsdp.
+      Fail(t.At("data_parallel_sharding_strategy"),
+           fmt::format("\"{}\" applies to Megatron-FSDP only; set use_megatron_fsdp true, or "
+                       "use_distributed_optimizer for Megatron's ZeRO-1",
+                       *sharding));
+    }
+    if (zero == 1 && !c.use_distributed_optimizer) {
+      c.use_distributed_optimizer = true;
+      notes->push_back(
+          fmt::format("{}: ZeRO-1 taken as use_distributed_optimizer true", t.At("zero_stage")));
+    }
   }
   c.overlap_grad_reduce = t.Bool("overlap_grad_reduce").value_or(false);
   c.overlap_param_gather = t.Bool("overlap_param_gather").value_or(false);
@@ -441,6 +512,13 @@ TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes) {
   c.use_flash_attn = t.Bool("use_flash_attn").value_or(false);
   c.transformer_impl = t.Choice("transformer_impl", {"transformer_engine", "local"}).value_or("transformer_engine");
   c.gradient_accumulation_fusion = t.Bool("gradient_accumulation_fusion").value_or(true);
+  if (c.use_megatron_fsdp && c.gradient_accumulation_fusion) {
+    // Megatron-Bridge's ConfigContainer.validate (src/megatron/bridge/training/config.py, r0.2.0)
+    // switches the fusion off whenever Megatron-FSDP is on; Megatron-LM's own launcher does not.
+    notes->push_back(fmt::format("{}: true with Megatron-FSDP; Megatron-Bridge (NeMo) launches turn "
+                                 "it off, set false for those",
+                                 t.At("gradient_accumulation_fusion")));
+  }
   c.transformer_engine_version = Version(t, "transformer_engine_version", "2.9");
   c.megatron_core_version = Version(t, "megatron_core_version", "0.15");
   c.train_iters = t.PositiveInt("train_iters").value_or(4);

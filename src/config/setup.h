@@ -56,6 +56,12 @@ struct ModelConfig {
   bool operator==(const ModelConfig&) const = default;
 };
 
+// Megatron-FSDP --data-parallel-sharding-strategy (distributed_data_parallel_config.py), what is
+// sharded over the data-parallel group: nothing (no_shard); the fp32 main weights and optimizer
+// state (optim); those and the gradients (optim_grads). optim_grads_params, which shards the
+// weights too, is recognised and unsupported.
+enum class FsdpSharding { kNoShard, kOptim, kOptimGrads };
+
 struct TrainingConfig {
   std::string framework = "megatron";
   int seq_length = 0;
@@ -76,6 +82,11 @@ struct TrainingConfig {
   double weight_decay = 0.01;
   double sgd_momentum = 0.9;
   bool use_distributed_optimizer = false;
+  // Megatron-FSDP (--use-megatron-fsdp) and its --data-parallel-sharding-strategy. memsim models
+  // no_shard, optim and optim_grads; with optim / optim_grads the optimizer state is sharded and
+  // use_distributed_optimizer is set (as Megatron-FSDP builds its optimizer that way).
+  bool use_megatron_fsdp = false;
+  FsdpSharding fsdp_sharding = FsdpSharding::kNoShard;
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
   RecomputeGranularity recompute_granularity = RecomputeGranularity::kNone;

@@ -82,6 +82,18 @@ json StatsJson(const alloc::AllocatorStats& s) {
   return j;
 }
 
+const char* FsdpShardingName(config::FsdpSharding s) {
+  switch (s) {
+    case config::FsdpSharding::kOptim:
+      return "optim";
+    case config::FsdpSharding::kOptimGrads:
+      return "optim_grads";
+    case config::FsdpSharding::kNoShard:
+      break;
+  }
+  return "no_shard";
+}
+
 json SetupJson(const config::Setup& setup) {
   const config::ModelConfig& m = setup.model;
   const config::TrainingConfig& t = setup.training;
@@ -115,6 +127,10 @@ json SetupJson(const config::Setup& setup) {
                    {"recompute_granularity", RecomputeName(t.recompute_granularity)},
                    {"use_flash_attn", t.use_flash_attn},
                    {"train_iters", t.train_iters}};
+  if (t.use_megatron_fsdp) {
+    j["training"]["use_megatron_fsdp"] = true;
+    j["training"]["data_parallel_sharding_strategy"] = FsdpShardingName(t.fsdp_sharding);
+  }
   const alloc::AllocatorOptions& a = setup.allocator;
   j["allocator"] = {{"backend", a.backend == alloc::Backend::kCuda ? "cuda" : "npu"},
                     {"expandable_segments", a.expandable_segments},
@@ -147,7 +163,9 @@ std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& s
       t.tensor_model_parallel_size, t.pipeline_model_parallel_size, t.data_parallel_size,
       t.context_parallel_size, t.sequence_parallel ? " SP" : "", t.seq_length, t.micro_batch_size,
       m, PrecisionName(t.precision), t.optimizer == config::OptimizerKind::kAdam ? "Adam" : "SGD",
-      t.use_distributed_optimizer ? " (distributed optimizer)" : "",
+      t.use_megatron_fsdp           ? fmt::format(" (Megatron-FSDP {})", FsdpShardingName(t.fsdp_sharding))
+      : t.use_distributed_optimizer ? std::string(" (distributed optimizer)")
+                                    : std::string(),
       RecomputeName(t.recompute_granularity));
   const engine::StageResult& stage = run.Reported();
   const bool npu = setup.device.allocator_backend == alloc::Backend::kNpu;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <map>
 #include <string>
 #include <utility>
@@ -112,6 +113,7 @@ class Builder {
                      ? setup.device.memory_bandwidth_bytes_per_s
                      : kFallbackBandwidth;
     BuildSegments();
+    FsdpSetup();
     steps_ = PipelineSchedule(d_.p, rank_, d_.m, d_.v);
   }
 
@@ -331,21 +333,10 @@ class Builder {
       Begin("init.model.sync_embedding");
       Collective("embd", 2, static_cast<double>(pt.numel * d_.param_bytes), Coll::kAllReduce);
     }
-    // DDP: one param/grad buffer pair per model chunk; with the distributed optimizer the
-    // params move into param_data one by one, old blocks freed (§1.3).
-    const bool dist = tc_.use_distributed_optimizer;
-    for (const GradBuffer& buf : buffers_) {
-      Begin("init.ddp.buffers");
-      if (dist) {
-        Alloc(buf.numel_padded * d_.param_bytes, Category::kParameters,
-              fmt::format("ddp.chunk{}.param_buffer", buf.chunk));
-      }
-      Alloc(buf.numel_padded * d_.grad_bytes, Category::kGradients,
-            fmt::format("ddp.chunk{}.grad_buffer", buf.chunk));
-      if (dist) {
-        Begin("init.ddp.move_params");
-        for (const GradBuffer::Entry& e : buf.entries) Free(param_ids_[e.param]);
-      }
+    if (d_.fsdp) {
+      FsdpBuffers();
+    } else {
+      DdpBuffers();
     }
     // Optimizer scalars (§1.4): fp16 grad scaler state (DynamicGradScaler: scale, min_scale,
     // growth/backoff factors), found_inf, _dummy_overflow_buf; bf16 _scale_one; fp32 _scale.
@@ -360,8 +351,9 @@ class Builder {
       Alloc(kScalarBytes, Category::kOther, d_.mixed ? "optimizer.scale_one" : "optimizer.scale");
     }
     // fp32 master copies: `clone().float()` per param (Float16OptimizerWithFloat16Params) or per
-    // shard slice (DistributedOptimizer); the 16-bit clone is transient.
-    if (d_.mixed) {
+    // shard slice (DistributedOptimizer); the 16-bit clone is transient. Megatron-FSDP keeps its
+    // own main-weight buffer (FsdpBuffers).
+    if (d_.mixed && !d_.fsdp) {
       for (const MainTensor& mt : main_) {
         const std::string& name = params_[mt.param].name;
         Begin("init.optimizer.main_param");
@@ -370,6 +362,51 @@ class Builder {
         Alloc(mt.numel * 4, Category::kMainParameters, "main." + name);
         Free(clone);
       }
+    }
+  }
+
+  // DDP: one param/grad buffer pair per model chunk; with the distributed optimizer the params
+  // move into param_data one by one, old blocks freed (§1.3).
+  void DdpBuffers() {
+    const bool dist = tc_.use_distributed_optimizer;
+    for (const GradBuffer& buf : buffers_) {
+      Begin("init.ddp.buffers");
+      if (dist) {
+        Alloc(buf.numel_padded * d_.param_bytes, Category::kParameters,
+              fmt::format("ddp.chunk{}.param_buffer", buf.chunk));
+      }
+      Alloc(buf.numel_padded * d_.grad_bytes, Category::kGradients,
+            fmt::format("ddp.chunk{}.grad_buffer", buf.chunk));
+      if (dist) {
+        Begin("init.ddp.move_params");
+        for (const GradBuffer::Entry& e : buf.entries) Free(param_ids_[e.param]);
+      }
+    }
+  }
+
+  // Megatron-FSDP (megatron_fsdp/param_and_grad_buffer.py
+  // `ParamAndGradBuffer._init_each_parameter_group_buffers`): per parameter group a 16-bit
+  // weight buffer, full size for the strategies memsim models, into which the parameters move
+  // (their own storage freed); an fp32 main-weight buffer (preserve_fp32_weights, Megatron-FSDP's
+  // default), the rank's 1/(d·cp) shard unless no_shard; and the grad buffer in the grad dtype,
+  // full size, or the shard with optim_grads. Adam later makes its state per parameter on views
+  // of the main-weight shard (main_, as for the distributed optimizer).
+  void FsdpBuffers() {
+    const bool sharded = tc_.use_distributed_optimizer;
+    for (const GradBuffer& buf : buffers_) {
+      const std::int64_t shard = buf.numel_padded / d_.dp_cp;
+      Begin("init.fsdp.buffers");
+      Alloc(buf.numel_padded * d_.param_bytes, Category::kParameters,
+            fmt::format("fsdp.chunk{}.weight_buffer", buf.chunk));
+      Begin("init.fsdp.move_params");
+      for (const GradBuffer::Entry& e : buf.entries) Free(param_ids_[e.param]);
+      Begin("init.fsdp.buffers");
+      if (d_.mixed) {
+        Alloc((sharded ? shard : buf.numel_padded) * 4, Category::kMainParameters,
+              fmt::format("fsdp.chunk{}.main_weight_buffer", buf.chunk));
+      }
+      Alloc((d_.fsdp_shard_grads ? shard : buf.numel_padded) * d_.grad_bytes,
+            Category::kGradients, fmt::format("fsdp.chunk{}.grad_buffer", buf.chunk));
     }
   }
 
@@ -429,13 +466,116 @@ class Builder {
   void GradSync(int chunk) {
     const GradBuffer& buf = buffers_[chunk];
     const int dp = d_.dp_cp;
-    if (dp <= 1) return;
-    const bool dist = tc_.use_distributed_optimizer;
+    if (dp <= 1 || d_.fsdp_shard_grads) return;  // optim_grads: reduced in each backward
+    // Megatron-FSDP with a full grad buffer all-reduces it in place
+    // (`_bucket_group_gradient_reduce`); the memory is the same as a reduce-scatter's.
+    const bool scatter = tc_.use_distributed_optimizer && !d_.fsdp;
     for (const auto& [start, end] : buf.buckets) {
-      Begin(dist ? "ddp.grad_reduce_scatter" : "ddp.grad_all_reduce", -1, kCommStream);
+      Begin(d_.fsdp  ? "fsdp.grad_all_reduce"
+            : scatter ? "ddp.grad_reduce_scatter"
+                      : "ddp.grad_all_reduce",
+            -1, kCommStream);
       Collective("dp", dp, static_cast<double>((end - start) * d_.grad_bytes),
-                 dist ? Coll::kGather : Coll::kAllReduce);
+                 scatter ? Coll::kGather : Coll::kAllReduce);
     }
+  }
+
+  // ---- Megatron-FSDP optim_grads: gradient buckets during backward -------------------------
+  // megatron_fsdp/megatron_fsdp.py `_grad_acc` and param_and_grad_buffer.py `GradReducePipeline`:
+  // a parameter's first gradient of a backward makes its bucket's temporary full-size main_grad
+  // (TemporaryBucketAllocator, grad dtype); once every parameter of the bucket has its gradient
+  // the bucket is reduce-scattered on a side stream into a fresh shard-sized tensor, which is
+  // added into the persistent grad shard; the full-size bucket is kept until the queued buckets
+  // exceed suggested_RS_queue_capacity (max(1e9, bucket size) elements, oldest freed first) or
+  // the backward ends (`_root_post_backward`). Params are grouped by where their grad is made:
+  // the head (final norm, output layer; a tied embedding with p = 1), each layer, the embedding.
+
+  enum class GradSite { kHead, kLayer, kEmbedding };
+  bool AtSite(const ParamTensor& pt, GradSite site, int layer) const {
+    switch (site) {
+      case GradSite::kLayer:
+        return pt.layer == layer && pt.layer >= 0;
+      case GradSite::kEmbedding:
+        return pt.name.rfind("embedding.", 0) == 0;
+      case GradSite::kHead:
+        return pt.name.rfind("final_norm.", 0) == 0 || pt.name.rfind("output_layer.", 0) == 0 ||
+               (d_.tied && d_.p == 1 && pt.name == "embedding.word_embeddings.weight");
+    }
+    return false;
+  }
+  void FsdpSetup() {
+    if (!d_.fsdp_shard_grads) return;
+    MEMSIM_CHECK(buffers_.size() == 1);  // config/: no pipeline or virtual stages with FSDP
+    fsdp_bucket_of_.assign(params_.size(), -1);
+    for (const GradBuffer::Entry& e : buffers_[0].entries) fsdp_bucket_of_[e.param] = e.bucket;
+    fsdp_expected_.assign(params_.size(), 0);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const ParamTensor& pt = params_[i];
+      fsdp_expected_[i] = (AtSite(pt, GradSite::kHead, -1) ? 1 : 0) +
+                          (AtSite(pt, GradSite::kLayer, pt.layer) ? 1 : 0) +
+                          (AtSite(pt, GradSite::kEmbedding, -1) ? 1 : 0);
+    }
+    const auto& buckets = buffers_[0].buckets;
+    fsdp_temp_.assign(buckets.size(), 0);
+    fsdp_capacity_ = 1'000'000'000;
+    for (const auto& [start, end] : buckets) fsdp_capacity_ = std::max(fsdp_capacity_, end - start);
+    FsdpResetCounts();
+  }
+  void FsdpResetCounts() {
+    fsdp_missing_.assign(buffers_[0].buckets.size(), 0);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (fsdp_bucket_of_[i] >= 0) fsdp_missing_[fsdp_bucket_of_[i]] += fsdp_expected_[i];
+    }
+  }
+  // Before the backward of `site`: the temporary buckets its gradients go into.
+  void FsdpGradsStart(GradSite site, int layer = -1) {
+    if (!d_.fsdp_shard_grads) return;
+    const auto& buckets = buffers_[0].buckets;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const int b = fsdp_bucket_of_[i];
+      if (b < 0 || fsdp_temp_[b] != 0 || !AtSite(params_[i], site, layer)) continue;
+      Begin("fsdp.grad_bucket");
+      fsdp_temp_[b] = Alloc((buckets[b].second - buckets[b].first) * d_.grad_bytes,
+                            Category::kGradients, fmt::format("fsdp.grad_bucket{}", b));
+    }
+  }
+  // After the backward of `site`: reduce-scatter the buckets it completed.
+  void FsdpGradsDone(GradSite site, int layer = -1) {
+    if (!d_.fsdp_shard_grads) return;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const int b = fsdp_bucket_of_[i];
+      if (b < 0 || !AtSite(params_[i], site, layer)) continue;
+      if (--fsdp_missing_[b] == 0) FsdpReduceScatter(b);
+    }
+  }
+  void FsdpReduceScatter(int b) {
+    const auto& [start, end] = buffers_[0].buckets[b];
+    Begin("fsdp.grad_reduce_scatter", -1, kCommStream);
+    const TensorId shard = Alloc((end - start) / d_.dp_cp * d_.grad_bytes, Category::kTemporaries,
+                                 fmt::format("fsdp.grad_shard{}", b));
+    Collective("dp", d_.dp_cp, static_cast<double>((end - start) * d_.grad_bytes), Coll::kGather);
+    Free(shard);  // added into the persistent grad shard
+    fsdp_queue_.push_back(b);
+    fsdp_queued_ += end - start;
+    while (fsdp_queued_ > fsdp_capacity_ && !fsdp_queue_.empty()) FsdpFreeOldest();
+  }
+  void FsdpFreeOldest() {
+    const int b = fsdp_queue_.front();
+    fsdp_queue_.pop_front();
+    const auto& [start, end] = buffers_[0].buckets[b];
+    fsdp_queued_ -= end - start;
+    Begin("fsdp.free_grad_bucket");
+    Free(fsdp_temp_[b]);
+    fsdp_temp_[b] = 0;
+  }
+  // `_root_post_backward`: wait for every reduce-scatter and free the temporary buckets.
+  void FsdpPostBackward() {
+    if (!d_.fsdp_shard_grads) return;
+    for (int b = 0; b < static_cast<int>(fsdp_temp_.size()); ++b) {
+      if (fsdp_temp_[b] != 0 && fsdp_missing_[b] > 0) FsdpReduceScatter(b);
+    }
+    while (!fsdp_queue_.empty()) FsdpFreeOldest();
+    FsdpResetCounts();
   }
 
   // Megatron finalize_model_grads: DP grad sync, SP layer-norm grads, tied embedding grads.
@@ -723,7 +863,9 @@ class Builder {
     TensorId dy;
     bool dy_external = false;
     if (post) {
+      FsdpGradsStart(GradSite::kHead);
       dy = LossBackward(u);
+      FsdpGradsDone(GradSite::kHead);
     } else {
       if (pending_recv_backward_ != 0) {
         dy = pending_recv_backward_;
@@ -754,14 +896,19 @@ class Builder {
       for (int i = seg->last; i >= seg->first; --i) {
         const bool free_x = !(i == 0 && u.input_external);
         const bool free_dy = !(i == d_.Lc - 1 && dy_external);
-        dy =
-            LayerBackward(GlobalLayer(chunk, i), u.acts[i], u.layer_inputs[i], free_x, dy, free_dy);
+        const int layer = GlobalLayer(chunk, i);
+        FsdpGradsStart(GradSite::kLayer, layer);
+        dy = LayerBackward(layer, u.acts[i], u.layer_inputs[i], free_x, dy, free_dy);
+        FsdpGradsDone(GradSite::kLayer, layer);
       }
       Free(recomputed_out);
     }
     if (pre) {
+      FsdpGradsStart(GradSite::kEmbedding);
       EmbeddingBackward(u, dy);
+      FsdpGradsDone(GradSite::kEmbedding);
     }
+    FsdpPostBackward();
     on_autograd_thread_ = false;
     // backward_step returned: the previous input_tensor_grad binding is dropped.
     Unref(held_input_grad_);
@@ -1334,6 +1481,13 @@ class Builder {
   bool te_done_ = false;
   TensorId mpu_id_ = 0;
   Bytes mpu_bytes_ = 0;
+  // Megatron-FSDP optim_grads (FsdpSetup): bucket of each param (-1 none), gradient sites per
+  // param, gradient sites still missing per bucket in this backward, temporary bucket tensors,
+  // buckets reduce-scattered and still held (oldest first), their elements, the queue capacity.
+  std::vector<int> fsdp_bucket_of_, fsdp_expected_, fsdp_missing_;
+  std::vector<TensorId> fsdp_temp_;
+  std::deque<int> fsdp_queue_;
+  std::int64_t fsdp_queued_ = 0, fsdp_capacity_ = 0;
 
   int iteration_ = 0;
   Phase phase_ = Phase::kInit;
@@ -1363,9 +1517,10 @@ StaticSizes ComputeStaticSizes(const config::Setup& setup, int pipeline_rank) {
   } else {
     out.main_param_count = out.parameter_count;
   }
-  out.parameter_bytes = (dist ? padded : out.parameter_count) * d.param_bytes;
-  out.gradient_bytes = padded * d.grad_bytes;
+  out.parameter_bytes = (dist || d.fsdp ? padded : out.parameter_count) * d.param_bytes;
+  out.gradient_bytes = (d.fsdp_shard_grads ? padded / d.dp_cp : padded) * d.grad_bytes;
   out.main_param_bytes = d.mixed ? 4 * out.main_param_count : 0;
+  if (d.fsdp && d.mixed) out.main_param_bytes = 4 * (dist ? padded / d.dp_cp : padded);
   if (setup.training.optimizer == OptimizerKind::kAdam) {
     out.optimizer_state_bytes = 8 * out.main_param_count;
   } else if (setup.training.sgd_momentum > 0.0) {

@@ -127,6 +127,8 @@ ModelDims ComputeDims(const config::Setup& setup) {
   d.megatron_dummy_wgrad_cache = have_te && d.grad_accum_fusion &&
                                  at_least(tc.transformer_engine_version, kTeDummyWgradCacheSince) &&
                                  at_least(tc.megatron_core_version, kMegatronDummyWgradCacheSince);
+  d.fsdp = tc.use_megatron_fsdp;
+  d.fsdp_shard_grads = d.fsdp && tc.fsdp_sharding == config::FsdpSharding::kOptimGrads;
   return d;
 }
 
@@ -135,11 +137,13 @@ std::vector<ParamTensor> StageParams(const config::Setup& setup, int pipeline_ra
   const config::ModelConfig& mc = setup.model;
   MEMSIM_CHECK(pipeline_rank >= 0 && pipeline_rank < d.p);
   std::vector<ParamTensor> out;
+  // row_numel: shape[1:] elements (the input width of a [out, in] weight, 1 for 1-D tensors).
   auto add = [&](int chunk, int layer, std::string name, std::int64_t numel, bool one_dim,
-                 bool sp_replicated) {
+                 bool sp_replicated, std::int64_t row_numel = 1) {
     ParamTensor pt;
     pt.name = std::move(name);
     pt.numel = numel;
+    pt.row_numel = row_numel;
     pt.chunk = chunk;
     pt.layer = layer;
     pt.no_weight_decay = one_dim;
@@ -152,10 +156,11 @@ std::vector<ParamTensor> StageParams(const config::Setup& setup, int pipeline_ra
     const bool pre = pipeline_rank == 0 && c == 0;
     const bool post = pipeline_rank == d.p - 1 && c == d.v - 1;
     if (pre) {
-      add(c, -1, "embedding.word_embeddings.weight", d.V / d.t * d.h, false, false);
+      add(c, -1, "embedding.word_embeddings.weight", d.V / d.t * d.h, false, false, d.h);
       out.back().shared_embedding = d.tied && d.p > 1;
       if (mc.position_embedding_type == config::PositionEmbedding::kLearnedAbsolute) {
-        add(c, -1, "embedding.position_embeddings.weight", d.max_positions * d.h, false, false);
+        add(c, -1, "embedding.position_embeddings.weight", d.max_positions * d.h, false, false,
+            d.h);
       }
     }
     for (int i = 0; i < d.Lc; ++i) {
@@ -164,7 +169,7 @@ std::vector<ParamTensor> StageParams(const config::Setup& setup, int pipeline_ra
       // TE LayerNormColumnParallelLinear registers the norm weights before the GEMM weight.
       add(c, l, name("ln1.weight"), d.h, true, true);
       if (d.layernorm) add(c, l, name("ln1.bias"), d.h, true, true);
-      add(c, l, name("attn.qkv.weight"), (d.q + 2 * d.kv) / d.t * d.h, false, false);
+      add(c, l, name("attn.qkv.weight"), (d.q + 2 * d.kv) / d.t * d.h, false, false, d.h);
       if (qkv_bias) add(c, l, name("attn.qkv.bias"), (d.q + 2 * d.kv) / d.t, true, false);
       if (mc.qk_layernorm) {
         add(c, l, name("attn.q_norm.weight"), d.dh, true, true);
@@ -172,13 +177,13 @@ std::vector<ParamTensor> StageParams(const config::Setup& setup, int pipeline_ra
         add(c, l, name("attn.k_norm.weight"), d.dh, true, true);
         if (d.layernorm) add(c, l, name("attn.k_norm.bias"), d.dh, true, true);
       }
-      add(c, l, name("attn.proj.weight"), d.h * (d.q / d.t), false, false);
+      add(c, l, name("attn.proj.weight"), d.h * (d.q / d.t), false, false, d.q / d.t);
       if (bias) add(c, l, name("attn.proj.bias"), d.h, true, true);
       add(c, l, name("ln2.weight"), d.h, true, true);
       if (d.layernorm) add(c, l, name("ln2.bias"), d.h, true, true);
-      add(c, l, name("mlp.fc1.weight"), d.gamma * d.ffn / d.t * d.h, false, false);
+      add(c, l, name("mlp.fc1.weight"), d.gamma * d.ffn / d.t * d.h, false, false, d.h);
       if (bias) add(c, l, name("mlp.fc1.bias"), d.gamma * d.ffn / d.t, true, false);
-      add(c, l, name("mlp.fc2.weight"), d.h * (d.ffn / d.t), false, false);
+      add(c, l, name("mlp.fc2.weight"), d.h * (d.ffn / d.t), false, false, d.ffn / d.t);
       if (bias) add(c, l, name("mlp.fc2.bias"), d.h, true, true);
     }
     if (post) {
@@ -187,7 +192,7 @@ std::vector<ParamTensor> StageParams(const config::Setup& setup, int pipeline_ra
       // Tied with p = 1: the output layer reuses the embedding (no tensor). Tied with p > 1:
       // the last stage owns its own copy (gpt_model.py, skip_weight_param_allocation).
       if (!d.tied || !pre) {
-        add(c, -1, "output_layer.weight", d.V / d.t * d.h, false, false);
+        add(c, -1, "output_layer.weight", d.V / d.t * d.h, false, false, d.h);
         out.back().shared_embedding = d.tied && d.p > 1;
       }
     }
@@ -199,6 +204,8 @@ std::vector<GradBuffer> LayoutGradBuffers(const config::Setup& setup, int pipeli
                                           const std::vector<ParamTensor>& params) {
   const ModelDims d = ComputeDims(setup);
   const bool dist = setup.training.use_distributed_optimizer;
+  // Megatron-FSDP pads buckets only when it shards something (dist is then true as well).
+  const bool fsdp_pad = d.fsdp && dist;
   const std::int64_t end_pad = std::lcm(std::int64_t{d.dp_cp}, std::int64_t{128});
   std::vector<GradBuffer> out;
   for (int c = 0; c < d.v; ++c) {
@@ -208,15 +215,19 @@ std::vector<GradBuffer> LayoutGradBuffers(const config::Setup& setup, int pipeli
     if (setup.training.overlap_grad_reduce && pipeline_rank == 0 && c == 0) {
       bucket_size = std::max<std::int64_t>(40'000'000, std::int64_t{1'000'000} * d.dp_cp);
     }
-    auto pad_start = [&](std::int64_t i) { return dist ? RoundUp(i, 64) : i; };
-    auto pad_end = [&](std::int64_t i) { return dist ? RoundUp(i, end_pad) : i; };
-    std::int64_t param_start = 0, bucket_start = 0, last_end = 0;
+    std::int64_t param_start = 0, bucket_start = 0, last_end = 0, bucket_lcm = 1;
+    auto pad_start = [&](std::int64_t i) { return dist && !d.fsdp ? RoundUp(i, 64) : i; };
+    auto pad_end = [&](std::int64_t i) {
+      if (fsdp_pad) return bucket_start + RoundUp(i - bucket_start, d.dp_cp * bucket_lcm);
+      return dist ? RoundUp(i, end_pad) : i;
+    };
     int bucket = 0;
     bool bucket_open = false;
     auto close_bucket = [&](std::int64_t end) {
       const std::int64_t padded = pad_end(end);
       buf.buckets.emplace_back(bucket_start, padded);
       bucket_start = padded;
+      bucket_lcm = 1;
       ++bucket;
       bucket_open = false;
       return padded;
@@ -230,6 +241,7 @@ std::vector<GradBuffer> LayoutGradBuffers(const config::Setup& setup, int pipeli
       if (own_bucket && bucket_open) param_start = close_bucket(param_start);
       const std::int64_t param_end = param_start + params[i].numel;
       buf.entries.push_back({i, param_start, param_end, bucket});
+      bucket_lcm = std::lcm(bucket_lcm, params[i].row_numel);
       bucket_open = true;
       last_end = param_end;
       if ((bucket_size > 0 && param_end - bucket_start >= bucket_size) || own_bucket) {

@@ -2,8 +2,8 @@
 // parameter tensors it holds in construction order (§1.2), and the Megatron-core DDP contiguous
 // buffer layout with its distributed-optimizer shard (§1.3, §1.4). Pure functions of a Setup;
 // used by Build (build.h) and by the closed forms of ComputeStaticSizes. Element counts are
-// int64 numbers of elements, sizes in bytes. Not modelled: MoE, ZeRO-2/3, FSDP, uneven
-// pipeline splits (config/ rejects those).
+// int64 numbers of elements, sizes in bytes. Not modelled: MoE, ZeRO-2/3 outside Megatron-FSDP, uneven
+// pipeline splits (config/ rejects those). Megatron-FSDP's buffers: LayoutGradBuffers.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +56,10 @@ struct ModelDims {
   bool grad_accum_fusion = true;    // gradient_accumulation_fusion (wgrad GEMM into main_grad)
   bool te_dummy_wgrad_cache = true;  // TE layers return a cached dummy wgrad (get_dummy_wgrad)
   bool megatron_dummy_wgrad_cache = true;  // Megatron's own linears return TE's cached dummy
+  // Megatron-FSDP (use_megatron_fsdp): its own weight / main-weight / grad buffers replace the
+  // DDP buffers and the optimizer's master copies; fsdp_shard_grads for strategy optim_grads.
+  bool fsdp = false;
+  bool fsdp_shard_grads = false;
 };
 
 // REQUIRES: a Setup that config/ validated (positive sizes, divisibility of heads, layers and
@@ -66,6 +70,7 @@ ModelDims ComputeDims(const config::Setup& setup);
 struct ParamTensor {
   std::string name;  // e.g. "layer3.attn.qkv.weight", "embedding.word_embeddings.weight"
   std::int64_t numel = 0;
+  std::int64_t row_numel = 1;    // elements of shape[1:] (columns of a 2-D weight; 1 for 1-D)
   int chunk = 0;                 // model chunk (VPP) that owns it
   int layer = -1;                // global transformer layer, -1 for embedding / final norm / output
   bool no_weight_decay = false;  // 1-D: biases and norm weights (Megatron `_get_param_groups`)
@@ -97,6 +102,12 @@ struct GradBuffer {
 // each bucket end to lcm(d·cp, 128); buckets close at bucket_size = max(4e7, 1e6·d·cp) elements
 // only with overlap_grad_reduce on pp rank 0, chunk 0 (training.py `get_model` disable_bucketing);
 // the shared embedding gets its own bucket (distributed optimizer only).
+// Megatron-FSDP (megatron_fsdp/param_and_grad_buffer.py `build_data_parallel_buffer_index`):
+// buckets close at the same bucket_size when overlap_grad_reduce is on, else one bucket; with a
+// sharding strategy other than no_shard each bucket is padded to a multiple of
+// d·cp × lcm(shape[1:] elements of its params). Not modelled: the per-parameter rounding to
+// that factor, whose gaps Megatron-FSDP partly fills with other parameters (a few of the
+// factor's elements per parameter at most).
 std::vector<GradBuffer> LayoutGradBuffers(const config::Setup& setup, int pipeline_rank,
                                           const std::vector<ParamTensor>& params);
 

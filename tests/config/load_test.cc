@@ -1,5 +1,6 @@
 // LoadSetup: the embedded default, Hugging Face defaults per model_type, Megatron overrides,
 // --set / --model / --device, the allocator block, and what is unsupported.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -421,7 +422,12 @@ TEST_CASE("unsupported: recognised but not modelled", "[config]") {
   };
   CHECK(unsupported("u1.json", llama, ", \"framework\": \"deepspeed\", \"zero_stage\": 2, \"optim\": \"x\""));
   CHECK(unsupported("u2.json", llama, ", \"zero_stage\": 3"));
-  CHECK(unsupported("u3.json", llama, ", \"use_megatron_fsdp\": true"));
+  CHECK(unsupported("u3.json", llama, ", \"use_megatron_fsdp\": true, "
+                                      "\"data_parallel_sharding_strategy\": \"optim_grads_params\""));
+  CHECK(unsupported("u3b.json", llama, ", \"use_megatron_fsdp\": true, \"zero_stage\": 3"));
+  CHECK(unsupported("u3c.json", llama, ", \"use_megatron_fsdp\": true, "
+                                       "\"pipeline_model_parallel_size\": 2"));
+  CHECK(unsupported("u3d.json", llama, ", \"use_megatron_fsdp\": true, \"precision\": \"fp32\""));
   CHECK(unsupported("u4.json", llama, ", \"expert_model_parallel_size\": 2"));
   CHECK(unsupported("u5.json", llama, ", \"num_experts\": 8"));
   CHECK(unsupported("u6.json", "{\"model_type\": \"mixtral\"}", ""));
@@ -436,6 +442,62 @@ TEST_CASE("unsupported: recognised but not modelled", "[config]") {
   const std::string path = InlineConfig("u12.json", llama, base + ", \"framework\": \"deepspeed\"");
   CHECK(ErrorOf(path) == "unsupported: " + path +
                              ": /training/framework: framework 'deepspeed' (memsim models Megatron-LM only)");
+}
+
+TEST_CASE("Megatron-FSDP: strategy, ZeRO label and the optimizer flag", "[config]") {
+  const std::string llama = "{\"model_type\": \"llama\"}";
+  const std::string base = "\"seq_length\": 512, \"data_parallel_size\": 4, \"use_megatron_fsdp\": true";
+  auto load = [&](const std::string& name, const std::string& extra) {
+    return LoadSetup(InlineConfig(name, llama, base + extra), {});
+  };
+  auto has_note = [](const Setup& s, const std::string& text) {
+    return std::any_of(s.notes.begin(), s.notes.end(),
+                       [&](const std::string& n) { return n.find(text) != std::string::npos; });
+  };
+  SECTION("the strategy decides the sharding; use_distributed_optimizer follows it") {
+    Setup s = load("f1.json", ", \"data_parallel_sharding_strategy\": \"optim_grads\"");
+    CHECK(s.training.use_megatron_fsdp);
+    CHECK(s.training.fsdp_sharding == FsdpSharding::kOptimGrads);
+    CHECK(s.training.use_distributed_optimizer);
+    CHECK(has_note(s, "/training/use_distributed_optimizer: taken as true: Megatron-FSDP "
+                      "\"optim_grads\" shards the optimizer state"));
+    // Fusion on is noted: Megatron-Bridge launches switch it off with Megatron-FSDP.
+    CHECK(has_note(s, "/training/gradient_accumulation_fusion: true with Megatron-FSDP"));
+    s = load("f2.json", ", \"data_parallel_sharding_strategy\": \"optim\", "
+                        "\"use_distributed_optimizer\": true, \"zero_stage\": 1, "
+                        "\"gradient_accumulation_fusion\": false");
+    CHECK(s.training.fsdp_sharding == FsdpSharding::kOptim);
+    CHECK_FALSE(has_note(s, "use_distributed_optimizer"));
+    CHECK_FALSE(has_note(s, "gradient_accumulation_fusion"));
+  }
+  SECTION("no strategy: Megatron-LM's default no_shard, or the ZeRO label's") {
+    Setup s = load("f3.json", ", \"use_distributed_optimizer\": true");
+    CHECK(s.training.fsdp_sharding == FsdpSharding::kNoShard);
+    CHECK_FALSE(s.training.use_distributed_optimizer);
+    CHECK(has_note(s, "/training/data_parallel_sharding_strategy: absent, Megatron-LM's default "
+                      "\"no_shard\" taken"));
+    s = load("f4.json", ", \"zero_stage\": 2");
+    CHECK(s.training.fsdp_sharding == FsdpSharding::kOptimGrads);
+    CHECK(has_note(s, "/training/zero_stage: Megatron-FSDP sharding taken as \"optim_grads\""));
+  }
+  SECTION("errors") {
+    std::string path = InlineConfig("f5.json", llama,
+                                    base + ", \"data_parallel_sharding_strategy\": \"optim\", "
+                                           "\"zero_stage\": 2");
+    CHECK(ErrorOf(path) == path + ": /training/zero_stage: 2 disagrees with "
+                                  "data_parallel_sharding_strategy \"optim\" (ZeRO stage 1 under "
+                                  "Megatron-FSDP)");
+    path = InlineConfig("f6.json", llama,
+                        "\"seq_length\": 512, \"data_parallel_sharding_strategy\": \"optim_grads\"");
+    CHECK(ErrorOf(path) == path + ": /training/data_parallel_sharding_strategy: \"optim_grads\" "
+                                  "applies to Megatron-FSDP only; set use_megatron_fsdp true, or "
+                                  "use_distributed_optimizer for Megatron's ZeRO-1");
+    path = InlineConfig("f7.json", llama, base + ", \"pipeline_model_parallel_size\": 2");
+    CHECK(ErrorOf(path) == "unsupported: " + path +
+                               ": /training/use_megatron_fsdp: Megatron-FSDP with pipeline "
+                               "parallelism (memsim models Megatron-FSDP with "
+                               "pipeline_model_parallel_size 1)");
+  }
 }
 
 }  // namespace

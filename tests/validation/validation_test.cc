@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include "config/load.h"
+#include "engine/stages.h"
 #include "validation/validation.h"
 #include "workload/build.h"
 
@@ -30,8 +31,6 @@ TEST_CASE("validation: unmodelled cases are reported unsupported, the rest run",
       "hf-bert-large-v100-bs4-fp16amp",
       "hf-bert-large-v100-bs4-fp32",
       "mcore-doc-dsv3proxy-14L-pp4-ep16-baseline",         // MoE (expert parallelism)
-      "paip-qwen3-4b-h200-mfsdp-optim-dp4-seq1024",        // Megatron-FSDP
-      "paip-qwen3-4b-h200-mfsdp-optim-grads-dp4-seq1024",
       "sseo-dmoe64-top1-ep4-groupedgemm",                  // MoE
       "sseo-moe64-top1-ep4-capacity1.0",
       "torchtitan-llama3.1-8b-fsdp8-h100-lbs2",            // torchtitan FSDP2
@@ -55,11 +54,44 @@ TEST_CASE("validation: table lists every case", "[validation]") {
 // included), and memsim closer to the measurements than the closed form on the median.
 TEST_CASE("validation: acceptance thresholds", "[validation]") {
   const Summary s = Summarize(Results());
-  CHECK(s.supported_measured == 9);
+  CHECK(s.supported_measured == 11);
   CHECK(s.worst_paper_subtotal_error_pct <= 2.0);
   CHECK(s.median_abs_error_pct < s.median_abs_closed_form_error_pct);
-  // The issue asks for <= 3%; not met yet (docs/validation.md "Status"), so reported only.
-  if (s.median_abs_error_pct > 3.0) WARN("median |error| " << s.median_abs_error_pct << "% > 3%");
+  CHECK(s.median_abs_error_pct <= 3.0);
+}
+
+// The two Megatron-FSDP cases publish the same run at DP 1, 2 and 4 (expected.json "variants",
+// decimal GB of allocated after iteration 1): memsim follows the whole scaling curve, not one
+// point, within 1% (the cases' own DP4 points are in the table).
+TEST_CASE("validation: Megatron-FSDP optim and optim_grads follow the published DP scaling",
+          "[validation]") {
+  struct Point {
+    const char* id;
+    int dp;
+    double measured_gb;
+  };
+  const Point points[] = {
+      {"paip-qwen3-4b-h200-mfsdp-optim-dp4-seq1024", 1, 72.60},
+      {"paip-qwen3-4b-h200-mfsdp-optim-dp4-seq1024", 2, 48.46},
+      {"paip-qwen3-4b-h200-mfsdp-optim-dp4-seq1024", 4, 36.39},
+      {"paip-qwen3-4b-h200-mfsdp-optim-grads-dp4-seq1024", 1, 72.60},
+      {"paip-qwen3-4b-h200-mfsdp-optim-grads-dp4-seq1024", 2, 40.33},
+      {"paip-qwen3-4b-h200-mfsdp-optim-grads-dp4-seq1024", 4, 24.25},
+  };
+  for (const Point& pt : points) {
+    INFO(pt.id << " at DP " << pt.dp);
+    config::LoadOptions load;
+    load.overrides = {"training.data_parallel_size=" + std::to_string(pt.dp)};
+    const config::Setup setup = config::LoadSetup(
+        std::string(MEMSIM_SOURCE_DIR) + "/tests/validation/cases/" + pt.id + "/config.json", load);
+    engine::RunOptions options;
+    options.keep_timeline = false;
+    const engine::RunResult run = engine::RunAllStages(setup, options);
+    const double memsim_gb =
+        static_cast<double>(run.stages.at(0).spans.at(1).end_allocated_bytes) / 1e9;
+    CHECK(run.stages.at(0).spans.at(1).iteration == 1);
+    CHECK(std::fabs(memsim_gb - pt.measured_gb) / pt.measured_gb < 0.01);
+  }
 }
 
 // The closed-form column is Megatron's theoretical_memory_usage.py: the "weight and optimizer"
