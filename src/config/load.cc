@@ -3,9 +3,12 @@
 #include "config/load.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <sstream>
+#include <string_view>
 
 #include <fmt/core.h>
 
@@ -332,7 +335,7 @@ void ReadMegatronFsdp(ObjectReader& t, const std::optional<std::string>& shardin
   if (c.pipeline_model_parallel_size > 1) {
     throw UnsupportedError(fmt::format("{}: Megatron-FSDP with pipeline parallelism (memsim models "
                                        "Megatron-FSDP with pipeline_model_parallel_size 1)",
-                                       t.At("use_megatron_fsdp")));
+                                       t.At("pipeline_model_parallel_size")));
   }
   if (c.precision == Precision::kFp32) {
     throw UnsupportedError(fmt::format("{}: Megatron-FSDP with fp32 parameters (memsim models "
@@ -418,7 +421,22 @@ TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes) {
   if (precision && *precision != "fp16" && fp16.has_value() && *fp16) {
     Fail(t.At("fp16"), fmt::format("true disagrees with precision \"{}\"", *precision));
   }
-  const std::string p = precision ? *precision : !from_flags.empty() ? from_flags : "bf16";
+  for (const char* flag : {"fp16", "bf16"}) {
+    const std::optional<bool>& f = std::string_view(flag) == "fp16" ? fp16 : bf16;
+    if (precision && *precision == flag && f.has_value() && !*f) {
+      Fail(t.At(flag), fmt::format("false disagrees with precision \"{}\"", *precision));
+    }
+  }
+  // Megatron trains in fp32 unless --fp16 or --bf16 is given: an explicit "bf16": false without a
+  // precision means fp32 (memsim's own default, bf16, applies only when nothing is said).
+  const bool fp32_by_flags = !precision && from_flags.empty() && bf16.has_value() && !*bf16;
+  if (fp32_by_flags) {
+    notes->push_back(fmt::format("{}: false and no fp16 or precision: fp32, as Megatron", t.At("bf16")));
+  }
+  const std::string p = precision           ? *precision
+                        : !from_flags.empty() ? from_flags
+                        : fp32_by_flags       ? "fp32"
+                                              : "bf16";
   c.precision = p == "fp32" ? Precision::kFp32 : p == "fp16" ? Precision::kFp16 : Precision::kBf16;
   c.accumulate_allreduce_grads_in_fp32 = t.Bool("accumulate_allreduce_grads_in_fp32").value_or(false);
   if (c.precision == Precision::kBf16 && !c.accumulate_allreduce_grads_in_fp32) {
@@ -456,6 +474,9 @@ TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes) {
                        "use_distributed_optimizer for Megatron's ZeRO-1",
                        *sharding));
     }
+    if (zero == 0 && c.use_distributed_optimizer) {
+      Fail(t.At("zero_stage"), "0 disagrees with use_distributed_optimizer true (ZeRO-1)");
+    }
     if (zero == 1 && !c.use_distributed_optimizer) {
       c.use_distributed_optimizer = true;
       notes->push_back(
@@ -466,7 +487,11 @@ TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes) {
   c.overlap_param_gather = t.Bool("overlap_param_gather").value_or(false);
   if (c.overlap_param_gather && !c.use_distributed_optimizer) {
     // Megatron arguments.py: "--overlap-param-gather only supported with distributed optimizer".
-    Fail(t.At("overlap_param_gather"), "true needs use_distributed_optimizer true (as in Megatron)");
+    Fail(t.At("overlap_param_gather"),
+         c.use_megatron_fsdp
+             ? "true needs a sharded optimizer: Megatron-FSDP data_parallel_sharding_strategy "
+               "\"optim\" or \"optim_grads\" (\"no_shard\" does not shard)"
+             : "true needs use_distributed_optimizer true (as in Megatron)");
   }
 
   std::optional<std::string> g = t.Choice("recompute_granularity", {"none", "selective", "full"});
@@ -623,7 +648,8 @@ void Validate(Setup& s, const std::map<std::string, std::string>& where, const O
     c.num_layers_per_virtual_pipeline_stage = *vstages > 1 ? layers_per_stage / *vstages : 0;
   }
   if (c.num_layers_per_virtual_pipeline_stage > 0) {
-    const std::string at = t.At("num_layers_per_virtual_pipeline_stage");
+    const std::string at = t.At(vstages ? "num_virtual_stages_per_pipeline_rank"
+                                        : "num_layers_per_virtual_pipeline_stage");
     if (pp < 2) Fail(at, "needs pipeline_model_parallel_size > 1 (interleaved schedule)");
     // Megatron arguments.py: (num_layers // PP) % num_layers_per_virtual_pipeline_stage == 0.
     if (layers_per_stage % c.num_layers_per_virtual_pipeline_stage != 0) {
@@ -743,6 +769,33 @@ void Validate(Setup& s, const std::map<std::string, std::string>& where, const O
                      "raise tensor_model_parallel_size or pipeline_model_parallel_size",
                      parameters, layers_per_stage, per_layer, embedding,
                      parameters * kStateBytesPerParameter, kStateBytesPerParameter));
+  }
+  // Megatron-FSDP pads every bucket to a multiple of d·cp × the lcm of its weights' row widths
+  // (h, q/TP, ffn/TP; workload/model.h LayoutGradBuffers). Odd widths make that multiple huge.
+  if (c.use_megatron_fsdp && c.fsdp_sharding != FsdpSharding::kNoShard) {
+    const std::int64_t widths[] = {m.hidden_size,
+                                   std::int64_t{m.num_attention_heads} / tp * m.head_dim,
+                                   std::int64_t{m.intermediate_size} / tp};
+    double factor = 1;  // the lcm, in double once it passes 2^50 (then only its size matters)
+    std::int64_t lcm = 1;
+    for (std::int64_t w : widths) {
+      if (w <= 0 || factor > kMaxRankBytes) continue;
+      const std::int64_t step = w / std::gcd(lcm, w);
+      factor = static_cast<double>(lcm) * static_cast<double>(step);
+      if (factor <= kMaxRankBytes) lcm *= step;
+    }
+    const double buckets =
+        c.overlap_grad_reduce ? 1 + std::floor(parameters / 4e7) : 1;  // bucket_size >= 4e7
+    const double pad = factor * c.data_parallel_size * c.context_parallel_size * buckets;
+    if ((parameters + pad) * kStateBytesPerParameter > kMaxRankBytes) {
+      Fail(t.At("data_parallel_size"),
+           fmt::format("model too large for memsim: Megatron-FSDP pads each of {:.3g} bucket(s) to a "
+                       "multiple of data_parallel_size × context_parallel_size × lcm(hidden_size, "
+                       "heads/TP × head_dim, ffn/TP) = {:.3g} elements, over memsim's limit of "
+                       "2^50 bytes (1 PiB) with the weights, gradients and optimizer state; reduce "
+                       "data_parallel_size or use widths with common factors",
+                       buckets, factor * c.data_parallel_size * c.context_parallel_size));
+    }
   }
   // Largest activation of one micro-batch, at 4 bytes an element (fp32, the widest): attention
   // scores b × heads/TP × (seq/CP) × seq without flash attention, logits T × V/TP, the MLP's

@@ -444,6 +444,19 @@ TEST_CASE("unsupported: recognised but not modelled", "[config]") {
                              ": /training/framework: framework 'deepspeed' (memsim models Megatron-LM only)");
 }
 
+TEST_CASE("precision: explicit false flags", "[config]") {
+  const std::string llama = "{\"model_type\": \"llama\"}";
+  // Megatron trains in fp32 without --bf16 / --fp16: "bf16": false alone means fp32.
+  Setup s = LoadSetup(InlineConfig("p1.json", llama, "\"seq_length\": 512, \"bf16\": false"), {});
+  CHECK(s.training.precision == Precision::kFp32);
+  // Nothing said: memsim's default, bf16.
+  s = LoadSetup(InlineConfig("p2.json", llama, "\"seq_length\": 512, \"fp16\": false"), {});
+  CHECK(s.training.precision == Precision::kBf16);
+  const std::string path =
+      InlineConfig("p3.json", llama, "\"seq_length\": 512, \"precision\": \"bf16\", \"bf16\": false");
+  CHECK(ErrorOf(path) == path + ": /training/bf16: false disagrees with precision \"bf16\"");
+}
+
 TEST_CASE("Megatron-FSDP: strategy, ZeRO label and the optimizer flag", "[config]") {
   const std::string llama = "{\"model_type\": \"llama\"}";
   const std::string base = "\"seq_length\": 512, \"data_parallel_size\": 4, \"use_megatron_fsdp\": true";
@@ -494,9 +507,35 @@ TEST_CASE("Megatron-FSDP: strategy, ZeRO label and the optimizer flag", "[config
                                   "use_distributed_optimizer for Megatron's ZeRO-1");
     path = InlineConfig("f7.json", llama, base + ", \"pipeline_model_parallel_size\": 2");
     CHECK(ErrorOf(path) == "unsupported: " + path +
-                               ": /training/use_megatron_fsdp: Megatron-FSDP with pipeline "
-                               "parallelism (memsim models Megatron-FSDP with "
+                               ": /training/pipeline_model_parallel_size: Megatron-FSDP with "
+                               "pipeline parallelism (memsim models Megatron-FSDP with "
                                "pipeline_model_parallel_size 1)");
+    path = InlineConfig("f8.json", llama, base + ", \"overlap_param_gather\": true");
+    CHECK(ErrorOf(path) == path + ": /training/overlap_param_gather: true needs a sharded "
+                                  "optimizer: Megatron-FSDP data_parallel_sharding_strategy "
+                                  "\"optim\" or \"optim_grads\" (\"no_shard\" does not shard)");
+    path = InlineConfig("f9.json", llama,
+                        "\"seq_length\": 512, \"zero_stage\": 0, \"use_distributed_optimizer\": true");
+    CHECK(ErrorOf(path) == path + ": /training/zero_stage: 0 disagrees with "
+                                  "use_distributed_optimizer true (ZeRO-1)");
+  }
+  SECTION("padding with coprime widths stays within memsim's size limit") {
+    // h 4099 and ffn 4093 are primes, head_dim 128: lcm(4099, 32·128, 4093) = 4099·4096·4093
+    // ≈ 6.87e10 elements; × d = 4096 is 2.8e14 elements of padding per bucket, × 18 B > 2^50.
+    const std::string odd =
+        "{\"model_type\": \"llama\", \"hidden_size\": 4099, \"intermediate_size\": 4093, "
+        "\"num_attention_heads\": 32, \"num_key_value_heads\": 32, \"head_dim\": 128}";
+    const std::string path = InlineConfig(
+        "f10.json", odd,
+        "\"seq_length\": 512, \"data_parallel_size\": 4096, \"global_batch_size\": 4096, "
+        "\"use_megatron_fsdp\": true, \"data_parallel_sharding_strategy\": \"optim\"");
+    CHECK(ErrorOf(path).find(path + ": /training/data_parallel_size: model too large for memsim: "
+                                    "Megatron-FSDP pads each of 1 bucket(s)") == 0);
+    // No padding without a sharding strategy.
+    CHECK_NOTHROW(LoadSetup(InlineConfig("f11.json", odd,
+                                         "\"seq_length\": 512, \"data_parallel_size\": 4096, "
+                                         "\"global_batch_size\": 4096, \"use_megatron_fsdp\": true"),
+                            {}));
   }
 }
 
