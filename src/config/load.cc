@@ -485,13 +485,21 @@ TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes) {
   }
   c.overlap_grad_reduce = t.Bool("overlap_grad_reduce").value_or(false);
   c.overlap_param_gather = t.Bool("overlap_param_gather").value_or(false);
-  if (c.overlap_param_gather && !c.use_distributed_optimizer) {
-    // Megatron arguments.py: "--overlap-param-gather only supported with distributed optimizer".
+  if (c.overlap_param_gather && !c.use_distributed_optimizer && !c.use_megatron_fsdp) {
+    // Megatron arguments.py: --overlap-param-gather needs the distributed optimizer or
+    // Megatron-FSDP.
     Fail(t.At("overlap_param_gather"),
-         c.use_megatron_fsdp
-             ? "true needs a sharded optimizer: Megatron-FSDP data_parallel_sharding_strategy "
-               "\"optim\" or \"optim_grads\" (\"no_shard\" does not shard)"
-             : "true needs use_distributed_optimizer true (as in Megatron)");
+         "true needs use_distributed_optimizer or use_megatron_fsdp true (as in Megatron)");
+  }
+  if (c.use_megatron_fsdp && c.fsdp_sharding == FsdpSharding::kOptimGrads &&
+      !c.overlap_grad_reduce) {
+    // MegatronFSDP.__init__ switches overlap_grad_reduce on for optim_grads, but Megatron-LM's
+    // get_model has already set bucket_size to None (one bucket) when it was off at launch.
+    notes->push_back(fmt::format(
+        "{}: false with Megatron-FSDP \"optim_grads\": Megatron-FSDP overlaps the reduce-scatter "
+        "anyway, with the whole model in one bucket (a full-size gradient temporary each "
+        "backward); set true for max(4e7, 1e6·d·cp)-element buckets",
+        t.At("overlap_grad_reduce")));
   }
 
   std::optional<std::string> g = t.Choice("recompute_granularity", {"none", "selective", "full"});

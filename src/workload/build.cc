@@ -385,29 +385,39 @@ class Builder {
   }
 
   // Megatron-FSDP (megatron_fsdp/param_and_grad_buffer.py
-  // `ParamAndGradBuffer._init_each_parameter_group_buffers`): per parameter group a 16-bit
-  // weight buffer, full size for the strategies memsim models, into which the parameters move
-  // (their own storage freed); an fp32 main-weight buffer (preserve_fp32_weights, Megatron-FSDP's
-  // default), the rank's 1/(d·cp) shard unless no_shard; and the grad buffer in the grad dtype,
-  // full size, or the shard with optim_grads. Adam later makes its state per parameter on views
-  // of the main-weight shard (main_, as for the distributed optimizer).
+  // `ParamAndGradBuffer._init_each_parameter_group_buffers`), per parameter group (memsim: one
+  // per model chunk): a 16-bit weight buffer, full size for the strategies memsim models, into
+  // which the parameters move (their own storage freed), except with no_shard, where they keep
+  // their storage; then the fp32 main-weight buffer (preserve_fp32_weights, Megatron-FSDP's
+  // default), the rank's 1/(d·cp) shard unless no_shard. After all groups, the grad buffer in the
+  // grad dtype (one tensor per dtype, `buffer_all_in_one`), full size, or the shard with
+  // optim_grads; then gc.collect() and torch.cuda.empty_cache(). Adam later makes its state per
+  // parameter on views of the main-weight shard (main_, as for the distributed optimizer).
   void FsdpBuffers() {
     const bool sharded = tc_.use_distributed_optimizer;
+    const bool grads_sharded = tc_.fsdp_sharding == config::FsdpSharding::kOptimGrads;
     for (const GradBuffer& buf : buffers_) {
       const std::int64_t shard = buf.numel_padded / d_.dp_cp;
-      Begin("init.fsdp.buffers");
-      Alloc(buf.numel_padded * d_.param_bytes, Category::kParameters,
-            fmt::format("fsdp.chunk{}.weight_buffer", buf.chunk));
-      Begin("init.fsdp.move_params");
-      for (const GradBuffer::Entry& e : buf.entries) Free(param_ids_[e.param]);
-      Begin("init.fsdp.buffers");
+      if (sharded) {
+        Begin("init.fsdp.buffers");
+        Alloc(buf.numel_padded * d_.param_bytes, Category::kParameters,
+              fmt::format("fsdp.chunk{}.weight_buffer", buf.chunk));
+        Begin("init.fsdp.move_params");
+        for (const GradBuffer::Entry& e : buf.entries) Free(param_ids_[e.param]);
+      }
       if (d_.mixed) {
+        Begin("init.fsdp.buffers");
         Alloc((sharded ? shard : buf.numel_padded) * 4, Category::kMainParameters,
               fmt::format("fsdp.chunk{}.main_weight_buffer", buf.chunk));
       }
-      Alloc((d_.fsdp_shard_grads ? shard : buf.numel_padded) * d_.grad_bytes,
-            Category::kGradients, fmt::format("fsdp.chunk{}.grad_buffer", buf.chunk));
     }
+    Begin("init.fsdp.grad_buffer");
+    for (const GradBuffer& buf : buffers_) {
+      const std::int64_t shard = buf.numel_padded / d_.dp_cp;
+      Alloc((grads_sharded ? shard : buf.numel_padded) * d_.grad_bytes, Category::kGradients,
+            fmt::format("fsdp.chunk{}.grad_buffer", buf.chunk));
+    }
+    Cur().empty_cache = true;
   }
 
   // ---- one iteration (§8) -------------------------------------------------------------------
@@ -486,8 +496,8 @@ class Builder {
   // (TemporaryBucketAllocator, grad dtype); once every parameter of the bucket has its gradient
   // the bucket is reduce-scattered on a side stream into a fresh shard-sized tensor, which is
   // added into the persistent grad shard; the full-size bucket is kept until the queued buckets
-  // exceed suggested_RS_queue_capacity (max(1e9, bucket size) elements, oldest freed first) or
-  // the backward ends (`_root_post_backward`). Params are grouped by where their grad is made:
+  // exceed suggested_RS_queue_capacity (max(1e9, bucket size) elements; checked before each new
+  // bucket joins, oldest freed first) or the backward ends (`_root_post_backward`). Params are grouped by where their grad is made:
   // the head (final norm, output layer; a tied embedding with p = 1), each layer, the embedding.
 
   enum class GradSite { kHead, kLayer, kEmbedding };
@@ -555,9 +565,10 @@ class Builder {
                                  fmt::format("fsdp.grad_shard{}", b));
     Collective("dp", d_.dp_cp, static_cast<double>((end - start) * d_.grad_bytes), Coll::kGather);
     Free(shard);  // added into the persistent grad shard
+    // `wait_for_previous_grad_reduce` trims the queue before the new bucket joins it.
+    while (fsdp_queued_ > fsdp_capacity_ && !fsdp_queue_.empty()) FsdpFreeOldest();
     fsdp_queue_.push_back(b);
     fsdp_queued_ += end - start;
-    while (fsdp_queued_ > fsdp_capacity_ && !fsdp_queue_.empty()) FsdpFreeOldest();
   }
   void FsdpFreeOldest() {
     const int b = fsdp_queue_.front();

@@ -128,7 +128,10 @@ ModelDims ComputeDims(const config::Setup& setup) {
                                  at_least(tc.transformer_engine_version, kTeDummyWgradCacheSince) &&
                                  at_least(tc.megatron_core_version, kMegatronDummyWgradCacheSince);
   d.fsdp = tc.use_megatron_fsdp;
-  d.fsdp_shard_grads = d.fsdp && tc.fsdp_sharding == config::FsdpSharding::kOptimGrads;
+  // With one data-parallel rank Megatron-FSDP shards nothing: the grad buckets are views of the
+  // persistent buffer (no temporaries).
+  d.fsdp_shard_grads =
+      d.fsdp && tc.fsdp_sharding == config::FsdpSharding::kOptimGrads && d.dp_cp > 1;
   return d;
 }
 
@@ -232,7 +235,11 @@ std::vector<GradBuffer> LayoutGradBuffers(const config::Setup& setup, int pipeli
       bucket_open = false;
       return padded;
     };
-    for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
+    // DDP walks the parameters in reverse (≈ backward order); Megatron-FSDP's
+    // `_get_parameter_groups` in named_parameters() order.
+    const int n = static_cast<int>(params.size());
+    for (int k = 0; k < n; ++k) {
+      const int i = d.fsdp ? k : n - 1 - k;
       if (params[i].chunk != c) continue;
       param_start = pad_start(param_start);
       // `_does_param_require_new_bucket`: the shared embedding gets its own bucket, only with

@@ -93,7 +93,8 @@ struct GradBuffer {
     std::int64_t start = 0, end = 0;
     int bucket = 0;
   };
-  std::vector<Entry> entries;  // reverse registration order (≈ backward order)
+  std::vector<Entry> entries;  // DDP: reverse registration order (≈ backward order);
+                               // Megatron-FSDP: registration order
   std::vector<std::pair<std::int64_t, std::int64_t>> buckets;  // [start, end) in elements
 };
 
@@ -102,12 +103,14 @@ struct GradBuffer {
 // each bucket end to lcm(d·cp, 128); buckets close at bucket_size = max(4e7, 1e6·d·cp) elements
 // only with overlap_grad_reduce on pp rank 0, chunk 0 (training.py `get_model` disable_bucketing);
 // the shared embedding gets its own bucket (distributed optimizer only).
-// Megatron-FSDP (megatron_fsdp/param_and_grad_buffer.py `build_data_parallel_buffer_index`):
-// buckets close at the same bucket_size when overlap_grad_reduce is on, else one bucket; with a
-// sharding strategy other than no_shard each bucket is padded to a multiple of
-// d·cp × lcm(shape[1:] elements of its params). Not modelled: the per-parameter rounding to
-// that factor, whose gaps Megatron-FSDP partly fills with other parameters (a few of the
-// factor's elements per parameter at most).
+// Megatron-FSDP (megatron_fsdp/param_and_grad_buffer.py `_get_parameter_groups`,
+// `build_data_parallel_buffer_index`): parameters in named_parameters() order; buckets close at
+// the same bucket_size when overlap_grad_reduce is on, else one bucket; with a sharding strategy
+// other than no_shard each bucket is padded to a multiple of d·cp × lcm(shape[1:] elements of
+// its params). Not modelled: the re-sort inside a bucket by shape[1:] (largest first) and the
+// per-parameter rounding to that factor, whose gaps Megatron-FSDP partly fills with other
+// parameters (a few of the factor's elements per parameter at most); they move which rank owns
+// which slice, not the buffer sizes.
 std::vector<GradBuffer> LayoutGradBuffers(const config::Setup& setup, int pipeline_rank,
                                           const std::vector<ParamTensor>& params);
 

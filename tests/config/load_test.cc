@@ -476,6 +476,8 @@ TEST_CASE("Megatron-FSDP: strategy, ZeRO label and the optimizer flag", "[config
                       "\"optim_grads\" shards the optimizer state"));
     // Fusion on is noted: Megatron-Bridge launches switch it off with Megatron-FSDP.
     CHECK(has_note(s, "/training/gradient_accumulation_fusion: true with Megatron-FSDP"));
+    // optim_grads without overlap_grad_reduce: one bucket, said in a note.
+    CHECK(has_note(s, "/training/overlap_grad_reduce: false with Megatron-FSDP \"optim_grads\""));
     s = load("f2.json", ", \"data_parallel_sharding_strategy\": \"optim\", "
                         "\"use_distributed_optimizer\": true, \"zero_stage\": 1, "
                         "\"gradient_accumulation_fusion\": false");
@@ -510,10 +512,12 @@ TEST_CASE("Megatron-FSDP: strategy, ZeRO label and the optimizer flag", "[config
                                ": /training/pipeline_model_parallel_size: Megatron-FSDP with "
                                "pipeline parallelism (memsim models Megatron-FSDP with "
                                "pipeline_model_parallel_size 1)");
-    path = InlineConfig("f8.json", llama, base + ", \"overlap_param_gather\": true");
-    CHECK(ErrorOf(path) == path + ": /training/overlap_param_gather: true needs a sharded "
-                                  "optimizer: Megatron-FSDP data_parallel_sharding_strategy "
-                                  "\"optim\" or \"optim_grads\" (\"no_shard\" does not shard)");
+    // Megatron allows overlap_param_gather with Megatron-FSDP whatever the strategy.
+    CHECK_NOTHROW(LoadSetup(InlineConfig("f8.json", llama, base + ", \"overlap_param_gather\": true"), {}));
+    path = InlineConfig("f8b.json", llama, "\"seq_length\": 512, \"overlap_param_gather\": true");
+    CHECK(ErrorOf(path) == path + ": /training/overlap_param_gather: true needs "
+                                  "use_distributed_optimizer or use_megatron_fsdp true (as in "
+                                  "Megatron)");
     path = InlineConfig("f9.json", llama,
                         "\"seq_length\": 512, \"zero_stage\": 0, \"use_distributed_optimizer\": true");
     CHECK(ErrorOf(path) == path + ": /training/zero_stage: 0 disagrees with "
