@@ -133,8 +133,8 @@ Action AddCheckCommand(CLI::App& sub) {
   sub.add_option("--baseline", a->baseline, "a previous `run --json` report, or a directory of <stem>.json");
   sub.add_option("--tolerance", a->tolerance, "allowed growth over the baseline, percent (default 1)");
   sub.add_flag("--update-baseline", a->update_baseline, "write the new reports as the baseline");
-  sub.add_option("--junit", a->junit_path, "write JUnit XML to FILE");
-  sub.add_option("--json", a->json_path, "write the verdicts as JSON to FILE");
+  sub.add_option("--junit", a->junit_path, "write JUnit XML to FILE")->check(NonEmpty);
+  sub.add_option("--json", a->json_path, "write the verdicts as JSON to FILE")->check(NonEmpty);
   CLI::Option* capacity = sub.get_option("--capacity");
   return [a, capacity] {
     a->capacity_given = capacity->count() > 0;

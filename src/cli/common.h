@@ -26,6 +26,10 @@ void AddConfigOptions(CLI::App& sub, ConfigArgs& args, bool with_iterations);
 // The loader options they stand for. Throws InputError for a bad --iterations.
 config::LoadOptions ToLoadOptions(const ConfigArgs& args);
 
+// A CLI11 validator for options that name a file or a preset: an empty value is an error, not
+// "not given" (`--json ""` would otherwise write nothing and exit 0).
+std::string NonEmpty(const std::string& value);
+
 // The value of an int option the user did not give.
 inline constexpr int kNotGiven = -2147483647 - 1;
 

@@ -13,6 +13,7 @@
 #include "alloc/allocator.h"
 #include "alloc/stats.h"
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "core/error.h"
 #include "core/size.h"
 #include "replay/trace.h"
@@ -169,8 +170,8 @@ Action AddReplayCommand(CLI::App& sub) {
                  "allocator options in PYTORCH_CUDA_ALLOC_CONF syntax, \"k:v,...\"");
   sub.add_option("--device-index", args->device_index,
                  "device whose device_traces a snapshot replays (default 0)");
-  sub.add_option("--json", args->json, "write the final and peak stats as JSON");
-  sub.add_option("--csv", args->csv, "write a timeline, one row per operation");
+  sub.add_option("--json", args->json, "write the final and peak stats as JSON")->check(NonEmpty);
+  sub.add_option("--csv", args->csv, "write a timeline, one row per operation")->check(NonEmpty);
   return [args]() -> int { return RunReplay(*args); };
 }
 

@@ -8,6 +8,7 @@
 #include <fmt/core.h>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "config/load.h"
 #include "core/error.h"
 
@@ -38,8 +39,8 @@ std::string Summary(const config::Setup& s) {
 Action AddValidateCommand(CLI::App& sub) {
   auto args = std::make_shared<ValidateArgs>();
   sub.add_option("configs", args->configs, "training config files (none: the embedded default)");
-  sub.add_option("--model", args->model, "model file replacing each config's \"model\"");
-  sub.add_option("--device", args->device, "device preset name or file replacing \"device\"");
+  sub.add_option("--model", args->model, "model file replacing each config's \"model\"")->check(NonEmpty);
+  sub.add_option("--device", args->device, "device preset name or file replacing \"device\"")->check(NonEmpty);
   sub.add_option("--set", args->sets, "override a training or allocator key: KEY=VALUE")
       ->allow_extra_args(false);
   sub.add_flag("--verbose", args->verbose, "list what was ignored or defaulted");

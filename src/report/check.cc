@@ -171,7 +171,12 @@ std::string FormatCheckText(const std::vector<StageVerdict>& verdicts,
     out += fmt::format("{:<10} {} stage {}: {}\n", v.verdict == "ok" ? "ok" : "FAIL " + v.verdict,
                        v.config, v.pipeline, v.message);
   }
-  for (const CheckError& e : errors) out += fmt::format("{:<10} {}: {}\n", "ERROR", e.config, e.message);
+  for (const CheckError& e : errors) {
+    // The loader's messages already start with the file they are about.
+    const bool named = e.message.rfind(e.config + ":", 0) == 0;
+    out += named ? fmt::format("{:<10} {}\n", "ERROR", e.message)
+                 : fmt::format("{:<10} {}: {}\n", "ERROR", e.config, e.message);
+  }
   return out;
 }
 

@@ -106,6 +106,9 @@ TEST_CASE("memsim check: with several configs a bad one makes the exit code 2", 
   CHECK(r.exit_code == 2);
   CHECK(r.out.find("FAIL oom") != std::string::npos);
   CHECK(r.out.find("ERROR") != std::string::npos);
+  // The row names the file once: the loader's message starts with it.
+  CHECK(r.out.find("bad.json: bad.json") == std::string::npos);
+  CHECK(r.out.find("ERROR      bad.json: /training: ") != std::string::npos);
 }
 
 }  // namespace

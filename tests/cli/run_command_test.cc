@@ -65,6 +65,14 @@ TEST_CASE("memsim run: bad input exits 2 with one message and leaves no file", "
   r = RunMemsim(dir, "run --json no/such/dir/r.json");
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("no/such/dir/r.json: cannot write") != std::string::npos);
+  // An empty file or preset name is an error, not "not given".
+  for (const char* option : {"--json", "--csv", "--device", "--model"}) {
+    INFO(option);
+    r = RunMemsim(dir, std::string("run ") + option + " \"\"");
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find(std::string(option) + ": expected a path or a name, got an empty string") !=
+          std::string::npos);
+  }
 }
 
 TEST_CASE("memsim run: --set takes one KEY=VALUE each time, the config may follow it", "[cli]") {
