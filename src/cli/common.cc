@@ -31,9 +31,7 @@ config::LoadOptions ToLoadOptions(const ConfigArgs& args) {
   load.model_path = args.model;
   load.device = args.device;
   load.overrides = args.sets;
-  if (const int n = CheckIterations(args.iterations); n > 0) {
-    load.overrides.push_back(fmt::format("training.train_iters={}", n));
-  }
+  load.iterations = CheckIterations(args.iterations);
   return load;
 }
 

@@ -846,6 +846,11 @@ Setup LoadSetupUnguarded(const std::string& config_path, const LoadOptions& opti
   Json root = internal::ParseJson(config.text, config.label);
   if (!root.is_object()) Fail(source.At(""), fmt::format("expected an object, got {}", Describe(root)));
   for (const std::string& o : options.overrides) ApplyOverride(o, &root, &source);
+  if (options.iterations > 0) {  // --iterations N: training.train_iters, named as given
+    ApplyOverride(fmt::format("training.train_iters={}", options.iterations), &root, &source);
+    source.set_labels[Child("/training", "train_iters")] =
+        fmt::format("--iterations {}", options.iterations);
+  }
 
   ObjectReader top(source, root, "");
   top.RejectUnknown({"model", "device", "training", "allocator"});

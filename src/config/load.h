@@ -24,6 +24,8 @@ struct LoadOptions {
   // --set KEY=VALUE, applied in order: KEY is "training.<key>" or "allocator.<key>"; VALUE is
   // JSON (2, true, "x", null) or, when not valid JSON, a plain string; True/False as booleans.
   std::vector<std::string> overrides;
+  // --iterations N (> 0): sets training.train_iters after the overrides; messages name it.
+  int iterations = 0;
   // With an empty config_path: load the embedded configs/default.json (true), or fail (false).
   bool use_embedded_default = true;
   // --capacity: replaces the device's usable_memory_bytes (and so the allocator capacity).

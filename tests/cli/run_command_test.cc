@@ -65,6 +65,10 @@ TEST_CASE("memsim run: bad input exits 2 with one message and leaves no file", "
   r = RunMemsim(dir, "run --json no/such/dir/r.json");
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("no/such/dir/r.json: cannot write") != std::string::npos);
+  // --iterations is named as the user wrote it.
+  r = RunMemsim(dir, "run --iterations 1001");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim run: --iterations 1001: 1001 exceeds memsim's limit of 1000\n");
   // An empty file or preset name is an error, not "not given".
   for (const char* option : {"--json", "--csv", "--device", "--model"}) {
     INFO(option);
