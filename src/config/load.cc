@@ -747,9 +747,10 @@ void Validate(Setup& s, const std::map<std::string, std::string>& where, const O
          fmt::format("train_iters × micro-batches per iteration × layers per pipeline stage = {} × "
                      "{} × {} = {} layer passes in one stage exceed memsim's limit of {} (memory "
                      "of the simulation); reduce train_iters, global_batch_size (micro-batches) or "
-                     "num_hidden_layers, or raise pipeline_model_parallel_size",
+                     "num_hidden_layers{}",
                      c.train_iters, c.num_micro_batches, layers_per_stage, stage_passes,
-                     kMaxStageLayerPasses));
+                     kMaxStageLayerPasses,
+                     c.use_megatron_fsdp ? "" : ", or raise pipeline_model_parallel_size"));
   }
 
   // Model size per rank, in double (the products can pass int64): weights, gradients and
