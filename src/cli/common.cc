@@ -15,9 +15,11 @@ std::string NonEmpty(const std::string& value) {
 }
 
 void AddConfigOptions(CLI::App& sub, ConfigArgs& args, bool with_iterations) {
-  sub.add_option("--model", args.model, "model file (Hugging Face config.json form), replaces the config's")
+  sub.add_option("--model", args.model,
+                 "model file (Hugging Face config.json form), replaces the config's")
       ->check(NonEmpty);
-  sub.add_option("--device", args.device, "device preset name or preset file, replaces the config's")
+  sub.add_option("--device", args.device,
+                 "device preset name or preset file, replaces the config's")
       ->check(NonEmpty);
   sub.add_option("--set", args.sets, "override KEY=VALUE (training.<key> or allocator.<key>)")
       ->allow_extra_args(false);

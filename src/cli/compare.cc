@@ -99,7 +99,8 @@ Action AddCompareCommand(CLI::App& sub) {
                  "how many iterations the profile covers when it has no markers")
       ->check(CLI::NonNegativeNumber);
   sub.add_option("--tolerance", a->tolerance, "exit 1 when an overall peak error exceeds PCT");
-  sub.add_option("--json", a->json, "write the comparison as JSON (schema_version 1)")->check(NonEmpty);
+  sub.add_option("--json", a->json, "write the comparison as JSON (schema_version 1)")
+      ->check(NonEmpty);
   sub.add_option("--device-index", a->device_index,
                  "device in the profile (default: the lowest with data)");
   sub.add_option("--rank", a->rank, "Megatron logs: global rank (default: the lowest)");

@@ -76,7 +76,8 @@ Action AddRunCommand(CLI::App& sub) {
   AddConfigOptions(sub, a->load, /*with_iterations=*/true);
   sub.add_option("--pipeline-rank", a->pipeline_rank, "report this pipeline stage (default: the worst)");
   sub.add_option("--capacity", a->capacity, "usable device memory, e.g. 60GiB (replaces the preset's)");
-  sub.add_option("--json", a->json_path, "write the JSON report (schema 1) to FILE")->check(NonEmpty);
+  sub.add_option("--json", a->json_path, "write the JSON report (schema 1) to FILE")
+      ->check(NonEmpty);
   sub.add_option("--csv", a->csv_path, "write the timeline as CSV to FILE")->check(NonEmpty);
   sub.add_flag("--no-chart", a->no_chart, "do not print the terminal chart");
   sub.add_flag("--megatron-report", a->megatron_report,

@@ -39,8 +39,10 @@ std::string Summary(const config::Setup& s) {
 Action AddValidateCommand(CLI::App& sub) {
   auto args = std::make_shared<ValidateArgs>();
   sub.add_option("configs", args->configs, "training config files (none: the embedded default)");
-  sub.add_option("--model", args->model, "model file replacing each config's \"model\"")->check(NonEmpty);
-  sub.add_option("--device", args->device, "device preset name or file replacing \"device\"")->check(NonEmpty);
+  sub.add_option("--model", args->model, "model file replacing each config's \"model\"")
+      ->check(NonEmpty);
+  sub.add_option("--device", args->device, "device preset name or file replacing \"device\"")
+      ->check(NonEmpty);
   sub.add_option("--set", args->sets, "override a training or allocator key: KEY=VALUE")
       ->allow_extra_args(false);
   sub.add_flag("--verbose", args->verbose, "list what was ignored or defaulted");

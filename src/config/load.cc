@@ -237,19 +237,22 @@ void ReadUnsupported(ObjectReader& t) {
                                        t.At("framework"), internal::Printable(*fw)));
   }
   const bool fsdp = t.Bool("use_megatron_fsdp").value_or(false);
-  if (std::optional<std::string> s = t.Choice(
-          "data_parallel_sharding_strategy", {"no_shard", "optim", "optim_grads", "optim_grads_params"});
+  if (std::optional<std::string> s =
+          t.Choice("data_parallel_sharding_strategy",
+                   {"no_shard", "optim", "optim_grads", "optim_grads_params"});
       fsdp && s == "optim_grads_params") {
-    throw UnsupportedError(fmt::format("{}: Megatron-FSDP sharding 'optim_grads_params' (sharded "
-                                       "weights, gathered per layer; memsim models no_shard, "
-                                       "optim and optim_grads)",
-                                       t.At("data_parallel_sharding_strategy")));
+    throw UnsupportedError(
+        fmt::format("{}: Megatron-FSDP sharding 'optim_grads_params' (sharded "
+                    "weights, gathered per layer; memsim models no_shard, "
+                    "optim and optim_grads)",
+                    t.At("data_parallel_sharding_strategy")));
   }
   if (std::optional<int> z = t.IntInRange("zero_stage", 0, 3); !fsdp && z && *z >= 2) {
-    throw UnsupportedError(fmt::format("{}: ZeRO stage {} (memsim models ZeRO-1, Megatron's "
-                                       "distributed optimizer, and Megatron-FSDP's optim and "
-                                       "optim_grads)",
-                                       t.At("zero_stage"), *z));
+    throw UnsupportedError(
+        fmt::format("{}: ZeRO stage {} (memsim models ZeRO-1, Megatron's "
+                    "distributed optimizer, and Megatron-FSDP's optim and "
+                    "optim_grads)",
+                    t.At("zero_stage"), *z));
   }
   if (std::optional<int> ep = t.PositiveInt("expert_model_parallel_size"); ep && *ep > 1) {
     throw UnsupportedError(fmt::format("{}: expert parallelism (mixture of experts)",
@@ -333,14 +336,16 @@ std::vector<int> Version(ObjectReader& t, std::string_view key, std::string_view
 void ReadMegatronFsdp(ObjectReader& t, const std::optional<std::string>& sharding,
                       std::optional<int> zero, TrainingConfig& c, std::vector<std::string>* notes) {
   if (c.pipeline_model_parallel_size > 1) {
-    throw UnsupportedError(fmt::format("{}: Megatron-FSDP with pipeline parallelism (memsim models "
-                                       "Megatron-FSDP with pipeline_model_parallel_size 1)",
-                                       t.At("pipeline_model_parallel_size")));
+    throw UnsupportedError(
+        fmt::format("{}: Megatron-FSDP with pipeline parallelism (memsim models "
+                    "Megatron-FSDP with pipeline_model_parallel_size 1)",
+                    t.At("pipeline_model_parallel_size")));
   }
   if (c.precision == Precision::kFp32) {
-    throw UnsupportedError(fmt::format("{}: Megatron-FSDP with fp32 parameters (memsim models "
-                                       "Megatron-FSDP for bf16 and fp16)",
-                                       t.At("use_megatron_fsdp")));
+    throw UnsupportedError(
+        fmt::format("{}: Megatron-FSDP with fp32 parameters (memsim models "
+                    "Megatron-FSDP for bf16 and fp16)",
+                    t.At("use_megatron_fsdp")));
   }
   static const char* const kNames[] = {"no_shard", "optim", "optim_grads"};
   int stage = 0;
@@ -354,9 +359,10 @@ void ReadMegatronFsdp(ObjectReader& t, const std::optional<std::string>& shardin
     }
   } else if (zero) {
     if (*zero == 3) {
-      throw UnsupportedError(fmt::format("{}: ZeRO stage 3 (Megatron-FSDP optim_grads_params, not "
-                                         "modelled)",
-                                         t.At("zero_stage")));
+      throw UnsupportedError(
+          fmt::format("{}: ZeRO stage 3 (Megatron-FSDP optim_grads_params, not "
+                      "modelled)",
+                      t.At("zero_stage")));
     }
     stage = *zero;
     notes->push_back(fmt::format("{}: Megatron-FSDP sharding taken as \"{}\"", t.At("zero_stage"),
@@ -431,9 +437,10 @@ TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes) {
   // precision means fp32 (memsim's own default, bf16, applies only when nothing is said).
   const bool fp32_by_flags = !precision && from_flags.empty() && bf16.has_value() && !*bf16;
   if (fp32_by_flags) {
-    notes->push_back(fmt::format("{}: false and no fp16 or precision: fp32, as Megatron", t.At("bf16")));
+    notes->push_back(
+        fmt::format("{}: false and no fp16 or precision: fp32, as Megatron", t.At("bf16")));
   }
-  const std::string p = precision           ? *precision
+  const std::string p = precision             ? *precision
                         : !from_flags.empty() ? from_flags
                         : fp32_by_flags       ? "fp32"
                                               : "bf16";
@@ -462,7 +469,8 @@ TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes) {
   c.use_distributed_optimizer = t.Bool("use_distributed_optimizer").value_or(false);
   c.use_megatron_fsdp = t.Bool("use_megatron_fsdp").value_or(false);
   const std::optional<std::string> sharding =
-      t.Choice("data_parallel_sharding_strategy", {"no_shard", "optim", "optim_grads", "optim_grads_params"});
+      t.Choice("data_parallel_sharding_strategy",
+               {"no_shard", "optim", "optim_grads", "optim_grads_params"});
   const std::optional<int> zero = t.IntInRange("zero_stage", 0, 3);
   if (c.use_megatron_fsdp) {
     ReadMegatronFsdp(t, sharding, zero, c, notes);
@@ -548,9 +556,10 @@ TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes) {
   if (c.use_megatron_fsdp && c.gradient_accumulation_fusion) {
     // Megatron-Bridge's ConfigContainer.validate (src/megatron/bridge/training/config.py, r0.2.0)
     // switches the fusion off whenever Megatron-FSDP is on; Megatron-LM's own launcher does not.
-    notes->push_back(fmt::format("{}: true with Megatron-FSDP; Megatron-Bridge (NeMo) launches turn "
-                                 "it off, set false for those",
-                                 t.At("gradient_accumulation_fusion")));
+    notes->push_back(
+        fmt::format("{}: true with Megatron-FSDP; Megatron-Bridge (NeMo) launches turn "
+                    "it off, set false for those",
+                    t.At("gradient_accumulation_fusion")));
   }
   c.transformer_engine_version = Version(t, "transformer_engine_version", "2.9");
   c.megatron_core_version = Version(t, "megatron_core_version", "0.15");
@@ -798,12 +807,13 @@ void Validate(Setup& s, const std::map<std::string, std::string>& where, const O
     const double pad = factor * c.data_parallel_size * c.context_parallel_size * buckets;
     if ((parameters + pad) * kStateBytesPerParameter > kMaxRankBytes) {
       Fail(t.At("data_parallel_size"),
-           fmt::format("model too large for memsim: Megatron-FSDP pads each of {:.3g} bucket(s) to a "
-                       "multiple of data_parallel_size × context_parallel_size × lcm(hidden_size, "
-                       "heads/TP × head_dim, ffn/TP) = {:.3g} elements, over memsim's limit of "
-                       "2^50 bytes (1 PiB) with the weights, gradients and optimizer state; reduce "
-                       "data_parallel_size or use widths with common factors",
-                       buckets, factor * c.data_parallel_size * c.context_parallel_size));
+           fmt::format(
+               "model too large for memsim: Megatron-FSDP pads each of {:.3g} bucket(s) to a "
+               "multiple of data_parallel_size × context_parallel_size × lcm(hidden_size, "
+               "heads/TP × head_dim, ffn/TP) = {:.3g} elements, over memsim's limit of "
+               "2^50 bytes (1 PiB) with the weights, gradients and optimizer state; reduce "
+               "data_parallel_size or use widths with common factors",
+               buckets, factor * c.data_parallel_size * c.context_parallel_size));
     }
   }
   // Largest activation of one micro-batch, at 4 bytes an element (fp32, the widest): attention

@@ -163,7 +163,7 @@ std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& s
       t.tensor_model_parallel_size, t.pipeline_model_parallel_size, t.data_parallel_size,
       t.context_parallel_size, t.sequence_parallel ? " SP" : "", t.seq_length, t.micro_batch_size,
       m, PrecisionName(t.precision), t.optimizer == config::OptimizerKind::kAdam ? "Adam" : "SGD",
-      t.use_megatron_fsdp           ? fmt::format(" (Megatron-FSDP {})", FsdpShardingName(t.fsdp_sharding))
+      t.use_megatron_fsdp ? fmt::format(" (Megatron-FSDP {})", FsdpShardingName(t.fsdp_sharding))
       : t.use_distributed_optimizer ? std::string(" (distributed optimizer)")
                                     : std::string(),
       RecomputeName(t.recompute_granularity));

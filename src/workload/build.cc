@@ -481,7 +481,7 @@ class Builder {
     // (`_bucket_group_gradient_reduce`); the memory is the same as a reduce-scatter's.
     const bool scatter = tc_.use_distributed_optimizer && !d_.fsdp;
     for (const auto& [start, end] : buf.buckets) {
-      Begin(d_.fsdp  ? "fsdp.grad_all_reduce"
+      Begin(d_.fsdp   ? "fsdp.grad_all_reduce"
             : scatter ? "ddp.grad_reduce_scatter"
                       : "ddp.grad_all_reduce",
             -1, kCommStream);
@@ -497,8 +497,9 @@ class Builder {
   // the bucket is reduce-scattered on a side stream into a fresh shard-sized tensor, which is
   // added into the persistent grad shard; the full-size bucket is kept until the queued buckets
   // exceed suggested_RS_queue_capacity (max(1e9, bucket size) elements; checked before each new
-  // bucket joins, oldest freed first) or the backward ends (`_root_post_backward`). Params are grouped by where their grad is made:
-  // the head (final norm, output layer; a tied embedding with p = 1), each layer, the embedding.
+  // bucket joins, oldest freed first) or the backward ends (`_root_post_backward`). Params are
+  // grouped by where their grad is made: the head (final norm, output layer; a tied embedding with
+  // p = 1), each layer, the embedding.
 
   enum class GradSite { kHead, kLayer, kEmbedding };
   bool AtSite(const ParamTensor& pt, GradSite site, int layer) const {

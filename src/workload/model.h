@@ -2,8 +2,8 @@
 // parameter tensors it holds in construction order (§1.2), and the Megatron-core DDP contiguous
 // buffer layout with its distributed-optimizer shard (§1.3, §1.4). Pure functions of a Setup;
 // used by Build (build.h) and by the closed forms of ComputeStaticSizes. Element counts are
-// int64 numbers of elements, sizes in bytes. Not modelled: MoE, ZeRO-2/3 outside Megatron-FSDP, uneven
-// pipeline splits (config/ rejects those). Megatron-FSDP's buffers: LayoutGradBuffers.
+// int64 numbers of elements, sizes in bytes. Not modelled: MoE, ZeRO-2/3 outside Megatron-FSDP,
+// uneven pipeline splits (config/ rejects those). Megatron-FSDP's buffers: LayoutGradBuffers.
 #pragma once
 
 #include <cstdint>

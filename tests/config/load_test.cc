@@ -422,11 +422,13 @@ TEST_CASE("unsupported: recognised but not modelled", "[config]") {
   };
   CHECK(unsupported("u1.json", llama, ", \"framework\": \"deepspeed\", \"zero_stage\": 2, \"optim\": \"x\""));
   CHECK(unsupported("u2.json", llama, ", \"zero_stage\": 3"));
-  CHECK(unsupported("u3.json", llama, ", \"use_megatron_fsdp\": true, "
-                                      "\"data_parallel_sharding_strategy\": \"optim_grads_params\""));
+  CHECK(unsupported("u3.json", llama,
+                    ", \"use_megatron_fsdp\": true, "
+                    "\"data_parallel_sharding_strategy\": \"optim_grads_params\""));
   CHECK(unsupported("u3b.json", llama, ", \"use_megatron_fsdp\": true, \"zero_stage\": 3"));
-  CHECK(unsupported("u3c.json", llama, ", \"use_megatron_fsdp\": true, "
-                                       "\"pipeline_model_parallel_size\": 2"));
+  CHECK(unsupported("u3c.json", llama,
+                    ", \"use_megatron_fsdp\": true, "
+                    "\"pipeline_model_parallel_size\": 2"));
   CHECK(unsupported("u3d.json", llama, ", \"use_megatron_fsdp\": true, \"precision\": \"fp32\""));
   CHECK(unsupported("u4.json", llama, ", \"expert_model_parallel_size\": 2"));
   CHECK(unsupported("u5.json", llama, ", \"num_experts\": 8"));
@@ -452,14 +454,15 @@ TEST_CASE("precision: explicit false flags", "[config]") {
   // Nothing said: memsim's default, bf16.
   s = LoadSetup(InlineConfig("p2.json", llama, "\"seq_length\": 512, \"fp16\": false"), {});
   CHECK(s.training.precision == Precision::kBf16);
-  const std::string path =
-      InlineConfig("p3.json", llama, "\"seq_length\": 512, \"precision\": \"bf16\", \"bf16\": false");
+  const std::string path = InlineConfig(
+      "p3.json", llama, "\"seq_length\": 512, \"precision\": \"bf16\", \"bf16\": false");
   CHECK(ErrorOf(path) == path + ": /training/bf16: false disagrees with precision \"bf16\"");
 }
 
 TEST_CASE("Megatron-FSDP: strategy, ZeRO label and the optimizer flag", "[config]") {
   const std::string llama = "{\"model_type\": \"llama\"}";
-  const std::string base = "\"seq_length\": 512, \"data_parallel_size\": 4, \"use_megatron_fsdp\": true";
+  const std::string base =
+      "\"seq_length\": 512, \"data_parallel_size\": 4, \"use_megatron_fsdp\": true";
   auto load = [&](const std::string& name, const std::string& extra) {
     return LoadSetup(InlineConfig(name, llama, base + extra), {});
   };
@@ -472,15 +475,17 @@ TEST_CASE("Megatron-FSDP: strategy, ZeRO label and the optimizer flag", "[config
     CHECK(s.training.use_megatron_fsdp);
     CHECK(s.training.fsdp_sharding == FsdpSharding::kOptimGrads);
     CHECK(s.training.use_distributed_optimizer);
-    CHECK(has_note(s, "/training/use_distributed_optimizer: taken as true: Megatron-FSDP "
-                      "\"optim_grads\" shards the optimizer state"));
+    CHECK(has_note(s,
+                   "/training/use_distributed_optimizer: taken as true: Megatron-FSDP "
+                   "\"optim_grads\" shards the optimizer state"));
     // Fusion on is noted: Megatron-Bridge launches switch it off with Megatron-FSDP.
     CHECK(has_note(s, "/training/gradient_accumulation_fusion: true with Megatron-FSDP"));
     // optim_grads without overlap_grad_reduce: one bucket, said in a note.
     CHECK(has_note(s, "/training/overlap_grad_reduce: false with Megatron-FSDP \"optim_grads\""));
-    s = load("f2.json", ", \"data_parallel_sharding_strategy\": \"optim\", "
-                        "\"use_distributed_optimizer\": true, \"zero_stage\": 1, "
-                        "\"gradient_accumulation_fusion\": false");
+    s = load("f2.json",
+             ", \"data_parallel_sharding_strategy\": \"optim\", "
+             "\"use_distributed_optimizer\": true, \"zero_stage\": 1, "
+             "\"gradient_accumulation_fusion\": false");
     CHECK(s.training.fsdp_sharding == FsdpSharding::kOptim);
     CHECK_FALSE(has_note(s, "use_distributed_optimizer"));
     CHECK_FALSE(has_note(s, "gradient_accumulation_fusion"));
@@ -489,39 +494,48 @@ TEST_CASE("Megatron-FSDP: strategy, ZeRO label and the optimizer flag", "[config
     Setup s = load("f3.json", ", \"use_distributed_optimizer\": true");
     CHECK(s.training.fsdp_sharding == FsdpSharding::kNoShard);
     CHECK_FALSE(s.training.use_distributed_optimizer);
-    CHECK(has_note(s, "/training/data_parallel_sharding_strategy: absent, Megatron-LM's default "
-                      "\"no_shard\" taken"));
+    CHECK(has_note(s,
+                   "/training/data_parallel_sharding_strategy: absent, Megatron-LM's default "
+                   "\"no_shard\" taken"));
     s = load("f4.json", ", \"zero_stage\": 2");
     CHECK(s.training.fsdp_sharding == FsdpSharding::kOptimGrads);
     CHECK(has_note(s, "/training/zero_stage: Megatron-FSDP sharding taken as \"optim_grads\""));
   }
   SECTION("errors") {
     std::string path = InlineConfig("f5.json", llama,
-                                    base + ", \"data_parallel_sharding_strategy\": \"optim\", "
-                                           "\"zero_stage\": 2");
-    CHECK(ErrorOf(path) == path + ": /training/zero_stage: 2 disagrees with "
-                                  "data_parallel_sharding_strategy \"optim\" (ZeRO stage 1 under "
-                                  "Megatron-FSDP)");
-    path = InlineConfig("f6.json", llama,
-                        "\"seq_length\": 512, \"data_parallel_sharding_strategy\": \"optim_grads\"");
-    CHECK(ErrorOf(path) == path + ": /training/data_parallel_sharding_strategy: \"optim_grads\" "
-                                  "applies to Megatron-FSDP only; set use_megatron_fsdp true, or "
-                                  "use_distributed_optimizer for Megatron's ZeRO-1");
+                                    base +
+                                        ", \"data_parallel_sharding_strategy\": \"optim\", "
+                                        "\"zero_stage\": 2");
+    CHECK(ErrorOf(path) == path +
+                               ": /training/zero_stage: 2 disagrees with "
+                               "data_parallel_sharding_strategy \"optim\" (ZeRO stage 1 under "
+                               "Megatron-FSDP)");
+    path =
+        InlineConfig("f6.json", llama,
+                     "\"seq_length\": 512, \"data_parallel_sharding_strategy\": \"optim_grads\"");
+    CHECK(ErrorOf(path) == path +
+                               ": /training/data_parallel_sharding_strategy: \"optim_grads\" "
+                               "applies to Megatron-FSDP only; set use_megatron_fsdp true, or "
+                               "use_distributed_optimizer for Megatron's ZeRO-1");
     path = InlineConfig("f7.json", llama, base + ", \"pipeline_model_parallel_size\": 2");
     CHECK(ErrorOf(path) == "unsupported: " + path +
                                ": /training/pipeline_model_parallel_size: Megatron-FSDP with "
                                "pipeline parallelism (memsim models Megatron-FSDP with "
                                "pipeline_model_parallel_size 1)");
     // Megatron allows overlap_param_gather with Megatron-FSDP whatever the strategy.
-    CHECK_NOTHROW(LoadSetup(InlineConfig("f8.json", llama, base + ", \"overlap_param_gather\": true"), {}));
+    CHECK_NOTHROW(
+        LoadSetup(InlineConfig("f8.json", llama, base + ", \"overlap_param_gather\": true"), {}));
     path = InlineConfig("f8b.json", llama, "\"seq_length\": 512, \"overlap_param_gather\": true");
-    CHECK(ErrorOf(path) == path + ": /training/overlap_param_gather: true needs "
-                                  "use_distributed_optimizer or use_megatron_fsdp true (as in "
-                                  "Megatron)");
-    path = InlineConfig("f9.json", llama,
-                        "\"seq_length\": 512, \"zero_stage\": 0, \"use_distributed_optimizer\": true");
-    CHECK(ErrorOf(path) == path + ": /training/zero_stage: 0 disagrees with "
-                                  "use_distributed_optimizer true (ZeRO-1)");
+    CHECK(ErrorOf(path) == path +
+                               ": /training/overlap_param_gather: true needs "
+                               "use_distributed_optimizer or use_megatron_fsdp true (as in "
+                               "Megatron)");
+    path =
+        InlineConfig("f9.json", llama,
+                     "\"seq_length\": 512, \"zero_stage\": 0, \"use_distributed_optimizer\": true");
+    CHECK(ErrorOf(path) == path +
+                               ": /training/zero_stage: 0 disagrees with "
+                               "use_distributed_optimizer true (ZeRO-1)");
   }
   SECTION("padding with coprime widths stays within memsim's size limit") {
     // h 4099 and ffn 4093 are primes, head_dim 128: lcm(4099, 32·128, 4093) = 4099·4096·4093
@@ -536,10 +550,11 @@ TEST_CASE("Megatron-FSDP: strategy, ZeRO label and the optimizer flag", "[config
     CHECK(ErrorOf(path).find(path + ": /training/data_parallel_size: model too large for memsim: "
                                     "Megatron-FSDP pads each of 1 bucket(s)") == 0);
     // No padding without a sharding strategy.
-    CHECK_NOTHROW(LoadSetup(InlineConfig("f11.json", odd,
-                                         "\"seq_length\": 512, \"data_parallel_size\": 4096, "
-                                         "\"global_batch_size\": 4096, \"use_megatron_fsdp\": true"),
-                            {}));
+    CHECK_NOTHROW(
+        LoadSetup(InlineConfig("f11.json", odd,
+                               "\"seq_length\": 512, \"data_parallel_size\": 4096, "
+                               "\"global_batch_size\": 4096, \"use_megatron_fsdp\": true"),
+                  {}));
   }
 }
 

@@ -30,10 +30,10 @@ TEST_CASE("validation: unmodelled cases are reported unsupported, the rest run",
       "hf-bert-large-v100-bs1-ga4-gradckpt-fp32",          // Hugging Face Trainer
       "hf-bert-large-v100-bs4-fp16amp",
       "hf-bert-large-v100-bs4-fp32",
-      "mcore-doc-dsv3proxy-14L-pp4-ep16-baseline",         // MoE (expert parallelism)
-      "sseo-dmoe64-top1-ep4-groupedgemm",                  // MoE
+      "mcore-doc-dsv3proxy-14L-pp4-ep16-baseline",  // MoE (expert parallelism)
+      "sseo-dmoe64-top1-ep4-groupedgemm",           // MoE
       "sseo-moe64-top1-ep4-capacity1.0",
-      "torchtitan-llama3.1-8b-fsdp8-h100-lbs2",            // torchtitan FSDP2
+      "torchtitan-llama3.1-8b-fsdp8-h100-lbs2",  // torchtitan FSDP2
   };
   REQUIRE(Results().size() == 28);
   for (const CaseResult& c : Results()) {

@@ -171,8 +171,9 @@ int FirstOp(const Program& p, const std::string& name, int iteration, int micro_
   return -1;
 }
 
-TEST_CASE("Megatron-FSDP optim_grads: each backward fills a full-size bucket and reduce-scatters it",
-          "[fsdp]") {
+TEST_CASE(
+    "Megatron-FSDP optim_grads: each backward fills a full-size bucket and reduce-scatters it",
+    "[fsdp]") {
   // Paper GPT, d = 2, micro-batch 2, global batch 8: m = 8 / (2·2) = 2 micro-batches; one
   // bucket (no overlap_grad_reduce) of P elements, fp32 grads.
   config::Setup s = Fsdp(testing::PaperGpt(), config::FsdpSharding::kOptimGrads, 2);
@@ -269,15 +270,16 @@ TEST_CASE("Megatron-FSDP configurations build well-formed Programs", "[fsdp]") {
   using F = config::FsdpSharding;
   using P = config::Precision;
   using R = config::RecomputeGranularity;
-  auto row = GENERATE(Row{"no_shard tp sp", F::kNoShard, 2, 1, true, false, true, true, P::kBf16, R::kNone},
-                      Row{"optim fp16 selective", F::kOptim, 1, 1, false, true, false, true, P::kFp16,
-                          R::kSelective},
-                      Row{"optim_grads tp sp overlap", F::kOptimGrads, 2, 1, true, true, true, true,
-                          P::kBf16, R::kNone},
-                      Row{"optim_grads local full recompute", F::kOptimGrads, 1, 1, false, false, false,
-                          false, P::kBf16, R::kFull},
-                      Row{"optim_grads cp2 fp16", F::kOptimGrads, 1, 2, false, true, true, true, P::kFp16,
-                          R::kSelective});
+  auto row = GENERATE(
+      Row{"no_shard tp sp", F::kNoShard, 2, 1, true, false, true, true, P::kBf16, R::kNone},
+      Row{"optim fp16 selective", F::kOptim, 1, 1, false, true, false, true, P::kFp16,
+          R::kSelective},
+      Row{"optim_grads tp sp overlap", F::kOptimGrads, 2, 1, true, true, true, true, P::kBf16,
+          R::kNone},
+      Row{"optim_grads local full recompute", F::kOptimGrads, 1, 1, false, false, false, false,
+          P::kBf16, R::kFull},
+      Row{"optim_grads cp2 fp16", F::kOptimGrads, 1, 2, false, true, true, true, P::kFp16,
+          R::kSelective});
   INFO(row.what);
   config::Setup s = Fsdp(testing::PaperGpt(), row.sharding, 2);
   s.training.tensor_model_parallel_size = row.t;
