@@ -7,6 +7,9 @@
 #include <numeric>
 
 #include "core/check.h"
+#include "workload/modules/decoder_layer.h"
+#include "workload/modules/embedding.h"
+#include "workload/modules/output_loss.h"
 
 namespace memsim::workload {
 
@@ -28,6 +31,77 @@ bool NameSuggestsHopperOrLater(std::string name) {
     if (name.find(tag) != std::string::npos) return true;
   }
   return false;
+}
+
+}  // namespace
+
+namespace {
+
+// Element sizes per precision. Megatron: activations and parameters in the training dtype,
+// gradient buffers in fp32 for bf16 (arguments.py forces accumulate_allreduce_grads_in_fp32)
+// and for fp16 with that flag, fp32 main parameters for 16-bit training (Megatron-core
+// optimizer/__init__.py chooses Float16OptimizerWithFloat16Params or the distributed optimizer
+// with fp32 main params). Plain PyTorch: parameters and their .grad in torch_dtype, activations
+// in the autocast dtype (precision), no main parameters.
+void SetElementSizes(const config::TrainingConfig& tc, ModelDims* d) {
+  auto bytes = [](Precision p) -> Bytes { return p == Precision::kFp32 ? 4 : 2; };
+  d->act_bytes = bytes(tc.precision);
+  if (tc.framework == "pytorch") {
+    d->param_bytes = bytes(tc.torch_dtype);
+    d->grad_bytes = d->param_bytes;
+    d->mixed = false;
+    return;
+  }
+  d->param_bytes = d->act_bytes;
+  d->mixed = tc.precision != Precision::kFp32;
+  d->grad_bytes =
+      tc.precision == Precision::kFp16 && !tc.accumulate_allreduce_grads_in_fp32 ? 2 : 4;
+}
+
+// With gradient-accumulation fusion, the wgrad GEMM accumulates into main_grad and the layer
+// hands autograd a dummy weight-sized tensor (Megatron-core DDP sets grad_added_to_main_grad).
+// Transformer Engine's get_dummy_wgrad (transformer_engine/pytorch/module/base.py) keeps one
+// such tensor per (shape, dtype) for the whole run; its linear modules use it from release
+// kTeDummyWgradCacheSince on (before: a fresh torch.empty per backward), and Megatron's
+// tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication uses it when
+// Transformer Engine is importable from Megatron-core kMegatronDummyWgradCacheSince on. Versions
+// not stated are taken as current releases; torch_npu has no Transformer Engine.
+void SetWeightGradRules(const config::TrainingConfig& tc, ModelDims* d) {
+  d->grad_accum_fusion = tc.gradient_accumulation_fusion;
+  const bool have_te = !d->npu && (d->te || !tc.transformer_engine_version.empty());
+  auto at_least = [](const std::vector<int>& version, const std::vector<int>& since) {
+    return version.empty() || version >= since;
+  };
+  d->te_dummy_wgrad_cache = have_te && d->grad_accum_fusion &&
+                            at_least(tc.transformer_engine_version, kTeDummyWgradCacheSince);
+  d->megatron_dummy_wgrad_cache =
+      have_te && d->grad_accum_fusion &&
+      at_least(tc.transformer_engine_version, kTeDummyWgradCacheSince) &&
+      at_least(tc.megatron_core_version, kMegatronDummyWgradCacheSince);
+}
+
+// Layers per chunk, chunks (VPP) and micro-batches per iteration.
+void SetScheduleDims(const config::TrainingConfig& tc, ModelDims* d) {
+  MEMSIM_CHECK(d->L >= d->p && d->L % d->p == 0);
+  if (tc.num_layers_per_virtual_pipeline_stage > 0) {
+    d->Lc = tc.num_layers_per_virtual_pipeline_stage;
+    MEMSIM_CHECK(d->L % (d->p * d->Lc) == 0);
+    d->v = d->L / (d->p * d->Lc);
+  } else {
+    d->v = 1;
+    d->Lc = d->L / d->p;
+  }
+  // m = global_batch / (b·d) (Megatron `get_num_microbatches`); 0 means one micro-batch.
+  const std::int64_t per_step = std::int64_t{d->b} * d->d;
+  d->m = tc.global_batch_size > 0
+             ? static_cast<int>(std::max<std::int64_t>(1, tc.global_batch_size / per_step))
+             : 1;
+}
+
+// TEMP until config/derive.h lands: config::PaddedVocabSize.
+std::int64_t PaddedVocab(const config::ModelConfig& mc, int t) {
+  const std::int64_t div = std::max(1, mc.make_vocab_size_divisible_by) * std::int64_t{t};
+  return CeilDiv(mc.vocab_size, div) * div;
 }
 
 }  // namespace
@@ -55,179 +129,78 @@ ModelDims ComputeDims(const config::Setup& setup) {
   d.gamma = mc.gated_mlp ? 2 : 1;
   MEMSIM_CHECK(d.s > 0 && d.b > 0 && d.h > 0 && d.a > 0 && d.ffn > 0);
   MEMSIM_CHECK(d.a % d.t == 0 && d.g % d.t == 0 && d.ffn % d.t == 0);
-  const std::int64_t div = std::max(1, mc.make_vocab_size_divisible_by) * std::int64_t{d.t};
-  d.V = CeilDiv(mc.vocab_size, div) * div;
+  d.V = PaddedVocab(mc, d.t);
   d.max_positions = mc.max_position_embeddings > 0 ? mc.max_position_embeddings : tc.seq_length;
   d.L = mc.num_hidden_layers;
-  MEMSIM_CHECK(d.L >= d.p && d.L % d.p == 0);
-  if (tc.num_layers_per_virtual_pipeline_stage > 0) {
-    d.Lc = tc.num_layers_per_virtual_pipeline_stage;
-    MEMSIM_CHECK(d.L % (d.p * d.Lc) == 0);
-    d.v = d.L / (d.p * d.Lc);
-  } else {
-    d.v = 1;
-    d.Lc = d.L / d.p;
-  }
-  // m = global_batch / (b·d) (Megatron `get_num_microbatches`); 0 means one micro-batch.
-  const std::int64_t per_step = std::int64_t{d.b} * d.d;
-  d.m = tc.global_batch_size > 0
-            ? static_cast<int>(std::max<std::int64_t>(1, tc.global_batch_size / per_step))
-            : 1;
+  SetScheduleDims(tc, &d);
   d.sp = tc.sequence_parallel && d.t > 1;
   d.sigma = d.sp ? d.t : 1;
-  // §1.2 table: dtype per precision mode.
-  switch (tc.precision) {
-    case Precision::kFp32:
-      d.act_bytes = 4;
-      d.param_bytes = 4;
-      d.grad_bytes = 4;
-      d.mixed = false;
-      break;
-    case Precision::kFp16:
-      d.act_bytes = 2;
-      d.param_bytes = 2;
-      d.mixed = true;
-      d.grad_bytes = tc.accumulate_allreduce_grads_in_fp32 ? 4 : 2;
-      break;
-    case Precision::kBf16:
-      // Megatron arguments.py forces accumulate_allreduce_grads_in_fp32 for bf16.
-      d.act_bytes = 2;
-      d.param_bytes = 2;
-      d.grad_bytes = 4;
-      d.mixed = true;
-      break;
-  }
+  SetElementSizes(tc, &d);
   d.layernorm = mc.normalization == config::Normalization::kLayerNorm;
   d.flash = tc.use_flash_attn;
   d.te = tc.transformer_impl == "transformer_engine";
   d.npu = setup.device.allocator_backend == alloc::Backend::kNpu;
-  // sm >= 90 decides the TE and cuBLAS workspace sizes (§1.7). The preset carries no compute
-  // capability, so this is an estimate: the device name, or bf16 peak above 400 TFLOP/s (A100:
-  // 312, H100: 989).
+  // sm >= 90 decides the TE and cuBLAS workspace sizes (kernels.h). The preset carries no
+  // compute capability, so this is an estimate: the device name, or bf16 peak above 400 TFLOP/s
+  // (A100: 312, H100: 989).
   d.hopper = !d.npu && (NameSuggestsHopperOrLater(setup.device.name) ||
                         setup.device.peak_flops_bf16 > 400e12);
   d.hidden_dropout = mc.hidden_dropout > 0.0;
   d.attention_dropout = mc.attention_dropout > 0.0;
   d.tied = mc.tie_word_embeddings;
-  // With gradient-accumulation fusion, the wgrad GEMM accumulates into main_grad and the layer
-  // hands autograd a dummy weight-sized tensor (Megatron-core DDP sets grad_added_to_main_grad).
-  // Transformer Engine's get_dummy_wgrad (transformer_engine/pytorch/module/base.py) keeps one
-  // such tensor per (shape, dtype) for the whole run; its linear modules use it from release
-  // kTeDummyWgradCacheSince on (before: a fresh torch.empty per backward), and Megatron's
-  // tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication uses it when
-  // Transformer Engine is importable from Megatron-core kMegatronDummyWgradCacheSince on. Versions
-  // not stated are taken as current releases; torch_npu has no Transformer Engine.
-  d.grad_accum_fusion = tc.gradient_accumulation_fusion;
-  const bool have_te = !d.npu && (d.te || !tc.transformer_engine_version.empty());
-  auto at_least = [](const std::vector<int>& version, const std::vector<int>& since) {
-    return version.empty() || version >= since;
-  };
-  d.te_dummy_wgrad_cache = have_te && d.grad_accum_fusion &&
-                           at_least(tc.transformer_engine_version, kTeDummyWgradCacheSince);
-  d.megatron_dummy_wgrad_cache = have_te && d.grad_accum_fusion &&
-                                 at_least(tc.transformer_engine_version, kTeDummyWgradCacheSince) &&
-                                 at_least(tc.megatron_core_version, kMegatronDummyWgradCacheSince);
-  d.fsdp = tc.use_megatron_fsdp;
-  // With one data-parallel rank Megatron-FSDP shards nothing: the grad buckets are views of the
-  // persistent buffer (no temporaries).
-  d.fsdp_shard_grads =
-      d.fsdp && tc.fsdp_sharding == config::FsdpSharding::kOptimGrads && d.dp_cp > 1;
+  SetWeightGradRules(tc, &d);
   return d;
 }
 
+ParamTensor MakeParam(std::string name, std::int64_t numel, std::int64_t row_numel, int chunk,
+                      int layer, bool no_weight_decay, bool sequence_parallel) {
+  ParamTensor pt;
+  pt.name = std::move(name);
+  pt.numel = numel;
+  pt.row_numel = row_numel;
+  pt.chunk = chunk;
+  pt.layer = layer;
+  pt.no_weight_decay = no_weight_decay;
+  pt.sequence_parallel = sequence_parallel;
+  return pt;
+}
+
 std::vector<ParamTensor> StageParams(const config::Setup& setup, int pipeline_rank) {
+  return StageParams(setup, pipeline_rank, DecoderLayer::Dense());
+}
+
+std::vector<ParamTensor> StageParams(const config::Setup& setup, int pipeline_rank,
+                                     const DecoderLayer& layer) {
   const ModelDims d = ComputeDims(setup);
-  const config::ModelConfig& mc = setup.model;
   MEMSIM_CHECK(pipeline_rank >= 0 && pipeline_rank < d.p);
   std::vector<ParamTensor> out;
-  // row_numel: shape[1:] elements (the input width of a [out, in] weight, 1 for 1-D tensors).
-  auto add = [&](int chunk, int layer, std::string name, std::int64_t numel, bool one_dim,
-                 bool sp_replicated, std::int64_t row_numel = 1) {
-    ParamTensor pt;
-    pt.name = std::move(name);
-    pt.numel = numel;
-    pt.row_numel = row_numel;
-    pt.chunk = chunk;
-    pt.layer = layer;
-    pt.no_weight_decay = one_dim;
-    pt.sequence_parallel = sp_replicated;
-    out.push_back(std::move(pt));
-  };
-  const bool bias = mc.add_bias_linear;
-  const bool qkv_bias = mc.add_bias_linear || mc.add_qkv_bias;
   for (int c = 0; c < d.v; ++c) {
     const bool pre = pipeline_rank == 0 && c == 0;
     const bool post = pipeline_rank == d.p - 1 && c == d.v - 1;
-    if (pre) {
-      add(c, -1, "embedding.word_embeddings.weight", d.V / d.t * d.h, false, false, d.h);
-      out.back().shared_embedding = d.tied && d.p > 1;
-      if (mc.position_embedding_type == config::PositionEmbedding::kLearnedAbsolute) {
-        add(c, -1, "embedding.position_embeddings.weight", d.max_positions * d.h, false, false,
-            d.h);
-      }
-    }
+    if (pre) Embedding::AppendParams(setup.model, d, c, &out);
     for (int i = 0; i < d.Lc; ++i) {
-      const int l = c * d.p * d.Lc + pipeline_rank * d.Lc + i;
-      auto name = [l](const char* n) { return fmt::format("layer{}.{}", l, n); };
-      // TE LayerNormColumnParallelLinear registers the norm weights before the GEMM weight.
-      add(c, l, name("ln1.weight"), d.h, true, true);
-      if (d.layernorm) add(c, l, name("ln1.bias"), d.h, true, true);
-      add(c, l, name("attn.qkv.weight"), (d.q + 2 * d.kv) / d.t * d.h, false, false, d.h);
-      if (qkv_bias) add(c, l, name("attn.qkv.bias"), (d.q + 2 * d.kv) / d.t, true, false);
-      if (mc.qk_layernorm) {
-        add(c, l, name("attn.q_norm.weight"), d.dh, true, true);
-        if (d.layernorm) add(c, l, name("attn.q_norm.bias"), d.dh, true, true);
-        add(c, l, name("attn.k_norm.weight"), d.dh, true, true);
-        if (d.layernorm) add(c, l, name("attn.k_norm.bias"), d.dh, true, true);
-      }
-      add(c, l, name("attn.proj.weight"), d.h * (d.q / d.t), false, false, d.q / d.t);
-      if (bias) add(c, l, name("attn.proj.bias"), d.h, true, true);
-      add(c, l, name("ln2.weight"), d.h, true, true);
-      if (d.layernorm) add(c, l, name("ln2.bias"), d.h, true, true);
-      add(c, l, name("mlp.fc1.weight"), d.gamma * d.ffn / d.t * d.h, false, false, d.h);
-      if (bias) add(c, l, name("mlp.fc1.bias"), d.gamma * d.ffn / d.t, true, false);
-      add(c, l, name("mlp.fc2.weight"), d.h * (d.ffn / d.t), false, false, d.ffn / d.t);
-      if (bias) add(c, l, name("mlp.fc2.bias"), d.h, true, true);
+      layer.AppendParams(setup.model, d, c, c * d.p * d.Lc + pipeline_rank * d.Lc + i, &out);
     }
-    if (post) {
-      add(c, -1, "final_norm.weight", d.h, true, true);
-      if (d.layernorm) add(c, -1, "final_norm.bias", d.h, true, true);
-      // Tied with p = 1: the output layer reuses the embedding (no tensor). Tied with p > 1:
-      // the last stage owns its own copy (gpt_model.py, skip_weight_param_allocation).
-      if (!d.tied || !pre) {
-        add(c, -1, "output_layer.weight", d.V / d.t * d.h, false, false, d.h);
-        out.back().shared_embedding = d.tied && d.p > 1;
-      }
-    }
+    if (post) OutputAndLoss::AppendParams(d, c, pre, &out);
   }
   return out;
 }
 
-std::vector<GradBuffer> LayoutGradBuffers(const config::Setup& setup, int pipeline_rank,
-                                          const std::vector<ParamTensor>& params) {
-  const ModelDims d = ComputeDims(setup);
-  const bool dist = setup.training.use_distributed_optimizer;
-  // Megatron-FSDP pads buckets only when it shards something (dist is then true as well).
-  const bool fsdp_pad = d.fsdp && dist;
-  const std::int64_t end_pad = std::lcm(std::int64_t{d.dp_cp}, std::int64_t{128});
+std::vector<GradBuffer> LayoutBuckets(const ModelDims& d, const std::vector<ParamTensor>& params,
+                                      const BucketRules& rules) {
   std::vector<GradBuffer> out;
   for (int c = 0; c < d.v; ++c) {
     GradBuffer buf;
     buf.chunk = c;
-    std::int64_t bucket_size = 0;  // 0 = one bucket
-    if (setup.training.overlap_grad_reduce && pipeline_rank == 0 && c == 0) {
-      bucket_size = std::max<std::int64_t>(40'000'000, std::int64_t{1'000'000} * d.dp_cp);
-    }
+    const std::int64_t bucket_size = c == 0 ? rules.first_chunk_bucket_size : 0;
     std::int64_t param_start = 0, bucket_start = 0, last_end = 0, bucket_lcm = 1;
-    auto pad_start = [&](std::int64_t i) { return dist && !d.fsdp ? RoundUp(i, 64) : i; };
-    auto pad_end = [&](std::int64_t i) {
-      if (fsdp_pad) return bucket_start + RoundUp(i - bucket_start, d.dp_cp * bucket_lcm);
-      return dist ? RoundUp(i, end_pad) : i;
-    };
     int bucket = 0;
     bool bucket_open = false;
     auto close_bucket = [&](std::int64_t end) {
-      const std::int64_t padded = pad_end(end);
+      const std::int64_t padded =
+          rules.pad_to_row_widths
+              ? bucket_start + RoundUp(end - bucket_start, rules.end_align * bucket_lcm)
+              : RoundUp(end, rules.end_align);
       buf.buckets.emplace_back(bucket_start, padded);
       bucket_start = padded;
       bucket_lcm = 1;
@@ -235,16 +208,12 @@ std::vector<GradBuffer> LayoutGradBuffers(const config::Setup& setup, int pipeli
       bucket_open = false;
       return padded;
     };
-    // DDP walks the parameters in reverse (≈ backward order); Megatron-FSDP's
-    // `_get_parameter_groups` in named_parameters() order.
     const int n = static_cast<int>(params.size());
     for (int k = 0; k < n; ++k) {
-      const int i = d.fsdp ? k : n - 1 - k;
+      const int i = rules.registration_order ? k : n - 1 - k;
       if (params[i].chunk != c) continue;
-      param_start = pad_start(param_start);
-      // `_does_param_require_new_bucket`: the shared embedding gets its own bucket, only with
-      // the distributed optimizer.
-      const bool own_bucket = params[i].shared_embedding && dist;
+      param_start = RoundUp(param_start, rules.start_align);
+      const bool own_bucket = params[i].shared_embedding && rules.shared_embedding_own_bucket;
       if (own_bucket && bucket_open) param_start = close_bucket(param_start);
       const std::int64_t param_end = param_start + params[i].numel;
       buf.entries.push_back({i, param_start, param_end, bucket});

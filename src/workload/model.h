@@ -1,6 +1,7 @@
-// The shapes one pipeline rank works with: resolved dimensions (reference/workload.md §0), the
-// parameter tensors it holds in construction order (§1.2), and the Megatron-core DDP contiguous
-// buffer layout with its distributed-optimizer shard (§1.3, §1.4). Pure functions of a Setup;
+// The shapes one pipeline rank works with: resolved dimensions (docs/training-memory.md,
+// 'Notation'), the parameter tensors it holds in construction order ('Parameters'), and the
+// contiguous buffer layout of the Megatron wrappers with the distributed-optimizer shard
+// ('Megatron DDP buffers', 'Main parameters'). Pure functions of a Setup;
 // used by Build (build.h) and by the closed forms of ComputeStaticSizes. Element counts are
 // int64 numbers of elements, sizes in bytes. Not modelled: MoE, ZeRO-2/3 outside Megatron-FSDP,
 // uneven pipeline splits (config/ rejects those). Megatron-FSDP's buffers: LayoutGradBuffers.
@@ -15,7 +16,7 @@
 
 namespace memsim::workload {
 
-// reference/workload.md §0, for one rank. All sizes are per TP rank where the text says so.
+// docs/training-memory.md 'Notation', for one rank. Sizes per TP rank where the framework splits.
 struct ModelDims {
   std::int64_t s = 0;              // sequence length per rank (seq_length / cp)
   std::int64_t b = 0;              // micro-batch size
@@ -52,21 +53,19 @@ struct ModelDims {
   bool hidden_dropout = false;
   bool attention_dropout = false;
   bool tied = false;
-  // Weight grads handed to autograd (reference/workload.md §1.3; model.cc for the versions):
-  bool grad_accum_fusion = true;    // gradient_accumulation_fusion (wgrad GEMM into main_grad)
+  // Weight grads handed to autograd (docs/training-memory.md, 'Megatron DDP buffers'; model.cc for
+  // the versions):
+  bool grad_accum_fusion = true;     // gradient_accumulation_fusion (wgrad GEMM into main_grad)
   bool te_dummy_wgrad_cache = true;  // TE layers return a cached dummy wgrad (get_dummy_wgrad)
   bool megatron_dummy_wgrad_cache = true;  // Megatron's own linears return TE's cached dummy
-  // Megatron-FSDP (use_megatron_fsdp): its own weight / main-weight / grad buffers replace the
-  // DDP buffers and the optimizer's master copies; fsdp_shard_grads for strategy optim_grads.
-  bool fsdp = false;
-  bool fsdp_shard_grads = false;
 };
 
 // REQUIRES: a Setup that config/ validated (positive sizes, divisibility of heads, layers and
 // batch). Violations are bugs (MEMSIM_CHECK), never input errors.
 ModelDims ComputeDims(const config::Setup& setup);
 
-// One parameter tensor of this rank, in module construction order (§1.1 step 3).
+// One parameter tensor of this rank, in module construction order (Megatron-core's modules register
+// them as they are built: docs/training-memory.md, 'Start-up order').
 struct ParamTensor {
   std::string name;  // e.g. "layer3.attn.qkv.weight", "embedding.word_embeddings.weight"
   std::int64_t numel = 0;
@@ -78,11 +77,18 @@ struct ParamTensor {
   bool sequence_parallel = false;  // replicated over TP and all-reduced with SP (norms, row biases)
 };
 
+ParamTensor MakeParam(std::string name, std::int64_t numel, std::int64_t row_numel, int chunk,
+                      int layer, bool no_weight_decay, bool sequence_parallel);
+
 // The rank's parameter tensors, chunk by chunk, in construction order: embedding (first
 // stage), each layer (ln1, qkv, [q/k norm], proj, ln2, fc1, fc2, with biases), final norm and
 // output layer (last stage). Sources: Megatron-core `gpt_model.py` GPTModel.__init__,
 // `transformer_layer.py`, TE spec `gpt_layer_specs.py`.
 std::vector<ParamTensor> StageParams(const config::Setup& setup, int pipeline_rank);
+// The same with the layer made of `layer`'s modules.
+class DecoderLayer;
+std::vector<ParamTensor> StageParams(const config::Setup& setup, int pipeline_rank,
+                                     const DecoderLayer& layer);
 
 // One DDP `_ParamAndGradBuffer` (one per model chunk; all params share one dtype pair).
 struct GradBuffer {
@@ -98,19 +104,24 @@ struct GradBuffer {
   std::vector<std::pair<std::int64_t, std::int64_t>> buckets;  // [start, end) in elements
 };
 
-// Layout per Megatron `param_and_grad_buffer.py` `_ParamAndGradBuffer.__init__`: params in
-// reverse order; with the distributed optimizer each param start is padded to 64 elements and
-// each bucket end to lcm(d·cp, 128); buckets close at bucket_size = max(4e7, 1e6·d·cp) elements
-// only with overlap_grad_reduce on pp rank 0, chunk 0 (training.py `get_model` disable_bucketing);
-// the shared embedding gets its own bucket (distributed optimizer only).
-// Megatron-FSDP (megatron_fsdp/param_and_grad_buffer.py `_get_parameter_groups`,
-// `build_data_parallel_buffer_index`): parameters in named_parameters() order; buckets close at
-// the same bucket_size when overlap_grad_reduce is on, else one bucket; with a sharding strategy
-// other than no_shard each bucket is padded to a multiple of d·cp × lcm(shape[1:] elements of
-// its params). Not modelled: the re-sort inside a bucket by shape[1:] (largest first) and the
-// per-parameter rounding to that factor, whose gaps Megatron-FSDP partly fills with other
-// parameters (a few of the factor's elements per parameter at most); they move which rank owns
-// which slice, not the buffer sizes.
+// How a Megatron wrapper lays its parameters out in contiguous buffers and buckets; each
+// wrapper states its own rules (ddp.cc, megatron_fsdp.cc).
+struct BucketRules {
+  bool registration_order = false;  // walk params in construction order (else reversed)
+  std::int64_t start_align = 1;     // each param start rounded up to this many elements
+  // Bucket ends: rounded up to a multiple of end_align; with pad_to_row_widths, the bucket's
+  // length rounded up to end_align × lcm(row_numel of its params).
+  std::int64_t end_align = 1;
+  bool pad_to_row_widths = false;
+  bool shared_embedding_own_bucket = false;  // the shared embedding gets a bucket of its own
+  std::int64_t first_chunk_bucket_size = 0;  // bucket size of chunk 0 (0 = one bucket)
+};
+// One GradBuffer per model chunk, params of each chunk in the rules' order; a bucket closes once
+// it holds first_chunk_bucket_size elements (chunk 0 only) or for a shared embedding.
+std::vector<GradBuffer> LayoutBuckets(const ModelDims& d, const std::vector<ParamTensor>& params,
+                                      const BucketRules& rules);
+// The layout of the wrapper setup.training describes (data_parallel.h LayoutDdpBuffers /
+// LayoutFsdpBuffers); none for a rank without a wrapper.
 std::vector<GradBuffer> LayoutGradBuffers(const config::Setup& setup, int pipeline_rank,
                                           const std::vector<ParamTensor>& params);
 

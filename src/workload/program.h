@@ -1,4 +1,4 @@
-// Program: the allocation stream of one rank as plain data (design.md "workload/"). The
+// Program: the allocation stream of one rank as plain data (docs/architecture.md). The
 // generator (workload/build.h) decides all policy; the engine only replays. Ops are in issue
 // order. Each op, at its start, records `record_streams` and allocates `allocs` in order on
 // its stream; at its end it frees `frees` in order. An op on the communication stream runs
@@ -25,7 +25,8 @@ struct TensorAlloc {
   TensorId id = 0;       // unique within a Program
   Bytes size_bytes = 0;  // the request as the framework makes it (before any rounding)
   Category category = Category::kOther;
-  std::string label;  // e.g. "layer3.attn.qkv_out" (reference/workload.md §2.2 names)
+  std::string
+      label;  // e.g. "layer3.attn.qkv_out" (docs/training-memory.md, 'Saved tensors of a layer')
   bool operator==(const TensorAlloc&) const = default;
 };
 

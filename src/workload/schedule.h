@@ -1,6 +1,6 @@
-// Pipeline schedules (reference/workload.md §4): the order in which one pipeline rank runs the
-// forward and backward passes of its micro-batches and model chunks in one iteration. Source:
-// NVIDIA/Megatron-LM `megatron/core/pipeline_parallel/schedules.py`
+// Pipeline schedules (docs/training-memory.md, 'Pipeline schedules'): the order in which one
+// pipeline rank runs the forward and backward passes of its micro-batches and model chunks in one
+// iteration. Source: NVIDIA/Megatron-LM `megatron/core/pipeline_parallel/schedules.py`
 // (`forward_backward_no_pipelining`, `forward_backward_pipelining_without_interleaving`,
 // `forward_backward_pipelining_with_interleaving`, `get_schedule_table`).
 #pragma once

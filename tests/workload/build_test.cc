@@ -125,7 +125,7 @@ int MaxMicroBatchesInFlight(const Program& p, int iteration) {
   return peak;
 }
 
-TEST_CASE("one layer's forward allocates the reference §2.2 tensors in order", "[workload]") {
+TEST_CASE("one layer's forward allocates the saved tensors of docs/training-memory.md in order", "[workload]") {
   config::Setup s = testing::Llama2_7b();
   s.model.num_hidden_layers = 4;
   s.training.tensor_model_parallel_size = 2;
@@ -137,7 +137,7 @@ TEST_CASE("one layer's forward allocates the reference §2.2 tensors in order", 
       for (const TensorAlloc& a : op.allocs) labels.push_back(a.label);
     }
   }
-  // §2.2 with RMSNorm (rstd only), flash attention (CUDA LSE), no dropout (no masks), SP with TE
+  // docs/training-memory.md 'Saved tensors of a layer' with RMSNorm (rstd only), flash attention (CUDA LSE), no dropout (no masks), SP with TE
   // (transient all-gathers before QKV and FC1; row-parallel outputs full then reduce-scattered).
   const std::vector<std::string> expected = {
       "layer2.ln1.rstd",  // A2
@@ -391,7 +391,7 @@ TEST_CASE("static bytes match the closed forms", "[workload]") {
     s.training.use_distributed_optimizer = true;
     s.training.data_parallel_size = 4;
     const StaticSizes st = ComputeStaticSizes(s, 0);
-    // §1.3 padding, derived for this layout: every param's numel is a multiple of 64 (the
+    // The distributed optimizer's padding (param_and_grad_buffer.py), derived for this layout: every param's numel is a multiple of 64 (the
     // per-param start alignment) -- embedding and output 16000·4096, qkv 6144·4096, proj
     // 4096·2048, fc1 11008·4096, fc2 4096·5504, norms 4096 -- so no param start moves; one
     // bucket (no overlap_grad_reduce) of Ψ = 3,369,340,928 = 128 × 26,322,976 elements is

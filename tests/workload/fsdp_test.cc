@@ -310,7 +310,8 @@ TEST_CASE("Megatron-FSDP configurations build well-formed Programs", "[fsdp]") {
     if (a->category == Category::kGradients) grads += a->size_bytes;
   }
   // Only the persistent grad buffer (or shard), and with 16-bit grads the step's fp32 copies,
-  // which live until the next zero_grad (reference/workload.md §1.6 step 2).
+  // which live until the next zero_grad (docs/training-memory.md, 'What the optimizer step
+  // allocates', item 2).
   CHECK(grads == st.gradient_bytes + st.main_grad_copy_bytes);
 }
 

@@ -27,7 +27,8 @@ TEST_CASE("no pipelining: forward then backward per micro-batch", "[workload]") 
 }
 
 TEST_CASE("1F1B: warm-up min(p - r - 1, m), in flight min(p - r, m)", "[workload]") {
-  // p = 4, m = 8: stage r holds min(4 - r, 8) micro-batches at its peak (§4.2).
+  // p = 4, m = 8: stage r holds min(4 - r, 8) micro-batches at its peak (1F1B warm-up,
+  // schedules.py forward_backward_pipelining_without_interleaving).
   for (int r = 0; r < 4; ++r) {
     const auto steps = PipelineSchedule(4, r, 8, 1);
     CHECK(steps.size() == 16);

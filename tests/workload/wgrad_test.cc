@@ -1,4 +1,4 @@
-// Weight grads that linear layers hand to autograd (reference/workload.md §1.3). Megatron
+// Weight grads that linear layers hand to autograd (docs/training-memory.md, 'Megatron DDP buffers'). Megatron
 // megatron/core/tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication.backward
 // (the output layer always, every transformer linear under transformer_impl "local") returns a
 // [out, in] tensor in the input dtype: the wgrad itself without gradient-accumulation fusion;

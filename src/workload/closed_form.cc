@@ -1,0 +1,87 @@
+// Megatron's closed-form estimate of a rank's memory (build.h ComputeClosedFormEstimate).
+#include <algorithm>
+#include <cmath>
+
+#include "workload/build.h"
+#include "workload/model.h"
+
+namespace memsim::workload {
+
+using config::OptimizerKind;
+using config::RecomputeGranularity;
+
+ClosedFormEstimate ComputeClosedFormEstimate(const config::Setup& setup, int pipeline_rank) {
+  const ModelDims d = ComputeDims(setup);
+  const config::TrainingConfig& tc = setup.training;
+  const int r = pipeline_rank;
+  ClosedFormEstimate e;
+  const double h = static_cast<double>(d.h);
+  // compute_weight_and_optimizer_memory: per layer 2h²·((1 + g/a)·q/h + ffn/h·(3/2 if gated) +
+  // 2/h) (attention, MLP, the two norms).
+  const double per_layer = 2 * h * h *
+                           ((1.0 + static_cast<double>(d.g) / d.a) * static_cast<double>(d.q) / h +
+                            static_cast<double>(d.ffn) / h * (d.gamma == 2 ? 1.5 : 1.0) + 2 / h);
+  const double layers_here = static_cast<double>(d.L) / d.p;
+  const double embedding = static_cast<double>(d.V) * h;
+  double params = per_layer * layers_here;
+  if (r == 0) params += embedding;
+  if (r == d.p - 1) {
+    params += h;  // final norm
+    if (!d.tied || d.p > 1) params += embedding;
+  }
+  e.parameters_on_rank = params / d.t;
+  const bool dist = tc.use_distributed_optimizer;
+  // Without mixed precision: weights and grads, and Adam's two moments in the weights' dtype
+  // (fp32 under Megatron: 16, or 8 + 8/d distributed; a plain PyTorch run with bf16 weights: 8).
+  const double elem = static_cast<double>(d.param_bytes);
+  const double state_elem = d.mixed ? 4.0 : elem;
+  if (!d.mixed) {
+    e.bytes_per_parameter = dist ? 2 * elem + 2 * elem / d.dp_cp : 4 * elem;
+  } else if (d.grad_bytes == 2) {
+    e.bytes_per_parameter = dist ? 4 + 16.0 / d.dp_cp : 20;
+  } else {
+    e.bytes_per_parameter = dist ? 6 + 12.0 / d.dp_cp : 18;
+  }
+  if (tc.optimizer == OptimizerKind::kSgd) {
+    e.bytes_per_parameter -=
+        (tc.sgd_momentum > 0 ? state_elem : 2 * state_elem) / (dist ? d.dp_cp : 1);
+  }
+  e.weight_and_optimizer_bytes =
+      static_cast<Bytes>(std::llround(e.parameters_on_rank * e.bytes_per_parameter));
+  // Activations per layer (Korthikanti et al. 2022 Table 2; theoretical_memory_usage.py), in
+  // units of s·b·h with 16-bit activations, scaled to B_a.
+  const double sbh = static_cast<double>(d.T) * h;
+  const double t = d.t;
+  const double masks = d.hidden_dropout ? 2.0 : 0.0;
+  const double mlp =
+      (d.gamma == 2 ? 6.0 : 4.0) * static_cast<double>(d.ffn) / h;  // 4ffn/h, 6 gated
+  const double attn_s2 = static_cast<double>(d.a) * d.s / h * (d.attention_dropout ? 5.0 : 2.0);
+  const bool core_saved = !d.flash && tc.recompute_granularity == RecomputeGranularity::kNone;
+  double layer;
+  if (tc.recompute_granularity == RecomputeGranularity::kFull) {
+    layer = 2.0 * sbh / d.sigma;
+  } else if (d.sp) {
+    layer = sbh * (16.0 + masks + mlp + (core_saved ? attn_s2 : 0.0)) / t;
+  } else {
+    // sbh·(10 + 24/t) for ffn = 4h: replicated 4 (LN inputs) + 2 (QKV input) + 2 (MLP input)
+    // + masks; split 6 (QKV) + 2 (proj input) + mlp.
+    layer = sbh * (8.0 + masks + (8.0 + mlp) / t + (core_saved ? attn_s2 / t : 0.0));
+  }
+  layer *= static_cast<double>(d.act_bytes) / 2.0;
+  e.activation_bytes_per_layer = static_cast<Bytes>(std::llround(layer));
+  double in_flight = std::min(d.p - r, d.m);
+  if (d.v > 1) in_flight = d.p * (1.0 + (d.p - 1.0) / (d.p * d.v)) - r;  // interleaved penalty
+  if (d.p == 1) in_flight = 1;
+  e.in_flight_micro_batches = static_cast<int>(std::ceil(in_flight));
+  double act = layer * layers_here * in_flight;
+  if (r == 0) {
+    // Input ids (8sb) and embedding dropout mask (sbh) per in-flight micro-batch, over t.
+    act += (8.0 * d.T + (d.hidden_dropout ? sbh : 0.0)) * in_flight / t;
+  }
+  if (r == d.p - 1) act += 4.0 * sbh * (1.0 + static_cast<double>(d.V) / h) / t;
+  e.activation_bytes = static_cast<Bytes>(std::llround(act));
+  e.total_bytes = e.weight_and_optimizer_bytes + e.activation_bytes;
+  return e;
+}
+
+}  // namespace memsim::workload

@@ -1,0 +1,101 @@
+// DataParallel: the data-parallel wrapper around a rank's model chunks, behind one interface
+// with a hook wherever a real wrapper acts: setup (its buffers, after the model is built), each
+// gradient handed to autograd, before and after the backward of each gradient site, the end of
+// each backward_step, the end of a model chunk's last backward, the grad sync that
+// finalize_model_grads waits for, zero_grad, after the optimizer step; plus the static sizes it
+// holds and the parameter shard the optimizer updates. Implementations, one file each:
+// Megatron-core DDP (ddp.cc), Megatron-FSDP (megatron_fsdp.cc), and no wrapper on one device
+// (single_device.cc). They do not include each other; NewDataParallel picks one from the
+// Setup's config::DataParallelWrapper.
+//
+// Hooks emit through the Emitter they are given and must not change the emitter's context.
+// Sizes in bytes, counts in elements.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/setup.h"
+#include "workload/emitter.h"
+#include "workload/kernels.h"
+#include "workload/model.h"
+
+namespace memsim::workload {
+
+// Where in a backward pass a group of parameters gets its gradients: the head (final norm,
+// output layer; a tied embedding on one stage), one transformer layer, the input embedding.
+enum class GradSite { kHead, kLayer, kEmbedding };
+
+// The parameters of one rank and the facts every wrapper needs about them.
+struct RankParams {
+  std::vector<ParamTensor> params;       // construction order (StageParams)
+  std::vector<std::vector<int>> groups;  // optimizer param groups (ParamGroups)
+  bool OnSite(int param, GradSite site, int layer, const ModelDims& d) const;
+};
+
+// Static sizes of the steady state held by the wrapper (the optimizer adds its state).
+struct WrapperSizes {
+  Bytes parameter_bytes = 0;   // model parameters (the padded buffer where params live in one)
+  Bytes gradient_bytes = 0;    // gradient buffers or .grad tensors
+  Bytes main_param_bytes = 0;  // fp32 main weights the wrapper holds (Megatron-FSDP); 0 else
+};
+
+class DataParallel : public GradSink {
+ public:
+  ~DataParallel() override = default;
+
+  // After the model's parameters exist (param_ids[i] holds params[i]): the wrapper's buffers.
+  virtual void Setup(Emitter& em, const std::vector<TensorId>& param_ids) = 0;
+  // Whether the wrapper holds the fp32 main weights itself (else the optimizer clones them).
+  virtual bool HoldsMainParams() const { return false; }
+  // The slices of each parameter this rank's optimizer updates, in param-group order: the
+  // whole parameter, or its shard of a bucket (distributed optimizer).
+  virtual std::vector<ShardSlice> OptimizerSlices() const = 0;
+  // Whether the optimizer state is sharded over the data-parallel group (it then reduces the
+  // grad norm over tp·dp·cp rather than over the model-parallel group).
+  virtual bool ShardsOptimizer() const = 0;
+
+  // GradSink: a gradient handed to autograd (AccumulateGrad and the wrapper's hook).
+  void TakeParamGrad(Emitter& em, TensorId grad, const std::string& param) override = 0;
+  // Around the backward of one gradient site (GradSite; `layer` for kLayer).
+  virtual void BeforeBackward(Emitter& /*em*/, GradSite /*site*/, int /*layer*/) {}
+  virtual void AfterBackward(Emitter& /*em*/, GradSite /*site*/, int /*layer*/) {}
+  // After each backward_step's autograd run.
+  virtual void EndOfBackward(Emitter& /*em*/) {}
+  // After the last micro-batch's backward of model chunk `chunk` in an iteration.
+  virtual void AfterLastBackward(Emitter& /*em*/, int /*chunk*/) {}
+  // The grad sync finalize_model_grads waits for (finish_grad_sync), for what the backward
+  // hooks did not already start.
+  virtual void FinishGradSync(Emitter& /*em*/) {}
+  // Inside optimizer.zero_grad / the wrapper's zero_grad_buffer at the start of an iteration.
+  virtual void ZeroGrad(Emitter& /*em*/) {}
+  // After the optimizer updated the main parameters (e.g. the parameter all-gather).
+  virtual void AfterOptimizerStep(Emitter& /*em*/) {}
+
+  virtual WrapperSizes StaticSizes() const = 0;
+};
+
+// The wrapper setup.training describes (config::DataParallelOf), for pipeline rank `rank`.
+// REQUIRES: a validated Setup; `params` outlives the wrapper.
+std::unique_ptr<DataParallel> NewDataParallel(const config::Setup& setup, int rank,
+                                              const ModelDims& d, const RankParams& params);
+
+// Megatron-core DDP and Megatron-FSDP constructors (ddp.cc, megatron_fsdp.cc, single_device.cc).
+std::unique_ptr<DataParallel> NewMegatronDdp(const config::Setup& setup, int rank,
+                                             const ModelDims& d, const RankParams& params,
+                                             const config::MegatronDdp& ddp);
+std::unique_ptr<DataParallel> NewMegatronFsdp(const config::Setup& setup, int rank,
+                                              const ModelDims& d, const RankParams& params,
+                                              const config::MegatronFsdp& fsdp);
+std::unique_ptr<DataParallel> NewSingleDevice(const ModelDims& d, const RankParams& params,
+                                              const config::SingleDevice& single);
+
+// The buffer layout of a Megatron wrapper (model.h GradBuffer): DDP's or Megatron-FSDP's.
+std::vector<GradBuffer> LayoutDdpBuffers(const config::Setup& setup, int rank, const ModelDims& d,
+                                         const std::vector<ParamTensor>& params,
+                                         bool distributed_optimizer);
+std::vector<GradBuffer> LayoutFsdpBuffers(const config::Setup& setup, int rank, const ModelDims& d,
+                                          const std::vector<ParamTensor>& params, bool sharded);
+
+}  // namespace memsim::workload

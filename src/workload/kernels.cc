@@ -1,0 +1,110 @@
+#include "workload/kernels.h"
+
+#include <fmt/format.h>
+
+namespace memsim::workload {
+namespace {
+
+// PyTorch CublasHandlePool.cpp: default ":4096:2:16:8" = 2·4 MiB + 8·16 KiB; 8 x 4 MiB on sm >= 90.
+constexpr Bytes kCublasWorkspaceBytes = 2 * 4096 * kKiB + 8 * 16 * kKiB;
+constexpr Bytes kCublasWorkspaceHopperBytes = 8 * 4096 * kKiB;
+// TE module/base.py get_cublas_workspace_size_bytes: 32 MiB on sm >= 90, else 4 MiB.
+constexpr Bytes kTeWorkspaceBytes = 4 * kMiB;
+constexpr Bytes kTeWorkspaceHopperBytes = 32 * kMiB;
+
+}  // namespace
+
+std::string LayerLabel(int layer, std::string_view name) {
+  return fmt::format("layer{}.{}", layer, name);
+}
+
+void Kernels::GemmWorkspace(bool torch_gemm) {
+  if (d_.npu) return;
+  if (torch_gemm || !d_.te) {
+    const bool autograd_thread = on_autograd_thread_;
+    bool& done = cublas_done_[autograd_thread ? 1 : 0];
+    if (done) return;
+    done = true;
+    em_.Alloc(d_.hopper ? kCublasWorkspaceHopperBytes : kCublasWorkspaceBytes, Category::kWorkspace,
+              autograd_thread ? "workspace.cublas_autograd" : "workspace.cublas");
+  } else {
+    if (te_done_) return;
+    te_done_ = true;
+    em_.Alloc(d_.hopper ? kTeWorkspaceHopperBytes : kTeWorkspaceBytes, Category::kWorkspace,
+              "workspace.te_cublas");
+  }
+}
+
+void Kernels::MpuBuffer(Bytes size_bytes) {
+  if (size_bytes <= mpu_bytes_) return;
+  const TensorId old = mpu_id_;
+  mpu_id_ = em_.Alloc(size_bytes, Category::kWorkspace, "workspace.mpu");
+  mpu_bytes_ = size_bytes;
+  em_.Free(old);
+}
+
+TensorId Kernels::SpGather(Bytes full_bytes, const std::string& label, bool torch_linear) {
+  if (!d_.sp) return 0;
+  em_.Collective("tp", d_.t, static_cast<double>(full_bytes), Coll::kGather);
+  if (d_.te && !torch_linear) return em_.Alloc(full_bytes, Category::kTemporaries, label);
+  MpuBuffer(full_bytes);
+  return 0;
+}
+
+TensorId Kernels::RowParallelOutput(Bytes full_bytes, const std::string& label) {
+  if (d_.sp) {
+    const TensorId full = em_.Alloc(full_bytes, Category::kTemporaries, label + "_full");
+    const TensorId out = em_.Alloc(full_bytes / d_.t, Category::kTemporaries, label);
+    em_.Collective("tp", d_.t, static_cast<double>(full_bytes), Coll::kGather);
+    em_.Free(full);
+    return out;
+  }
+  const TensorId out = em_.Alloc(full_bytes, Category::kTemporaries, label);
+  em_.Collective("tp", d_.t, static_cast<double>(full_bytes), Coll::kAllReduce);
+  return out;
+}
+
+TensorId Kernels::ColumnParallelInputGrad(const std::string& label) {
+  return RowParallelOutput(d_.act_bytes * d_.T * d_.h, label);
+}
+
+void Kernels::SmallWeightGrad(std::int64_t numel, const std::string& label,
+                              const std::string& param) {
+  sink_.TakeParamGrad(em_, em_.Alloc(numel * d_.param_bytes, Category::kGradients, label), param);
+}
+
+void Kernels::NormWeightGrads(int layer, const char* norm) {
+  SmallWeightGrad(d_.h, LayerLabel(layer, fmt::format("{}.weight_grad", norm)),
+                  LayerLabel(layer, fmt::format("{}.weight", norm)));
+  if (d_.layernorm) {
+    SmallWeightGrad(d_.h, LayerLabel(layer, fmt::format("{}.bias_grad", norm)),
+                    LayerLabel(layer, fmt::format("{}.bias", norm)));
+  }
+}
+
+void Kernels::WeightGradToAutograd(std::int64_t rows, std::int64_t cols, bool te_layer,
+                                   const std::string& label, const std::string& param) {
+  const bool cached =
+      d_.grad_accum_fusion && (te_layer ? d_.te_dummy_wgrad_cache : d_.megatron_dummy_wgrad_cache);
+  if (cached) {
+    TensorId& dummy = dummy_wgrads_[{rows, cols}];
+    if (dummy == 0) {
+      dummy = em_.Alloc(rows * cols * d_.act_bytes, Category::kWorkspace,
+                        fmt::format("te.dummy_wgrad[{}x{}]", rows, cols));
+    }
+    return;
+  }
+  // TE before its cache (and TE without fusion) hands a fresh tensor too (TE PR #507:
+  // `torch.empty(weight.main_grad.shape, dtype=weight.dtype)`).
+  TensorId g = em_.Alloc(rows * cols * d_.act_bytes, Category::kGradients, label);
+  if (d_.param_bytes != d_.act_bytes) {
+    // Autocast over weights of another dtype: ToCopyBackward casts the grad to the weight's.
+    const TensorId cast =
+        em_.Alloc(rows * cols * d_.param_bytes, Category::kGradients, label + ".cast");
+    em_.Free(g);
+    g = cast;
+  }
+  sink_.TakeParamGrad(em_, g, param);
+}
+
+}  // namespace memsim::workload

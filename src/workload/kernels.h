@@ -1,0 +1,92 @@
+// Kernels: what the model modules share below the module level on one rank -- the persistent
+// workspaces that GEMMs create on first use, Megatron's global memory buffer, the tensor- and
+// sequence-parallel communication patterns around a linear layer, and the hand-over of weight
+// gradients to autograd (whose fate the data-parallel wrapper decides, data_parallel.h).
+// Allocations go through the Emitter; sizes in bytes. Not modelled: torch_npu's workspaces
+// (outside the caching allocator on Ascend), cuDNN workspaces.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "workload/emitter.h"
+#include "workload/model.h"
+
+namespace memsim::workload {
+
+// Receives every weight gradient a backward hands to autograd (AccumulateGrad). The tensor is
+// allocated in the current op; the sink frees it or keeps it as the parameter's .grad.
+class GradSink {
+ public:
+  virtual ~GradSink() = default;
+  // `grad` is the gradient of the parameter named `param` (a ParamTensor name), in the
+  // parameter's dtype.
+  virtual void TakeParamGrad(Emitter& em, TensorId grad, const std::string& param) = 0;
+};
+
+class Kernels {
+ public:
+  // The sink must outlive the Kernels.
+  Kernels(Emitter& em, const ModelDims& dims, GradSink& sink) : em_(em), d_(dims), sink_(sink) {}
+
+  // Whether GEMMs now run on the autograd engine's device thread (inside backward_step,
+  // recompute included): they get their own cuBLAS workspace.
+  void SetAutogradThread(bool on) { on_autograd_thread_ = on; }
+
+  // A GEMM through PyTorch (cuBLAS; torch_gemm) or Transformer Engine: the first one on a
+  // thread creates the persistent workspace, on CUDA only. PyTorch aten/src/ATen/cuda/
+  // CublasHandlePool.cpp (getCurrentCUDABlasHandle, one handle per thread;
+  // getChosenWorkspaceSize, default ":4096:2:16:8" = 2 x 4 MiB + 8 x 16 KiB, 8 x 4 MiB on
+  // sm >= 90); the autograd engine runs CUDA backward on its own thread
+  // (torch/csrc/autograd/engine.cpp). Transformer Engine keeps one module-level workspace
+  // (transformer_engine/pytorch/module/base.py get_workspace; get_cublas_workspace_size_bytes:
+  // 32 MiB on sm >= 90, else 4 MiB).
+  void GemmWorkspace(bool torch_gemm);
+  // Megatron GlobalMemoryBuffer.get_tensor (megatron/core/utils.py), key ("mpu", dtype):
+  // allocated on first use or when too small; the old buffer is dropped after the new exists.
+  void MpuBuffer(Bytes size_bytes);
+
+  // Sequence-parallel all-gather of an [s/t, b, h] input before a column-parallel GEMM
+  // (megatron/core/tensor_parallel/layers.py, TE's linear modules): TE allocates a transient full
+  // tensor (returned; the caller frees it); Megatron's own linears use the "mpu" buffer (0).
+  // torch_linear: a Megatron ColumnParallelLinear. 0 without sequence parallelism.
+  TensorId SpGather(Bytes full_bytes, const std::string& label, bool torch_linear);
+  // Row-parallel GEMM output: with SP a full [s, b, h] output reduce-scattered into a new
+  // [s/t, b, h] (the full one freed); without SP an all-reduce in place. The same allocation
+  // pattern is the dgrad of a column-parallel GEMM (ColumnParallelInputGrad).
+  TensorId RowParallelOutput(Bytes full_bytes, const std::string& label);
+  TensorId ColumnParallelInputGrad(const std::string& label);
+
+  // The gradient of a 1-D parameter (norm weight, bias) of `numel` elements in the parameter
+  // dtype, handed to autograd.
+  void SmallWeightGrad(std::int64_t numel, const std::string& label, const std::string& param);
+  // The norm's weight (and LayerNorm bias) grads of layer `layer`'s norm `norm` ("ln1").
+  void NormWeightGrads(int layer, const char* norm);
+  // The [rows, cols] weight grad a linear layer hands to autograd. With gradient-accumulation
+  // fusion the GEMM accumulated into main_grad and this is a dummy: Transformer Engine's cached
+  // one (get_dummy_wgrad: one per shape, made at first use, kept for the run) when the layer's
+  // release caches it, else a fresh tensor. Without fusion it is the real wgrad. Bytes in the
+  // activation dtype (Megatron `input.dtype`; TE `weight.dtype`, equal in 16-bit training); a
+  // parameter of another dtype (fp32 weights under autocast) gets the cast copy autograd's
+  // ToCopyBackward makes. te_layer: a TE module (else Megatron's own linear).
+  void WeightGradToAutograd(std::int64_t rows, std::int64_t cols, bool te_layer,
+                            const std::string& label, const std::string& param);
+
+ private:
+  Emitter& em_;
+  const ModelDims& d_;
+  GradSink& sink_;
+  bool cublas_done_[2] = {false, false};  // main thread, autograd thread
+  bool on_autograd_thread_ = false;
+  bool te_done_ = false;
+  TensorId mpu_id_ = 0;
+  Bytes mpu_bytes_ = 0;
+  std::map<std::pair<std::int64_t, std::int64_t>, TensorId> dummy_wgrads_;  // by (rows, cols)
+};
+
+// "layer{l}.{name}", the label of a tensor of transformer layer l.
+std::string LayerLabel(int layer, std::string_view name);
+
+}  // namespace memsim::workload

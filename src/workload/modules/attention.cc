@@ -1,0 +1,311 @@
+#include "workload/modules/attention.h"
+
+#include "workload/modules/residual.h"
+
+namespace memsim::workload {
+namespace {
+
+constexpr ResidualNames kNames = {"attn",          "ln1",          "proj",
+                                  "attn.residual", "residual_bwd", "d_input"};
+
+// Saved tensors of core attention. Flash: output and softmax statistics (lse1; on Ascend
+// npu_fusion_attention's softmax_max and softmax_sum, lse1 and lse2). Unfused: probabilities,
+// dropout mask and output, GQA's repeated K and V, and the output.
+struct CoreAttn {
+  TensorId out = 0, lse1 = 0, lse2 = 0, probs = 0, dmask = 0, dout = 0, k_rep = 0, v_rep = 0;
+};
+
+struct AttentionSaved final : ModuleSaved {
+  NormSaved ln1;
+  TensorId qkv = 0;
+  TensorId q_norm_out = 0, k_norm_out = 0, q_norm_stats = 0, k_norm_stats = 0;  // qk_layernorm
+  CoreAttn core;
+  TensorId bda_mask = 0;
+};
+
+void FreeIds(Emitter& em, std::initializer_list<TensorId> ids) {
+  for (TensorId id : ids) em.Free(id);
+}
+
+// Flash / fused attention forward (FlashAttention-2 flash_attn_func saves out and
+// softmax_lse [b, a/t, s] fp32; torch_npu npu_fusion_attention saves softmax_max and
+// softmax_sum [b, a/t, s, 8] fp32 each). keep: the statistics stay saved for backward.
+CoreAttn FlashForward(ModuleContext& ctx, int l, bool keep) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  const std::int64_t heads = d.a / d.t;
+  CoreAttn c;
+  em.Begin("attn.core", l);
+  c.out = em.Alloc(d.act_bytes * d.T * d.q / d.t, Category::kActivations,
+                   LayerLabel(l, "attn.core_out"));
+  if (d.npu) {
+    c.lse1 = em.Alloc(32 * d.T * heads, Category::kActivations, LayerLabel(l, "attn.softmax_max"));
+    c.lse2 = em.Alloc(32 * d.T * heads, Category::kActivations, LayerLabel(l, "attn.softmax_sum"));
+  } else {
+    c.lse1 = em.Alloc(4 * d.T * heads, Category::kActivations, LayerLabel(l, "attn.softmax_lse"));
+  }
+  if (!keep) {
+    em.Free(c.lse1);
+    em.Free(c.lse2);
+    c.lse1 = c.lse2 = 0;
+  }
+  em.Flops(2.0 * d.b * d.s * d.s * d.q / d.t);  // 4·b·s²·q/t, halved by the causal mask
+  return c;
+}
+
+// Megatron-core DotProductAttention forward: baddbmm scores over the "mpu" buffer, fused
+// scale-mask-softmax (saves its output), attention dropout, bmm with V, permute().contiguous().
+CoreAttn UnfusedForward(ModuleContext& ctx, int l, bool keep) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  const Bytes qbytes = d.act_bytes * d.T * d.q / d.t;
+  const Bytes s2 = d.b * (d.a / d.t) * d.s * d.s;
+  CoreAttn c;
+  if (d.g < d.a) {
+    // GQA: repeat_interleave materializes K and V to a heads (saved by the matmuls).
+    em.Begin("attn.repeat_kv", l);
+    c.k_rep = em.Alloc(qbytes, Category::kActivations, LayerLabel(l, "attn.key_repeated"));
+    c.v_rep = em.Alloc(qbytes, Category::kActivations, LayerLabel(l, "attn.value_repeated"));
+  }
+  em.Begin("attn.scores", l);
+  ctx.k.GemmWorkspace(/*torch_gemm=*/true);
+  ctx.k.MpuBuffer(d.act_bytes * s2);
+  const TensorId scores =
+      em.Alloc(d.act_bytes * s2, Category::kTemporaries, LayerLabel(l, "attn.scores"));
+  em.Flops(2.0 * d.b * d.s * d.s * d.q / d.t);
+  em.Begin("attn.softmax", l);
+  c.probs = em.Alloc(d.act_bytes * s2, Category::kActivations, LayerLabel(l, "attn.probs"));
+  em.Free(scores);
+  if (d.attention_dropout) {
+    em.Begin("attn.dropout", l);
+    c.dmask = em.Alloc(s2, Category::kActivations, LayerLabel(l, "attn.dropout_mask"));
+    c.dout = em.Alloc(d.act_bytes * s2, Category::kActivations, LayerLabel(l, "attn.dropout_out"));
+    if (!keep) {
+      FreeIds(em, {c.probs, c.dmask});
+      c.probs = c.dmask = 0;
+    }
+  }
+  em.Begin("attn.context", l);
+  const TensorId context = em.Alloc(qbytes, Category::kTemporaries, LayerLabel(l, "attn.context"));
+  c.out = em.Alloc(qbytes, Category::kActivations, LayerLabel(l, "attn.core_out"));
+  em.Free(context);
+  em.Flops(2.0 * d.b * d.s * d.s * d.q / d.t);
+  if (!keep) {
+    FreeIds(em, {c.probs, c.dout, c.k_rep, c.v_rep});
+    c.probs = c.dout = c.k_rep = c.v_rep = 0;
+  }
+  return c;
+}
+
+CoreAttn CoreForward(ModuleContext& ctx, int l, bool keep) {
+  return ctx.d.flash ? FlashForward(ctx, l, keep) : UnfusedForward(ctx, l, keep);
+}
+
+struct QkvGrads {
+  TensorId dq = 0, dk = 0, dv = 0;
+};
+
+// FlashAttention-2 backward: fp32 dq accumulator and softmax_d [b, a/t, s] (CUDA only).
+QkvGrads FlashBackward(ModuleContext& ctx, int l, const CoreAttn& c, TensorId d_core,
+                       TensorId extra_free) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  QkvGrads g;
+  em.Begin("attn.core_bwd", l);
+  TensorId acc = 0, softmax_d = 0;
+  if (!d.npu) {
+    acc = em.Alloc(4 * d.T * d.q / d.t, Category::kTemporaries, LayerLabel(l, "attn.dq_accum"));
+    softmax_d =
+        em.Alloc(4 * d.T * (d.a / d.t), Category::kTemporaries, LayerLabel(l, "attn.softmax_d"));
+  }
+  g.dq = em.Alloc(d.act_bytes * d.T * d.q / d.t, Category::kTemporaries,
+                  LayerLabel(l, "attn.d_query"));
+  g.dk =
+      em.Alloc(d.act_bytes * d.T * d.kv / d.t, Category::kTemporaries, LayerLabel(l, "attn.d_key"));
+  g.dv = em.Alloc(d.act_bytes * d.T * d.kv / d.t, Category::kTemporaries,
+                  LayerLabel(l, "attn.d_value"));
+  FreeIds(em, {acc, softmax_d, d_core, c.out, c.lse1, c.lse2, extra_free});
+  em.Flops(5.0 * d.b * d.s * d.s * d.q / d.t);
+  return g;
+}
+
+QkvGrads UnfusedBackward(ModuleContext& ctx, int l, const CoreAttn& c, TensorId d_core,
+                         TensorId extra_free) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  const Bytes qbytes = d.act_bytes * d.T * d.q / d.t;
+  const Bytes kvbytes = d.act_bytes * d.T * d.kv / d.t;
+  const Bytes s2 = d.act_bytes * d.b * (d.a / d.t) * d.s * d.s;
+  em.Begin("attn.context_bwd", l);
+  ctx.k.GemmWorkspace(/*torch_gemm=*/true);
+  TensorId dp = em.Alloc(s2, Category::kTemporaries, LayerLabel(l, "attn.d_probs"));
+  const TensorId dvr =
+      em.Alloc(qbytes, Category::kTemporaries, LayerLabel(l, "attn.d_value_repeated"));
+  FreeIds(em, {d_core, c.dout, c.v_rep});
+  em.Flops(4.0 * d.b * d.s * d.s * d.q / d.t);
+  if (d.attention_dropout) {
+    em.Begin("attn.dropout_bwd", l);
+    const TensorId g = em.Alloc(s2, Category::kTemporaries, LayerLabel(l, "attn.d_softmax"));
+    FreeIds(em, {dp, c.dmask});
+    dp = g;
+  }
+  em.Begin("attn.scores_bwd", l);  // softmax backward in place, then baddbmm backward
+  QkvGrads g;
+  g.dq = em.Alloc(qbytes, Category::kTemporaries, LayerLabel(l, "attn.d_query"));
+  const TensorId dkr =
+      em.Alloc(qbytes, Category::kTemporaries, LayerLabel(l, "attn.d_key_repeated"));
+  FreeIds(em, {dp, c.probs, c.k_rep});
+  em.Flops(4.0 * d.b * d.s * d.s * d.q / d.t);
+  if (d.g < d.a) {
+    em.Begin("attn.repeat_kv_bwd", l);
+    g.dk = em.Alloc(kvbytes, Category::kTemporaries, LayerLabel(l, "attn.d_key"));
+    g.dv = em.Alloc(kvbytes, Category::kTemporaries, LayerLabel(l, "attn.d_value"));
+    FreeIds(em, {dkr, dvr});
+  } else {
+    g.dk = dkr;
+    g.dv = dvr;
+  }
+  FreeIds(em, {c.out, extra_free});
+  return g;
+}
+
+// Core attention backward; returns the concatenated QKV grad (SplitBackward of mixed_qkv).
+// extra_free: the saved output a selective recompute replaced.
+TensorId CoreBackward(ModuleContext& ctx, int l, const CoreAttn& c, TensorId d_core,
+                      TensorId extra_free) {
+  const ModelDims& d = ctx.d;
+  const QkvGrads g = d.flash ? FlashBackward(ctx, l, c, d_core, extra_free)
+                             : UnfusedBackward(ctx, l, c, d_core, extra_free);
+  ctx.em.Begin("attn.qkv_grad", l);
+  const TensorId dqkv = ctx.em.Alloc(d.act_bytes * d.T * (d.q + 2 * d.kv) / d.t,
+                                     Category::kTemporaries, LayerLabel(l, "attn.d_qkv"));
+  FreeIds(ctx.em, {g.dq, g.dk, g.dv});
+  return dqkv;
+}
+
+// q_layernorm / k_layernorm (attention.py get_query_key_value_tensors): new normalized q and
+// k, saved by attention, with their per-head statistics; v stays a view of qkv.
+void QkNormForward(ModuleContext& ctx, int l, bool nograd, AttentionSaved* a) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  em.Begin("attn.qk_norm", l);
+  const Bytes stat = d.layernorm ? 8 : 4;
+  a->q_norm_out = em.Alloc(d.act_bytes * d.T * d.q / d.t, Category::kActivations,
+                           LayerLabel(l, "attn.q_norm_out"));
+  a->q_norm_stats =
+      em.Alloc(stat * d.T * d.a / d.t, Category::kActivations, LayerLabel(l, "attn.q_norm_stats"));
+  a->k_norm_out = em.Alloc(d.act_bytes * d.T * d.kv / d.t, Category::kActivations,
+                           LayerLabel(l, "attn.k_norm_out"));
+  a->k_norm_stats =
+      em.Alloc(stat * d.T * d.g / d.t, Category::kActivations, LayerLabel(l, "attn.k_norm_stats"));
+  if (nograd) {
+    FreeIds(em, {a->q_norm_stats, a->k_norm_stats});
+    a->q_norm_stats = a->k_norm_stats = 0;
+  }
+}
+
+}  // namespace
+
+void AttentionModule::AppendParams(const config::ModelConfig& model, const ModelDims& d, int chunk,
+                                   int layer, std::vector<ParamTensor>* out) const {
+  const bool qkv_bias = model.add_bias_linear || model.add_qkv_bias;
+  auto add = [&](const char* name, std::int64_t numel, bool one_dim, bool sp_replicated,
+                 std::int64_t row_numel) {
+    out->push_back(
+        MakeParam(LayerLabel(layer, name), numel, row_numel, chunk, layer, one_dim, sp_replicated));
+  };
+  // TE LayerNormColumnParallelLinear registers the norm weights before the GEMM weight.
+  add("ln1.weight", d.h, true, true, 1);
+  if (d.layernorm) add("ln1.bias", d.h, true, true, 1);
+  add("attn.qkv.weight", (d.q + 2 * d.kv) / d.t * d.h, false, false, d.h);
+  if (qkv_bias) add("attn.qkv.bias", (d.q + 2 * d.kv) / d.t, true, false, 1);
+  if (model.qk_layernorm) {
+    add("attn.q_norm.weight", d.dh, true, true, 1);
+    if (d.layernorm) add("attn.q_norm.bias", d.dh, true, true, 1);
+    add("attn.k_norm.weight", d.dh, true, true, 1);
+    if (d.layernorm) add("attn.k_norm.bias", d.dh, true, true, 1);
+  }
+  add("attn.proj.weight", d.h * (d.q / d.t), false, false, d.q / d.t);
+  if (model.add_bias_linear) add("attn.proj.bias", d.h, true, true, 1);
+}
+
+TensorId AttentionModule::Forward(ModuleContext& ctx, int l, TensorId x, const ForwardMode& mode,
+                                  std::unique_ptr<ModuleSaved>* saved) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  AttentionSaved a;
+  // Input norm + QKV (TELayerNormColumnParallelLinear).
+  em.Begin("attn.ln_qkv", l);
+  ctx.k.GemmWorkspace(false);
+  a.ln1 = NormForward(ctx, l, "ln1");
+  const TensorId g =
+      ctx.k.SpGather(d.act_bytes * d.T * d.h, LayerLabel(l, "attn.qkv_input_gather"), false);
+  a.qkv = em.Alloc(d.act_bytes * d.T * (d.q + 2 * d.kv) / d.t, Category::kActivations,
+                   LayerLabel(l, "attn.qkv"));
+  em.Free(g);
+  em.Flops(2.0 * d.T * d.h * (d.q + 2 * d.kv) / d.t);
+  if (mode.nograd) FreeNorm(ctx, a.ln1);
+  if (ctx.model.qk_layernorm) QkNormForward(ctx, l, mode.nograd, &a);
+  a.core = CoreForward(ctx, l, !(mode.nograd || ctx.selective.core_attn));
+  if (mode.nograd) FreeIds(em, {a.qkv, a.q_norm_out, a.k_norm_out});
+  // Output projection (TERowParallelLinear).
+  em.Begin("attn.proj", l);
+  const TensorId proj =
+      ctx.k.RowParallelOutput(d.act_bytes * d.T * d.h, LayerLabel(l, "attn.proj_out"));
+  em.Flops(2.0 * d.T * d.q / d.t * d.h);
+  if (mode.nograd) em.Free(a.core.out);
+  if (!mode.nograd && ctx.selective.layernorm) DiscardNormOutput(ctx, &a.ln1);
+  const TensorId out = BiasDropoutAdd(ctx, l, kNames, x, proj, mode, &a.bda_mask);
+  if (!mode.nograd) *saved = std::make_unique<AttentionSaved>(a);
+  return out;
+}
+
+TensorId AttentionModule::Backward(ModuleContext& ctx, int l, ModuleSaved& saved, TensorId x,
+                                   bool free_x, TensorId dy, bool free_dy) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  AttentionSaved a = static_cast<const AttentionSaved&>(saved);
+  const Bytes full = d.act_bytes * d.T * d.h;
+  const TensorId dproj = BiasDropoutAddBackward(ctx, l, kNames, dy, a.bda_mask);
+  if (ctx.selective.layernorm) RecomputeNormOutput(ctx, l, "ln1", &a.ln1);
+  em.Begin("attn.proj_bwd", l);
+  TensorId g = ctx.k.SpGather(full, LayerLabel(l, "attn.d_proj_gather"), false);
+  const TensorId dcore = em.Alloc(d.act_bytes * d.T * d.q / d.t, Category::kTemporaries,
+                                  LayerLabel(l, "attn.d_core_out"));
+  if (ctx.model.add_bias_linear) {
+    ctx.k.SmallWeightGrad(d.h, LayerLabel(l, "attn.proj.bias_grad"),
+                          LayerLabel(l, "attn.proj.bias"));
+  }
+  ctx.k.WeightGradToAutograd(d.h, d.q / d.t, d.te, LayerLabel(l, "attn.proj.wgrad"),
+                             LayerLabel(l, "attn.proj.weight"));
+  em.Free(g);
+  if (dproj != dy) em.Free(dproj);
+  em.Flops(4.0 * d.T * d.q / d.t * d.h);
+  // Core attention; with selective recompute its forward is re-run first
+  // (transformer_layer.py / attention.py _checkpointed_attention_forward).
+  TensorId dqkv;
+  if (ctx.selective.core_attn) {
+    em.SetPrefix("recompute.");
+    const CoreAttn rec = CoreForward(ctx, l, true);
+    em.SetPrefix("");
+    dqkv = CoreBackward(ctx, l, rec, dcore, a.core.out);
+  } else {
+    dqkv = CoreBackward(ctx, l, a.core, dcore, 0);
+  }
+  FreeIds(em, {a.qkv, a.q_norm_out, a.k_norm_out, a.q_norm_stats, a.k_norm_stats});
+  // QKV (re-gather the norm output with SP), then the input norm and the residual sum.
+  em.Begin("attn.ln_qkv_bwd", l);
+  g = ctx.k.SpGather(full, LayerLabel(l, "attn.qkv_input_gather"), false);
+  const TensorId dln1out = ctx.k.ColumnParallelInputGrad(LayerLabel(l, "attn.d_ln1_out"));
+  if (ctx.model.add_bias_linear || ctx.model.add_qkv_bias) {
+    ctx.k.SmallWeightGrad((d.q + 2 * d.kv) / d.t, LayerLabel(l, "attn.qkv.bias_grad"),
+                          LayerLabel(l, "attn.qkv.bias"));
+  }
+  ctx.k.WeightGradToAutograd((d.q + 2 * d.kv) / d.t, d.h, d.te, LayerLabel(l, "attn.qkv.wgrad"),
+                             LayerLabel(l, "attn.qkv.weight"));
+  FreeIds(em, {g, dqkv, a.ln1.out});
+  em.Flops(4.0 * d.T * d.h * (d.q + 2 * d.kv) / d.t);
+  return NormAndResidualBackward(ctx, l, kNames, a.ln1, dln1out, x, free_x, dy, free_dy);
+}
+
+}  // namespace memsim::workload

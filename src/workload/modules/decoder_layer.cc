@@ -1,0 +1,57 @@
+#include "workload/modules/decoder_layer.h"
+
+#include "core/check.h"
+#include "workload/modules/attention.h"
+#include "workload/modules/mlp.h"
+
+namespace memsim::workload {
+
+DecoderLayer::DecoderLayer(std::vector<std::unique_ptr<LayerModule>> modules)
+    : modules_(std::move(modules)) {
+  MEMSIM_CHECK(!modules_.empty());
+}
+
+DecoderLayer DecoderLayer::Dense() {
+  std::vector<std::unique_ptr<LayerModule>> modules;
+  modules.push_back(std::make_unique<AttentionModule>());
+  modules.push_back(std::make_unique<MlpModule>());
+  return DecoderLayer(std::move(modules));
+}
+
+void DecoderLayer::AppendParams(const config::ModelConfig& model, const ModelDims& d, int chunk,
+                                int layer, std::vector<ParamTensor>* out) const {
+  for (const auto& m : modules_) m->AppendParams(model, d, chunk, layer, out);
+}
+
+TensorId DecoderLayer::Forward(ModuleContext& ctx, int layer, TensorId x, bool nograd,
+                               bool free_input, Saved* saved) {
+  const std::size_t n = modules_.size();
+  saved->inputs.assign(n, 0);
+  saved->modules.clear();
+  saved->modules.resize(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    // Inside a checkpoint every module drops its input after use, except the layer input of
+    // the checkpoint's first layer, which the checkpoint keeps.
+    const ForwardMode mode{nograd, nograd && (k > 0 || free_input)};
+    saved->inputs[k] = x;
+    x = modules_[k]->Forward(ctx, layer, x, mode, &saved->modules[k]);
+  }
+  return x;
+}
+
+TensorId DecoderLayer::Backward(ModuleContext& ctx, int layer, Saved& saved, TensorId x,
+                                bool free_x, TensorId dy, bool free_dy) {
+  const std::size_t n = modules_.size();
+  MEMSIM_CHECK(saved.modules.size() == n && saved.inputs.size() == n && saved.inputs[0] == x);
+  for (std::size_t k = n; k-- > 0;) {
+    MEMSIM_CHECK(saved.modules[k] != nullptr);
+    // Inputs of later modules are the layer's own; the gradient coming in from above belongs
+    // to the caller only for the last module.
+    dy = modules_[k]->Backward(ctx, layer, *saved.modules[k], saved.inputs[k], k > 0 || free_x, dy,
+                               k + 1 < n || free_dy);
+  }
+  saved.modules.clear();
+  return dy;
+}
+
+}  // namespace memsim::workload

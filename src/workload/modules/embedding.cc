@@ -1,0 +1,123 @@
+#include "workload/modules/embedding.h"
+
+namespace memsim::workload {
+
+bool LearnedPositions(const config::ModelConfig& model) {
+  return model.position_embedding_type == config::PositionEmbedding::kLearnedAbsolute;
+}
+
+Batch GetBatch(ModuleContext& ctx, bool first_stage, bool last_stage) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  Batch b;
+  em.Begin("data.get_batch");
+  double bytes = 0;
+  if (first_stage) {
+    b.tokens = em.Alloc(8 * d.T, Category::kActivations, "data.tokens");
+    b.position_ids = em.Alloc(8 * d.T, Category::kActivations, "data.position_ids");
+    bytes += 16.0 * d.T;
+  }
+  if (last_stage) {
+    b.labels = em.Alloc(8 * d.T, Category::kActivations, "data.labels");
+    b.loss_mask = em.Alloc(4 * d.T, Category::kActivations, "data.loss_mask");
+    bytes += 12.0 * d.T;
+  }
+  em.Collective("tp", d.t, bytes, Coll::kGather);
+  return b;
+}
+
+void Embedding::AppendParams(const config::ModelConfig& model, const ModelDims& d, int chunk,
+                             std::vector<ParamTensor>* out) {
+  out->push_back(
+      MakeParam("embedding.word_embeddings.weight", d.V / d.t * d.h, d.h, chunk, -1, false, false));
+  out->back().shared_embedding = d.tied && d.p > 1;
+  if (LearnedPositions(model)) {
+    out->push_back(MakeParam("embedding.position_embeddings.weight", d.max_positions * d.h, d.h,
+                             chunk, -1, false, false));
+  }
+}
+
+TensorId Embedding::Forward(ModuleContext& ctx, const Batch& batch, EmbeddingSaved* saved) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  const Bytes full = d.act_bytes * d.T * d.h;
+  em.Begin("embedding.lookup");
+  if (d.t > 1) {
+    const TensorId mask = em.Alloc(d.T, Category::kTemporaries, "embedding.input_mask");
+    saved->indices = em.Alloc(8 * d.T, Category::kActivations, "embedding.masked_input");
+    em.Free(mask);
+  } else {
+    saved->indices = batch.tokens;  // F.embedding saves the indices themselves
+  }
+  TensorId x = em.Alloc(full, Category::kTemporaries, "embedding.word_out");
+  if (!d.sp) em.Collective("tp", d.t, static_cast<double>(full), Coll::kAllReduce);
+  if (LearnedPositions(ctx.model)) {
+    em.Begin("embedding.position");
+    const TensorId pos = em.Alloc(full, Category::kTemporaries, "embedding.position_out");
+    const TensorId sum = em.Alloc(full, Category::kTemporaries, "embedding.sum");
+    em.Free(x);
+    em.Free(pos);
+    x = sum;
+  }
+  const bool last_is_transpose = !d.sp && !d.hidden_dropout;
+  em.Begin("embedding.transpose");  // [b, s, h] -> [s, b, h] .contiguous()
+  TensorId y = em.Alloc(full, last_is_transpose ? Category::kActivations : Category::kTemporaries,
+                        last_is_transpose ? "embedding.out" : "embedding.transposed");
+  em.Free(x);
+  x = y;
+  if (d.sp) {
+    em.Begin("embedding.scatter");
+    y = em.Alloc(full / d.t, d.hidden_dropout ? Category::kTemporaries : Category::kActivations,
+                 d.hidden_dropout ? "embedding.scattered" : "embedding.out");
+    em.Collective("tp", d.t, static_cast<double>(full), Coll::kGather);
+    em.Free(x);
+    x = y;
+  }
+  if (d.hidden_dropout) {
+    em.Begin("embedding.dropout");
+    saved->dropout_mask =
+        em.Alloc(d.T * d.h / d.sigma, Category::kActivations, "embedding.dropout_mask");
+    y = em.Alloc(full / d.sigma, Category::kActivations, "embedding.out");
+    em.Free(x);
+    x = y;
+  }
+  return x;
+}
+
+void Embedding::Backward(ModuleContext& ctx, const Batch& batch, const EmbeddingSaved& saved,
+                         TensorId dx) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  const Bytes full = d.act_bytes * d.T * d.h;
+  if (d.hidden_dropout) {
+    em.Begin("embedding.dropout_bwd");
+    const TensorId g = em.Alloc(full / d.sigma, Category::kTemporaries, "embedding.d_dropout");
+    em.Free(saved.dropout_mask);
+    em.Free(dx);
+    dx = g;
+  }
+  if (d.sp) {
+    em.Begin("embedding.scatter_bwd");
+    const TensorId g = em.Alloc(full, Category::kTemporaries, "embedding.d_gathered");
+    em.Collective("tp", d.t, static_cast<double>(full), Coll::kGather);
+    em.Free(dx);
+    dx = g;
+  }
+  if (LearnedPositions(ctx.model)) {
+    em.Begin("embedding.position_bwd");
+    ctx.k.SmallWeightGrad(d.max_positions * d.h, "embedding.position_embeddings.grad",
+                          "embedding.position_embeddings.weight");
+    em.Free(batch.position_ids);
+  }
+  // embedding_dense_backward: a dense [V/t, h] grad in the weight dtype plus int64 sort
+  // buffers (aten/src/ATen/native/cuda/Embedding.cu), then handed to autograd.
+  em.Begin("embedding.wgrad");
+  const TensorId sort = em.Alloc(24 * d.T, Category::kTemporaries, "embedding.sort_buffers");
+  ctx.k.SmallWeightGrad(d.V / d.t * d.h, "embedding.word_embeddings.grad",
+                        "embedding.word_embeddings.weight");
+  em.Free(sort);
+  em.Free(dx);
+  em.Free(saved.indices);
+}
+
+}  // namespace memsim::workload

@@ -1,0 +1,131 @@
+#include "workload/modules/mlp.h"
+
+#include "workload/modules/residual.h"
+
+namespace memsim::workload {
+namespace {
+
+constexpr ResidualNames kNames = {
+    "mlp", "ln2", "fc2", "mlp.residual", "attn.residual_bwd", "attn.d_residual"};
+
+struct MlpSaved final : ModuleSaved {
+  NormSaved ln2;
+  TensorId fc1_out = 0, act_out = 0, bda_mask = 0;
+};
+
+// The branch: norm + fc1, activation, fc2. nograd: each tensor freed after its last use.
+// Returns fc2's output.
+TensorId BranchForward(ModuleContext& ctx, int l, bool nograd, MlpSaved* a) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  em.Begin("mlp.ln_fc1", l);
+  a->ln2 = NormForward(ctx, l, "ln2");
+  const TensorId g =
+      ctx.k.SpGather(d.act_bytes * d.T * d.h, LayerLabel(l, "mlp.fc1_input_gather"), false);
+  a->fc1_out = em.Alloc(d.act_bytes * d.T * d.gamma * d.ffn / d.t, Category::kActivations,
+                        LayerLabel(l, "mlp.fc1_out"));
+  em.Free(g);
+  em.Flops(2.0 * d.T * d.h * d.gamma * d.ffn / d.t);
+  if (nograd) FreeNorm(ctx, a->ln2);
+  // Activation (GeLU / SwiGLU): a new output, the input kept.
+  em.Begin("mlp.act", l);
+  a->act_out = em.Alloc(d.act_bytes * d.T * d.ffn / d.t, Category::kActivations,
+                        LayerLabel(l, "mlp.act_out"));
+  if (nograd) em.Free(a->fc1_out);
+  em.Begin("mlp.fc2", l);
+  const TensorId fc2 =
+      ctx.k.RowParallelOutput(d.act_bytes * d.T * d.h, LayerLabel(l, "mlp.fc2_out"));
+  em.Flops(2.0 * d.T * d.ffn / d.t * d.h);
+  if (nograd) em.Free(a->act_out);
+  return fc2;
+}
+
+}  // namespace
+
+void MlpModule::AppendParams(const config::ModelConfig& model, const ModelDims& d, int chunk,
+                             int layer, std::vector<ParamTensor>* out) const {
+  auto add = [&](const char* name, std::int64_t numel, bool one_dim, bool sp_replicated,
+                 std::int64_t row_numel) {
+    out->push_back(
+        MakeParam(LayerLabel(layer, name), numel, row_numel, chunk, layer, one_dim, sp_replicated));
+  };
+  const bool bias = model.add_bias_linear;
+  add("ln2.weight", d.h, true, true, 1);
+  if (d.layernorm) add("ln2.bias", d.h, true, true, 1);
+  add("mlp.fc1.weight", d.gamma * d.ffn / d.t * d.h, false, false, d.h);
+  if (bias) add("mlp.fc1.bias", d.gamma * d.ffn / d.t, true, false, 1);
+  add("mlp.fc2.weight", d.h * (d.ffn / d.t), false, false, d.ffn / d.t);
+  if (bias) add("mlp.fc2.bias", d.h, true, true, 1);
+}
+
+TensorId MlpModule::Forward(ModuleContext& ctx, int l, TensorId x, const ForwardMode& mode,
+                            std::unique_ptr<ModuleSaved>* saved) {
+  MlpSaved a;
+  // Selective recompute of "mlp": the branch runs under tensor_parallel.checkpoint (no_grad),
+  // keeping only its input, which the residual keeps anyway.
+  const TensorId fc2 = BranchForward(ctx, l, mode.nograd || ctx.selective.mlp, &a);
+  if (!mode.nograd && !ctx.selective.mlp && ctx.selective.layernorm) {
+    DiscardNormOutput(ctx, &a.ln2);
+  }
+  const TensorId out = BiasDropoutAdd(ctx, l, kNames, x, fc2, mode, &a.bda_mask);
+  if (!mode.nograd) *saved = std::make_unique<MlpSaved>(a);
+  return out;
+}
+
+TensorId MlpModule::Backward(ModuleContext& ctx, int l, ModuleSaved& saved, TensorId x, bool free_x,
+                             TensorId dy, bool free_dy) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  MlpSaved a = static_cast<const MlpSaved&>(saved);
+  const Bytes full = d.act_bytes * d.T * d.h;
+  const bool bias = ctx.model.add_bias_linear;
+  const TensorId dfc2 = BiasDropoutAddBackward(ctx, l, kNames, dy, a.bda_mask);
+  // CheckpointFunction.backward (tensor_parallel/random.py): the branch re-run with grad; its
+  // output stays referenced until the region's backward (the norm's included) returns.
+  TensorId recomputed_out = 0;
+  if (ctx.selective.mlp) {
+    ctx.em.SetPrefix("recompute.");
+    recomputed_out = BranchForward(ctx, l, false, &a);
+    ctx.em.SetPrefix("");
+  } else if (ctx.selective.layernorm) {
+    RecomputeNormOutput(ctx, l, "ln2", &a.ln2);
+  }
+  // fc2: gather dY (SP), dgrad, wgrad.
+  em.Begin("mlp.fc2_bwd", l);
+  ctx.k.GemmWorkspace(false);
+  TensorId g = ctx.k.SpGather(full, LayerLabel(l, "mlp.d_fc2_gather"), false);
+  const TensorId dact = em.Alloc(d.act_bytes * d.T * d.ffn / d.t, Category::kTemporaries,
+                                 LayerLabel(l, "mlp.d_act_out"));
+  if (bias) {
+    ctx.k.SmallWeightGrad(d.h, LayerLabel(l, "mlp.fc2.bias_grad"), LayerLabel(l, "mlp.fc2.bias"));
+  }
+  ctx.k.WeightGradToAutograd(d.h, d.ffn / d.t, d.te, LayerLabel(l, "mlp.fc2.wgrad"),
+                             LayerLabel(l, "mlp.fc2.weight"));
+  em.Free(g);
+  em.Free(a.act_out);
+  if (dfc2 != dy) em.Free(dfc2);
+  em.Flops(4.0 * d.T * d.ffn / d.t * d.h);
+  em.Begin("mlp.act_bwd", l);
+  const TensorId dfc1 = em.Alloc(d.act_bytes * d.T * d.gamma * d.ffn / d.t, Category::kTemporaries,
+                                 LayerLabel(l, "mlp.d_fc1_out"));
+  em.Free(a.fc1_out);
+  em.Free(dact);
+  // fc1 (re-gather the norm output with SP), then the norm and the residual sum.
+  em.Begin("mlp.ln_fc1_bwd", l);
+  g = ctx.k.SpGather(full, LayerLabel(l, "mlp.fc1_input_gather"), false);
+  const TensorId dln2out = ctx.k.ColumnParallelInputGrad(LayerLabel(l, "mlp.d_ln2_out"));
+  if (bias) {
+    ctx.k.SmallWeightGrad(d.gamma * d.ffn / d.t, LayerLabel(l, "mlp.fc1.bias_grad"),
+                          LayerLabel(l, "mlp.fc1.bias"));
+  }
+  ctx.k.WeightGradToAutograd(d.gamma * d.ffn / d.t, d.h, d.te, LayerLabel(l, "mlp.fc1.wgrad"),
+                             LayerLabel(l, "mlp.fc1.weight"));
+  em.Free(g);
+  em.Free(dfc1);
+  em.Free(a.ln2.out);
+  em.Flops(4.0 * d.T * d.h * d.gamma * d.ffn / d.t);
+  return NormAndResidualBackward(ctx, l, kNames, a.ln2, dln2out, x, free_x, dy, free_dy,
+                                 recomputed_out);
+}
+
+}  // namespace memsim::workload

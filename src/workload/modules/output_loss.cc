@@ -1,0 +1,103 @@
+#include "workload/modules/output_loss.h"
+
+namespace memsim::workload {
+
+void OutputAndLoss::AppendParams(const ModelDims& d, int chunk, bool has_embedding,
+                                 std::vector<ParamTensor>* out) {
+  out->push_back(MakeParam("final_norm.weight", d.h, 1, chunk, -1, true, true));
+  if (d.layernorm) out->push_back(MakeParam("final_norm.bias", d.h, 1, chunk, -1, true, true));
+  // Tied on one stage: the output layer reuses the embedding (no tensor). Tied with p > 1: the
+  // last stage owns its own copy (gpt_model.py, skip_weight_param_allocation).
+  if (!d.tied || !has_embedding) {
+    out->push_back(MakeParam("output_layer.weight", d.V / d.t * d.h, d.h, chunk, -1, false, false));
+    out->back().shared_embedding = d.tied && d.p > 1;
+  }
+}
+
+std::string OutputAndLoss::OutputWeight(const ModelDims& d, bool has_embedding) {
+  return d.tied && has_embedding ? "embedding.word_embeddings.weight" : "output_layer.weight";
+}
+
+TensorId OutputAndLoss::Forward(ModuleContext& ctx, TensorId x, HeadSaved* u) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  const std::int64_t vocab = d.V / d.t;
+  u->last_output = x;
+  em.Begin("final_norm");
+  if (d.layernorm) {
+    u->final_mean = em.Alloc(4 * d.T / d.sigma, Category::kActivations, "final_norm.mean");
+  }
+  u->final_rstd = em.Alloc(4 * d.T / d.sigma, Category::kActivations, "final_norm.rstd");
+  u->final_out =
+      em.Alloc(d.act_bytes * d.T * d.h / d.sigma, Category::kActivations, "final_norm.out");
+  em.Begin("output_layer");  // Megatron ColumnParallelLinear: torch GEMM, "mpu" buffer with SP
+  ctx.k.GemmWorkspace(/*torch_gemm=*/true);
+  ctx.k.SpGather(d.act_bytes * d.T * d.h, "output_layer.input_gather", /*torch_linear=*/true);
+  const TensorId logits =
+      em.Alloc(d.act_bytes * d.T * vocab, Category::kTemporaries, "output_layer.logits");
+  em.Flops(2.0 * d.T * d.h * vocab);
+  em.Begin("cross_entropy");
+  // `.float()` makes the fp32 copy that becomes the saved softmax (a no-op in fp32).
+  u->logits_fp32 = d.act_bytes != 4
+                       ? em.Alloc(4 * d.T * vocab, Category::kActivations, "loss.logits_fp32")
+                       : logits;
+  const TensorId mx = em.Alloc(4 * d.T, Category::kTemporaries, "loss.logits_max");
+  u->target_mask = em.Alloc(d.T, Category::kActivations, "loss.target_mask");
+  u->masked_target = em.Alloc(8 * d.T, Category::kActivations, "loss.masked_target");
+  const TensorId arange = em.Alloc(8 * d.T, Category::kTemporaries, "loss.arange");
+  const TensorId pred = em.Alloc(4 * d.T, Category::kTemporaries, "loss.predicted_logits");
+  const TensorId sum = em.Alloc(4 * d.T, Category::kTemporaries, "loss.sum_exp_logits");
+  const TensorId per_token = em.Alloc(4 * d.T, Category::kTemporaries, "loss.per_token");
+  em.Collective("tp", d.t, 12.0 * d.T, Coll::kAllReduce);
+  for (TensorId id : {mx, arange, pred, sum}) em.Free(id);
+  if (d.act_bytes != 4) em.Free(logits);  // 16-bit logits dropped when GPTModel.forward returns
+  // loss_func: sum(losses * loss_mask) (MulBackward keeps loss_mask), [2] reporting copy.
+  em.Begin("loss_func");
+  const TensorId prod = em.Alloc(4 * d.T, Category::kTemporaries, "loss.masked");
+  u->loss = em.Alloc(8, Category::kActivations, "loss.output");
+  const TensorId report = em.Alloc(8, Category::kOther, "loss.report");
+  em.Free(prod);
+  em.Free(per_token);
+  return report;
+}
+
+TensorId OutputAndLoss::Backward(ModuleContext& ctx, const Batch& batch, const HeadSaved& u,
+                                 const std::string& output_weight) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  const std::int64_t vocab = d.V / d.t;
+  em.Begin("loss_bwd");
+  const TensorId g = em.Alloc(4 * d.T, Category::kTemporaries, "loss.d_per_token");
+  em.Free(u.loss);
+  em.Free(batch.loss_mask);
+  // _VocabParallelCrossEntropy.backward: the gradient in place in the saved softmax.
+  em.Begin("cross_entropy_bwd");
+  const TensorId arange = em.Alloc(8 * d.T, Category::kTemporaries, "loss.arange");
+  const TensorId upd = em.Alloc(4 * d.T, Category::kTemporaries, "loss.softmax_update");
+  for (TensorId id : {arange, upd, g, u.target_mask, u.masked_target}) em.Free(id);
+  TensorId dlogits = u.logits_fp32;
+  if (d.act_bytes != 4) {
+    em.Begin("logits_float_bwd");  // ToCopyBackward: 16-bit grad, fp32 buffer released
+    dlogits = em.Alloc(d.act_bytes * d.T * vocab, Category::kTemporaries, "output_layer.d_logits");
+    em.Free(u.logits_fp32);
+  }
+  em.Begin("output_layer_bwd");
+  ctx.k.GemmWorkspace(/*torch_gemm=*/true);
+  ctx.k.SpGather(d.act_bytes * d.T * d.h, "output_layer.input_gather", true);
+  // LinearWithGradAccumulationAndAsyncCommunication.backward (tensor_parallel/layers.py) hands
+  // autograd a [V/t, h] weight grad.
+  ctx.k.WeightGradToAutograd(vocab, d.h, /*te_layer=*/false, "output_layer.wgrad", output_weight);
+  const TensorId din = ctx.k.ColumnParallelInputGrad("output_layer.d_input");
+  em.Free(dlogits);
+  em.Free(u.final_out);
+  em.Flops(4.0 * d.T * d.h * vocab);
+  em.Begin("final_norm_bwd");
+  const TensorId dx =
+      em.Alloc(d.act_bytes * d.T * d.h / d.sigma, Category::kTemporaries, "final_norm.d_input");
+  ctx.k.SmallWeightGrad(d.h, "final_norm.weight_grad", "final_norm.weight");
+  if (d.layernorm) ctx.k.SmallWeightGrad(d.h, "final_norm.bias_grad", "final_norm.bias");
+  for (TensorId id : {din, u.final_mean, u.final_rstd, u.last_output}) em.Free(id);
+  return dx;
+}
+
+}  // namespace memsim::workload

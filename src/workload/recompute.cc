@@ -1,0 +1,36 @@
+#include "workload/recompute.h"
+
+#include <algorithm>
+
+namespace memsim::workload {
+
+std::vector<LayerRun> RecomputeRuns(const config::TrainingConfig& tc, int layers_per_chunk) {
+  std::vector<LayerRun> runs;
+  const int n = std::max(1, tc.recompute_num_layers);
+  const int lc = layers_per_chunk;
+  if (tc.recompute_granularity != config::RecomputeGranularity::kFull) {
+    runs.push_back({0, lc - 1, false});
+    return runs;
+  }
+  if (tc.recompute_method == config::RecomputeMethod::kUniform) {
+    for (int i = 0; i < lc; i += n) runs.push_back({i, std::min(i + n, lc) - 1, true});
+  } else {
+    const int k = std::min(n, lc);
+    for (int i = 0; i < k; ++i) runs.push_back({i, i, true});
+    if (k < lc) runs.push_back({k, lc - 1, false});
+  }
+  return runs;
+}
+
+SelectiveRecompute SelectiveModules(const config::TrainingConfig& tc, bool te_fused_norms) {
+  SelectiveRecompute s;
+  if (tc.recompute_granularity != config::RecomputeGranularity::kSelective) return s;
+  for (const std::string& m : tc.recompute_modules) {
+    if (m == "core_attn") s.core_attn = true;
+    if (m == "mlp") s.mlp = true;
+    if (m == "layernorm") s.layernorm = !te_fused_norms;
+  }
+  return s;
+}
+
+}  // namespace memsim::workload

@@ -1,0 +1,145 @@
+#include "workload/stage_runner.h"
+
+#include "core/check.h"
+
+namespace memsim::workload {
+
+StageRunner::StageRunner(ModuleContext& ctx, const config::TrainingConfig& tc, int rank,
+                         DecoderLayer& layer, DataParallel& dp, PipelineExchange& exchange)
+    : ctx_(ctx),
+      d_(ctx.d),
+      rank_(rank),
+      layer_(layer),
+      dp_(dp),
+      exchange_(exchange),
+      runs_(RecomputeRuns(tc, ctx.d.Lc)) {}
+
+int StageRunner::GlobalLayer(int chunk, int i) const {
+  return chunk * d_.p * d_.Lc + rank_ * d_.Lc + i;
+}
+bool StageRunner::Pre(int chunk) const { return rank_ == 0 && chunk == 0; }
+bool StageRunner::Post(int chunk) const { return rank_ == d_.p - 1 && chunk == d_.v - 1; }
+
+std::vector<TensorId> StageRunner::TakeReportLosses() {
+  std::vector<TensorId> out;
+  out.swap(report_losses_);
+  return out;
+}
+
+TensorId StageRunner::LayersForward(Unit& u, int chunk, TensorId x) {
+  for (const LayerRun& run : runs_) {
+    for (int i = run.first; i <= run.last; ++i) {
+      u.layer_inputs[i] = x;
+      if (run.checkpointed) {
+        // CheckpointFunction.forward runs under no_grad: only the run's input stays.
+        DecoderLayer::Saved discarded;
+        x = layer_.Forward(ctx_, GlobalLayer(chunk, i), x, /*nograd=*/true, i > run.first,
+                           &discarded);
+      } else {
+        x = layer_.Forward(ctx_, GlobalLayer(chunk, i), x, false, false, &u.layers[i]);
+      }
+    }
+  }
+  return x;
+}
+
+// forward_step returns: the batch tensors autograd did not save are dropped.
+void StageRunner::DropBatch(Unit& u) {
+  Emitter& em = ctx_.em;
+  const bool positions_saved = LearnedPositions(ctx_.model);
+  if (u.batch.tokens != u.embedding.indices) em.Free(u.batch.tokens);
+  if (!positions_saved) em.Free(u.batch.position_ids);
+  em.Free(u.batch.labels);
+  u.batch.tokens = u.batch.labels = 0;
+  if (!positions_saved) u.batch.position_ids = 0;
+}
+
+void StageRunner::Forward(int mb, int chunk, const ScheduleStep* next) {
+  Unit& u = units_[{mb, chunk}];
+  u = Unit{};
+  u.layer_inputs.assign(d_.Lc, 0);
+  u.layers.resize(d_.Lc);
+  const bool pre = Pre(chunk), post = Post(chunk);
+  TensorId x;
+  if (pre) {
+    u.batch = GetBatch(ctx_, pre, post);
+    x = Embedding::Forward(ctx_, u.batch, &u.embedding);
+  } else {
+    // p2p_communication.py _communicate: torch.empty((s/σ, b, h), requires_grad=True), kept
+    // in input_tensors until this unit's backward.
+    x = exchange_.ReceiveForward(chunk);
+    u.input_external = true;
+    // forward_step: set_input_tensor, then the forward step function's get_batch.
+    if (post) u.batch = GetBatch(ctx_, pre, post);
+  }
+  u.stage_input = x;
+  x = LayersForward(u, chunk, x);
+  if (post) report_losses_.push_back(OutputAndLoss::Forward(ctx_, x, &u.head));
+  DropBatch(u);
+  if (!post) exchange_.SendForward(x, next != nullptr && !next->forward && !Post(next->chunk));
+}
+
+TensorId StageRunner::LayersBackward(Unit& u, int chunk, TensorId dy, bool dy_external) {
+  Emitter& em = ctx_.em;
+  for (auto run = runs_.rbegin(); run != runs_.rend(); ++run) {
+    TensorId recomputed_out = 0;
+    if (run->checkpointed) {
+      // CheckpointFunction.backward: re-run the run's forward with grad, then its backward.
+      em.SetPrefix("recompute.");
+      TensorId x = u.layer_inputs[run->first];
+      for (int i = run->first; i <= run->last; ++i) {
+        u.layer_inputs[i] = x;
+        x = layer_.Forward(ctx_, GlobalLayer(chunk, i), x, false, false, &u.layers[i]);
+      }
+      em.SetPrefix("");
+      recomputed_out = x;  // held by the checkpoint until its backward ends
+    }
+    for (int i = run->last; i >= run->first; --i) {
+      const bool free_x = !(i == 0 && u.input_external);
+      const bool free_dy = !(i == d_.Lc - 1 && dy_external);
+      const int l = GlobalLayer(chunk, i);
+      dp_.BeforeBackward(em, GradSite::kLayer, l);
+      dy = layer_.Backward(ctx_, l, u.layers[i], u.layer_inputs[i], free_x, dy, free_dy);
+      dp_.AfterBackward(em, GradSite::kLayer, l);
+    }
+    em.Free(recomputed_out);
+  }
+  return dy;
+}
+
+void StageRunner::Backward(int mb, int chunk, const ScheduleStep* next) {
+  auto it = units_.find({mb, chunk});
+  MEMSIM_CHECK(it != units_.end());
+  Unit& u = it->second;
+  Emitter& em = ctx_.em;
+  const bool pre = Pre(chunk), post = Post(chunk);
+  ctx_.k.SetAutogradThread(true);  // backward_step's autograd run, recompute included
+  TensorId dy;
+  if (post) {
+    dp_.BeforeBackward(em, GradSite::kHead, -1);
+    dy = OutputAndLoss::Backward(ctx_, u.batch, u.head,
+                                 OutputAndLoss::OutputWeight(d_, /*has_embedding=*/d_.p == 1));
+    dp_.AfterBackward(em, GradSite::kHead, -1);
+  } else {
+    dy = exchange_.ReceiveBackward();
+  }
+  const TensorId recv_grad = post ? 0 : dy;
+  dy = LayersBackward(u, chunk, dy, !post);
+  if (pre) {
+    dp_.BeforeBackward(em, GradSite::kEmbedding, -1);
+    Embedding::Backward(ctx_, u.batch, u.embedding, dy);
+    dp_.AfterBackward(em, GradSite::kEmbedding, -1);
+  }
+  dp_.EndOfBackward(em);
+  ctx_.k.SetAutogradThread(false);
+  exchange_.AfterBackwardStep(recv_grad);  // backward_step returned
+  if (!pre) {
+    // The input grad goes to the previous stage; with a forward next, its input is received
+    // in the same exchange, then the backwarded input is dropped.
+    exchange_.SendBackward(chunk, u.stage_input, dy,
+                           next != nullptr && next->forward && !Pre(next->chunk));
+  }
+  units_.erase(it);
+}
+
+}  // namespace memsim::workload

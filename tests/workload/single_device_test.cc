@@ -1,0 +1,120 @@
+// The plain-PyTorch stack on one device (framework "pytorch", single_device.cc,
+// training_loop.cc PyTorchLoop): gradients are created by autograd in the first backward of an
+// iteration (AccumulateGrad adopts the first gradient, later micro-batches add into it);
+// optimizer.zero_grad(set_to_none=True) frees them at the start of the next iteration, while
+// set_to_none=False keeps them; torch.optim creates Adam's state inside the first step, in the
+// parameters' dtype.
+#include <catch2/catch.hpp>
+#include <map>
+
+#include "workload/build.h"
+#include "workload/test_setups.h"
+
+namespace memsim::workload {
+namespace {
+
+// h 64, ffn 128 (gated), 4 heads, 4 KV heads, 2 layers, vocab 256, untied, no biases; two
+// micro-batches per iteration, three iterations; fp32 weights under bf16 autocast.
+config::Setup TinyPyTorch(bool set_to_none) {
+  config::Setup s = testing::Llama2_7b();
+  s.model.hidden_size = 64;
+  s.model.intermediate_size = 128;
+  s.model.num_attention_heads = 4;
+  s.model.num_key_value_heads = 4;
+  s.model.num_hidden_layers = 2;
+  s.model.vocab_size = 256;
+  s.training.framework = "pytorch";
+  s.training.seq_length = 32;
+  s.training.global_batch_size = 2;  // two micro-batches of 1 (gradient accumulation)
+  s.training.train_iters = 3;
+  s.training.precision = config::Precision::kBf16;
+  s.training.torch_dtype = config::Precision::kFp32;
+  s.training.zero_grad_set_to_none = set_to_none;
+  s.training.gradient_accumulation_fusion = false;
+  s.training.optimizer_impl = config::OptimizerImpl::kForeach;
+  return s;
+}
+
+// Parameters P: embedding 256·64 = 16384; per layer ln1 64 + qkv (64 + 2·64)·64 = 12288 +
+// proj 64·64 = 4096 + ln2 64 + fc1 2·128·64 = 16384 + fc2 64·128 = 8192 = 41088, two layers
+// 82176; final norm 64; output layer 16384. P = 115008.
+constexpr Bytes kParams = 16384 + 2 * 41088 + 64 + 16384;
+
+// Bytes of `cat` alive after the last op of (iteration, phase, micro-batch) that matches, and
+// how many bytes of `cat` were allocated by ops of that iteration and phase.
+struct Gauge {
+  Bytes alive_after = 0;
+  Bytes allocated = 0;
+};
+Gauge Measure(const Program& p, Category cat, int iteration, Phase phase, int mb) {
+  std::map<TensorId, Bytes> alive;
+  Gauge g;
+  for (const Op& op : p.ops) {
+    const bool match = op.iteration == iteration && op.phase == phase && op.micro_batch == mb;
+    for (const TensorAlloc& a : op.allocs) {
+      if (a.category != cat) continue;
+      alive[a.id] = a.size_bytes;
+      if (match) g.allocated += a.size_bytes;
+    }
+    for (TensorId id : op.frees) alive.erase(id);
+    if (match) {
+      g.alive_after = 0;
+      for (const auto& [id, bytes] : alive) g.alive_after += bytes;
+    }
+  }
+  return g;
+}
+
+TEST_CASE("plain PyTorch, zero_grad(set_to_none=True): gradients made in each first backward",
+          "[workload][pytorch]") {
+  const Program p = Build(TinyPyTorch(true), 0);
+  // After micro-batch 0's backward every parameter has its fp32 .grad: 4 bytes × P. The
+  // bf16 GEMM gradients and their fp32 casts of micro-batch 1 are added in place and freed.
+  for (int k = 1; k <= 3; ++k) {
+    CHECK(Measure(p, Category::kGradients, k, Phase::kBackward, 0).alive_after == 4 * kParams);
+    CHECK(Measure(p, Category::kGradients, k, Phase::kBackward, 1).alive_after == 4 * kParams);
+  }
+  // zero_grad at the start of iterations 2 and 3 frees them all: the forward of micro-batch 0
+  // runs without gradients.
+  CHECK(Measure(p, Category::kGradients, 2, Phase::kForward, 0).alive_after == 0);
+  CHECK(Measure(p, Category::kGradients, 3, Phase::kForward, 0).alive_after == 0);
+  // Adam (foreach) state: exp_avg and exp_avg_sq in fp32, 8 × P, made in iteration 1's step
+  // only.
+  CHECK(Measure(p, Category::kOptimizerStates, 1, Phase::kOptimizerStep, -1).allocated ==
+        8 * kParams);
+  CHECK(Measure(p, Category::kOptimizerStates, 2, Phase::kOptimizerStep, -1).allocated == 0);
+  CHECK(Measure(p, Category::kOptimizerStates, 3, Phase::kOptimizerStep, -1).alive_after ==
+        8 * kParams);
+  // No main parameters and no wrapper buffers: parameters stay P fp32 tensors.
+  CHECK(Measure(p, Category::kMainParameters, 3, Phase::kOptimizerStep, -1).alive_after == 0);
+  CHECK(Measure(p, Category::kParameters, 3, Phase::kOptimizerStep, -1).alive_after == 4 * kParams);
+}
+
+TEST_CASE("plain PyTorch, zero_grad(set_to_none=False): gradients kept across iterations",
+          "[workload][pytorch]") {
+  const Program p = Build(TinyPyTorch(false), 0);
+  // Made once, in iteration 1's first backward; zeroed in place afterwards.
+  CHECK(Measure(p, Category::kGradients, 1, Phase::kBackward, 0).alive_after == 4 * kParams);
+  CHECK(Measure(p, Category::kGradients, 2, Phase::kForward, 0).alive_after == 4 * kParams);
+  CHECK(Measure(p, Category::kGradients, 3, Phase::kBackward, 1).alive_after == 4 * kParams);
+  CHECK(Measure(p, Category::kOptimizerStates, 2, Phase::kOptimizerStep, -1).allocated == 0);
+}
+
+TEST_CASE("plain PyTorch with bf16 weights: bf16 grads and bf16 Adam state",
+          "[workload][pytorch]") {
+  config::Setup s = TinyPyTorch(true);
+  s.training.torch_dtype = config::Precision::kBf16;
+  const Program p = Build(s, 0);
+  // 2 bytes per element everywhere: .grad 2 × P, state 2 × 2 × P.
+  CHECK(Measure(p, Category::kGradients, 1, Phase::kBackward, 0).alive_after == 2 * kParams);
+  CHECK(Measure(p, Category::kOptimizerStates, 1, Phase::kOptimizerStep, -1).allocated ==
+        4 * kParams);
+  const StaticSizes st = ComputeStaticSizes(s, 0);
+  CHECK(st.parameter_bytes == 2 * kParams);
+  CHECK(st.gradient_bytes == 2 * kParams);
+  CHECK(st.main_param_bytes == 0);
+  CHECK(st.optimizer_state_bytes == 4 * kParams);
+}
+
+}  // namespace
+}  // namespace memsim::workload
