@@ -4,9 +4,11 @@
 // every other module reads these plain structs and never sees JSON. Sizes in bytes.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "alloc/allocator.h"
@@ -50,9 +52,12 @@ struct ModelConfig {
   double attention_dropout = 0.0;
   int num_experts = 0;                // 0 or 1 = dense
   int make_vocab_size_divisible_by = 128;
-  // vocab_size rounded up to a multiple of make_vocab_size_divisible_by × TP, as Megatron's
-  // _vocab_size_with_padding (megatron/training/tokenizer/tokenizer.py). Filled by LoadSetup.
-  int padded_vocab_size = 0;
+  // The rows of the embedding and output layer, computed once by LoadSetup (config/derive.cc
+  // PaddedVocabSize) and read from here by everything else: with framework "megatron" vocab_size
+  // rounded up to a multiple of make_vocab_size_divisible_by × TP, as Megatron's
+  // _vocab_size_with_padding (megatron/training/tokenizer/tokenizer.py); with "pytorch"
+  // vocab_size itself. At most 2^27.
+  std::int64_t padded_vocab_size = 0;
   bool operator==(const ModelConfig&) const = default;
 };
 
@@ -63,6 +68,8 @@ struct ModelConfig {
 enum class FsdpSharding { kNoShard, kOptim, kOptimGrads };
 
 struct TrainingConfig {
+  // The training stack: "megatron" (Megatron-core with its DDP or Megatron-FSDP) or "pytorch"
+  // (plain PyTorch on one device, no data-parallel wrapper: all parallel sizes 1).
   std::string framework = "megatron";
   int seq_length = 0;
   int micro_batch_size = 1;
@@ -75,7 +82,17 @@ struct TrainingConfig {
   // Megatron num_layers_per_virtual_pipeline_stage; 0 = no interleaving.
   int num_layers_per_virtual_pipeline_stage = 0;
   bool sequence_parallel = false;
+  // megatron: the parameters' training dtype (Megatron --fp16 / --bf16). pytorch: the dtype of
+  // torch.autocast over the weights' own dtype (torch_dtype); kFp32 = no autocast.
   Precision precision = Precision::kBf16;
+  // pytorch only: the dtype the weights were loaded in (Hugging Face from_pretrained's
+  // torch_dtype, "float32" | "bfloat16" | "float16"). Not used with megatron.
+  Precision torch_dtype = Precision::kFp32;
+  // pytorch only: optimizer.zero_grad(set_to_none=...) at the start of each iteration; true is
+  // torch.optim.Optimizer.zero_grad's default since PyTorch 2.0 (torch/optim/optimizer.py): the
+  // gradients are freed and autograd allocates them again in the next backward. Not used with
+  // megatron.
+  bool zero_grad_set_to_none = true;
   bool accumulate_allreduce_grads_in_fp32 = false;  // forced true for bf16 (Megatron arguments.py)
   OptimizerKind optimizer = OptimizerKind::kAdam;
   OptimizerImpl optimizer_impl = OptimizerImpl::kFused;
@@ -106,13 +123,35 @@ struct TrainingConfig {
   std::vector<int> megatron_core_version;
   int train_iters = 4;
   int empty_unused_memory_level = 0;
-  // Derived by LoadSetup: global_batch_size / (micro_batch_size × data_parallel_size), the m of
-  // reference/workload.md (Megatron get_num_microbatches()).
+  // Derived by LoadSetup: global_batch_size / (micro_batch_size × data_parallel_size), the
+  // micro-batches of one iteration (Megatron get_num_microbatches(),
+  // megatron/core/num_microbatches_calculator.py); with framework "pytorch" the gradient
+  // accumulation steps.
   int num_micro_batches = 1;
   bool operator==(const TrainingConfig&) const = default;
 };
 
-// configs/devices/NAME.json (design.md "Device preset"). Every figure has a source or is
+// The data-parallel wrapper of a training config, one alternative per wrapper, so that the
+// workload picks its implementation by type rather than by flags.
+struct MegatronDdp {  // Megatron-core DistributedDataParallel
+  bool distributed_optimizer = false;  // ZeRO-1: main weights and optimizer state sharded over DP
+  bool operator==(const MegatronDdp&) const = default;
+};
+struct MegatronFsdp {  // Megatron-FSDP (--use-megatron-fsdp)
+  FsdpSharding sharding = FsdpSharding::kNoShard;
+  bool operator==(const MegatronFsdp&) const = default;
+};
+struct SingleDevice {  // framework "pytorch": no wrapper, one device
+  bool zero_grad_set_to_none = true;
+  bool operator==(const SingleDevice&) const = default;
+};
+using DataParallelWrapper = std::variant<MegatronDdp, MegatronFsdp, SingleDevice>;
+
+// The wrapper `c` describes: SingleDevice for framework "pytorch", MegatronFsdp when
+// use_megatron_fsdp, else MegatronDdp. A pure function of the loaded TrainingConfig.
+DataParallelWrapper DataParallelOf(const TrainingConfig& c);
+
+// configs/devices/NAME.json (docs/config.md "Device preset"). Every figure has a source or is
 // marked "estimate" in `sources`.
 struct DevicePreset {
   std::string name;
