@@ -177,7 +177,7 @@ Setup LoadSetupUnguarded(const std::string& config_path, const LoadOptions& opti
   internal::ApplyMegatronArchitecture(t, &located, &s.notes);
   s.model = located.model;
   s.training = internal::ReadTraining(t, &s.notes);
-  internal::Origin origin{source, located.where, s.model_path,
+  internal::Origin origin{source, located.where,
                           t.PositiveInt("num_virtual_stages_per_pipeline_rank"),
                           t.PositiveInt("gradient_accumulation_steps")};
   ReadDeviceSection(top, config, options, &s);

@@ -18,7 +18,6 @@ struct Origin {
   // ModelConfig field name -> "<file>: <JSON pointer>" of the key that set it (model file, inline
   // model or a Megatron override in the training config).
   std::map<std::string, std::string> model;
-  std::string model_path;  // Setup::model_path: "" when the model is inline
   // As written; the Setup keeps num_layers_per_virtual_pipeline_stage and num_micro_batches.
   std::optional<int> virtual_stages_per_pipeline_rank;
   std::optional<int> gradient_accumulation_steps;
