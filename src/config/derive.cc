@@ -6,6 +6,7 @@
 namespace memsim::config::internal {
 
 std::int64_t PaddedVocabSize(const ModelConfig& m, const TrainingConfig& c) {
+  if (c.framework == "pytorch") return m.vocab_size;
   const std::int64_t multiple =
       std::int64_t{m.make_vocab_size_divisible_by} * c.tensor_model_parallel_size;
   return (m.vocab_size + multiple - 1) / multiple * multiple;
@@ -13,7 +14,7 @@ std::int64_t PaddedVocabSize(const ModelConfig& m, const TrainingConfig& c) {
 
 void Derive(Setup* s, const Origin& origin) {
   TrainingConfig& c = s->training;
-  if (c.precision == Precision::kBf16 &&
+  if (c.framework == "megatron" && c.precision == Precision::kBf16 &&
       !c.accumulate_allreduce_grads_in_fp32) {
     // Megatron arguments.py (validate_args): bf16 requires gradient accumulation and
     // all-reduce in fp32, so it switches the flag on.

@@ -12,21 +12,22 @@
 namespace memsim::config::internal {
 
 // Fills, in this order:
-// - training.accumulate_allreduce_grads_in_fp32 true for bf16
+// - training.accumulate_allreduce_grads_in_fp32 true for bf16 with framework "megatron"
 //   (validate_args in megatron/training/arguments.py requires it);
 // - training.num_layers_per_virtual_pipeline_stage from num_virtual_stages_per_pipeline_rank as
 //   written; 0 (not interleaved) when it equals the layers per stage;
 // - training.num_micro_batches = global_batch_size / (micro_batch_size × data_parallel_size)
-//   (Megatron get_num_microbatches(), megatron/core/num_microbatches_calculator.py);
+//   (Megatron get_num_microbatches(), megatron/core/num_microbatches_calculator.py; with framework
+//   "pytorch" the gradient accumulation steps);
 // - training.sequence_parallel false at TP 1 (validate_args disables it with a warning);
 // - model.padded_vocab_size (PaddedVocabSize).
 // REQUIRES: CheckWritten(*s, origin) passed.
 void Derive(Setup* s, const Origin& origin);
 
-// The vocabulary rows of the embedding and output layer: vocab_size rounded up to a multiple of
-// make_vocab_size_divisible_by × TP (Megatron _vocab_size_with_padding,
-// megatron/training/tokenizer/tokenizer.py). int64: the product can pass 2^31 (rules.h bounds
-// it).
+// The vocabulary rows of the embedding and output layer. framework "megatron": vocab_size rounded
+// up to a multiple of make_vocab_size_divisible_by × TP (Megatron _vocab_size_with_padding,
+// megatron/training/tokenizer/tokenizer.py). framework "pytorch": vocab_size (a Hugging Face
+// model keeps config.vocab_size rows). int64: the product can pass 2^31 (rules.h bounds it).
 std::int64_t PaddedVocabSize(const ModelConfig& m, const TrainingConfig& c);
 
 }  // namespace memsim::config::internal

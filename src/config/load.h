@@ -40,8 +40,9 @@ struct LoadOptions {
 // per stage divisible by it; global_batch_size divisible by micro_batch_size ×
 // data_parallel_size. Derived (derive.h): sequence_parallel at TP 1 is switched off with a note
 // (Megatron arguments.py does the same, with a warning); bf16 forces
-// accumulate_allreduce_grads_in_fp32 (Megatron arguments.py);
-// num_micro_batches; padded_vocab_size.
+// accumulate_allreduce_grads_in_fp32 with framework "megatron" (Megatron arguments.py);
+// num_micro_batches; padded_vocab_size. framework "pytorch" is one rank: every parallel size 1 and
+// no Megatron-only switch (an error naming the key).
 Setup LoadSetup(const std::string& config_path, const LoadOptions& options);
 
 // Loads one device preset by name (embedded set) or path (read from disk). Errors name the

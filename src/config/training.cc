@@ -14,6 +14,8 @@
 namespace memsim::config::internal {
 namespace {
 
+constexpr std::string_view kPytorch = "pytorch";
+
 // Keys of the training block, in groups (docs/config.md).
 const std::vector<std::string> kTrainingKeys = {
     "framework", "seq_length", "micro_batch_size", "global_batch_size",
@@ -26,6 +28,8 @@ const std::vector<std::string> kTrainingKeys = {
     "recompute_num_layers", "recompute_modules", "use_flash_attn", "transformer_impl",
     "gradient_accumulation_fusion", "transformer_engine_version", "megatron_core_version",
     "train_iters", "empty_unused_memory_level", "gradient_accumulation_steps",
+    // framework "pytorch" only
+    "torch_dtype", "zero_grad_set_to_none",
     // recognised; unsupported when set to what memsim does not model
     "zero_stage", "use_megatron_fsdp", "data_parallel_sharding_strategy", "load", "no_load_optim",
     "finetune", "enable_cuda_graph", "cuda_graph_impl", "fp8", "fp8_format",
@@ -46,6 +50,43 @@ const std::vector<std::string> kNoMemoryEffect = {
 const std::vector<std::string> kMoeOnly = {
     "moe_token_dispatcher_type", "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
     "moe_grouped_gemm", "moe_enable_deepep", "moe_router_topk"};
+
+// Megatron's --recompute-modules names, in the order of TransformerConfig.recompute_modules
+// (megatron/core/transformer/transformer_config.py; "mhc", "gdn" and "gdn_norm_out" are in
+// Megatron-LM main only). `unsupported` says why memsim cannot recompute a module of a feature it
+// does not model; "" for the modelled ones.
+struct RecomputeModule {
+  std::string_view name;
+  std::string_view unsupported;
+};
+constexpr RecomputeModule kRecomputeModules[] = {
+    {"core_attn", ""},
+    {"moe_act", "the MoE MLP's activation; memsim models dense models only"},
+    {"layernorm", ""},
+    {"mla_up_proj", "multi-latent attention's up projection, not modelled"},
+    {"mlp", ""},
+    {"moe", "the MoE layer; memsim models dense models only"},
+    {"shared_experts", "the MoE layer's shared experts; memsim models dense models only"},
+    {"mhc", "hyper-connections, not modelled"},
+    {"gdn", "the gated delta net attention variant, not modelled"},
+    {"gdn_norm_out", "the gated delta net attention variant, not modelled"},
+};
+
+// The Megatron-only switches framework "pytorch" refuses when true, and what each asks for.
+struct MegatronOnly {
+  std::string_view key;
+  std::string_view feature;
+};
+constexpr MegatronOnly kMegatronOnlySwitches[] = {
+    {"use_distributed_optimizer", "Megatron's distributed optimizer"},
+    {"use_megatron_fsdp", "Megatron-FSDP"},
+    {"sequence_parallel", "sequence parallelism"},
+    {"overlap_grad_reduce", "the wrapper's overlapped gradient reduction"},
+    {"overlap_param_gather", "the distributed optimizer's overlapped parameter all-gather"},
+    {"accumulate_allreduce_grads_in_fp32", "Megatron DDP's fp32 gradient buffers"},
+};
+constexpr std::string_view kSingleDevice =
+    "framework \"pytorch\" is one device without a data-parallel wrapper";
 
 // A software version "MAJOR[.MINOR[.PATCH]]" (a leading "v" or "core_v"/"core_r" as in release
 // tags is accepted) as {major, minor}; {} when absent. `example` is quoted in the error.
@@ -86,6 +127,43 @@ std::vector<int> Version(ObjectReader& t, std::string_view key, std::string_view
   if (!ok) Fail(t.At(key), fmt::format("{}, got {}", expected, Describe(*json)));
   parts.resize(2, 0);
   return parts;
+}
+
+// framework "pytorch": one rank, and none of Megatron's parallel or wrapper features. Read before
+// anything else of the block, so the message names the first key that asks for more.
+void CheckSingleDevice(ObjectReader& t) {
+  // expert_model_parallel_size > 1 is unsupported (RejectUnsupported) whatever the framework.
+  for (const char* key : {"tensor_model_parallel_size", "pipeline_model_parallel_size",
+                          "data_parallel_size", "context_parallel_size"}) {
+    if (std::optional<int> v = t.PositiveInt(key); v && *v != 1) {
+      Fail(t.At(key), fmt::format("framework \"pytorch\" runs on one device; expected 1, got {}", *v));
+    }
+  }
+  for (const char* key : {"num_layers_per_virtual_pipeline_stage",
+                          "num_virtual_stages_per_pipeline_rank"}) {
+    if (t.Has(key)) {
+      Fail(t.At(key), fmt::format("needs framework \"megatron\" (interleaved pipeline schedule); {}",
+                                  kSingleDevice));
+    }
+  }
+  for (const MegatronOnly& m : kMegatronOnlySwitches) {
+    if (t.Bool(m.key).value_or(false)) {
+      Fail(t.At(m.key),
+           fmt::format("true needs framework \"megatron\" ({}); {}", m.feature, kSingleDevice));
+    }
+  }
+  if (std::optional<int> z = t.IntInRange("zero_stage", 0, 3); z && *z > 0) {
+    Fail(t.At("zero_stage"),
+         fmt::format("{} needs framework \"megatron\" (ZeRO-1 is Megatron's distributed optimizer); {}",
+                     *z, kSingleDevice));
+  }
+  if (std::optional<std::string> s =
+          t.Choice("data_parallel_sharding_strategy",
+                   {"no_shard", "optim", "optim_grads", "optim_grads_params"});
+      s && *s != "no_shard") {
+    Fail(t.At("data_parallel_sharding_strategy"),
+         fmt::format("\"{}\" needs framework \"megatron\" (Megatron-FSDP); {}", *s, kSingleDevice));
+  }
 }
 
 // Sequence, batch and parallel sizes.
@@ -151,7 +229,7 @@ void ReadPrecision(ObjectReader& t, TrainingConfig& c, std::vector<std::string>*
                         : fp32_by_flags       ? "fp32"
                                               : "bf16";
   c.precision = p == "fp32" ? Precision::kFp32 : p == "fp16" ? Precision::kFp16 : Precision::kBf16;
-  // Forced true for bf16 by the derive step (derive.h).
+  // Forced true for bf16 with framework "megatron" by the derive step (derive.h).
   c.accumulate_allreduce_grads_in_fp32 = t.Bool("accumulate_allreduce_grads_in_fp32").value_or(false);
 }
 
@@ -214,15 +292,23 @@ void ReadMegatronFsdp(ObjectReader& t, const std::optional<std::string>& shardin
 
 // The optimizer and the data-parallel wrapper's optimizer settings.
 void ReadOptimizer(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
+  const bool pytorch = c.framework == kPytorch;
   if (std::optional<std::string> o = t.Choice("optimizer", {"adam", "adamw", "sgd"})) {
     c.optimizer = *o == "sgd" ? OptimizerKind::kSgd : OptimizerKind::kAdam;
-    if (*o == "adamw") {
+    if (*o == "adamw" && !pytorch) {
       notes->push_back(fmt::format("{}: 'adamw' taken as Megatron's 'adam' (which is AdamW)",
                                    t.At("optimizer")));
     }
   }
   if (std::optional<std::string> o = t.Choice("optimizer_impl", {"fused", "foreach"})) {
     c.optimizer_impl = *o == "foreach" ? OptimizerImpl::kForeach : OptimizerImpl::kFused;
+  } else if (pytorch) {
+    // torch/optim/optimizer.py _default_to_fused_or_foreach: with foreach and fused unset, the
+    // multi-tensor (foreach) implementation on CUDA tensors.
+    c.optimizer_impl = OptimizerImpl::kForeach;
+    notes->push_back(fmt::format("{}: absent, 'foreach' taken (torch.optim's default on the "
+                                 "device)",
+                                 t.At("optimizer_impl")));
   }
   c.weight_decay = t.Number("weight_decay", 0, 1e6, false, false).value_or(0.01);
   c.sgd_momentum = t.Number("sgd_momentum", 0, 1, false, true).value_or(0.9);
@@ -263,6 +349,16 @@ void ReadOverlap(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* n
     Fail(t.At("overlap_param_gather"),
          "true needs use_distributed_optimizer or use_megatron_fsdp true (as in Megatron)");
   }
+  if (c.overlap_param_gather && c.use_distributed_optimizer) {
+    notes->push_back(fmt::format(
+        "{}: true, but memsim emits the distributed optimizer's parameter all-gather at the end "
+        "of the step, as without overlap (overlapping it with the next forward is not modelled)",
+        t.At("overlap_param_gather")));
+  } else if (c.overlap_param_gather) {
+    notes->push_back(fmt::format("{}: true, no effect: Megatron-FSDP \"no_shard\" shards no "
+                                 "parameters, so there is no all-gather to overlap",
+                                 t.At("overlap_param_gather")));
+  }
   if (c.use_megatron_fsdp && c.fsdp_sharding == FsdpSharding::kOptimGrads &&
       !c.overlap_grad_reduce) {
     // MegatronFSDP.__init__ switches overlap_grad_reduce on for optim_grads, but Megatron-LM's
@@ -275,25 +371,43 @@ void ReadOverlap(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* n
   }
 }
 
-// recompute_modules: one of Megatron's --recompute-modules choices (arguments.py) each.
-void ReadRecomputeModules(ObjectReader& t, TrainingConfig& c) {
+// recompute_modules: Megatron's names; those of features memsim does not model are unsupported.
+void ReadRecomputeModules(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
   const Json* mods = t.Get("recompute_modules");
   if (mods == nullptr) return;
-  const std::vector<std::string> choices = {"core_attn", "moe_act", "layernorm", "mla_up_proj",
-                                            "mlp", "moe", "shared_experts"};
   if (!mods->is_array()) {
-    Fail(t.At("recompute_modules"), fmt::format("expected a list of module names, got {}", Describe(*mods)));
+    Fail(t.At("recompute_modules"),
+         fmt::format("expected a list of module names, got {}", Describe(*mods)));
+  }
+  std::vector<std::string> names;
+  std::string list;
+  for (const RecomputeModule& m : kRecomputeModules) {
+    names.emplace_back(m.name);
+    list += (list.empty() ? "'" : ", '") + std::string(m.name) + "'";
   }
   c.recompute_modules.clear();
   for (size_t i = 0; i < mods->size(); ++i) {
     const Json& m = (*mods)[i];
     const std::string at = t.source().At(Child(t.PointerOf("recompute_modules"), std::to_string(i)));
-    if (!m.is_string() || std::find(choices.begin(), choices.end(), m.get<std::string>()) == choices.end()) {
-      std::string list;
-      for (const std::string& ch : choices) list += (list.empty() ? "'" : ", '") + ch + "'";
-      Fail(at, fmt::format("expected one of {}, got {}", list, Describe(m)));
+    const std::string name = m.is_string() ? m.get<std::string>() : std::string();
+    const auto known = std::find_if(std::begin(kRecomputeModules), std::end(kRecomputeModules),
+                                     [&](const RecomputeModule& r) { return r.name == name; });
+    if (!m.is_string() || known == std::end(kRecomputeModules)) {
+      std::string message = fmt::format("expected one of {}, got {}", list, Describe(m));
+      const std::string guess = m.is_string() ? ClosestMatch(name, names) : std::string();
+      if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
+      Fail(at, message);
     }
-    c.recompute_modules.push_back(m.get<std::string>());
+    if (!known->unsupported.empty()) {
+      throw UnsupportedError(
+          fmt::format("{}: recompute module '{}' ({})", at, name, known->unsupported));
+    }
+    c.recompute_modules.push_back(name);
+  }
+  if (c.recompute_granularity != RecomputeGranularity::kSelective) {
+    notes->push_back(fmt::format("{}: not used: the modules apply to recompute_granularity "
+                                 "\"selective\"",
+                                 t.At("recompute_modules")));
   }
 }
 
@@ -320,7 +434,7 @@ void ReadRecompute(ObjectReader& t, TrainingConfig& c, std::vector<std::string>*
                                                "got recompute_granularity \"{}\"",
                                                granularity));
   }
-  ReadRecomputeModules(t, c);
+  ReadRecomputeModules(t, c, notes);
 }
 
 // Kernels and software: attention, the Transformer Engine switch, gradient accumulation fusion,
@@ -329,6 +443,15 @@ void ReadKernels(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* n
   c.use_flash_attn = t.Bool("use_flash_attn").value_or(false);
   c.transformer_impl = t.Choice("transformer_impl", {"transformer_engine", "local"}).value_or("transformer_engine");
   c.gradient_accumulation_fusion = t.Bool("gradient_accumulation_fusion").value_or(true);
+  if (c.framework == kPytorch && c.gradient_accumulation_fusion) {
+    // Megatron's fused weight-gradient accumulation into main_grad; plain PyTorch's autograd
+    // hands every weight gradient to the parameter's .grad.
+    c.gradient_accumulation_fusion = false;
+    notes->push_back(fmt::format("{}: taken as false with framework \"pytorch\" (Megatron's fused "
+                                 "weight-gradient accumulation; autograd produces each weight "
+                                 "gradient)",
+                                 t.At("gradient_accumulation_fusion")));
+  }
   if (c.use_megatron_fsdp && c.gradient_accumulation_fusion) {
     // Megatron-Bridge's ConfigContainer.validate (src/megatron/bridge/training/config.py, r0.2.0)
     // switches the fusion off whenever Megatron-FSDP is on; Megatron-LM's own launcher does not.
@@ -355,11 +478,48 @@ void NoteAcceptedKeys(ObjectReader& t, std::vector<std::string>* notes) {
   if (t.Has("load")) notes->push_back(fmt::format("{}: weights loaded from a checkpoint (optimizer state not loaded)", t.At("load")));
 }
 
+// torch_dtype and zero_grad_set_to_none: read under either framework (a wrong value is an error),
+// used with "pytorch" only; with "megatron" a note says so. With "pytorch", what memsim assumes
+// where the config is silent.
+void ReadPlainPytorchKeys(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
+  if (std::optional<std::string> d = t.Choice("torch_dtype", {"float32", "bfloat16", "float16"})) {
+    c.torch_dtype = *d == "bfloat16" ? Precision::kBf16
+                    : *d == "float16" ? Precision::kFp16
+                                      : Precision::kFp32;
+  }
+  c.zero_grad_set_to_none = t.Bool("zero_grad_set_to_none").value_or(true);
+  if (c.framework != kPytorch) {
+    for (const char* key : {"torch_dtype", "zero_grad_set_to_none"}) {
+      if (t.Has(key)) {
+        notes->push_back(fmt::format("{}: not used with framework \"megatron\" (it applies to "
+                                     "framework \"pytorch\")",
+                                     t.At(key)));
+      }
+    }
+    return;
+  }
+  if (!t.Has("precision") && !t.Has("fp16") && !t.Has("bf16")) {
+    notes->push_back(fmt::format("{}: absent, bf16 taken (memsim's default): torch.autocast to "
+                                 "bfloat16 over the weights; \"fp32\" for no autocast",
+                                 t.At("precision")));
+  }
+  if (t.Has("make_vocab_size_divisible_by")) {
+    notes->push_back(fmt::format("{}: not used with framework \"pytorch\" (the Hugging Face model "
+                                 "keeps vocab_size rows)",
+                                 t.At("make_vocab_size_divisible_by")));
+  }
+  if (c.optimizer == OptimizerKind::kSgd && !t.Has("sgd_momentum")) {
+    notes->push_back(fmt::format("{}: absent, 0.9 taken (Megatron's default; torch.optim.SGD's "
+                                 "own default is 0, without a momentum buffer)",
+                                 t.At("sgd_momentum")));
+  }
+}
+
 }  // namespace
 
 void RejectUnsupported(ObjectReader& t) {
   if (std::optional<std::string> fw = t.String("framework");
-      fw && *fw != "megatron") {
+      fw && *fw != "megatron" && *fw != kPytorch) {
     throw UnsupportedError(fmt::format("{}: framework '{}' (memsim models Megatron-LM only)",
                                        t.At("framework"), Printable(*fw)));
   }
@@ -416,7 +576,8 @@ const std::vector<std::string>& TrainingKeys() { return kTrainingKeys; }
 
 TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes) {
   TrainingConfig c;
-  c.framework = "megatron";
+  c.framework = t.String("framework").value_or("megatron");
+  if (c.framework == kPytorch) CheckSingleDevice(t);
   ReadBatch(t, c, notes);
   ReadPrecision(t, c, notes);
   ReadOptimizer(t, c, notes);
@@ -424,6 +585,7 @@ TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes) {
   ReadRecompute(t, c, notes);
   ReadKernels(t, c, notes);
   NoteAcceptedKeys(t, notes);
+  ReadPlainPytorchKeys(t, c, notes);
   return c;
 }
 
