@@ -1,6 +1,9 @@
 // The "allocator" block of a training config -> alloc::AllocatorOptions, with the ranges and
-// backend rules of PyTorch's CUDAAllocatorConfig / torch_npu's NPUAllocatorConfig
-// (reference/allocator.md §9; design.md "Allocator traces", --alloc-conf).
+// backend rules of the PYTORCH_CUDA_ALLOC_CONF / PYTORCH_NPU_ALLOC_CONF parsers: PyTorch's
+// c10/cuda/CUDAAllocatorConfig.cpp (CUDAAllocatorConfig::parseArgs; from PyTorch 2.8 the shared
+// options in c10/core/AllocatorConfig.cpp, AcceleratorAllocatorConfig) and torch_npu's
+// torch_npu/csrc/core/npu/NPUAllocatorConfig.cpp (parseArgs). docs/config.md "Allocator block"
+// lists the keys; the same syntax is --alloc-conf's.
 #include <algorithm>
 #include <bit>
 #include <cctype>
@@ -24,9 +27,11 @@ const std::vector<std::string> kNpuKeys = {
 bool IsPowerOfTwo(std::int64_t v) { return v > 0 && std::has_single_bit(static_cast<std::uint64_t>(v)); }
 
 // roundup_power2_divisions: an int for all 16 intervals, or {"<K MB>": divisions, ..., ">": d}
-// (spec §9.1). Keys are taken in ascending numeric order (PyTorch takes the written order, which
-// is ascending in every documented example); the first entry also fills the intervals below it
-// and ">" fills the intervals after the last numbered key (spec §13 convention 6).
+// (parseRoundUpPower2Divisions in the files above; key K sets the interval of sizes in
+// [K MB, 2K MB)). Keys are taken in ascending numeric order (PyTorch takes the written order,
+// which is ascending in every documented example); the first entry also fills the intervals below
+// it and ">" fills the intervals after the last numbered key, as AcceleratorAllocatorConfig does
+// (the older CUDAAllocatorConfig parser starts that fill at the last numbered key itself).
 std::array<int, 16> ReadRoundup(const Source& source, const Json& v, const std::string& pointer) {
   std::array<int, 16> out{};
   const std::string at = source.At(pointer);
@@ -149,7 +154,8 @@ alloc::AllocatorOptions ReadAllocatorBlock(const Source& source, const Json& obj
     o.base_addr_aligned_bytes = Bytes{*kb} * kKiB;
   }
   // torch_npu rejects an explicit expandable_segments:True together with max_split_size_mb or
-  // garbage_collection_threshold (reference/allocator.md §7.3).
+  // garbage_collection_threshold (NPUAllocatorConfig::parseArgs; when expandable segments are on
+  // only by default, those options switch them off with a warning instead).
   if (npu && expandable.value_or(false) && (o.max_split_size_bytes || gc)) {
     Fail(r.At("expandable_segments"),
          fmt::format("torch_npu rejects expandable_segments true together with {}",

@@ -1,4 +1,4 @@
-// Device preset JSON (design.md "Device preset") -> DevicePreset.
+// Device preset JSON (docs/config.md "Device preset") -> DevicePreset.
 #include <fmt/core.h>
 
 #include "config/parts.h"

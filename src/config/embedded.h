@@ -1,4 +1,4 @@
-// The data files compiled into the binary (design.md "Command line": "Embedded"): the default
+// The data files compiled into the binary (docs/config.md, "General rules"): the default
 // training config (configs/default.json), the model files (models/*.json) and the device presets
 // (configs/devices/*.json), so `memsim run` works from any directory and after `cmake --install`.
 // The table is generated at build time from the source tree (src/config/embed_files.cmake); the

@@ -1,9 +1,11 @@
-// LoadSetup: turns a training config file (design.md "Files"), its model file (Hugging Face
+// LoadSetup: turns a training config file (docs/config.md), its model file (Hugging Face
 // config.json form) and a device preset into one validated Setup. Every field is checked here,
 // once; the rest of memsim trusts the Setup. Errors are InputError with one message
 // "<file>: <JSON pointer>: <what was expected>" (or "--set KEY=VALUE: ..." / "--device X: ..."
 // for command-line values); input memsim recognises but does not model is UnsupportedError
 // ("unsupported: ..."). Does not simulate anything. Reads files; no other side effects.
+// Inside config/: documents.h finds the files, parts.h and training.h read them, rules.h checks
+// the result and derive.h computes the values that follow.
 #pragma once
 
 #include <optional>
@@ -33,11 +35,14 @@ struct LoadOptions {
 };
 
 // Loads and validates. REQUIRES nothing; every problem is reported as InputError.
-// Cross-field rules (each Megatron's, see docs/config.md): heads and query groups divisible by
-// TP; layers divisible by PP and, with num_layers_per_virtual_pipeline_stage, layers per stage
-// divisible by it; global_batch_size divisible by micro_batch_size × data_parallel_size;
-// sequence_parallel at TP 1 is switched off with a note (Megatron arguments.py does the same,
-// with a warning); bf16 forces accumulate_allreduce_grads_in_fp32 (Megatron arguments.py).
+// Cross-field rules (each Megatron's, see docs/config.md; rules.h): heads and query groups
+// divisible by TP; layers divisible by PP and, with num_layers_per_virtual_pipeline_stage, layers
+// per stage divisible by it; global_batch_size divisible by micro_batch_size ×
+// data_parallel_size. Derived (derive.h): sequence_parallel at TP 1 is switched off with a note
+// (Megatron arguments.py does the same, with a warning); bf16 forces
+// accumulate_allreduce_grads_in_fp32 with framework "megatron" (Megatron arguments.py);
+// num_micro_batches; padded_vocab_size. framework "pytorch" is one rank: every parallel size 1 and
+// no Megatron-only switch (an error naming the key).
 Setup LoadSetup(const std::string& config_path, const LoadOptions& options);
 
 // Loads one device preset by name (embedded set) or path (read from disk). Errors name the

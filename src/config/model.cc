@@ -94,18 +94,9 @@ std::string Known() {
   return out;
 }
 
-}  // namespace
-
-LocatedModel ReadHfModel(const Source& source, const Json& object, const std::string& pointer,
-                         std::vector<std::string>* notes) {
-  ObjectReader r(source, object, pointer);
-  LocatedModel out;
-  ModelConfig& m = out.model;
-  auto note_where = [&](const std::string& field, std::string_view key) {
-    out.where[field] = r.At(key);
-  };
-
-  // Experts first: an MoE file is unsupported whatever else it says.
+// The model_type's family. Throws UnsupportedError for mixture-of-experts files (whatever else
+// they say) and for the model types memsim recognises but does not model.
+const Family& FindFamily(ObjectReader& r) {
   for (std::string_view key : kExpertKeys) {
     if (const Json* v = r.Get(key); v != nullptr && v->is_number() && v->get<double>() > 1) {
       throw UnsupportedError(fmt::format("{}: mixture of experts ({} experts); memsim models dense "
@@ -120,22 +111,26 @@ LocatedModel ReadHfModel(const Source& source, const Json& object, const std::st
   for (const Unmodelled& u : kUnmodelled) {
     if (*type == u.model_type) throw UnsupportedError(fmt::format("{}: {}", r.At("model_type"), u.why));
   }
-  const Family* fam = nullptr;
   for (const Family& f : kFamilies) {
-    if (f.model_type == *type) fam = &f;
+    if (f.model_type == *type) return f;
   }
-  if (fam == nullptr) {
-    std::string message = fmt::format("unknown model_type \"{}\", expected one of {}",
-                                      Printable(*type), Known());
-    const std::string guess = ClosestMatch(*type, types);
-    if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
-    Fail(r.At("model_type"), message);
-  }
-  m.model_type = *type;
-  const bool gpt2 = m.model_type == "gpt2";
+  std::string message = fmt::format("unknown model_type \"{}\", expected one of {}",
+                                    Printable(*type), Known());
+  const std::string guess = ClosestMatch(*type, types);
+  if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
+  Fail(r.At("model_type"), message);
+}
 
-  // GPT-2 names its keys n_embd, n_layer, n_head, n_positions, n_inner, activation_function;
-  // hidden_size etc. map onto them (GPT2Config.attribute_map). A file giving both must agree.
+// The sizes: widths, heads, layers, positions, vocabulary; absent keys take the family's default
+// (with a note). GPT-2 names its keys n_embd, n_layer, n_head, n_positions, n_inner; hidden_size
+// etc. map onto them (GPT2Config.attribute_map). A file giving both must agree.
+void ReadSizes(ObjectReader& r, const Family& fam, LocatedModel& out,
+               std::vector<std::string>* notes) {
+  ModelConfig& m = out.model;
+  const bool gpt2 = m.model_type == "gpt2";
+  auto note_where = [&](const std::string& field, std::string_view key) {
+    out.where[field] = r.At(key);
+  };
   auto read_int = [&](const char* field, std::string_view hf_key, std::string_view gpt2_key,
                       int fallback, int* dst) {
     std::optional<int> a = r.PositiveInt(hf_key);
@@ -144,45 +139,38 @@ LocatedModel ReadHfModel(const Source& source, const Json& object, const std::st
     if (a && b && *a != *b) {
       Fail(r.At(hf_key), fmt::format("{} disagrees with {} = {}", *a, gpt2_key, *b));
     }
-    if (b) {
-      *dst = *b;
-      note_where(field, gpt2_key);
-    } else if (a) {
-      *dst = *a;
-      note_where(field, hf_key);
-    } else {
-      *dst = fallback;
-      note_where(field, gpt2 && !gpt2_key.empty() ? gpt2_key : hf_key);
-      notes->push_back(fmt::format("{}: absent, {} default {} taken",
-                                   r.At(gpt2 && !gpt2_key.empty() ? gpt2_key : hf_key),
-                                   m.model_type, fallback));
+    const std::string_view key = b ? gpt2_key : a ? hf_key : gpt2 && !gpt2_key.empty() ? gpt2_key : hf_key;
+    *dst = b ? *b : a ? *a : fallback;
+    note_where(field, key);
+    if (!a && !b) {
+      notes->push_back(fmt::format("{}: absent, {} default {} taken", r.At(key), m.model_type, fallback));
     }
   };
-  read_int("hidden_size", "hidden_size", "n_embd", fam->hidden_size, &m.hidden_size);
-  read_int("num_hidden_layers", "num_hidden_layers", "n_layer", fam->num_hidden_layers,
+  read_int("hidden_size", "hidden_size", "n_embd", fam.hidden_size, &m.hidden_size);
+  read_int("num_hidden_layers", "num_hidden_layers", "n_layer", fam.num_hidden_layers,
            &m.num_hidden_layers);
-  read_int("num_attention_heads", "num_attention_heads", "n_head", fam->num_attention_heads,
+  read_int("num_attention_heads", "num_attention_heads", "n_head", fam.num_attention_heads,
            &m.num_attention_heads);
   read_int("max_position_embeddings", "max_position_embeddings", "n_positions",
-           fam->max_position_embeddings, &m.max_position_embeddings);
-  read_int("vocab_size", "vocab_size", "", fam->vocab_size, &m.vocab_size);
+           fam.max_position_embeddings, &m.max_position_embeddings);
+  read_int("vocab_size", "vocab_size", "", fam.vocab_size, &m.vocab_size);
   // intermediate_size: GPT-2's n_inner (None = 4 × n_embd); intermediate_size is accepted for
   // GPT-2 files as memsim's alias when n_inner is absent or null.
   read_int("intermediate_size", "intermediate_size", "n_inner",
-           fam->intermediate_size != 0 ? fam->intermediate_size : 4 * m.hidden_size,
+           fam.intermediate_size != 0 ? fam.intermediate_size : 4 * m.hidden_size,
            &m.intermediate_size);
 
   if (std::optional<int> kv = r.PositiveInt("num_key_value_heads")) {
     m.num_key_value_heads = *kv;
   } else {
-    m.num_key_value_heads = fam->num_key_value_heads != 0 ? fam->num_key_value_heads
-                                                          : m.num_attention_heads;
+    m.num_key_value_heads = fam.num_key_value_heads != 0 ? fam.num_key_value_heads
+                                                         : m.num_attention_heads;
   }
   note_where("num_key_value_heads", "num_key_value_heads");
   if (std::optional<int> hd = r.PositiveInt("head_dim")) {
     m.head_dim = *hd;
-  } else if (fam->head_dim != 0) {
-    m.head_dim = fam->head_dim;
+  } else if (fam.head_dim != 0) {
+    m.head_dim = fam.head_dim;
   } else {
     if (m.hidden_size % m.num_attention_heads != 0) {
       Fail(out.where["hidden_size"],
@@ -192,9 +180,15 @@ LocatedModel ReadHfModel(const Source& source, const Json& object, const std::st
     m.head_dim = m.hidden_size / m.num_attention_heads;
   }
   note_where("head_dim", "head_dim");
+}
 
-  m.tie_word_embeddings = r.Bool("tie_word_embeddings").value_or(fam->tie_word_embeddings);
-  note_where("tie_word_embeddings", "tie_word_embeddings");
+// The architecture the family's modeling code fixes, and the keys that vary it: tied embeddings,
+// activation, biases, positions, dropout.
+void ReadArchitecture(ObjectReader& r, const Family& fam, LocatedModel& out) {
+  ModelConfig& m = out.model;
+  const bool gpt2 = m.model_type == "gpt2";
+  m.tie_word_embeddings = r.Bool("tie_word_embeddings").value_or(fam.tie_word_embeddings);
+  out.where["tie_word_embeddings"] = r.At("tie_word_embeddings");
   {
     std::optional<std::string> act = r.Choice("hidden_act", kActivations);
     std::optional<std::string> act2;
@@ -203,32 +197,43 @@ LocatedModel ReadHfModel(const Source& source, const Json& object, const std::st
       Fail(r.At("hidden_act"), fmt::format("\"{}\" disagrees with activation_function \"{}\"",
                                            *act, *act2));
     }
-    m.hidden_act = act2 ? *act2 : act ? *act : std::string(fam->hidden_act);
+    m.hidden_act = act2 ? *act2 : act ? *act : std::string(fam.hidden_act);
   }
   // The MLP shape follows the family's modeling code: LlamaMLP/Qwen2MLP/MistralMLP always have
   // gate_proj (with hidden_act silu: SwiGLU); GPT2MLP never does.
-  m.gated_mlp = fam->gated_mlp;
-  m.normalization = fam->layer_norm ? Normalization::kLayerNorm : Normalization::kRMSNorm;
-  m.add_bias_linear = fam->bias_linear;
-  m.add_qkv_bias = fam->qkv_bias;
-  if (fam->has_attention_bias_key) {
+  m.gated_mlp = fam.gated_mlp;
+  m.normalization = fam.layer_norm ? Normalization::kLayerNorm : Normalization::kRMSNorm;
+  m.add_bias_linear = fam.bias_linear;
+  m.add_qkv_bias = fam.qkv_bias;
+  if (fam.has_attention_bias_key) {
     // LlamaAttention / Qwen3Attention: attention_bias puts biases on q, k, v and o.
     if (r.Bool("attention_bias").value_or(false)) m.add_qkv_bias = true;
   }
   if (m.model_type == "llama" && r.Bool("mlp_bias").value_or(false)) m.add_bias_linear = true;
-  m.qk_layernorm = fam->qk_norm;
+  m.qk_layernorm = fam.qk_norm;
   m.position_embedding_type =
-      fam->learned_positions ? PositionEmbedding::kLearnedAbsolute : PositionEmbedding::kRope;
+      fam.learned_positions ? PositionEmbedding::kLearnedAbsolute : PositionEmbedding::kRope;
   if (gpt2) {
-    m.hidden_dropout = r.Number("resid_pdrop", 0, 1, false, true).value_or(fam->hidden_dropout);
-    m.attention_dropout = r.Number("attn_pdrop", 0, 1, false, true).value_or(fam->attention_dropout);
+    m.hidden_dropout = r.Number("resid_pdrop", 0, 1, false, true).value_or(fam.hidden_dropout);
+    m.attention_dropout = r.Number("attn_pdrop", 0, 1, false, true).value_or(fam.attention_dropout);
   } else {
-    m.hidden_dropout = fam->hidden_dropout;
+    m.hidden_dropout = fam.hidden_dropout;
     m.attention_dropout =
-        r.Number("attention_dropout", 0, 1, false, true).value_or(fam->attention_dropout);
+        r.Number("attention_dropout", 0, 1, false, true).value_or(fam.attention_dropout);
   }
   m.num_experts = 0;
+}
 
+}  // namespace
+
+LocatedModel ReadHfModel(const Source& source, const Json& object, const std::string& pointer,
+                         std::vector<std::string>* notes) {
+  ObjectReader r(source, object, pointer);
+  LocatedModel out;
+  const Family& fam = FindFamily(r);
+  out.model.model_type = std::string(fam.model_type);
+  ReadSizes(r, fam, out, notes);
+  ReadArchitecture(r, fam, out);
   for (const std::string& key : r.Unread()) {
     notes->push_back(fmt::format("{}: ignored (not used by memsim)", r.At(key)));
   }

@@ -1,5 +1,6 @@
 // Internal to config/: the readers of each part of a setup (model file, Megatron architecture
-// overrides, device preset, allocator block). Used by load.cc; includes nlohmann/json.
+// overrides, device preset, allocator block). Used by load.cc; includes nlohmann/json. The
+// training block has its own reader (training.h).
 #pragma once
 
 #include <map>
@@ -31,7 +32,7 @@ void ApplyMegatronArchitecture(ObjectReader& training, LocatedModel* located,
 // The training keys ApplyMegatronArchitecture reads.
 const std::vector<std::string>& MegatronArchitectureKeys();
 
-// Reads a device preset object (design.md "Device preset") at `pointer` of `source` ("" for a
+// Reads a device preset object (docs/config.md "Device preset") at `pointer` of `source` ("" for a
 // preset file, "/device" for an object inline in a training config). Byte figures are integers
 // in [0, 2^50] (total and usable at least 1, usable <= total); peak_flops.* 0 (unknown) or in
 // [1e9, 1e18]; memory_bandwidth_bytes_per_s 0 (unknown) or in [1e6, 1e16] (device.cc).

@@ -9,4 +9,11 @@ DataParallelWrapper DataParallelOf(const TrainingConfig& c) {
   return MegatronDdp{c.use_distributed_optimizer};
 }
 
+std::int64_t PaddedVocabSize(const ModelConfig& m, const TrainingConfig& c) {
+  if (c.framework == "pytorch") return m.vocab_size;
+  const std::int64_t multiple =
+      std::int64_t{m.make_vocab_size_divisible_by} * c.tensor_model_parallel_size;
+  return (m.vocab_size + multiple - 1) / multiple * multiple;
+}
+
 }  // namespace memsim::config

@@ -52,11 +52,7 @@ struct ModelConfig {
   double attention_dropout = 0.0;
   int num_experts = 0;                // 0 or 1 = dense
   int make_vocab_size_divisible_by = 128;
-  // The rows of the embedding and output layer, computed once by LoadSetup (config/derive.cc
-  // PaddedVocabSize) and read from here by everything else: with framework "megatron" vocab_size
-  // rounded up to a multiple of make_vocab_size_divisible_by × TP, as Megatron's
-  // _vocab_size_with_padding (megatron/training/tokenizer/tokenizer.py); with "pytorch"
-  // vocab_size itself. At most 2^27.
+  // The rows of the embedding and output layer: PaddedVocabSize (below), stored by LoadSetup.
   std::int64_t padded_vocab_size = 0;
   bool operator==(const ModelConfig&) const = default;
 };
@@ -150,6 +146,13 @@ using DataParallelWrapper = std::variant<MegatronDdp, MegatronFsdp, SingleDevice
 // The wrapper `c` describes: SingleDevice for framework "pytorch", MegatronFsdp when
 // use_megatron_fsdp, else MegatronDdp. A pure function of the loaded TrainingConfig.
 DataParallelWrapper DataParallelOf(const TrainingConfig& c);
+
+// The vocabulary rows of the embedding and output layer, the one definition every module uses.
+// framework "megatron": vocab_size rounded up to a multiple of make_vocab_size_divisible_by × TP
+// (Megatron _vocab_size_with_padding, megatron/training/tokenizer/tokenizer.py). framework
+// "pytorch": vocab_size (a Hugging Face model keeps config.vocab_size rows). int64: the product
+// can pass 2^31 (config/rules.h bounds it at 2^27).
+std::int64_t PaddedVocabSize(const ModelConfig& m, const TrainingConfig& c);
 
 // configs/devices/NAME.json (docs/config.md "Device preset"). Every figure has a source or is
 // marked "estimate" in `sources`.

@@ -98,12 +98,6 @@ void SetScheduleDims(const config::TrainingConfig& tc, ModelDims* d) {
              : 1;
 }
 
-// TEMP until config/derive.h lands: config::PaddedVocabSize.
-std::int64_t PaddedVocab(const config::ModelConfig& mc, int t) {
-  const std::int64_t div = std::max(1, mc.make_vocab_size_divisible_by) * std::int64_t{t};
-  return CeilDiv(mc.vocab_size, div) * div;
-}
-
 }  // namespace
 
 ModelDims ComputeDims(const config::Setup& setup) {
@@ -129,7 +123,7 @@ ModelDims ComputeDims(const config::Setup& setup) {
   d.gamma = mc.gated_mlp ? 2 : 1;
   MEMSIM_CHECK(d.s > 0 && d.b > 0 && d.h > 0 && d.a > 0 && d.ffn > 0);
   MEMSIM_CHECK(d.a % d.t == 0 && d.g % d.t == 0 && d.ffn % d.t == 0);
-  d.V = PaddedVocab(mc, d.t);
+  d.V = config::PaddedVocabSize(mc, tc);
   d.max_positions = mc.max_position_embeddings > 0 ? mc.max_position_embeddings : tc.seq_length;
   d.L = mc.num_hidden_layers;
   SetScheduleDims(tc, &d);

@@ -356,7 +356,9 @@ TEST_CASE("allocator block", "[config]") {
     CHECK(s.allocator.garbage_collection_threshold == 0.6);
     CHECK(s.allocator.memory_fraction == std::optional<double>(0.5));
     // Interval i covers [2^i MiB, 2^(i+1) MiB): 64 MiB is i = 6, 128 MiB i = 7. The first entry
-    // also fills i < 6; ">" fills i > 7 (reference/allocator.md §9.1, §13 convention 6).
+    // also fills i < 6; ">" fills i > 7, after the last numbered key, as PyTorch's
+    // AcceleratorAllocatorConfig::parseRoundUpPower2Divisions (c10/core/AllocatorConfig.cpp) does
+    // (src/config/allocator_block.cc ReadRoundup).
     const std::array<int, 16> expected = {8, 8, 8, 8, 8, 8, 8, 2, 1, 1, 1, 1, 1, 1, 1, 1};
     CHECK(s.allocator.roundup_power2_divisions == expected);
   }
@@ -443,7 +445,7 @@ TEST_CASE("unsupported: recognised but not modelled", "[config]") {
                                             "\"moe_grouped_gemm\": true, \"zero_stage\": 1"));
   const std::string path = InlineConfig("u12.json", llama, base + ", \"framework\": \"deepspeed\"");
   CHECK(ErrorOf(path) == "unsupported: " + path +
-                             ": /training/framework: framework 'deepspeed' (memsim models Megatron-LM only)");
+                             ": /training/framework: framework 'deepspeed' (memsim models \"megatron\" and \"pytorch\")");
 }
 
 TEST_CASE("precision: explicit false flags", "[config]") {

@@ -1,0 +1,206 @@
+// The documents of a Setup and how references between them resolve (documents.h), and the
+// embedded set's lookups (embedded.h).
+#include "config/documents.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string_view>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "config/embedded.h"
+#include "core/error.h"
+
+namespace memsim::config {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Normal(const fs::path& p) { return p.lexically_normal().generic_string(); }
+
+// The names of the embedded files under `dir` ending ".json", without the directory and suffix.
+std::vector<std::string> EmbeddedNames(std::string_view dir) {
+  std::vector<std::string> out;
+  for (const EmbeddedFile& f : EmbeddedFiles()) {
+    if (f.path.starts_with(dir) && f.path.ends_with(".json")) {
+      out.emplace_back(f.path.substr(dir.size(), f.path.size() - dir.size() - 5));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::string_view* FindEmbedded(std::string_view path) {
+  const std::string normal = Normal(fs::path(std::string(path)));
+  for (const EmbeddedFile& f : EmbeddedFiles()) {
+    if (f.path == normal) return &f.text;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> EmbeddedDeviceNames() {
+  std::vector<std::string> out = EmbeddedNames("configs/devices/");
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace internal {
+namespace {
+
+bool ReadFile(const std::string& path, std::string* text) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return false;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  *text = ss.str();
+  return !in.bad();
+}
+
+std::optional<Document> FindEmbeddedDocument(const std::string& relative) {
+  const std::string normal = Normal(fs::path(relative));
+  const std::string_view* text = FindEmbedded(normal);
+  if (text == nullptr) return std::nullopt;
+  return Document{std::string(kEmbeddedPrefix) + normal, std::string(*text), true, normal};
+}
+
+// Resolves `ref` (a path as written in `from`) relative to the document `from`.
+// Returns the label used in messages and, when found, the document.
+std::optional<Document> Resolve(const Document& from, const std::string& ref, std::string* label) {
+  if (from.embedded) {
+    const fs::path rel = fs::path(from.embedded_path).parent_path() / ref;
+    *label = std::string(kEmbeddedPrefix) + Normal(rel);
+    return FindEmbeddedDocument(Normal(rel));
+  }
+  fs::path p(ref);
+  if (p.is_relative()) p = fs::path(from.label).parent_path() / p;
+  *label = Normal(p);
+  Document d{*label, "", false, ""};
+  if (!ReadFile(*label, &d.text)) return std::nullopt;
+  return d;
+}
+
+bool LooksLikePath(const std::string& s) {
+  return s.find('/') != std::string::npos || (s.size() > 5 && s.ends_with(".json"));
+}
+
+// The file at path `ref`: relative to the document `from` (which may itself be embedded), or to
+// the working directory when `from` is null. Sets *label to the name used in messages.
+std::optional<Document> ReadByPath(const std::string& ref, const Document* from, std::string* label) {
+  if (from != nullptr) return Resolve(*from, ref, label);
+  *label = Normal(fs::path(ref));
+  Document d{*label, "", false, ""};
+  if (!ReadFile(*label, &d.text)) return std::nullopt;
+  return d;
+}
+
+std::string CommaList(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+}  // namespace
+
+Document ReadConfigDocument(const std::string& config_path, bool use_embedded_default) {
+  if (config_path.empty()) {
+    if (!use_embedded_default) throw InputError("no config file given");
+    std::optional<Document> d = FindEmbeddedDocument("configs/default.json");
+    if (!d) throw InputError("this build has no embedded default config");
+    return *d;
+  }
+  Document config{config_path, "", false, ""};
+  if (!ReadFile(config_path, &config.text)) {
+    throw InputError(fmt::format("{}: cannot read the config file", config_path));
+  }
+  return config;
+}
+
+std::string KnownDevices() { return CommaList(EmbeddedDeviceNames()); }
+
+Document FindDeviceDocument(const std::string& ref, const std::string& location, const Document* from) {
+  if (ref.empty()) Fail(location, "expected a device preset name or a path to a preset file");
+  if (LooksLikePath(ref)) {
+    std::string label;
+    const std::optional<Document> doc = ReadByPath(ref, from, &label);
+    if (!doc) Fail(location, fmt::format("cannot read device preset file '{}'", Printable(label)));
+    return *doc;
+  }
+  std::optional<Document> doc = FindEmbeddedDocument("configs/devices/" + ref + ".json");
+  if (!doc) {
+    std::string message = fmt::format("unknown device preset '{}'", Printable(ref));
+    const std::string guess = ClosestMatch(ref, EmbeddedDeviceNames());
+    if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
+    message += fmt::format("; known presets: {}; or give a path to a preset file", KnownDevices());
+    Fail(location, message);
+  }
+  return *doc;
+}
+
+Document FindModelDocument(const std::string& ref, const std::string& location, const Document* from) {
+  if (ref.empty()) Fail(location, "expected a path to a model file or a shipped model name");
+  if (!LooksLikePath(ref)) {
+    std::optional<Document> doc = FindEmbeddedDocument("models/" + ref + ".json");
+    if (doc) return *doc;
+    const std::vector<std::string> models = EmbeddedNames("models/");
+    std::string message = fmt::format("unknown model '{}'", Printable(ref));
+    const std::string guess = ClosestMatch(ref, models);
+    if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
+    message += fmt::format("; shipped models: {}; or give a path to a model file", CommaList(models));
+    Fail(location, message);
+  }
+  std::string label;
+  const std::optional<Document> doc = ReadByPath(ref, from, &label);
+  if (!doc) Fail(location, fmt::format("cannot read model file '{}'", Printable(label)));
+  return *doc;
+}
+
+void ApplyOverride(const std::string& text, Json* root, Source* source) {
+  const size_t eq = text.find('=');
+  // Echoed safely: invalid UTF-8 replaced, long keys and values shortened.
+  const std::string label =
+      "--set " + (eq == std::string::npos
+                      ? Printable(text)
+                      : Printable(std::string_view(text).substr(0, eq)) + "=" +
+                            Printable(std::string_view(text).substr(eq + 1)));
+  if (eq == std::string::npos || eq == 0) {
+    throw InputError(fmt::format("{}: expected KEY=VALUE, e.g. training.micro_batch_size=2", label));
+  }
+  const std::string key = text.substr(0, eq);
+  const std::string raw = text.substr(eq + 1);
+  const size_t dot = key.find('.');
+  const std::string section = dot == std::string::npos ? key : key.substr(0, dot);
+  if (dot == std::string::npos || (section != "training" && section != "allocator") ||
+      dot + 1 == key.size()) {
+    throw InputError(fmt::format("{}: expected a key training.<name> or allocator.<name>", label));
+  }
+  const std::string name = key.substr(dot + 1);
+  Json value;
+  if (raw == "True" || raw == "False") {
+    value = raw == "True";
+  } else if (FindTooDeep(raw)) {
+    throw InputError(fmt::format("{}: value nested deeper than memsim's limit of {} levels", label,
+                                 kMaxJsonDepth));
+  } else {
+    try {
+      value = Json::parse(raw);
+    } catch (const Json::exception&) {
+      value = raw;  // a bare word: a string
+    }
+  }
+  Json& sec = (*root)[section];
+  if (sec.is_null()) sec = Json::object();
+  if (!sec.is_object()) {
+    throw InputError(fmt::format("{}: {}: /{} is not an object", label, source->file, section));
+  }
+  sec[name] = value;
+  source->set_labels[Child("/" + section, name)] = label;
+}
+
+}  // namespace internal
+}  // namespace memsim::config

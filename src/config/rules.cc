@@ -1,0 +1,326 @@
+// The cross-field rules of a Setup (rules.h), each with its source: Megatron's, or memsim's own
+// limits (estimates, docs/config.md "Limits").
+#include "config/rules.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+
+#include <fmt/core.h>
+
+namespace memsim::config::internal {
+namespace {
+
+// Simulation-size limits (estimates, chosen so that every accepted setup simulates in about a
+// minute at most and in about 2 GB). Each micro-batch is a forward and a backward pass of every
+// layer of a stage; `memsim run` builds and replays one stage's Program at a time, all stages one
+// after another, so time grows with the layer passes of all stages and memory with those of one
+// stage. Measured (`memsim run` of configs/default.json, g++ 12 -O2 build, 2 shared cores): about
+// 15 KB of peak RSS per layer pass of a stage (global_batch_size 1024 and 4096 at PP 4: 143 MB and
+// 538 MB) and about 37 microseconds per layer pass of all stages (4096 at PP 4: 4.8 s for
+// 131072 passes). So 2^17 passes per stage stay near 2 GB and 2^20 in all near 40 s.
+constexpr int kMaxMicroBatches = 4096;
+constexpr std::int64_t kMaxLayerPasses = std::int64_t{1} << 20;
+constexpr std::int64_t kMaxStageLayerPasses = std::int64_t{1} << 17;
+constexpr std::int64_t kMaxTokensPerMicroBatch = std::int64_t{1} << 26;
+constexpr std::int64_t kMaxPaddedVocab = std::int64_t{1} << 27;
+
+// memsim's bound on the bytes of one rank: any one tensor, and the weights, gradients and
+// optimizer state of one pipeline stage, at most 2^50 bytes (1 PiB), far below the 2^60-byte
+// request that PyTorch's allocator refuses and int64 overflow in sums.
+constexpr double kMaxRankBytes = 1125899906842624.0;  // 2^50
+// Bytes of weight, gradient and optimizer state per parameter, an upper bound: Megatron mixed
+// precision with Adam keeps 2 (bf16 weight) + 4 (fp32 main grad) + 12 (fp32 main weight, exp_avg,
+// exp_avg_sq) = 18 (Rajbhandari et al. 2020, ZeRO, section 3.1, counts 16 without the fp32 grad);
+// rounded up to 20 for biases and buffers.
+constexpr double kStateBytesPerParameter = 20;
+
+// When a value from the model file conflicts with a training setting, the message names the
+// model file's field and, after it, the training config's (the file alone does not say which
+// config referenced it): " (training config <where>)", or "" when the field was not written in
+// the model file.
+std::string AlsoTraining(const Setup& s, const Origin& origin, const char* field,
+                         const char* training_key) {
+  auto it = origin.model.find(field);
+  const bool in_model_file = !s.model_path.empty() && it != origin.model.end() &&
+                             it->second.starts_with(s.model_path + ": ");
+  return in_model_file ? fmt::format(" (training config {})", origin.Training(training_key))
+                       : std::string();
+}
+
+// Megatron core: divide(num_attention_heads, TP) and divide(num_query_groups, TP) in
+// attention.py (ensure_divisibility); the MLP's ColumnParallelLinear (fc1) and RowParallelLinear
+// (fc2) in tensor_parallel/layers.py take divide(ffn_hidden_size, TP) columns / rows per rank;
+// megatron/training/arguments.py: num_layers % pipeline_model_parallel_size == 0.
+void CheckShape(const Setup& s, const Origin& origin) {
+  const ModelConfig& m = s.model;
+  const int tp = s.training.tensor_model_parallel_size;
+  const int pp = s.training.pipeline_model_parallel_size;
+  if (m.num_attention_heads % tp != 0) {
+    Fail(origin.Model("num_attention_heads"),
+         fmt::format("{} heads are not divisible by tensor_model_parallel_size {}{}",
+                     m.num_attention_heads, tp,
+                     AlsoTraining(s, origin, "num_attention_heads", "tensor_model_parallel_size")));
+  }
+  if (m.num_key_value_heads > m.num_attention_heads ||
+      m.num_attention_heads % m.num_key_value_heads != 0) {
+    Fail(origin.Model("num_key_value_heads"),
+         fmt::format("{} key/value heads do not divide the {} attention heads",
+                     m.num_key_value_heads, m.num_attention_heads));
+  }
+  if (m.num_key_value_heads % tp != 0) {
+    Fail(origin.Model("num_key_value_heads"),
+         fmt::format("{} key/value heads are not divisible by tensor_model_parallel_size {}{}",
+                     m.num_key_value_heads, tp,
+                     AlsoTraining(s, origin, "num_key_value_heads", "tensor_model_parallel_size")));
+  }
+  if (m.intermediate_size % tp != 0) {
+    Fail(origin.Model("intermediate_size"),
+         fmt::format("FFN hidden size {} is not divisible by tensor_model_parallel_size {}{}",
+                     m.intermediate_size, tp,
+                     AlsoTraining(s, origin, "intermediate_size", "tensor_model_parallel_size")));
+  }
+  if (m.num_hidden_layers % pp != 0) {
+    Fail(origin.Model("num_hidden_layers"),
+         fmt::format("{} layers are not divisible by pipeline_model_parallel_size {}{}",
+                     m.num_hidden_layers, pp,
+                     AlsoTraining(s, origin, "num_hidden_layers", "pipeline_model_parallel_size")));
+  }
+}
+
+// The interleaved schedule, as written: num_virtual_stages_per_pipeline_rank must divide the
+// layers per stage; either key asks for interleaving (more than one chunk) only with PP > 1;
+// megatron/training/arguments.py: (num_layers // PP) % num_layers_per_virtual_pipeline_stage == 0.
+void CheckVirtualStages(const Setup& s, const Origin& origin) {
+  const TrainingConfig& c = s.training;
+  const int pp = c.pipeline_model_parallel_size;
+  const int layers_per_stage = s.model.num_hidden_layers / pp;
+  const std::optional<int> vstages = origin.virtual_stages_per_pipeline_rank;
+  if (vstages && layers_per_stage % *vstages != 0) {
+    Fail(origin.Training("num_virtual_stages_per_pipeline_rank"),
+         fmt::format("{} layers per pipeline stage are not divisible into {} virtual stages",
+                     layers_per_stage, *vstages));
+  }
+  const bool interleaved = vstages ? *vstages > 1 : c.num_layers_per_virtual_pipeline_stage > 0;
+  if (!interleaved) return;
+  const std::string at = origin.Training(vstages ? "num_virtual_stages_per_pipeline_rank"
+                                                 : "num_layers_per_virtual_pipeline_stage");
+  if (pp < 2) Fail(at, "needs pipeline_model_parallel_size > 1 (interleaved schedule)");
+  if (!vstages && layers_per_stage % c.num_layers_per_virtual_pipeline_stage != 0) {
+    Fail(at, fmt::format("{} layers per pipeline stage ({} layers / pipeline_model_parallel_size "
+                         "{}) are not divisible by {}",
+                         layers_per_stage, s.model.num_hidden_layers, pp,
+                         c.num_layers_per_virtual_pipeline_stage));
+  }
+}
+
+// Megatron microbatches.py (megatron/core/num_microbatches_calculator.py): the global batch
+// divisible by micro batch × DP; memsim's limit on the tokens of one micro-batch.
+void CheckBatch(const Setup& s, const Origin& origin) {
+  const TrainingConfig& c = s.training;
+  const std::int64_t per_step = std::int64_t{c.micro_batch_size} * c.data_parallel_size;
+  if (c.global_batch_size % per_step != 0) {
+    Fail(origin.Training("global_batch_size"),
+         fmt::format("{} is not divisible by micro_batch_size × data_parallel_size = {} × {}",
+                     c.global_batch_size, c.micro_batch_size, c.data_parallel_size));
+  }
+  const std::int64_t tokens = std::int64_t{c.seq_length} * c.micro_batch_size;
+  if (tokens > kMaxTokensPerMicroBatch) {
+    Fail(origin.Training("micro_batch_size"),
+         fmt::format("seq_length × micro_batch_size = {} tokens exceeds memsim's limit of {}",
+                     tokens, kMaxTokensPerMicroBatch));
+  }
+}
+
+// The sequence's divisibility and length rules, after sequence_parallel has been derived.
+void CheckSequence(const Setup& s, const Origin& origin) {
+  const ModelConfig& m = s.model;
+  const TrainingConfig& c = s.training;
+  const int tp = c.tensor_model_parallel_size;
+  if (c.sequence_parallel && c.seq_length % tp != 0) {
+    Fail(origin.Training("seq_length"),
+         fmt::format("{} is not divisible by tensor_model_parallel_size {} (needed by "
+                     "sequence_parallel)",
+                     c.seq_length, tp));
+  }
+  if (c.context_parallel_size > 1 && c.seq_length % (2 * c.context_parallel_size) != 0) {
+    // Megatron: with context parallelism each rank takes 2 chunks of the sequence.
+    Fail(origin.Training("seq_length"),
+         fmt::format("{} is not divisible by 2 × context_parallel_size = {}", c.seq_length,
+                     2 * c.context_parallel_size));
+  }
+  if (m.position_embedding_type == PositionEmbedding::kLearnedAbsolute &&
+      c.seq_length > m.max_position_embeddings) {
+    Fail(origin.Training("seq_length"),
+         fmt::format("{} exceeds max_position_embeddings {} (learned absolute position "
+                     "embeddings)",
+                     c.seq_length, m.max_position_embeddings));
+  }
+  const int layers_per_stage = m.num_hidden_layers / c.pipeline_model_parallel_size;
+  if (c.recompute_granularity == RecomputeGranularity::kFull &&
+      c.recompute_num_layers > layers_per_stage) {
+    Fail(origin.Training("recompute_num_layers"),
+         fmt::format("{} exceeds the {} layers per pipeline stage", c.recompute_num_layers,
+                     layers_per_stage));
+  }
+}
+
+// Simulation size: iterations × micro-batches × layers, all stages and one stage (see
+// kMaxLayerPasses).
+void CheckLayerPasses(const Setup& s, const Origin& origin) {
+  const TrainingConfig& c = s.training;
+  const int layers = s.model.num_hidden_layers;
+  const std::int64_t passes = std::int64_t{c.train_iters} * c.num_micro_batches * layers;
+  if (passes > kMaxLayerPasses) {
+    Fail(origin.Training("train_iters"),
+         fmt::format("train_iters × micro-batches per iteration × num_hidden_layers = {} × {} × {} "
+                     "= {} layer passes exceed memsim's limit of {}; reduce train_iters, "
+                     "global_batch_size (micro-batches) or num_hidden_layers",
+                     c.train_iters, c.num_micro_batches, layers, passes, kMaxLayerPasses));
+  }
+  const std::int64_t stage_passes = passes / c.pipeline_model_parallel_size;
+  if (stage_passes > kMaxStageLayerPasses) {
+    Fail(origin.Training("train_iters"),
+         fmt::format("train_iters × micro-batches per iteration × layers per pipeline stage = {} × "
+                     "{} × {} = {} layer passes in one stage exceed memsim's limit of {} (memory "
+                     "of the simulation); reduce train_iters, global_batch_size (micro-batches) or "
+                     "num_hidden_layers{}",
+                     c.train_iters, c.num_micro_batches,
+                     layers / c.pipeline_model_parallel_size, stage_passes, kMaxStageLayerPasses,
+                     c.use_megatron_fsdp ? "" : ", or raise pipeline_model_parallel_size"));
+  }
+}
+
+// Weights, gradients and optimizer state of the largest pipeline stage within kMaxRankBytes.
+void CheckRankParameters(const Origin& origin, const RankParameters& p) {
+  if (p.total * kStateBytesPerParameter > kMaxRankBytes) {
+    Fail(origin.Model("hidden_size"),
+         fmt::format("model too large for memsim: about {:.3g} parameters per rank ({} layers per "
+                     "stage × {:.3g} + {:.3g} embedding), {:.3g} bytes of weights, gradients and "
+                     "optimizer state at {} bytes each, over memsim's limit of 2^50 bytes (1 PiB); "
+                     "reduce hidden_size, intermediate_size, num_hidden_layers or vocab_size, or "
+                     "raise tensor_model_parallel_size or pipeline_model_parallel_size",
+                     p.total, p.layers_per_stage, p.per_layer, p.embedding,
+                     p.total * kStateBytesPerParameter, kStateBytesPerParameter));
+  }
+}
+
+// Megatron-FSDP pads every bucket to a multiple of d·cp × the lcm of its weights' row widths
+// (h, q/TP, ffn/TP; workload/model.h LayoutGradBuffers). Odd widths make that multiple huge.
+void CheckFsdpPadding(const Setup& s, const Origin& origin, const RankParameters& p) {
+  const ModelConfig& m = s.model;
+  const TrainingConfig& c = s.training;
+  if (!c.use_megatron_fsdp || c.fsdp_sharding == FsdpSharding::kNoShard) return;
+  const int tp = c.tensor_model_parallel_size;
+  const std::int64_t widths[] = {m.hidden_size,
+                                 std::int64_t{m.num_attention_heads} / tp * m.head_dim,
+                                 std::int64_t{m.intermediate_size} / tp};
+  double factor = 1;  // the lcm, in double once it passes 2^50 (then only its size matters)
+  std::int64_t lcm = 1;
+  for (std::int64_t w : widths) {
+    if (w <= 0 || factor > kMaxRankBytes) continue;
+    const std::int64_t step = w / std::gcd(lcm, w);
+    factor = static_cast<double>(lcm) * static_cast<double>(step);
+    if (factor <= kMaxRankBytes) lcm *= step;
+  }
+  const double buckets =
+      c.overlap_grad_reduce ? 1 + std::floor(p.total / 4e7) : 1;  // bucket_size >= 4e7
+  const double pad = factor * c.data_parallel_size * c.context_parallel_size * buckets;
+  if ((p.total + pad) * kStateBytesPerParameter > kMaxRankBytes) {
+    Fail(origin.Training("data_parallel_size"),
+         fmt::format("model too large for memsim: Megatron-FSDP pads each of {:.3g} bucket(s) to a "
+                     "multiple of data_parallel_size × context_parallel_size × lcm(hidden_size, "
+                     "heads/TP × head_dim, ffn/TP) = {:.3g} elements, over memsim's limit of "
+                     "2^50 bytes (1 PiB) with the weights, gradients and optimizer state; reduce "
+                     "data_parallel_size or use widths with common factors",
+                     buckets, factor * c.data_parallel_size * c.context_parallel_size));
+  }
+}
+
+// Largest activation of one micro-batch, at 4 bytes an element (fp32, the widest): attention
+// scores b × heads/TP × (seq/CP) × seq without flash attention, logits T × V/TP, the MLP's
+// T × γ ffn/TP, the QKV output T × (q + 2 kv)/TP, T = seq/CP × b tokens.
+void CheckActivation(const Setup& s, const Origin& origin) {
+  const ModelConfig& m = s.model;
+  const TrainingConfig& c = s.training;
+  const double tp = c.tensor_model_parallel_size;
+  const double h = m.hidden_size, ffn = m.intermediate_size;
+  const double q = static_cast<double>(m.num_attention_heads) * m.head_dim;
+  const double kv = static_cast<double>(m.num_key_value_heads) * m.head_dim;
+  const double gamma = m.gated_mlp ? 2 : 1;
+  const double tokens =
+      static_cast<double>(c.seq_length) / c.context_parallel_size * c.micro_batch_size;
+  double largest = std::max({tokens * static_cast<double>(m.padded_vocab_size) / tp,
+                             tokens * gamma * ffn / tp, tokens * (q + 2 * kv) / tp, tokens * h});
+  if (!c.use_flash_attn) {
+    largest = std::max(largest, tokens * (static_cast<double>(m.num_attention_heads) / tp) *
+                                    c.seq_length);
+  }
+  if (largest * 4 > kMaxRankBytes) {
+    Fail(origin.Training("seq_length"),
+         fmt::format("model too large for memsim: one activation of a micro-batch would take "
+                     "about {:.3g} bytes, over memsim's limit of 2^50 bytes (1 PiB); reduce "
+                     "seq_length, micro_batch_size or the model's width{}",
+                     largest * 4, c.use_flash_attn ? "" : ", or set use_flash_attn"));
+  }
+}
+
+}  // namespace
+
+RankParameters EstimateRankParameters(const Setup& s) {
+  const ModelConfig& m = s.model;
+  const TrainingConfig& c = s.training;
+  const double tp = c.tensor_model_parallel_size;
+  const double h = m.hidden_size, ffn = m.intermediate_size;
+  const double q = static_cast<double>(m.num_attention_heads) * m.head_dim;
+  const double kv = static_cast<double>(m.num_key_value_heads) * m.head_dim;
+  const double gamma = m.gated_mlp ? 2 : 1;
+  RankParameters p;
+  p.layers_per_stage = m.num_hidden_layers / c.pipeline_model_parallel_size;
+  p.per_layer = (h * (q + 2 * kv) + q * h + (gamma + 1) * h * ffn + 4 * h) / tp;
+  p.embedding = 2 * static_cast<double>(m.padded_vocab_size) * h / tp +
+                (m.position_embedding_type == PositionEmbedding::kLearnedAbsolute
+                     ? static_cast<double>(m.max_position_embeddings) * h
+                     : 0);
+  p.total = p.layers_per_stage * p.per_layer + p.embedding;
+  return p;
+}
+
+void CheckWritten(const Setup& s, const Origin& origin) {
+  CheckShape(s, origin);
+  CheckVirtualStages(s, origin);
+  CheckBatch(s, origin);
+}
+
+void CheckDerived(const Setup& s, const Origin& origin) {
+  const TrainingConfig& c = s.training;
+  if (c.num_micro_batches > kMaxMicroBatches) {
+    Fail(origin.Training("global_batch_size"),
+         fmt::format("{} micro-batches per iteration exceed memsim's limit of {}",
+                     c.num_micro_batches, kMaxMicroBatches));
+  }
+  CheckSequence(s, origin);
+  if (s.model.padded_vocab_size > kMaxPaddedVocab) {
+    // Megatron _vocab_size_with_padding: a multiple of make_vocab_size_divisible_by × TP.
+    Fail(origin.Training("make_vocab_size_divisible_by"),
+         fmt::format("padding vocab_size {} to a multiple of {} × tensor_model_parallel_size {} "
+                     "gives {}, over memsim's limit of {}",
+                     s.model.vocab_size, s.model.make_vocab_size_divisible_by,
+                     c.tensor_model_parallel_size, s.model.padded_vocab_size, kMaxPaddedVocab));
+  }
+  CheckLayerPasses(s, origin);
+  const RankParameters p = EstimateRankParameters(s);
+  CheckRankParameters(origin, p);
+  CheckFsdpPadding(s, origin, p);
+  CheckActivation(s, origin);
+  if (origin.gradient_accumulation_steps &&
+      *origin.gradient_accumulation_steps != c.num_micro_batches) {
+    Fail(origin.Training("gradient_accumulation_steps"),
+         fmt::format("{} disagrees with global_batch_size / (micro_batch_size × data_parallel_size) "
+                     "= {}",
+                     *origin.gradient_accumulation_steps, c.num_micro_batches));
+  }
+}
+
+}  // namespace memsim::config::internal

@@ -1,0 +1,615 @@
+// The training config block -> TrainingConfig (training.h). Megatron-LM argument names
+// (megatron/training/arguments.py); the checks here are those of one key or between keys of the
+// block, in the order the keys are read.
+#include "config/training.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <optional>
+#include <string_view>
+
+#include "core/error.h"
+
+namespace memsim::config::internal {
+namespace {
+
+constexpr std::string_view kPytorch = "pytorch";
+
+// Keys of the training block, in groups (docs/config.md).
+const std::vector<std::string> kTrainingKeys = {
+    "framework", "seq_length", "micro_batch_size", "global_batch_size",
+    "tensor_model_parallel_size", "pipeline_model_parallel_size", "data_parallel_size",
+    "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size",
+    "num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
+    "sequence_parallel", "precision", "fp16", "bf16", "accumulate_allreduce_grads_in_fp32",
+    "optimizer", "optimizer_impl", "weight_decay", "sgd_momentum", "use_distributed_optimizer",
+    "overlap_grad_reduce", "overlap_param_gather", "recompute_granularity", "recompute_method",
+    "recompute_num_layers", "recompute_modules", "use_flash_attn", "transformer_impl",
+    "gradient_accumulation_fusion", "transformer_engine_version", "megatron_core_version",
+    "train_iters", "empty_unused_memory_level", "gradient_accumulation_steps",
+    // framework "pytorch" only
+    "torch_dtype", "zero_grad_set_to_none",
+    // recognised; unsupported when set to what memsim does not model
+    "zero_stage", "use_megatron_fsdp", "data_parallel_sharding_strategy", "load", "no_load_optim",
+    "finetune", "enable_cuda_graph", "cuda_graph_impl", "fp8", "fp8_format",
+    // accepted; only meaningful for mixture-of-experts models (which are unsupported)
+    "moe_token_dispatcher_type", "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
+    "moe_grouped_gemm", "moe_enable_deepep", "moe_router_topk",
+    // accepted; no effect on memory
+    "ckpt_format", "save", "save_interval", "lr", "min_lr", "lr_decay_style", "lr_warmup_iters",
+    "clip_grad", "adam_beta1", "adam_beta2", "adam_eps", "init_method_std", "seed", "log_interval",
+    "eval_interval", "eval_iters", "tokenizer_type", "norm_epsilon", "rotary_base",
+    "attention_softmax_in_fp32"};
+
+const std::vector<std::string> kNoMemoryEffect = {
+    "ckpt_format",    "save",           "save_interval",   "lr",
+    "min_lr",         "lr_decay_style", "lr_warmup_iters", "clip_grad",
+    "adam_beta1",     "adam_beta2",     "adam_eps",        "init_method_std",
+    "seed",           "log_interval",   "eval_interval",   "eval_iters",
+    "tokenizer_type", "norm_epsilon",   "rotary_base",     "attention_softmax_in_fp32"};
+const std::vector<std::string> kMoeOnly = {
+    "moe_token_dispatcher_type", "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
+    "moe_grouped_gemm",          "moe_enable_deepep",          "moe_router_topk"};
+
+// Megatron's --recompute-modules names, in the order of TransformerConfig.recompute_modules
+// (megatron/core/transformer/transformer_config.py; "mhc", "gdn" and "gdn_norm_out" are in
+// Megatron-LM main only). `unsupported` says why memsim cannot recompute a module of a feature it
+// does not model; "" for the modelled ones.
+struct RecomputeModule {
+  std::string_view name;
+  std::string_view unsupported;
+};
+constexpr RecomputeModule kRecomputeModules[] = {
+    {"core_attn", ""},
+    {"moe_act", "the MoE MLP's activation; memsim models dense models only"},
+    {"layernorm", ""},
+    {"mla_up_proj", "multi-latent attention's up projection, not modelled"},
+    {"mlp", ""},
+    {"moe", "the MoE layer; memsim models dense models only"},
+    {"shared_experts", "the MoE layer's shared experts; memsim models dense models only"},
+    {"mhc", "hyper-connections, not modelled"},
+    {"gdn", "the gated delta net attention variant, not modelled"},
+    {"gdn_norm_out", "the gated delta net attention variant, not modelled"},
+};
+
+// The Megatron-only switches framework "pytorch" refuses when true, and what each asks for.
+struct MegatronOnly {
+  std::string_view key;
+  std::string_view feature;
+};
+constexpr MegatronOnly kMegatronOnlySwitches[] = {
+    {"use_distributed_optimizer", "Megatron's distributed optimizer"},
+    {"use_megatron_fsdp", "Megatron-FSDP"},
+    {"sequence_parallel", "sequence parallelism"},
+    {"overlap_grad_reduce", "the wrapper's overlapped gradient reduction"},
+    {"overlap_param_gather", "the distributed optimizer's overlapped parameter all-gather"},
+    {"accumulate_allreduce_grads_in_fp32", "Megatron DDP's fp32 gradient buffers"},
+};
+constexpr std::string_view kSingleDevice =
+    "framework \"pytorch\" is one device without a data-parallel wrapper";
+
+// A software version "MAJOR[.MINOR[.PATCH]]" (a leading "v" or "core_v"/"core_r" as in release
+// tags is accepted) as {major, minor}; {} when absent. `example` is quoted in the error.
+std::vector<int> Version(ObjectReader& t, std::string_view key, std::string_view example) {
+  const Json* json = t.Get(key);
+  if (json == nullptr || json->is_null()) {
+    t.Skip(std::string(key));
+    return {};
+  }
+  const std::string expected = fmt::format("expected a version string such as \"{}\"", example);
+  if (json->is_number()) {
+    // A JSON number drops trailing zeros (2.10 reads as 2.1), so it is never taken as a version.
+    Fail(t.At(key), fmt::format("{}, got the number {} (quote it; with --set: "
+                                "'training.{}=\"{}\"')",
+                                expected, Describe(*json), key, example));
+  }
+  std::optional<std::string> v = t.String(key);
+  std::string_view text = *v;
+  for (std::string_view prefix : {"core_v", "core_r", "v"}) {
+    if (text.substr(0, prefix.size()) == prefix) {
+      text.remove_prefix(prefix.size());
+      break;
+    }
+  }
+  // One to three dot-separated groups of one to six digits.
+  std::vector<int> parts;
+  bool ok = true;
+  size_t start = 0;
+  while (ok) {
+    const size_t dot = std::min(text.find('.', start), text.size());
+    const std::string_view group = text.substr(start, dot - start);
+    ok = !group.empty() && group.size() <= 6 && parts.size() < 3 &&
+         std::all_of(group.begin(), group.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    if (ok) parts.push_back(std::stoi(std::string(group)));
+    if (dot == text.size()) break;
+    start = dot + 1;
+  }
+  if (!ok) Fail(t.At(key), fmt::format("{}, got {}", expected, Describe(*json)));
+  parts.resize(2, 0);
+  return parts;
+}
+
+// framework "pytorch": one rank, and none of Megatron's parallel or wrapper features. Read before
+// anything else of the block, so the message names the first key that asks for more.
+void CheckSingleDevice(ObjectReader& t) {
+  // expert_model_parallel_size > 1 is unsupported (RejectUnsupported) whatever the framework.
+  for (const char* key : {"tensor_model_parallel_size", "pipeline_model_parallel_size",
+                          "data_parallel_size", "context_parallel_size"}) {
+    if (std::optional<int> v = t.PositiveInt(key); v && *v != 1) {
+      Fail(t.At(key),
+           fmt::format("framework \"pytorch\" runs on one device; expected 1, got {}", *v));
+    }
+  }
+  for (const char* key :
+       {"num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank"}) {
+    if (t.Has(key)) {
+      Fail(t.At(key),
+           fmt::format("needs framework \"megatron\" (interleaved pipeline schedule); {}",
+                       kSingleDevice));
+    }
+  }
+  for (const MegatronOnly& m : kMegatronOnlySwitches) {
+    if (t.Bool(m.key).value_or(false)) {
+      Fail(t.At(m.key),
+           fmt::format("true needs framework \"megatron\" ({}); {}", m.feature, kSingleDevice));
+    }
+  }
+  if (std::optional<int> z = t.IntInRange("zero_stage", 0, 3); z && *z > 0) {
+    Fail(t.At("zero_stage"),
+         fmt::format(
+             "{} needs framework \"megatron\" (ZeRO-1 is Megatron's distributed optimizer); {}", *z,
+             kSingleDevice));
+  }
+  if (std::optional<std::string> s =
+          t.Choice("data_parallel_sharding_strategy",
+                   {"no_shard", "optim", "optim_grads", "optim_grads_params"});
+      s && *s != "no_shard") {
+    Fail(t.At("data_parallel_sharding_strategy"),
+         fmt::format("\"{}\" needs framework \"megatron\" (Megatron-FSDP); {}", *s, kSingleDevice));
+  }
+}
+
+// Sequence, batch and parallel sizes.
+void ReadBatch(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
+  if (std::optional<int> v = t.PositiveInt("seq_length")) {
+    c.seq_length = *v;
+  } else {
+    Fail(t.At("seq_length"), "missing key, expected a positive integer (tokens per sample)");
+  }
+  c.micro_batch_size = t.PositiveInt("micro_batch_size").value_or(1);
+  c.tensor_model_parallel_size = t.PositiveInt("tensor_model_parallel_size").value_or(1);
+  c.pipeline_model_parallel_size = t.PositiveInt("pipeline_model_parallel_size").value_or(1);
+  c.data_parallel_size = t.PositiveInt("data_parallel_size").value_or(1);
+  c.context_parallel_size = t.PositiveInt("context_parallel_size").value_or(1);
+  c.expert_model_parallel_size = 1;
+  if (std::optional<int> g = t.PositiveInt("global_batch_size")) {
+    c.global_batch_size = *g;
+  } else {
+    // Megatron arguments.py: global_batch_size defaults to micro_batch_size × DP.
+    c.global_batch_size = c.micro_batch_size * c.data_parallel_size;
+    notes->push_back(
+        fmt::format("{}: absent, micro_batch_size × data_parallel_size = {} taken "
+                    "(Megatron's default)",
+                    t.At("global_batch_size"), c.global_batch_size));
+  }
+  std::optional<int> vpp = t.PositiveInt("num_layers_per_virtual_pipeline_stage");
+  std::optional<int> vstages = t.PositiveInt("num_virtual_stages_per_pipeline_rank");
+  if (vpp && vstages) {
+    Fail(t.At("num_virtual_stages_per_pipeline_rank"),
+         "give num_layers_per_virtual_pipeline_stage or num_virtual_stages_per_pipeline_rank, not "
+         "both");
+  }
+  c.num_layers_per_virtual_pipeline_stage = vpp.value_or(0);
+  c.sequence_parallel = t.Bool("sequence_parallel").value_or(false);
+}
+
+// precision, and Megatron's --fp16 / --bf16 flags, which must agree with it.
+void ReadPrecision(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
+  std::optional<std::string> precision = t.Choice("precision", {"fp32", "fp16", "bf16"});
+  std::optional<bool> fp16 = t.Bool("fp16");
+  std::optional<bool> bf16 = t.Bool("bf16");
+  if (fp16.value_or(false) && bf16.value_or(false))
+    Fail(t.At("bf16"), "fp16 and bf16 are both true");
+  std::string from_flags = fp16.value_or(false) ? "fp16" : bf16.value_or(false) ? "bf16" : "";
+  if (precision && !from_flags.empty() && *precision != from_flags) {
+    Fail(t.At(from_flags), fmt::format("true disagrees with precision \"{}\"", *precision));
+  }
+  if (precision && *precision != "fp16" && fp16.has_value() && *fp16) {
+    Fail(t.At("fp16"), fmt::format("true disagrees with precision \"{}\"", *precision));
+  }
+  for (const char* flag : {"fp16", "bf16"}) {
+    const std::optional<bool>& f = std::string_view(flag) == "fp16" ? fp16 : bf16;
+    if (precision && *precision == flag && f.has_value() && !*f) {
+      Fail(t.At(flag), fmt::format("false disagrees with precision \"{}\"", *precision));
+    }
+  }
+  // Megatron trains in fp32 unless --fp16 or --bf16 is given: an explicit "bf16": false without a
+  // precision means fp32 (memsim's own default, bf16, applies only when nothing is said).
+  const bool fp32_by_flags = !precision && from_flags.empty() && bf16.has_value() && !*bf16;
+  if (fp32_by_flags) {
+    notes->push_back(
+        fmt::format("{}: false and no fp16 or precision: fp32, as Megatron", t.At("bf16")));
+  }
+  const std::string p = precision             ? *precision
+                        : !from_flags.empty() ? from_flags
+                        : fp32_by_flags       ? "fp32"
+                                              : "bf16";
+  c.precision = p == "fp32" ? Precision::kFp32 : p == "fp16" ? Precision::kFp16 : Precision::kBf16;
+  // Forced true for bf16 with framework "megatron" by the derive step (derive.h).
+  c.accumulate_allreduce_grads_in_fp32 =
+      t.Bool("accumulate_allreduce_grads_in_fp32").value_or(false);
+}
+
+// Megatron-FSDP (use_megatron_fsdp true): the sharding strategy, from
+// data_parallel_sharding_strategy (Megatron-LM's default "no_shard") or from the equivalent
+// zero_stage (0, 1, 2); the two must agree when both are given. Megatron-FSDP builds its optimizer
+// through the distributed-optimizer path (megatron/core/optimizer/distrib_optimizer.py returns
+// early for it) and shards optimizer state exactly when the strategy says so, so
+// use_distributed_optimizer follows the strategy. Pipeline parallelism and fp32 parameters with
+// Megatron-FSDP are not modelled (reported unsupported).
+void ReadMegatronFsdp(ObjectReader& t, const std::optional<std::string>& sharding,
+                      std::optional<int> zero, TrainingConfig& c, std::vector<std::string>* notes) {
+  if (c.pipeline_model_parallel_size > 1) {
+    throw UnsupportedError(
+        fmt::format("{}: Megatron-FSDP with pipeline parallelism (memsim models "
+                    "Megatron-FSDP with pipeline_model_parallel_size 1)",
+                    t.At("pipeline_model_parallel_size")));
+  }
+  if (c.precision == Precision::kFp32) {
+    throw UnsupportedError(
+        fmt::format("{}: Megatron-FSDP with fp32 parameters (memsim models "
+                    "Megatron-FSDP for bf16 and fp16)",
+                    t.At("use_megatron_fsdp")));
+  }
+  static const char* const kNames[] = {"no_shard", "optim", "optim_grads"};
+  int stage = 0;
+  if (sharding) {
+    stage = *sharding == "optim_grads" ? 2 : *sharding == "optim" ? 1 : 0;
+    if (zero && *zero != stage) {
+      Fail(t.At("zero_stage"),
+           fmt::format("{} disagrees with data_parallel_sharding_strategy \"{}\" (ZeRO stage {} "
+                       "under Megatron-FSDP)",
+                       *zero, *sharding, stage));
+    }
+  } else if (zero) {
+    if (*zero == 3) {
+      throw UnsupportedError(
+          fmt::format("{}: ZeRO stage 3 (Megatron-FSDP optim_grads_params, not "
+                      "modelled)",
+                      t.At("zero_stage")));
+    }
+    stage = *zero;
+    notes->push_back(fmt::format("{}: Megatron-FSDP sharding taken as \"{}\"", t.At("zero_stage"),
+                                 kNames[stage]));
+  } else {
+    notes->push_back(fmt::format("{}: absent, Megatron-LM's default \"no_shard\" taken",
+                                 t.At("data_parallel_sharding_strategy")));
+  }
+  c.fsdp_sharding = stage == 2   ? FsdpSharding::kOptimGrads
+                    : stage == 1 ? FsdpSharding::kOptim
+                                 : FsdpSharding::kNoShard;
+  const bool sharded = stage > 0;
+  if (c.use_distributed_optimizer != sharded) {
+    notes->push_back(fmt::format("{}: taken as {}: Megatron-FSDP \"{}\" {} the optimizer state",
+                                 t.At("use_distributed_optimizer"), sharded ? "true" : "false",
+                                 kNames[stage], sharded ? "shards" : "does not shard"));
+    c.use_distributed_optimizer = sharded;
+  }
+}
+
+// The optimizer and the data-parallel wrapper's optimizer settings.
+void ReadOptimizer(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
+  const bool pytorch = c.framework == kPytorch;
+  if (std::optional<std::string> o = t.Choice("optimizer", {"adam", "adamw", "sgd"})) {
+    c.optimizer = *o == "sgd" ? OptimizerKind::kSgd : OptimizerKind::kAdam;
+    if (*o == "adamw" && !pytorch) {
+      notes->push_back(fmt::format("{}: 'adamw' taken as Megatron's 'adam' (which is AdamW)",
+                                   t.At("optimizer")));
+    }
+  }
+  if (std::optional<std::string> o = t.Choice("optimizer_impl", {"fused", "foreach"})) {
+    c.optimizer_impl = *o == "foreach" ? OptimizerImpl::kForeach : OptimizerImpl::kFused;
+  } else if (pytorch) {
+    // torch/optim/optimizer.py _default_to_fused_or_foreach: with foreach and fused unset, the
+    // multi-tensor (foreach) implementation on CUDA tensors.
+    c.optimizer_impl = OptimizerImpl::kForeach;
+    notes->push_back(
+        fmt::format("{}: absent, 'foreach' taken (torch.optim's default on the "
+                    "device)",
+                    t.At("optimizer_impl")));
+  }
+  c.weight_decay = t.Number("weight_decay", 0, 1e6, false, false).value_or(0.01);
+  c.sgd_momentum = t.Number("sgd_momentum", 0, 1, false, true).value_or(0.9);
+  c.use_distributed_optimizer = t.Bool("use_distributed_optimizer").value_or(false);
+  c.use_megatron_fsdp = t.Bool("use_megatron_fsdp").value_or(false);
+  const std::optional<std::string> sharding =
+      t.Choice("data_parallel_sharding_strategy",
+               {"no_shard", "optim", "optim_grads", "optim_grads_params"});
+  const std::optional<int> zero = t.IntInRange("zero_stage", 0, 3);
+  if (c.use_megatron_fsdp) {
+    ReadMegatronFsdp(t, sharding, zero, c, notes);
+    return;
+  }
+  if (sharding && *sharding != "no_shard") {
+    // Megatron-LM reads --data-parallel-sharding-strategy only with --use-megatron-fsdp.
+    Fail(t.At("data_parallel_sharding_strategy"),
+         fmt::format("\"{}\" applies to Megatron-FSDP only; set use_megatron_fsdp true, or "
+                     "use_distributed_optimizer for Megatron's ZeRO-1",
+                     *sharding));
+  }
+  if (zero == 0 && c.use_distributed_optimizer) {
+    Fail(t.At("zero_stage"), "0 disagrees with use_distributed_optimizer true (ZeRO-1)");
+  }
+  if (zero == 1 && !c.use_distributed_optimizer) {
+    c.use_distributed_optimizer = true;
+    notes->push_back(
+        fmt::format("{}: ZeRO-1 taken as use_distributed_optimizer true", t.At("zero_stage")));
+  }
+}
+
+// overlap_grad_reduce and overlap_param_gather, and what memsim assumes of them.
+void ReadOverlap(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
+  c.overlap_grad_reduce = t.Bool("overlap_grad_reduce").value_or(false);
+  c.overlap_param_gather = t.Bool("overlap_param_gather").value_or(false);
+  if (c.overlap_param_gather && !c.use_distributed_optimizer && !c.use_megatron_fsdp) {
+    // Megatron arguments.py: --overlap-param-gather needs the distributed optimizer or
+    // Megatron-FSDP.
+    Fail(t.At("overlap_param_gather"),
+         "true needs use_distributed_optimizer or use_megatron_fsdp true (as in Megatron)");
+  }
+  if (c.overlap_param_gather && c.use_distributed_optimizer) {
+    notes->push_back(fmt::format(
+        "{}: true, but memsim emits the distributed optimizer's parameter all-gather at the end "
+        "of the step, as without overlap (overlapping it with the next forward is not modelled)",
+        t.At("overlap_param_gather")));
+  } else if (c.overlap_param_gather) {
+    notes->push_back(
+        fmt::format("{}: true, no effect: Megatron-FSDP \"no_shard\" shards no "
+                    "parameters, so there is no all-gather to overlap",
+                    t.At("overlap_param_gather")));
+  }
+  if (c.use_megatron_fsdp && c.fsdp_sharding == FsdpSharding::kOptimGrads &&
+      !c.overlap_grad_reduce) {
+    // MegatronFSDP.__init__ switches overlap_grad_reduce on for optim_grads, but Megatron-LM's
+    // get_model has already set bucket_size to None (one bucket) when it was off at launch.
+    notes->push_back(fmt::format(
+        "{}: false with Megatron-FSDP \"optim_grads\": Megatron-FSDP overlaps the reduce-scatter "
+        "anyway, with the whole model in one bucket (a full-size gradient temporary each "
+        "backward); set true for max(4e7, 1e6·d·cp)-element buckets",
+        t.At("overlap_grad_reduce")));
+  }
+}
+
+// recompute_modules: Megatron's names; those of features memsim does not model are unsupported.
+void ReadRecomputeModules(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
+  const Json* mods = t.Get("recompute_modules");
+  if (mods == nullptr) return;
+  if (!mods->is_array()) {
+    Fail(t.At("recompute_modules"),
+         fmt::format("expected a list of module names, got {}", Describe(*mods)));
+  }
+  std::vector<std::string> names;
+  std::string list;
+  for (const RecomputeModule& m : kRecomputeModules) {
+    names.emplace_back(m.name);
+    list += (list.empty() ? "'" : ", '") + std::string(m.name) + "'";
+  }
+  c.recompute_modules.clear();
+  for (size_t i = 0; i < mods->size(); ++i) {
+    const Json& m = (*mods)[i];
+    const std::string at =
+        t.source().At(Child(t.PointerOf("recompute_modules"), std::to_string(i)));
+    const std::string name = m.is_string() ? m.get<std::string>() : std::string();
+    const auto known = std::find_if(std::begin(kRecomputeModules), std::end(kRecomputeModules),
+                                    [&](const RecomputeModule& r) { return r.name == name; });
+    if (!m.is_string() || known == std::end(kRecomputeModules)) {
+      std::string message = fmt::format("expected one of {}, got {}", list, Describe(m));
+      const std::string guess = m.is_string() ? ClosestMatch(name, names) : std::string();
+      if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
+      Fail(at, message);
+    }
+    if (!known->unsupported.empty()) {
+      throw UnsupportedError(
+          fmt::format("{}: recompute module '{}' ({})", at, name, known->unsupported));
+    }
+    c.recompute_modules.push_back(name);
+  }
+  if (c.recompute_granularity != RecomputeGranularity::kSelective) {
+    notes->push_back(
+        fmt::format("{}: not used: the modules apply to recompute_granularity "
+                    "\"selective\"",
+                    t.At("recompute_modules")));
+  }
+}
+
+// recompute_granularity, recompute_method, recompute_num_layers, recompute_modules.
+void ReadRecompute(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
+  std::optional<std::string> g = t.Choice("recompute_granularity", {"none", "selective", "full"});
+  const std::string granularity = g.value_or("none");
+  c.recompute_granularity = granularity == "full"        ? RecomputeGranularity::kFull
+                            : granularity == "selective" ? RecomputeGranularity::kSelective
+                                                         : RecomputeGranularity::kNone;
+  std::optional<std::string> method = t.Choice("recompute_method", {"uniform", "block"});
+  std::optional<int> num_layers = t.PositiveInt("recompute_num_layers");
+  if (c.recompute_granularity == RecomputeGranularity::kFull) {
+    if (!method) {
+      notes->push_back(
+          fmt::format("{}: absent with full recompute, 'uniform' taken", t.At("recompute_method")));
+    }
+    c.recompute_method =
+        method.value_or("uniform") == "block" ? RecomputeMethod::kBlock : RecomputeMethod::kUniform;
+    c.recompute_num_layers = num_layers.value_or(1);
+  } else if (method) {
+    // Megatron arguments.py: recompute_method is only for full recompute.
+    Fail(t.At("recompute_method"), fmt::format("applies only to recompute_granularity \"full\", "
+                                               "got recompute_granularity \"{}\"",
+                                               granularity));
+  }
+  ReadRecomputeModules(t, c, notes);
+}
+
+// Kernels and software: attention, the Transformer Engine switch, gradient accumulation fusion,
+// versions, iterations and Megatron's empty_cache level.
+void ReadKernels(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
+  c.use_flash_attn = t.Bool("use_flash_attn").value_or(false);
+  c.transformer_impl =
+      t.Choice("transformer_impl", {"transformer_engine", "local"}).value_or("transformer_engine");
+  c.gradient_accumulation_fusion = t.Bool("gradient_accumulation_fusion").value_or(true);
+  if (c.framework == kPytorch && c.gradient_accumulation_fusion) {
+    // Megatron's fused weight-gradient accumulation into main_grad; plain PyTorch's autograd
+    // hands every weight gradient to the parameter's .grad.
+    c.gradient_accumulation_fusion = false;
+    notes->push_back(
+        fmt::format("{}: taken as false with framework \"pytorch\" (Megatron's fused "
+                    "weight-gradient accumulation; autograd produces each weight "
+                    "gradient)",
+                    t.At("gradient_accumulation_fusion")));
+  }
+  if (c.use_megatron_fsdp && c.gradient_accumulation_fusion) {
+    // Megatron-Bridge's ConfigContainer.validate (src/megatron/bridge/training/config.py, r0.2.0)
+    // switches the fusion off whenever Megatron-FSDP is on; Megatron-LM's own launcher does not.
+    notes->push_back(
+        fmt::format("{}: true with Megatron-FSDP; Megatron-Bridge (NeMo) launches turn "
+                    "it off, set false for those",
+                    t.At("gradient_accumulation_fusion")));
+  }
+  c.transformer_engine_version = Version(t, "transformer_engine_version", "2.9");
+  c.megatron_core_version = Version(t, "megatron_core_version", "0.15");
+  c.train_iters = t.PositiveInt("train_iters").value_or(4);
+  c.empty_unused_memory_level = t.IntInRange("empty_unused_memory_level", 0, 2).value_or(0);
+}
+
+// The keys accepted without effect, each with a note.
+void NoteAcceptedKeys(ObjectReader& t, std::vector<std::string>* notes) {
+  for (const std::string& key : kMoeOnly) {
+    if (t.Get(key) != nullptr)
+      notes->push_back(fmt::format("{}: ignored (dense model)", t.At(key)));
+  }
+  for (const std::string& key : kNoMemoryEffect) {
+    if (t.Get(key) != nullptr)
+      notes->push_back(fmt::format("{}: accepted, no effect on memory", t.At(key)));
+  }
+  for (const char* key : {"load", "no_load_optim", "finetune"}) t.Skip(key);
+  if (t.Has("load"))
+    notes->push_back(fmt::format(
+        "{}: weights loaded from a checkpoint (optimizer state not loaded)", t.At("load")));
+}
+
+// torch_dtype and zero_grad_set_to_none: read under either framework (a wrong value is an error),
+// used with "pytorch" only; with "megatron" a note says so. With "pytorch", what memsim assumes
+// where the config is silent.
+void ReadPlainPytorchKeys(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
+  if (std::optional<std::string> d = t.Choice("torch_dtype", {"float32", "bfloat16", "float16"})) {
+    c.torch_dtype = *d == "bfloat16"  ? Precision::kBf16
+                    : *d == "float16" ? Precision::kFp16
+                                      : Precision::kFp32;
+  }
+  c.zero_grad_set_to_none = t.Bool("zero_grad_set_to_none").value_or(true);
+  if (c.framework != kPytorch) {
+    for (const char* key : {"torch_dtype", "zero_grad_set_to_none"}) {
+      if (t.Has(key)) {
+        notes->push_back(
+            fmt::format("{}: not used with framework \"megatron\" (it applies to "
+                        "framework \"pytorch\")",
+                        t.At(key)));
+      }
+    }
+    return;
+  }
+  if (!t.Has("precision") && !t.Has("fp16") && !t.Has("bf16")) {
+    notes->push_back(
+        fmt::format("{}: absent, bf16 taken (memsim's default): torch.autocast to "
+                    "bfloat16 over the weights; \"fp32\" for no autocast",
+                    t.At("precision")));
+  }
+  if (t.Has("make_vocab_size_divisible_by")) {
+    notes->push_back(
+        fmt::format("{}: not used with framework \"pytorch\" (the Hugging Face model "
+                    "keeps vocab_size rows)",
+                    t.At("make_vocab_size_divisible_by")));
+  }
+  if (c.optimizer == OptimizerKind::kSgd && !t.Has("sgd_momentum")) {
+    notes->push_back(
+        fmt::format("{}: absent, 0.9 taken (Megatron's default; torch.optim.SGD's "
+                    "own default is 0, without a momentum buffer)",
+                    t.At("sgd_momentum")));
+  }
+}
+
+}  // namespace
+
+void RejectUnsupported(ObjectReader& t) {
+  if (std::optional<std::string> fw = t.String("framework");
+      fw && *fw != "megatron" && *fw != kPytorch) {
+    throw UnsupportedError(
+        fmt::format("{}: framework '{}' (memsim models \"megatron\" and \"pytorch\")",
+                    t.At("framework"), Printable(*fw)));
+  }
+  const bool fsdp = t.Bool("use_megatron_fsdp").value_or(false);
+  if (std::optional<std::string> s =
+          t.Choice("data_parallel_sharding_strategy",
+                   {"no_shard", "optim", "optim_grads", "optim_grads_params"});
+      fsdp && s == "optim_grads_params") {
+    throw UnsupportedError(
+        fmt::format("{}: Megatron-FSDP sharding 'optim_grads_params' (sharded "
+                    "weights, gathered per layer; memsim models no_shard, "
+                    "optim and optim_grads)",
+                    t.At("data_parallel_sharding_strategy")));
+  }
+  if (std::optional<int> z = t.IntInRange("zero_stage", 0, 3); !fsdp && z && *z >= 2) {
+    throw UnsupportedError(
+        fmt::format("{}: ZeRO stage {} (memsim models ZeRO-1, Megatron's "
+                    "distributed optimizer, and Megatron-FSDP's optim and "
+                    "optim_grads)",
+                    t.At("zero_stage"), *z));
+  }
+  if (std::optional<int> ep = t.PositiveInt("expert_model_parallel_size"); ep && *ep > 1) {
+    throw UnsupportedError(fmt::format("{}: expert parallelism (mixture of experts)",
+                                       t.At("expert_model_parallel_size")));
+  }
+  if (std::optional<int> etp = t.PositiveInt("expert_tensor_parallel_size"); etp && *etp > 1) {
+    throw UnsupportedError(fmt::format("{}: expert tensor parallelism (mixture of experts)",
+                                       t.At("expert_tensor_parallel_size")));
+  }
+  if (std::optional<bool> g = t.Bool("enable_cuda_graph"); g.value_or(false)) {
+    throw UnsupportedError(fmt::format("{}: CUDA graphs", t.At("enable_cuda_graph")));
+  }
+  if (std::optional<std::string> g = t.String("cuda_graph_impl"); g && *g != "none") {
+    throw UnsupportedError(
+        fmt::format("{}: CUDA graphs ('{}')", t.At("cuda_graph_impl"), Printable(*g)));
+  }
+  for (const char* key : {"fp8", "fp8_format"}) {
+    if (const Json* v = t.Get(key); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
+      throw UnsupportedError(fmt::format("{}: FP8 training", t.At(key)));
+    }
+  }
+  std::optional<std::string> load = t.String("load");
+  const bool no_load_optim = t.Bool("no_load_optim").value_or(false);
+  const bool finetune = t.Bool("finetune").value_or(false);
+  if (load && !load->empty() && !no_load_optim && !finetune) {
+    throw UnsupportedError(fmt::format(
+        "{}: resuming from a checkpoint with optimizer state (set no_load_optim to load "
+        "weights only)",
+        t.At("load")));
+  }
+}
+
+const std::vector<std::string>& TrainingKeys() { return kTrainingKeys; }
+
+TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes) {
+  TrainingConfig c;
+  c.framework = t.String("framework").value_or("megatron");
+  if (c.framework == kPytorch) CheckSingleDevice(t);
+  ReadBatch(t, c, notes);
+  ReadPrecision(t, c, notes);
+  ReadOptimizer(t, c, notes);
+  ReadOverlap(t, c, notes);
+  ReadRecompute(t, c, notes);
+  ReadKernels(t, c, notes);
+  NoteAcceptedKeys(t, notes);
+  ReadPlainPytorchKeys(t, c, notes);
+  return c;
+}
+
+}  // namespace memsim::config::internal

@@ -1,0 +1,30 @@
+// Internal to config/: the reader of memsim's training config block ("training", docs/config.md
+// "Training config") into a TrainingConfig. Keys are Megatron-LM's argument names, underscored;
+// framework "pytorch" (plain PyTorch on one device, no wrapper) adds torch_dtype and
+// zero_grad_set_to_none and refuses what only Megatron does. Checks each key's form and the rules
+// between keys of the block that Megatron's argument parsing enforces, and notes what it defaults
+// or does not use. Rules that involve the model, and derived values, are rules.h and derive.h.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "config/reader.h"
+#include "config/setup.h"
+
+namespace memsim::config::internal {
+
+// Throws UnsupportedError for the stacks and features memsim recognises and does not model
+// (framework other than "megatron" and "pytorch", ZeRO-2/3 without Megatron-FSDP, expert
+// parallelism, CUDA graphs, FP8, a resume with optimizer state). Run first, so that a config for
+// another stack says "unsupported" rather than naming its first unknown key.
+void RejectUnsupported(ObjectReader& t);
+
+// The keys the training block may hold, besides MegatronArchitectureKeys() (parts.h).
+const std::vector<std::string>& TrainingKeys();
+
+// Reads the training block; appends to `notes` what was defaulted, adjusted or not used.
+// REQUIRES: RejectUnsupported(t) passed.
+TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes);
+
+}  // namespace memsim::config::internal
