@@ -154,8 +154,8 @@ class CachingAllocator final : public Allocator {
   std::vector<Block> blocks_;
   std::vector<BlockIndex> free_slots_;
   std::vector<Segment> segments_;
-  Bytes next_segment_addr_ = Bytes{1} << 40;  // spec §13.2: each segment above the previous
-  std::map<StreamId, StreamEvents> events_;   // ascending stream id (spec §13.3)
+  Bytes next_segment_addr_ = Bytes{1} << 40;  // allocator-rules.md 'Convention: addresses'
+  std::map<StreamId, StreamEvents> events_;   // allocator-rules.md 'Convention: stream events'
   std::uint64_t next_event_seq_ = 0;
   std::int64_t pending_events_ = 0;
   bool events_may_have_completed_ = false;
