@@ -92,7 +92,8 @@ Bytes CachingAllocator::AllowedMemoryMaximum() const {
       std::floor(*options_.memory_fraction * static_cast<double>(*options_.capacity_bytes)));
 }
 
-// set_fraction && garbage_collection_threshold > 0 (S1 get_free_block / malloc).
+// set_fraction && garbage_collection_threshold > 0 (CUDACachingAllocator.cpp get_free_block /
+// malloc).
 bool CachingAllocator::GcEnabled() const {
   return options_.memory_fraction.has_value() && options_.garbage_collection_threshold > 0.0;
 }
@@ -102,7 +103,7 @@ bool CachingAllocator::GcEnabled() const {
 std::optional<BlockHandle> CachingAllocator::Malloc(Bytes size_bytes, StreamId stream) {
   MEMSIM_CHECK(size_bytes >= 0);
   // allocate(0) returns nullptr without touching anything; >= 1 EB throws before the device
-  // allocator is reached (S1 NativeCachingAllocator::allocate / malloc).
+  // allocator is reached (NativeCachingAllocator::allocate / malloc).
   if (size_bytes == 0 || size_bytes >= kMaxRequest) return std::nullopt;
   ProcessEvents();
   AllocParams p;

@@ -27,7 +27,8 @@ inline constexpr Bytes kUnlimited = INT64_MAX;  // max_split_size default (SIZE_
 
 enum PoolId : std::uint8_t { kSmallPool = 0, kLargePool = 1 };
 
-// S1 `struct Block`. Invariant: blocks of one segment tile it in address order via prev/next.
+// CUDACachingAllocator.cpp `struct Block`. Invariant: blocks of one segment tile it in address
+// order via prev/next.
 struct Block {
   Bytes size_bytes = 0;
   Bytes addr = 0;
@@ -62,7 +63,7 @@ struct UnmappedKey {
   auto operator<=>(const UnmappedKey&) const = default;
 };
 
-// S1 `BlockPool`.
+// CUDACachingAllocator.cpp `BlockPool`.
 struct Pool {
   std::set<FreeKey> blocks;         // free, mapped blocks
   std::set<UnmappedKey> unmapped;   // unmapped ranges of expandable segments

@@ -1,10 +1,10 @@
 // Expandable segments (expandable_segments:True; docs/allocator-rules.md,
 // 'Expandable segments'): one reserved virtual range per
 // segment, physical pages (2 MiB small pool, 20 MiB large pool) mapped on demand and unmapped
-// page-wise by empty_cache. Follows S1 try_allocate_expandable_block, find_expandable_block,
-// map_block, unmap_block, release_expandable_segment, and the torch_npu base-address
-// alignment split (S8 malloc). Mapping changes reserved_bytes but never `segment`; blocks of
-// expandable segments never count in inactive_split.
+// page-wise by empty_cache. Follows CUDACachingAllocator.cpp try_allocate_expandable_block,
+// find_expandable_block, map_block, unmap_block, release_expandable_segment, and the torch_npu
+// base-address alignment split (NPUCachingAllocator.cpp malloc). Mapping changes reserved_bytes but
+// never `segment`; blocks of expandable segments never count in inactive_split.
 #include "alloc/caching_allocator.h"
 
 #include <algorithm>
@@ -187,9 +187,9 @@ void CachingAllocator::ReleaseExpandableSegment(BlockIndex b) {
   DeleteBlock(b);
 }
 
-// torch_npu malloc (S8): with expandable segments and a rounded size >= 2 MiB, a block whose
-// address is not base_addr_aligned from the segment base ('Convention: NPU pad') gives up a free
-// leading fragment so the allocation starts aligned, if the rest still holds the request.
+// torch_npu NPUCachingAllocator.cpp malloc: with expandable segments and a rounded size >= 2 MiB, a
+// block whose address is not base_addr_aligned from the segment base ('Convention: NPU pad') gives
+// up a free leading fragment so the allocation starts aligned, if the rest still holds the request.
 void CachingAllocator::NpuAlignBlock(AllocParams& p) {
   const BlockIndex b = p.block;
   const Bytes align = options_.base_addr_aligned_bytes;
