@@ -22,8 +22,8 @@ module's forward for a denser curve. Call rec.phase(0, "init") before building t
 record the initialisation.
 
 Columns (docs/interfaces.md, 'CSV timeline'): time_us,iteration,phase,allocated_bytes,
-reserved_bytes,active_bytes,device_bytes. time_us counts from the recorder's creation; a value the backend cannot give is
-left empty. The file is flushed after every sample, so a crashed run still leaves its samples.
+reserved_bytes,active_bytes,device_bytes. time_us counts from the recorder's creation; a value
+the backend cannot give is left empty. The file is flushed after every sample, so a crashed run still leaves its samples.
 """
 
 import argparse
