@@ -21,9 +21,9 @@ report_memory): pass track_peaks=False to keep them. rec.watch(model) adds a sam
 module's forward for a denser curve. Call rec.phase(0, "init") before building the model to
 record the initialisation.
 
-Columns (design.md): time_us,iteration,phase,allocated_bytes,reserved_bytes,active_bytes,
-device_bytes. time_us counts from the recorder's creation; a value the backend cannot give is
-left empty. The file is flushed after every sample, so a crashed run still leaves its samples.
+Columns (docs/interfaces.md, 'CSV timeline'): time_us,iteration,phase,allocated_bytes,
+reserved_bytes,active_bytes,device_bytes. time_us counts from the recorder's creation; a value
+the backend cannot give is left empty. The file is flushed after every sample, so a crashed run still leaves its samples.
 """
 
 import argparse

@@ -1,14 +1,16 @@
 // The caching-allocator model: PyTorch's CUDACachingAllocator (DeviceCachingAllocator) and
-// torch_npu's NPUCachingAllocator, one device, behind a small interface. Spec:
-// shared/reference/allocator.md (sections cited as "spec §N"). It knows nothing of phases,
-// time, JSON or printing. Sizes are bytes (int64); streams are small non-negative integers.
-// Ownership: the caller owns the Allocator; blocks are referred to by BlockHandle, never pointer.
+// torch_npu's NPUCachingAllocator, one device, behind a small interface. The rules it follows,
+// each with its upstream function, are in docs/allocator-rules.md (cited by heading). It knows
+// nothing of phases, time, JSON or printing. Sizes are bytes (int64); streams are small
+// non-negative integers. Ownership: the caller owns the Allocator; blocks are referred to by
+// BlockHandle, never pointer.
 //
 // Where the real allocator leaves a choice open (addresses, event timing, capacity) the model
-// follows spec §13. Version choices (current behaviour by default) are listed in
-// docs/decisions/allocator-versions.md. Layout: rounding.{h,cc} (sizes), options.cc (the
-// PYTORCH_*_ALLOC_CONF parser), caching_allocator.cc (malloc/free/pools/events/OOM/GC),
-// expandable.cc (expandable segments), invariants.cc (CheckInvariants), stats.h (stat table).
+// follows docs/allocator-rules.md, 'memsim conventions'. Version choices (current behaviour by
+// default) are listed in docs/decisions/allocator-versions.md. Layout: rounding.{h,cc} (sizes),
+// options.cc (the PYTORCH_*_ALLOC_CONF parser), caching_allocator.cc
+// (malloc/free/pools/events/OOM/GC), expandable.cc (expandable segments), invariants.cc
+// (CheckInvariants), stats.h (stat table).
 #pragma once
 
 #include <array>
@@ -28,11 +30,11 @@ using StreamId = std::int32_t;
 // Identifies one live allocation. Never reused within an Allocator's lifetime.
 using BlockHandle = std::uint64_t;
 
-// The options of PYTORCH_CUDA_ALLOC_CONF / PYTORCH_NPU_ALLOC_CONF (spec §9), plus the device
-// capacity convention of spec §13.1 and the memory fraction of §13.10.
+// The options of PYTORCH_CUDA_ALLOC_CONF / PYTORCH_NPU_ALLOC_CONF (docs/allocator-rules.md,
+// 'Options'), plus the conventions 'Convention: capacity' and 'Convention: memory fraction'.
 struct AllocatorOptions {
   Backend backend = Backend::kCuda;
-  // Device bytes the allocator may reserve; nullopt = unbounded (spec §13.1).
+  // Device bytes the allocator may reserve; nullopt = unbounded ('Convention: capacity').
   std::optional<Bytes> capacity_bytes;
   // max_split_size_mb × 2^20; nullopt = unlimited (SIZE_MAX).
   std::optional<Bytes> max_split_size_bytes;
@@ -51,14 +53,16 @@ struct AllocatorOptions {
   bool operator==(const AllocatorOptions&) const = default;
 };
 
-// A gauge as c10 `Stat`: current value and running maximum (spec §8, §13.5).
+// A gauge as c10 `Stat`: current value and running maximum (docs/allocator-rules.md, 'Statistics',
+// 'Convention: peaks').
 struct Gauge {
   Bytes current = 0;
   Bytes peak = 0;
   bool operator==(const Gauge&) const = default;
 };
 
-// torch.cuda.memory_stats() names, aggregate ("all") pool (spec §8).
+// torch.cuda.memory_stats() names, aggregate ("all") pool (c10 DeviceStats;
+// docs/allocator-rules.md, 'Statistics').
 struct AllocatorStats {
   Gauge allocated_bytes;
   Gauge reserved_bytes;
@@ -71,7 +75,8 @@ struct AllocatorStats {
   Gauge inactive_split;
   Gauge oversize_allocations;
   Gauge oversize_segments;
-  // Monotone counters: alloc_block(isRetry = true) calls; OOMs reported (spec §3 step 5d/5e).
+  // Monotone counters: alloc_block(isRetry = true) calls; OOMs reported
+  // (docs/allocator-rules.md, 'Getting new memory', steps 4 and 5).
   std::int64_t num_alloc_retries = 0;
   std::int64_t num_ooms = 0;
   // Device allocations / frees: cudaMalloc or a page mapping / cudaFree or a page unmapping
@@ -96,11 +101,13 @@ class Allocator {
   virtual void Free(BlockHandle block) = 0;
   // record_stream: the block is also used on `stream`.
   virtual void RecordStream(BlockHandle block, StreamId stream) = 0;
-  // All work queued so far on `stream` has finished (spec §13.3).
+  // All work queued so far on `stream` has finished (docs/allocator-rules.md,
+  // 'Convention: stream events').
   virtual void CompleteStream(StreamId stream) = 0;
-  // torch.cuda.empty_cache(): synchronize, then release every whole free segment (spec §5).
+  // torch.cuda.empty_cache(): synchronize, then release every whole free segment
+  // (release_cached_blocks; docs/allocator-rules.md, 'empty_cache').
   virtual void EmptyCache() = 0;
-  // Changes the device capacity (spec §13.1); nullopt = unbounded (up to 2^62 bytes; a
+  // Changes the device capacity ('Convention: capacity'); nullopt = unbounded (up to 2^62 bytes; a
   // memory_fraction then limits nothing). Existing segments and expandable ranges stay.
   virtual void SetCapacity(std::optional<Bytes> capacity_bytes) = 0;
   // reset_peak_memory_stats(): every peak := current.
@@ -115,7 +122,7 @@ std::unique_ptr<Allocator> NewCachingAllocator(const AllocatorOptions& options);
 
 // Parses the PYTORCH_CUDA_ALLOC_CONF / PYTORCH_NPU_ALLOC_CONF syntax ("k:v,k:v", spaces
 // ignored, keys case-sensitive, True/False also lower case) for `backend`, plus the memsim
-// pseudo-option memory_fraction:F (spec §13.10). Keys: cuda max_split_size_mb,
+// pseudo-option memory_fraction:F ('Convention: memory fraction'). Keys: cuda max_split_size_mb,
 // max_non_split_rounding_mb, roundup_power2_divisions (N or [K:v,...,>:v]),
 // garbage_collection_threshold, expandable_segments, memory_fraction; npu the same without
 // max_non_split_rounding_mb, plus base_addr_aligned_kb. Starts from `base` (defaults).
@@ -126,12 +133,13 @@ AllocatorOptions ParseAllocConf(std::string_view conf, Backend backend,
                                 std::string_view what = "--alloc-conf",
                                 AllocatorOptions base = {});
 
-// Checks the ranges and the cross-option rules of design.md "Allocator traces": max_split_size
-// > 20 MiB, garbage_collection_threshold in [0, 1) (0 = off), memory_fraction in [0, 1] and only
-// with a capacity, base_addr_aligned_bytes in [0, 16 KiB], roundup_power2_divisions 0 or a power
-// of two; on NPU expandable_segments (default False there, so only ever set explicitly) together
-// with max_split_size or a GC threshold is rejected, as torch_npu's parseArgs does (spec §7.3).
-// Throws InputError naming `what`.
+// Checks the ranges and the cross-option rules of docs/interfaces.md, 'Allocator traces':
+// max_split_size > 20 MiB, garbage_collection_threshold in [0, 1) (0 = off), memory_fraction in
+// [0, 1] and only with a capacity, base_addr_aligned_bytes in [0, 16 KiB],
+// roundup_power2_divisions 0 or a power of two; on NPU expandable_segments (default False there, so
+// only ever set explicitly) together with max_split_size or a GC threshold is rejected, as
+// torch_npu's parseArgs does (NPUAllocatorConfig.cpp; docs/allocator-rules.md, 'Expandable
+// segments'). Throws InputError naming `what`.
 void ValidateOptions(const AllocatorOptions& options, std::string_view what = "--alloc-conf");
 
 std::string_view BackendName(Backend backend);

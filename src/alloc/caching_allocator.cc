@@ -1,7 +1,8 @@
 // The caching-allocator model: malloc (search, GC, device allocation, release-and-retry, OOM),
 // free with stream events, merging, empty_cache. Follows PyTorch c10/cuda/
-// CUDACachingAllocator.cpp DeviceCachingAllocator (spec S1) and torch_npu
-// NPUCachingAllocator.cpp (S8); every function below names its counterpart.
+// CUDACachingAllocator.cpp DeviceCachingAllocator (at commit 001074d2) and torch_npu
+// NPUCachingAllocator.cpp (commits 0045d0d1, 165f15da); every function below names its
+// counterpart, and docs/allocator-rules.md states their rules.
 #include "alloc/caching_allocator.h"
 
 #include <algorithm>
@@ -73,8 +74,9 @@ void CachingAllocator::EraseFromPool(BlockIndex b) {
   MEMSIM_CHECK(n == 1);
 }
 
-// Spec §13.1: a device allocation of n bytes fails when reserved + n > capacity. "Unbounded"
-// stops at 2^62 bytes so that the byte counts can never overflow.
+// docs/allocator-rules.md, 'Convention: capacity': a device allocation of n bytes fails when
+// reserved + n > capacity. "Unbounded" stops at 2^62 bytes so that the byte counts can never
+// overflow.
 bool CachingAllocator::CapacityAllows(Bytes device_bytes) const {
   constexpr Bytes kUnboundedLimit = Bytes{1} << 62;
   if (device_bytes > kUnboundedLimit - stats_.reserved_bytes.current) return false;
@@ -82,15 +84,16 @@ bool CachingAllocator::CapacityAllows(Bytes device_bytes) const {
   return stats_.reserved_bytes.current + device_bytes <= *options_.capacity_bytes;
 }
 
-// allowed_memory_maximum = floor(F x capacity) (spec §13.10). Without a capacity (SetCapacity
-// made the device unbounded) the fraction limits nothing.
+// allowed_memory_maximum = floor(F x capacity) ('Convention: memory fraction'). Without a capacity
+// (SetCapacity made the device unbounded) the fraction limits nothing.
 Bytes CachingAllocator::AllowedMemoryMaximum() const {
   if (!options_.memory_fraction || !options_.capacity_bytes) return kUnlimited;
   return static_cast<Bytes>(
       std::floor(*options_.memory_fraction * static_cast<double>(*options_.capacity_bytes)));
 }
 
-// set_fraction && garbage_collection_threshold > 0 (S1 get_free_block / malloc).
+// set_fraction && garbage_collection_threshold > 0 (CUDACachingAllocator.cpp get_free_block /
+// malloc).
 bool CachingAllocator::GcEnabled() const {
   return options_.memory_fraction.has_value() && options_.garbage_collection_threshold > 0.0;
 }
@@ -100,7 +103,7 @@ bool CachingAllocator::GcEnabled() const {
 std::optional<BlockHandle> CachingAllocator::Malloc(Bytes size_bytes, StreamId stream) {
   MEMSIM_CHECK(size_bytes >= 0);
   // allocate(0) returns nullptr without touching anything; >= 1 EB throws before the device
-  // allocator is reached (S1 NativeCachingAllocator::allocate / malloc).
+  // allocator is reached (NativeCachingAllocator::allocate / malloc).
   if (size_bytes == 0 || size_bytes >= kMaxRequest) return std::nullopt;
   ProcessEvents();
   AllocParams p;
@@ -132,7 +135,7 @@ std::optional<BlockHandle> CachingAllocator::Malloc(Bytes size_bytes, StreamId s
   return AllocFoundBlock(p, size_bytes, split);
 }
 
-// get_free_block (spec §3 step 4).
+// get_free_block (docs/allocator-rules.md, 'Best-fit search and max_split_size').
 bool CachingAllocator::GetFreeBlock(AllocParams& p) {
   Pool& pool = pools_[p.pool];
   if (GcEnabled()) ++pool.get_free_blocks_call_count;
@@ -165,7 +168,7 @@ bool CachingAllocator::GetFreeBlock(AllocParams& p) {
   return true;
 }
 
-// alloc_block (spec §3 step 5b).
+// alloc_block (docs/allocator-rules.md, 'Getting new memory', step 2).
 bool CachingAllocator::AllocBlock(AllocParams& p, bool is_retry) {
   if (is_retry) ++stats_.num_alloc_retries;
   if (options_.memory_fraction &&
@@ -193,10 +196,10 @@ bool CachingAllocator::AllocBlock(AllocParams& p, bool is_retry) {
   return true;
 }
 
-// release_available_cached_blocks (spec §3 step 5c).
+// release_available_cached_blocks (docs/allocator-rules.md, 'Getting new memory', step 3).
 bool CachingAllocator::ReleaseAvailableCachedBlocks(const AllocParams& p) {
   if (MaxSplit() == kUnlimited) return false;
-  if (IsNpu()) SynchronizeAndFreeEvents();  // spec §13.4
+  if (IsNpu()) SynchronizeAndFreeEvents();  // see 'NPU synchronisation' (issue 18)
   Pool& pool = pools_[p.pool];
   const Bytes key_bytes = std::max(p.size_bytes, MaxSplit());
   auto it = pool.blocks.lower_bound({p.stream, key_bytes, std::numeric_limits<Bytes>::min(),
@@ -222,7 +225,7 @@ bool CachingAllocator::ReleaseAvailableCachedBlocks(const AllocParams& p) {
   return true;
 }
 
-// release_cached_blocks / empty_cache (spec §5).
+// release_cached_blocks / empty_cache (docs/allocator-rules.md, 'empty_cache').
 void CachingAllocator::ReleaseCachedBlocks() {
   SynchronizeAndFreeEvents();
   ReleaseBlocks(kLargePool);
@@ -262,9 +265,12 @@ void CachingAllocator::ReleaseBlock(BlockIndex b) {
   DeleteBlock(b);
 }
 
-// garbage_collect_cached_blocks (spec §6).
+// garbage_collect_cached_blocks (docs/allocator-rules.md, 'Garbage collection'). On NPU this
+// synchronises first and frees the waiting blocks at once; torch_npu synchronises only after
+// the two early returns and the blocks return at the next process_events
+// (docs/allocator-rules.md, 'NPU synchronisation'; issue 18 changes the model).
 void CachingAllocator::GarbageCollectCachedBlocks() {
-  if (IsNpu()) SynchronizeAndFreeEvents();  // spec §13.4
+  if (IsNpu()) SynchronizeAndFreeEvents();
   const Bytes gc_threshold = static_cast<Bytes>(
       options_.garbage_collection_threshold * static_cast<double>(AllowedMemoryMaximum()));
   const Bytes total = stats_.reserved_bytes.current;
@@ -303,7 +309,7 @@ void CachingAllocator::GarbageCollectCachedBlocks() {
   }
 }
 
-// should_split (spec §3 step 6).
+// should_split (docs/allocator-rules.md, 'Splitting').
 bool CachingAllocator::ShouldSplit(BlockIndex b, Bytes size_bytes) const {
   const Block& blk = blocks_[b];
   const Bytes remaining = blk.size_bytes - size_bytes;
@@ -311,7 +317,7 @@ bool CachingAllocator::ShouldSplit(BlockIndex b, Bytes size_bytes) const {
   return size_bytes < MaxSplit() && remaining > kSmallSize;
 }
 
-// alloc_found_block (spec §3 step 7).
+// alloc_found_block (docs/allocator-rules.md, 'Splitting').
 BlockHandle CachingAllocator::AllocFoundBlock(const AllocParams& p, Bytes request_bytes,
                                               bool split) {
   BlockIndex b = p.block;
@@ -390,7 +396,8 @@ void CachingAllocator::RecordStream(BlockHandle handle, StreamId stream) {
   const BlockIndex b = handle_to_block_[handle - 1];
   MEMSIM_CHECK(b != kNoBlock);
   Block& blk = blocks_[b];
-  // CUDA ignores the block's own stream; torch_npu's recordStream inserts it anyway (spec §4).
+  // CUDA ignores the block's own stream; torch_npu's recordStream inserts it anyway
+  // (docs/allocator-rules.md, 'record_stream and events').
   if (stream == blk.stream && !IsNpu()) return;
   auto it = std::lower_bound(blk.stream_uses.begin(), blk.stream_uses.end(), stream);
   if (it == blk.stream_uses.end() || *it != stream) blk.stream_uses.insert(it, stream);
@@ -403,7 +410,8 @@ void CachingAllocator::CompleteStream(StreamId stream) {
   events_may_have_completed_ = true;
 }
 
-// process_events: completed events in ascending stream id, FIFO per stream (spec §13.3).
+// process_events: completed events in ascending stream id, FIFO per stream ('Convention: stream
+// events').
 void CachingAllocator::ProcessEvents() {
   if (!events_may_have_completed_) return;
   events_may_have_completed_ = false;
@@ -456,7 +464,7 @@ Bytes CachingAllocator::TryMergeBlocks(BlockIndex dst, BlockIndex src) {
   return subsumed;
 }
 
-// free_block (spec §4).
+// free_block (docs/allocator-rules.md, 'Free and merge').
 void CachingAllocator::FreeBlock(BlockIndex b) {
   const Bytes original_bytes = blocks_[b].size_bytes;
   const Bytes requested = blocks_[b].requested_bytes;

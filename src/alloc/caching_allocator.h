@@ -27,7 +27,8 @@ inline constexpr Bytes kUnlimited = INT64_MAX;  // max_split_size default (SIZE_
 
 enum PoolId : std::uint8_t { kSmallPool = 0, kLargePool = 1 };
 
-// S1 `struct Block`. Invariant: blocks of one segment tile it in address order via prev/next.
+// CUDACachingAllocator.cpp `struct Block`. Invariant: blocks of one segment tile it in address
+// order via prev/next.
 struct Block {
   Bytes size_bytes = 0;
   Bytes addr = 0;
@@ -62,7 +63,7 @@ struct UnmappedKey {
   auto operator<=>(const UnmappedKey&) const = default;
 };
 
-// S1 `BlockPool`.
+// CUDACachingAllocator.cpp `BlockPool`.
 struct Pool {
   std::set<FreeKey> blocks;         // free, mapped blocks
   std::set<UnmappedKey> unmapped;   // unmapped ranges of expandable segments
@@ -154,8 +155,8 @@ class CachingAllocator final : public Allocator {
   std::vector<Block> blocks_;
   std::vector<BlockIndex> free_slots_;
   std::vector<Segment> segments_;
-  Bytes next_segment_addr_ = Bytes{1} << 40;  // spec §13.2: each segment above the previous
-  std::map<StreamId, StreamEvents> events_;   // ascending stream id (spec §13.3)
+  Bytes next_segment_addr_ = Bytes{1} << 40;  // allocator-rules.md 'Convention: addresses'
+  std::map<StreamId, StreamEvents> events_;   // allocator-rules.md 'Convention: stream events'
   std::uint64_t next_event_seq_ = 0;
   std::int64_t pending_events_ = 0;
   bool events_may_have_completed_ = false;

@@ -1,9 +1,10 @@
-// Expandable segments (expandable_segments:True, spec §7): one reserved virtual range per
+// Expandable segments (expandable_segments:True; docs/allocator-rules.md,
+// 'Expandable segments'): one reserved virtual range per
 // segment, physical pages (2 MiB small pool, 20 MiB large pool) mapped on demand and unmapped
-// page-wise by empty_cache. Follows S1 try_allocate_expandable_block, find_expandable_block,
-// map_block, unmap_block, release_expandable_segment, and the torch_npu base-address
-// alignment split (S8 malloc). Mapping changes reserved_bytes but never `segment`; blocks of
-// expandable segments never count in inactive_split.
+// page-wise by empty_cache. Follows CUDACachingAllocator.cpp try_allocate_expandable_block,
+// find_expandable_block, map_block, unmap_block, release_expandable_segment, and the torch_npu
+// base-address alignment split (NPUCachingAllocator.cpp malloc). Mapping changes reserved_bytes but
+// never `segment`; blocks of expandable segments never count in inactive_split.
 #include "alloc/caching_allocator.h"
 
 #include <algorithm>
@@ -14,7 +15,7 @@
 namespace memsim::alloc::internal {
 namespace {
 
-constexpr Bytes kNoCapacityVirtualBytes = Bytes{1} << 40;  // spec §13.8: 1 TiB
+constexpr Bytes kNoCapacityVirtualBytes = Bytes{1} << 40;  // 1 TiB ('Convention: expandable range')
 
 }  // namespace
 
@@ -60,7 +61,8 @@ BlockIndex CachingAllocator::FindExpandableBlock(const AllocParams& p) {
     if (allocatable(blocks_[c].prev)) c = blocks_[c].prev;
     if (has_room(c)) return c;
   }
-  // A new segment: ceil(1.125 x capacity / page) pages (S1 ExpandableSegment; spec §13.8).
+  // A new segment: ceil(1.125 x capacity / page) pages (ExpandableSegment;
+  // 'Convention: expandable range').
   const Bytes page = p.pool == kSmallPool ? kSmallBuffer : kLargeBuffer;
   Bytes virtual_bytes = RoundUp(kNoCapacityVirtualBytes, page);
   if (options_.capacity_bytes) {
@@ -88,7 +90,7 @@ BlockIndex CachingAllocator::FindExpandableBlock(const AllocParams& p) {
 
 // map_block: maps whole pages covering size_bytes from the start of the unmapped block `b`,
 // then merges with free mapped neighbours. Fails (nothing changes) when the pages do not fit
-// the capacity (spec §13.1).
+// the capacity ('Convention: capacity').
 bool CachingAllocator::MapBlock(BlockIndex b, Bytes size_bytes) {
   const Segment& seg = segments_[blocks_[b].segment];
   MEMSIM_CHECK(!blocks_[b].mapped && size_bytes <= blocks_[b].size_bytes);
@@ -185,9 +187,9 @@ void CachingAllocator::ReleaseExpandableSegment(BlockIndex b) {
   DeleteBlock(b);
 }
 
-// torch_npu malloc (S8): with expandable segments and a rounded size >= 2 MiB, a block whose
-// address is not base_addr_aligned from the segment base (spec §13.7) gives up a free leading
-// fragment so the allocation starts aligned, if the rest still holds the request.
+// torch_npu NPUCachingAllocator.cpp malloc: with expandable segments and a rounded size >= 2 MiB, a
+// block whose address is not base_addr_aligned from the segment base ('Convention: NPU pad') gives
+// up a free leading fragment so the allocation starts aligned, if the rest still holds the request.
 void CachingAllocator::NpuAlignBlock(AllocParams& p) {
   const BlockIndex b = p.block;
   const Bytes align = options_.base_addr_aligned_bytes;

@@ -1,6 +1,7 @@
-// The PYTORCH_CUDA_ALLOC_CONF / PYTORCH_NPU_ALLOC_CONF parser and the option checks (spec §9;
-// c10 AllocatorConfig.cpp parseArgs, CUDAAllocatorConfig.cpp, torch_npu NPUAllocatorConfig.cpp;
-// design.md "Allocator traces" for the accepted keys and ranges).
+// The PYTORCH_CUDA_ALLOC_CONF / PYTORCH_NPU_ALLOC_CONF parser and the option checks
+// (docs/allocator-rules.md, 'Options'; c10 AllocatorConfig.cpp parseArgs, CUDAAllocatorConfig.cpp,
+// torch_npu NPUAllocatorConfig.cpp; docs/interfaces.md, 'Allocator traces', for the accepted keys
+// and ranges).
 #include <algorithm>
 #include <bit>
 #include <charconv>
@@ -67,7 +68,8 @@ int ParseDivisions(std::string_view what, std::string_view v) {
 
 // "[64:8,128:2,>:1]" (spaces already removed). Entry K (MB, a power of two) sets interval
 // log2(K); the first entry's value also fills every lower interval; ">" fills the intervals
-// after the last explicit key (newer AcceleratorAllocatorConfig parser, spec §13.6).
+// after the last explicit key (newer AcceleratorAllocatorConfig parser,
+// 'Convention: power-of-two list').
 void ParseDivisionList(std::string_view what, std::string_view list,
                        std::array<int, 16>& divisions) {
   std::string_view body = list.substr(1, list.size() - 2);
@@ -166,7 +168,7 @@ AllocatorOptions ParseAllocConf(std::string_view conf, Backend backend, std::str
     seen.push_back(key);
     if (key == "max_split_size_mb") {
       const std::int64_t mb = ParseInt(what, key, value);
-      // Older parsers demand > kLargeBuffer / MiB (design.md).
+      // Older parsers demand > kLargeBuffer / MiB (docs/interfaces.md, 'Allocator traces').
       if (mb <= kLargeBuffer / kMiB) {
         Fail(what, fmt::format("max_split_size_mb must be > 20, got {}", mb));
       }

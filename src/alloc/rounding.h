@@ -1,6 +1,7 @@
 // Size arithmetic of the caching allocator: request rounding (with the NPU pad and
 // roundup_power2_divisions), pool choice and the device-allocation size. Pure functions of the
-// options; no state. All sizes in bytes. Spec: reference/allocator.md §1 and §3 steps 1-3.
+// options; no state. All sizes in bytes. Rules: docs/allocator-rules.md,
+// 'Constants', 'Rounding', 'Pools and segment sizes'.
 #pragma once
 
 #include <array>
@@ -11,14 +12,15 @@
 namespace memsim::alloc {
 
 // Constants of PyTorch c10/cuda/CUDACachingAllocator.cpp (top of file) and torch_npu
-// NPUCachingAllocator.cpp, spec §1.
+// NPUCachingAllocator.cpp (docs/allocator-rules.md, 'Constants').
 inline constexpr Bytes kMinBlockSize = 512;         // rounding unit and minimum split remainder
 inline constexpr Bytes kSmallSize = 1 * kMiB;       // largest request of the small pool
 inline constexpr Bytes kSmallBuffer = 2 * kMiB;     // small-pool segment / expandable page
 inline constexpr Bytes kLargeBuffer = 20 * kMiB;    // large buffer / expandable page / tolerance
 inline constexpr Bytes kMinLargeAlloc = 10 * kMiB;  // requests below this share a 20 MiB buffer
 inline constexpr Bytes kRoundLarge = 2 * kMiB;      // rounding of larger device allocations
-// torch_npu round_size adds this pad before rounding (spec §1 "NPU differences", §13.7).
+// torch_npu round_size adds this pad before rounding (docs/allocator-rules.md, 'NPU differences',
+// 'Convention: NPU pad').
 inline constexpr Bytes kNpuPad = 32;
 // NativeCachingAllocator::allocate refuses requests of 1 EB (2^60) or more up front.
 inline constexpr Bytes kMaxRequest = Bytes{1} << 60;
@@ -36,14 +38,14 @@ int Power2Interval(Bytes size_bytes);
 // REQUIRES: divisions is a power of two >= 2.
 Bytes RoundUpPower2Division(Bytes size_bytes, int divisions);
 
-// round_size (spec §3 step 1): adds the NPU pad, then max(512, multiple of 512) or the
-// power-of-two division when divisions d > 1 and size > 512 d.
+// round_size (docs/allocator-rules.md, 'Rounding'): adds the NPU pad, then max(512, multiple of
+// 512) or the power-of-two division when divisions d > 1 and size > 512 d.
 Bytes RoundSize(Bytes request_bytes, const AllocatorOptions& options);
 
-// True iff the rounded size goes to the small pool (<= 1 MiB, spec §3 step 2).
+// True iff the rounded size goes to the small pool (<= 1 MiB, get_pool; 'Pools and segment sizes').
 inline bool IsSmall(Bytes rounded_bytes) { return rounded_bytes <= kSmallSize; }
 
-// get_allocation_size (spec §3 step 3): 2 MiB, 20 MiB below 10 MiB, else 2 MiB-rounded.
+// get_allocation_size ('Pools and segment sizes'): 2 MiB, 20 MiB below 10 MiB, else 2 MiB-rounded.
 Bytes AllocationSize(Bytes rounded_bytes);
 
 }  // namespace memsim::alloc

@@ -1,6 +1,7 @@
 // The allocator statistics, declared once (style.md rule 9): one row per AllocatorStats member
-// with its torch.cuda.memory_stats() name, unit and meaning (spec §8). The replay JSON and text
-// output, and the docs, are generated from this table.
+// with its torch.cuda.memory_stats() name, unit and meaning (c10 DeviceStats;
+// docs/allocator-rules.md, 'Statistics'). The replay JSON and text output, and the docs, are
+// generated from this table.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +20,7 @@ struct StatInfo {
   std::int64_t AllocatorStats::*counter;   // kCounter
   std::string_view unit;                   // "bytes" or "count"
   std::string_view description;
-  bool in_replay_json;                     // one of design.md's replay JSON fields
+  bool in_replay_json;                     // a replay --json field (docs/interfaces.md)
 };
 
 inline constexpr StatInfo kStatTable[] = {

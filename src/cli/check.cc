@@ -1,4 +1,4 @@
-// memsim check CONFIG... (design.md "Command line"; issue 6).
+// memsim check CONFIG... (docs/interfaces.md, 'Command line'; issue 6).
 #include <cstdio>
 #include <filesystem>
 #include <fstream>

@@ -1,4 +1,5 @@
-// memsim dump-program CONFIG: the per-rank Program, one op a line (design.md "Command line").
+// memsim dump-program CONFIG: the per-rank Program, one op a line (docs/interfaces.md, 'Command
+// line').
 #include <cstdio>
 #include <memory>
 

@@ -1,5 +1,6 @@
 // `memsim replay TRACE`: replays an allocator trace (CSV or PyTorch snapshot JSON) through the
-// caching-allocator model and prints the final and peak stats (design.md "Allocator traces").
+// caching-allocator model and prints the final and peak stats (docs/interfaces.md, 'Allocator
+// traces').
 #include <cerrno>
 #include <cstdio>
 #include <cstring>

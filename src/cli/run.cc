@@ -1,4 +1,4 @@
-// memsim run [CONFIG] ... (design.md "Command line").
+// memsim run [CONFIG] ... (docs/interfaces.md, 'Command line').
 #include <cstdlib>
 #include <cstdio>
 #include <memory>

@@ -1,6 +1,6 @@
 // memsim validate CONFIG...: parse, check and resolve each config without simulating
-// (design.md "Command line"). One line per config on stdout; errors on stderr; exit 0 iff all
-// loaded, else 2.
+// (docs/interfaces.md, 'Command line'). One line per config on stdout; errors on stderr; exit 0 iff
+// all loaded, else 2.
 #include <cstdio>
 #include <string>
 #include <vector>

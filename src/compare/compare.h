@@ -1,5 +1,5 @@
 // compare/: puts a measured Timeline (profile/) next to a simulated one and says, iteration by
-// iteration, where and by how much they differ (design.md "compare/", `memsim compare`).
+// iteration, where and by how much they differ (docs/architecture.md, compare/; docs/profiles.md).
 // It neither reads files nor simulates: the CLI loads the profile, runs the engine and hands both
 // Timelines over, so everything here is a pure function of its arguments.
 //
@@ -15,9 +15,9 @@
 // --skip N drops the profile's first N iterations (after 1 or 2).
 //
 // Errors: peak error_pct = (measured - simulated) / simulated x 100: +10 means the real run used
-// 10% more than memsim predicted. Curve error (design.md): both curves resampled at 200 points of
-// iteration-normalised time (phase-normalised where both have phases), mean |measured -
-// simulated| as % of the measured peak of that curve in that iteration.
+// 10% more than memsim predicted. Curve error (docs/interfaces.md, 'compare and check JSON'): both
+// curves resampled at 200 points of iteration-normalised time (phase-normalised where both have
+// phases), mean |measured - simulated| as % of the measured peak of that curve in that iteration.
 #pragma once
 
 #include <optional>
@@ -32,7 +32,7 @@ struct CompareOptions {
   int skip = 0;                // drop the profile's first N iterations
   int profile_iterations = 0;  // > 0: the profile covers this many iterations (no markers)
   std::optional<double> tolerance_pct;  // fail when |overall peak error_pct| exceeds it
-  int curve_points = 200;               // design.md: 200 points per iteration
+  int curve_points = 200;               // 200 points per iteration (docs/interfaces.md)
   int pipeline_rank = 0;                // reported only
   std::string format;                   // reported only ("torch-trace", ...)
 };
@@ -70,7 +70,7 @@ struct Report {
   int pipeline_rank = 0;
   std::string alignment;  // one line: how iterations were found
   // Megatron "max allocated" is cumulative since the process started; the simulated side is then
-  // the maximum over init and iterations so far (design.md "Peaks are cumulative").
+  // the maximum over init and iterations so far (docs/interfaces.md, 'JSON report').
   bool cumulative_peaks = false;
   std::vector<IterationResult> iterations;
   std::optional<int> steady_state_measured, steady_state_simulated;
@@ -109,7 +109,8 @@ int DetectIterations(timeline::Timeline& t, int expected_count);
 // Text outputs. FormatTable: one row per iteration plus the overall row and notes.
 // FormatChart: measured ('*') over simulated ('o'; '#' where both fall in one cell) for the
 // allocated curve (reserved / device when absent) of the aligned iterations, `width` x `height`
-// characters plus axes. FormatJson: design.md "memsim compare --json" (schema_version 1).
+// characters plus axes. FormatJson (schema_version 1): docs/interfaces.md,
+// 'compare and check JSON'.
 std::string FormatTable(const Report& report);
 std::string FormatChart(const Report& report, int width = 72, int height = 16);
 std::string FormatJson(const Report& report);

@@ -1,5 +1,6 @@
-// Text outputs of a compare::Report: table, overlay chart, JSON (design.md "memsim compare
-// --json"). JSON is written by hand (no JSON library outside config/profile/report writers).
+// Text outputs of a compare::Report: table, overlay chart, JSON (docs/interfaces.md, 'compare
+// and check JSON'). JSON is written by hand (no JSON library outside config/profile/report
+// writers).
 #include <algorithm>
 #include <climits>
 #include <cmath>

@@ -12,7 +12,7 @@ namespace memsim {
 // kUnknown only appears in imported profiles that carry no phase markers.
 enum class Phase : std::uint8_t { kInit, kForward, kBackward, kOptimizerStep, kUnknown };
 
-// design.md "Categories".
+// docs/interfaces.md, 'Categories'.
 enum class Category : std::uint8_t {
   kParameters,
   kGradients,

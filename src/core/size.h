@@ -1,6 +1,6 @@
 // Byte sizes written by people: "80GiB", "512MiB", "4096", "1.5GiB" is NOT accepted (integers
 // only). Binary units B, KiB, MiB, GiB, TiB (powers of 2) and decimal KB, MB, GB, TB (powers
-// of 10), as design.md "Command line" says. Used by --capacity and other size options.
+// of 10), as docs/interfaces.md, 'Command line', says. Used by --capacity and other size options.
 #pragma once
 
 #include <string_view>

@@ -9,7 +9,7 @@ namespace memsim {
 // A byte count. Signed so that differences (iteration-over-iteration change) are natural.
 using Bytes = std::int64_t;
 
-// Simulated time in microseconds since the start of the run (design.md "Units and time").
+// Simulated time in microseconds since the start of the run (docs/interfaces.md, 'Units and time').
 using SimTimeUs = double;
 
 inline constexpr Bytes kKiB = Bytes{1} << 10;

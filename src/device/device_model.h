@@ -1,11 +1,12 @@
 // DeviceModel: what npu-smi / nvidia-smi would show for one process on one device, and how much
-// of the device the caching allocator may reserve (design.md "device/"). It models four terms
-// outside the allocator's reserved bytes (reference/devices.md §0): the device's idle baseline,
-// the per-process runtime context (from the first device call, i.e. time 0), communicator
-// buffers (one per communicator group, created lazily at the group's first collective --
-// reference/workload.md §1.1 item 2 and §5, PyTorch ProcessGroupNCCL lazy init; torch_npu HCCL
-// likewise), and other memory outside the allocator (none modelled yet). It does not model
-// other processes on the device. Sizes in bytes.
+// of the device the caching allocator may reserve (docs/architecture.md, device/). It models four
+// terms outside the allocator's reserved bytes (docs/device-memory.md, 'Terms of the device
+// curve'): the device's idle baseline, the per-process runtime context (from the first device call,
+// i.e. time 0), communicator buffers (one per communicator group, created lazily at the group's
+// first collective -- PyTorch ProcessGroupNCCL lazy init; torch_npu HCCL likewise;
+// docs/training-memory.md, 'Start-up order' item 2 and 'Memory outside the allocator'), and other
+// memory outside the allocator (none modelled yet). It does not model other processes on the
+// device. Sizes in bytes.
 #pragma once
 
 #include <set>
@@ -31,7 +32,7 @@ class DeviceModel {
   Bytes DeviceBytes(Bytes reserved_bytes) const;
   // The most the caching allocator may reserve now: usable memory (the framework's total
   // capacity, which already excludes the idle baseline) minus outside-allocator bytes
-  // (design.md "Capacity"), never below 0.
+  // (docs/interfaces.md, 'Capacity and out of memory'), never below 0.
   Bytes AllocatorCapacity(Bytes usable_memory_bytes) const;
 
   int NumCommunicators() const { return static_cast<int>(groups_.size()); }

@@ -135,7 +135,7 @@ class Engine {
 
   void Allocate(const workload::Op& op, const workload::TensorAlloc& t, SimTimeUs time_us) {
     MEMSIM_CHECK(live_.find(t.id) == live_.end());
-    if (t.size_bytes <= 0) return;  // allocate(0) touches nothing (allocator.md §3)
+    if (t.size_bytes <= 0) return;  // allocate(0) touches nothing (c10 NativeCachingAllocator)
     const Bytes before = allocator_->Stats().allocated_bytes.current;
     std::optional<alloc::BlockHandle> block = allocator_->Malloc(t.size_bytes, op.stream);
     if (!block) {

@@ -1,5 +1,5 @@
-// The discrete-event engine (design.md "engine/"): replays a Program through an Allocator and
-// a DeviceModel over two streams (compute, communication) on a simulated clock, and notifies an
+// The discrete-event engine (docs/architecture.md, engine/): replays a Program through an Allocator
+// and a DeviceModel over two streams (compute, communication) on a simulated clock, and notifies an
 // Observer. It never reads the wall clock and never prints.
 //
 // Timing rules (memsim's own; the real overlap depends on kernels and the network):
@@ -9,14 +9,14 @@
 // - an op with `synchronize` starts when every stream is idle.
 // Each op becomes two events, start (record_streams, then allocs in order) and end (frees in
 // order), processed in (time, sequence) order, sequence = issue order.
-// Stream events (reference/allocator.md §13.3): when a stream becomes idle, every event
-// recorded on it so far is complete (Allocator::CompleteStream). A collective issued on the
-// compute stream (a blocking P2P) waits for its own communication, so the communication stream
+// Stream events (docs/allocator-rules.md, 'Convention: stream events'): when a stream becomes idle,
+// every event recorded on it so far is complete (Allocator::CompleteStream). A collective issued on
+// the compute stream (a blocking P2P) waits for its own communication, so the communication stream
 // is also idle at its end when no communication-stream op is still running.
-// Out of memory (design.md "Capacity"): the allocator's capacity is the usable memory minus the
-// device's outside-allocator bytes at that moment. The first malloc that still fails after the
-// allocator's out-of-memory path is reported once (OnOom); the simulation then continues with an
-// unbounded device, so the report still shows what the job would need.
+// Out of memory (docs/interfaces.md, 'Capacity and out of memory'): the allocator's capacity is the
+// usable memory minus the device's outside-allocator bytes at that moment. The first malloc that
+// still fails after the allocator's out-of-memory path is reported once (OnOom); the simulation
+// then continues with an unbounded device, so the report still shows what the job would need.
 #pragma once
 
 #include <optional>

@@ -1,4 +1,4 @@
-// Runs the engine once per pipeline stage (design.md "Every pipeline stage is simulated") and
+// Runs the engine once per pipeline stage (docs/interfaces.md, 'Command line') and
 // picks the stage the report shows: the one with the highest peak device bytes, or the one the
 // user names (--pipeline-rank). Used by `run`, `check` and `compare`.
 #pragma once

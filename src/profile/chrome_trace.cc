@@ -1,12 +1,13 @@
-// PyTorch profiler Chrome trace (F§1): `[memory]` instant events carry the allocator's running
-// "Total Allocated" / "Total Reserved" after each event (P9), so each is one step sample; the
-// file is not time-sorted (F§1.6). Iterations: the CPU-side `ProfilerStep#N` complete events
-// (cat user_annotation; the gpu_user_annotation mirror is ignored, F§1.4); N counts profiler
-// steps from 0, so ProfilerStep#N is training iteration N + 1 when profiling starts with training.
-// Phases: user annotations named forward / backward / optimizer_step, and "Optimizer.step#..."
-// (torch.optim's profiling hook) as the optimizer step. Timestamps: "ts" read as decimal text to
-// integer ns (F§1.5: a double loses absolute-epoch precision); baseTimeNanoseconds is a constant
-// offset, irrelevant once times are made relative.
+// PyTorch profiler Chrome trace (docs/profile-formats.md, 'PyTorch profiler trace'): `[memory]`
+// instant events carry the allocator's running "Total Allocated" / "Total Reserved" after each
+// event (c10 CUDACachingAllocator.cpp reportMemoryUsageToProfiler), so each is one step sample; the
+// file is not time-sorted. Iterations: the CPU-side `ProfilerStep#N` complete events (cat
+// user_annotation; the gpu_user_annotation mirror is ignored); N counts profiler steps from 0, so
+// ProfilerStep#N is training iteration N + 1 when profiling starts with training. Phases: user
+// annotations named forward / backward / optimizer_step, and "Optimizer.step#..." (torch.optim's
+// profiling hook) as the optimizer step. Timestamps: "ts" read as decimal text to integer ns (a
+// double loses absolute-epoch precision); baseTimeNanoseconds is a constant offset, irrelevant once
+// times are made relative.
 #include "profile/chrome_trace.h"
 
 #include <algorithm>
@@ -126,7 +127,8 @@ class Handler : public nlohmann::json_sax<json> {
       return true;
     }
     if (depth_ == event_depth_ + 1 && keys_[keys_.size() - 2] == "args") {
-      // All [memory] args are integers (F§1.3); a float there is read by value.
+      // All [memory] args are integers (profiler_kineto.cpp AddGenericMetadata); a float there is
+      // read by value.
       int64_t value = v;
       if (raw) {
         const std::optional<double> d = ParseDouble(*raw);
@@ -214,7 +216,7 @@ timeline::Timeline LoadChromeTrace(const std::string& path, const LoadProfileOpt
         "{}: no 'traceEvents' array, expected a PyTorch profiler Chrome trace", path));
   }
   // Old traces: integrate the Bytes deltas in time order (memory from before the profiler
-  // started is invisible, F§1.6).
+  // started is invisible).
   for (auto& [device, deltas] : scan.deltas) {
     if (scan.devices.count(device)) continue;
     std::stable_sort(deltas.begin(), deltas.end(),

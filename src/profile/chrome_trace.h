@@ -16,13 +16,14 @@ struct ChromeTraceScan {
   // [memory] samples per device id (CPU events, Device Type 0, excluded), absolute ns.
   std::map<int, SeriesBuilder> devices;
   // Devices whose events lack "Total Allocated": their Bytes deltas, integrated after sorting
-  // (pre-1.10 traces; F§1.6). Kept whole: such traces are small.
+  // (pre-1.10 traces; docs/profile-formats.md, 'PyTorch profiler trace'). Kept whole: such traces
+  // are small.
   std::map<int, std::vector<std::pair<TimeNs, int64_t>>> deltas;
   std::vector<RawSpan> spans;  // ProfilerStep#N -> iteration N + 1; phase annotations
   int64_t cpu_events = 0;
   int64_t oom_events = 0;
   bool has_trace_events = false;
-  bool relative_ts = false;  // baseTimeNanoseconds present (new Kineto, F§1.5)
+  bool relative_ts = false;  // baseTimeNanoseconds present (Kineto 2024+)
 };
 
 // Scans `path` (.json or .json.gz). Throws InputError "<path>: byte N: ..." on malformed JSON.

@@ -1,5 +1,6 @@
 // Internal to profile/: wall-clock text to nanoseconds. The tools print local time without a
-// zone (F§4.3), so times are read as if UTC: only differences matter to a Timeline.
+// zone (docs/profile-formats.md, 'nvidia-smi CSV'), so times are read as if UTC: only differences
+// matter to a Timeline.
 #pragma once
 
 #include <optional>

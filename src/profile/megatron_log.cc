@@ -1,4 +1,5 @@
-// Megatron-LM report_memory lines (F§5.1, M1 common_utils.py report_memory):
+// Megatron-LM report_memory lines (megatron/training/utils.py report_memory;
+// docs/profile-formats.md, 'Megatron report_memory'):
 //   [Rank 0] (after 10 iterations) memory (MB) | allocated: 21874.33 | max allocated: 47210.91 |
 //   reserved: 50112.00 | max reserved: 50112.00[ | total device memory used: 51200.00]
 // "MB" is MiB (Megatron divides by 1024*1024). Only "(after N iterations)" reports become samples

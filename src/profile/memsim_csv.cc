@@ -1,4 +1,4 @@
-// memsim-csv: design.md "CSV timeline columns" time_us,iteration,phase,allocated_bytes,
+// memsim-csv (docs/interfaces.md, 'CSV timeline'): time_us,iteration,phase,allocated_bytes,
 // reserved_bytes,active_bytes,device_bytes; written by `memsim run --csv` and by
 // tools/record_profile.py (docs/profiles.md). Columns are matched by name (any order; only
 // time_us and one byte column are required); an empty field is a value the recorder could not

@@ -1,8 +1,9 @@
-// CANN npu_mem*.csv (F§3.5): columns event (APP | Device), ddr(KB), hbm(KB), memory(KB),
-// timestamp(us), Device_id, in an order that varies by CANN version (matched by name). KB = KiB.
-// device_bytes: the `Device` rows (whole-device usage, what npu-smi shows) where present, else
-// the `APP` rows (this process); of a row, hbm(KB) when non-zero, else memory(KB) (unsupported
-// columns print 0). No iteration markers: compared on peak and converged level.
+// CANN npu_mem*.csv (docs/profile-formats.md, 'CANN npu_mem files'): columns event (APP | Device),
+// ddr(KB), hbm(KB), memory(KB), timestamp(us), Device_id, in an order that varies by CANN version
+// (matched by name). KB = KiB. device_bytes: the `Device` rows (whole-device usage, what npu-smi
+// shows) where present, else the `APP` rows (this process); of a row, hbm(KB) when non-zero, else
+// memory(KB) (unsupported columns print 0). No iteration markers: compared on peak and converged
+// level.
 #include <map>
 
 #include <fmt/core.h>

@@ -1,14 +1,16 @@
-// torch_npu profiler output (F§3): memory_record.csv (F§3.2), operator_memory.csv (F§3.3),
-// npu_module_mem.csv (F§3.4), or a whole *_ascend_pt folder (F§3.1), whose
-// ASCEND_PROFILER_OUTPUT/trace_view.json gives the ProfilerStep#N spans (F§8).
+// torch_npu profiler output (docs/profile-formats.md, 'torch_npu profiler output'; Ascend/pytorch
+// torch_npu/profiler/analysis/prof_view/_memory_view_parser.py): memory_record.csv,
+// operator_memory.csv, npu_module_mem.csv, or a whole *_ascend_pt folder, whose
+// ASCEND_PROFILER_OUTPUT/trace_view.json gives the ProfilerStep#N spans.
 // memory_record.csv: PTA rows (the torch_npu caching allocator) give allocated / reserved /
 // active; APP rows (process-level device memory from CANN, "Total Reserved(MB)" =
 // memory(KB)/1024) give device_bytes; GE, PTA+GE and WORKSPACE rows are counted, not imported
-// (memsim models the PyTorch allocator). "MB" = MiB (A3 B_TO_MB = 1024.0**2). Timestamps are epoch
-// us with 3 decimals and a trailing TAB (trimmed, read exactly). Rows are not sorted (A1
-// generate_view): the SeriesBuilder sorts them in bounded memory (profile.h).
-// operator_memory.csv (used when memory_record.csv is absent): each PTA row gives the
-// allocator totals at its allocation and at its release; "cann::" (GE) rows are skipped.
+// (memsim models the PyTorch allocator). "MB" = MiB (torch_npu prof_common_func/_constant.py
+// B_TO_MB = 1024.0**2). Timestamps are epoch us with 3 decimals and a trailing TAB (trimmed, read
+// exactly). Rows are not sorted (_memory_view_parser.py generate_view): the SeriesBuilder sorts
+// them in bounded memory (profile.h). operator_memory.csv (used when memory_record.csv is absent):
+// each PTA row gives the allocator totals at its allocation and at its release; "cann::" (GE) rows
+// are skipped.
 #include <algorithm>
 #include <array>
 #include <map>
@@ -105,7 +107,7 @@ void ReadMemoryRecord(const std::string& path, size_t max_samples, Builders* out
       s.reserved_bytes = MiBField(in, "Total Reserved(MB)", f[col[3]]);
       s.active_bytes = MiBField(in, "Total Active(MB)", f[col[4]]);
     } else if (component == "APP") {
-      // The APP "Total Allocated(MB)" may hold unconverted KiB (F§3.2): ignored.
+      // The APP "Total Allocated(MB)" may hold unconverted KiB: ignored.
       s.device_bytes = MiBField(in, "Total Reserved(MB)", f[col[3]]);
       if (s.device_bytes < 0) continue;
     } else if (component == "GE" || component == "PTA+GE" || component == "WORKSPACE") {
@@ -144,7 +146,7 @@ void ReadOperatorMemory(const std::string& path, size_t max_samples, Builders* o
     if (!device) continue;
     for (int half = 0; half < 2; ++half) {  // allocation, release
       const std::string& when = f[col[1 + half]];
-      if (when.empty()) continue;  // outside the window (F§3.8)
+      if (when.empty()) continue;  // outside the profiling window
       timeline::Sample s;
       s.allocated_bytes = MiBField(in, header[col[3 + 3 * half]], f[col[3 + 3 * half]]);
       s.reserved_bytes = MiBField(in, header[col[4 + 3 * half]], f[col[4 + 3 * half]]);

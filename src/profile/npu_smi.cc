@@ -1,11 +1,11 @@
-// Repeated `npu-smi info` output (F§4.1), optionally with a timestamp line before each table
-// (e.g. `while true; do date; npu-smi info; sleep 1; done`). Each table is one sample per chip.
-// Device rows come in pairs of three '|'-separated cells; the header pair says whether an
-// HBM-Usage(MB) column exists: then the last "used / total" pair of row B is HBM, else the
-// first (Memory-Usage, 310P/310B DDR). "MB" is MiB (64 GiB HBM prints as 65536).
-// Device index = position of the chip in the table (0-based): the NPU id for single-chip cards;
-// on A3 (two chips per NPU) NPU n chip c is device 2n+c. Tables without a timestamp line are
-// spaced by the nominal interval.
+// Repeated `npu-smi info` output (docs/profile-formats.md, 'npu-smi info'), optionally with a
+// timestamp line before each table (e.g. `while true; do date; npu-smi info; sleep 1; done`). Each
+// table is one sample per chip. Device rows come in pairs of three '|'-separated cells; the header
+// pair says whether an HBM-Usage(MB) column exists: then the last "used / total" pair of row B is
+// HBM, else the first (Memory-Usage, 310P/310B DDR). "MB" is MiB (64 GiB HBM prints as 65536).
+// Device index = position of the chip in the table (0-based): the NPU id for single-chip cards; on
+// A3 (two chips per NPU) NPU n chip c is device 2n+c. Tables without a timestamp line are spaced by
+// the nominal interval.
 #include <map>
 #include <regex>
 

@@ -1,10 +1,10 @@
 // nvidia-smi --query-gpu=timestamp[,index],memory.used[,memory.total] --format=csv[,noheader]
-// [,nounits] logs (F§4.3). Header "timestamp, memory.used [MiB], memory.total [MiB]"; a space
-// follows each comma; values "40512 MiB" (or "40512" with nounits); one row per GPU per sample;
-// the header may repeat. memory.used is device-wide, so it becomes device_bytes.
-// Device of a row: the `index` column, else the position of the row within its sample, where
-// a sample is a run of rows whose timestamps lie within 10 ms of the run's first row (nvidia-smi
-// queries all GPUs in one pass; F§4.3 advises adding `index`).
+// [,nounits] logs (docs/profile-formats.md, 'nvidia-smi CSV'). Header "timestamp, memory.used
+// [MiB], memory.total [MiB]"; a space follows each comma; values "40512 MiB" (or "40512" with
+// nounits); one row per GPU per sample; the header may repeat. memory.used is device-wide, so it
+// becomes device_bytes. Device of a row: the `index` column, else the position of the row within
+// its sample, where a sample is a run of rows whose timestamps lie within 10 ms of the run's first
+// row (nvidia-smi queries all GPUs in one pass; adding `index` to the query is advised).
 #include <map>
 
 #include <fmt/core.h>
@@ -79,7 +79,8 @@ timeline::Timeline LoadNvidiaSmi(const std::string& path, const LoadProfileOptio
       continue;
     }
     if (!have_columns) {
-      // noheader: accept "timestamp, memory.used[, memory.total]" (F§4.3's example order).
+      // noheader: accept "timestamp, memory.used[, memory.total]" (the order of nvidia-smi's own
+      // header).
       if (f.size() >= 2 && f.size() <= 3 && ParseWallClock(f[0])) {
         cols = Columns{0, -1, 1, f.size(), kMiB};
         have_columns = true;

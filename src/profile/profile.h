@@ -1,5 +1,6 @@
-// profile/: importers of real memory profiles into a timeline::Timeline (design.md "profile/";
-// every format, unit and time base is described in reference/formats.md, cited below as F§n).
+// profile/: importers of real memory profiles into a timeline::Timeline (docs/architecture.md;
+// each format, its units and time base, and the upstream code that writes it are described in
+// docs/profile-formats.md; the user's guide is docs/profiles.md).
 // An importer only translates: it never guesses values the source does not hold (those stay
 // kUnknownBytes) and never simulates. Time in the returned Timeline is microseconds since the
 // earliest sample or marker of the file (importers keep nanosecond precision while reading).
@@ -30,14 +31,14 @@ namespace memsim::profile {
 
 enum class Format {
   kAuto,
-  kTorchTrace,     // PyTorch profiler Chrome trace (.json, .json.gz), F§1
-  kTorchSnapshot,  // PyTorch memory snapshot, JSON form, F§2
-  kNpuProfiler,    // torch_npu profiler CSVs or a whole *_ascend_pt folder, F§3.1-3.4
-  kNpuMem,         // CANN npu_mem*.csv, F§3.5
-  kNpuSmi,         // repeated `npu-smi info` text, F§4.1
-  kNvidiaSmi,      // `nvidia-smi --query-gpu=... --format=csv` log, F§4.3
-  kMegatronLog,    // Megatron report_memory lines, F§5.1
-  kMemsimCsv,      // memsim's own CSV timeline (design.md "CSV timeline columns")
+  kTorchTrace,     // PyTorch profiler Chrome trace (.json, .json.gz)
+  kTorchSnapshot,  // PyTorch memory snapshot, JSON form
+  kNpuProfiler,    // torch_npu profiler CSVs or a whole *_ascend_pt folder
+  kNpuMem,         // CANN npu_mem*.csv
+  kNpuSmi,         // repeated `npu-smi info` text
+  kNvidiaSmi,      // `nvidia-smi --query-gpu=... --format=csv` log
+  kMegatronLog,    // Megatron report_memory lines
+  kMemsimCsv,      // memsim's own CSV timeline (docs/interfaces.md, 'CSV timeline')
 };
 
 // The command-line names: "auto", "torch-trace", "torch-snapshot", "npu-profiler", "npu-mem",

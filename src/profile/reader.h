@@ -1,8 +1,8 @@
 // Internal to profile/: the pieces every importer shares. A LineReader streams a plain or
 // gzip-compressed file line by line (zlib reads both); text helpers parse numbers exactly
-// (decimal microseconds to integer nanoseconds, as F§1.5 and F§3.8 ask); a SeriesBuilder holds
-// the samples of one device in bounded memory and turns them, with iteration / phase spans, into
-// a Timeline. Nothing here is part of the public interface (profile.h).
+// (decimal microseconds to integer nanoseconds, as docs/profile-formats.md asks); a SeriesBuilder
+// holds the samples of one device in bounded memory and turns them, with iteration / phase spans,
+// into a Timeline. Nothing here is part of the public interface (profile.h).
 #pragma once
 
 #include <cstdint>
@@ -76,7 +76,7 @@ bool IsDirectory(const std::string& path);
 
 std::string_view Trim(std::string_view s);
 // Splits one CSV record on commas; double-quoted fields may contain commas ("" is a quote).
-// Fields are trimmed of spaces and TABs (F§3.8: timestamps end in a TAB).
+// Fields are trimmed of spaces and TABs (torch_npu timestamps end in a TAB).
 std::vector<std::string> SplitCsv(std::string_view line);
 bool StartsWith(std::string_view s, std::string_view prefix);
 

@@ -1,12 +1,13 @@
-// PyTorch memory snapshot, JSON form (F§2; torch_npu's variant F§2.2 A5). The final state comes
-// from `segments` and the curves from walking `device_traces[d]` backwards (F§2.4, as MemoryViz
-// does), because the ring buffer may have dropped the oldest entries:
+// PyTorch memory snapshot, JSON form (docs/profile-formats.md, 'PyTorch memory snapshot';
+// torch_npu's variant from torch_npu/csrc/npu/Module.cpp). The final state comes
+// from `segments` and the curves from walking `device_traces[d]` backwards (as
+// torch/utils/viz/MemoryViz.js does), because the ring buffer may have dropped the oldest entries:
 //   reserved  = sum of the device's segment total_size; undo segment_alloc/map (-size) and
 //               segment_free/unmap (+size);
 //   allocated = sum over active_allocated blocks; undo alloc (-size), free_requested (+size)
-//               (the allocator's allocated_bytes drops at free_requested, F§2.2 table);
+//               (the allocator's allocated_bytes drops at free_requested);
 //   active    = sum over active_* blocks; undo alloc (-size), free_completed (+size).
-// A trace entry's `size` is the requested size (orig_size, F§2.2), a block's requested_size too;
+// A trace entry's `size` is the requested size (orig_size), a block's requested_size too;
 // both are rounded up to the allocator's 512-byte granule (PyTorch CUDACachingAllocator
 // round_size, kMinBlockSize = 512) so the two agree. Estimate: a large block whose unsplit tail
 // is kept (remainder <= 1 MiB) is larger than that; the imported allocated curve can be up to
@@ -110,7 +111,7 @@ class Handler : public nlohmann::json_sax<json> {
   bool start_array(std::size_t) override {
     BeginValue();
     if (frames_.empty()) {
-      legacy_ = true;  // a bare list of segments (F§2.2 legacy)
+      legacy_ = true;  // a bare list of segments (older snapshots, as _memory_viz.py accepts)
       saw_segments = true;
     } else if (frames_.size() == 1 && !legacy_ && frames_[0].key == "segments") {
       saw_segments = true;

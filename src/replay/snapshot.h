@@ -1,5 +1,6 @@
-// PyTorch memory snapshots (torch.cuda.memory._snapshot() saved as JSON; reference/formats.md
-// §2) as allocator traces (design.md "Allocator traces"): the `device_traces` of one device
+// PyTorch memory snapshots (torch.cuda.memory._snapshot() saved as JSON;
+// docs/profile-formats.md, 'PyTorch memory snapshot') as allocator traces (docs/interfaces.md,
+// 'Snapshot replay'): the `device_traces` of one device
 // become malloc / free / record_stream / complete operations:
 //   alloc            -> malloc of the entry's size (the requested size, orig_size) on its stream
 //   free_requested   -> free; when its free_completed does not follow at once, the block was in

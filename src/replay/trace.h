@@ -1,4 +1,4 @@
-// Allocator traces for `memsim replay` (design.md "Allocator traces"): the CSV grammar
+// Allocator traces for `memsim replay` (docs/interfaces.md, 'Allocator traces'): the CSV grammar
 // `op,id,bytes,stream`, PyTorch memory snapshots (snapshot.h) turned into the same operations,
 // and the replayer that drives an Allocator with them, checking the id rules (a free of an id
 // never seen, a malloc of a live id, a second free). No CLI11 here; errors are InputError with
@@ -68,7 +68,7 @@ struct ReplayResult {
   std::vector<ReplayRow> rows;   // filled iff requested
 };
 
-// Replays `trace` through `allocator`. Throws InputError for the id rules of design.md
+// Replays `trace` through `allocator`. Throws InputError for the id rules of docs/interfaces.md
 // ("<file>:<line>: free of id 'x' that was never allocated", ...).
 ReplayResult Replay(const Trace& trace, alloc::Allocator& allocator, bool keep_rows);
 

@@ -1,6 +1,7 @@
-// Memory gates for CI (`memsim check`, design.md "check"; issue 6). Pure functions: a run's
-// per-stage peaks against the usable memory (with a margin) and against a baseline report
-// (a previous `run --json`, with a tolerance), then the verdicts as text, JSON and JUnit XML.
+// Memory gates for CI (`memsim check`, docs/interfaces.md, 'Command line'; issue 6). Pure
+// functions: a run's per-stage peaks against the usable memory (with a margin) and against a
+// baseline report (a previous `run --json`, with a tolerance), then the verdicts as text, JSON and
+// JUnit XML.
 //
 // Peak = the peak over the run of reserved + memory outside the allocator (context and
 // communicator buffers; the idle baseline is not counted because usable memory already

@@ -1,4 +1,4 @@
-// The outputs of `memsim run` (design.md "JSON report", "CSV timeline columns"): the
+// The outputs of `memsim run` (docs/interfaces.md, 'JSON report', 'CSV timeline'): the
 // per-iteration table, the Megatron `report_memory` lines, the JSON report (schema_version 1)
 // and the CSV timeline. Pure functions from results to text; the CLI writes them.
 #pragma once
@@ -15,7 +15,8 @@ namespace memsim::report {
 std::string FormatIterationTable(const engine::RunResult& run, int width);
 
 // The line Megatron's report_memory would print after each iteration of the reported stage
-// (NVIDIA/Megatron-LM megatron/training/utils.py report_memory; reference/formats.md §5.1):
+// (NVIDIA/Megatron-LM megatron/training/utils.py report_memory;
+// docs/profile-formats.md, 'Megatron report_memory'):
 // "[Rank R] (after N iterations) memory (MB) | allocated: A | max allocated: B | reserved: C |
 // max reserved: D" with MB = MiB and two decimals; "max" = peak since the process started
 // (init and iterations 1..N). R is the global rank of (tp 0, dp 0, this stage) = stage × TP × DP
@@ -32,11 +33,11 @@ std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& s
 // The OOM notice ("" when none).
 std::string FormatOom(const engine::RunResult& run);
 
-// design.md "JSON report" (schema_version 1), pretty-printed, ending in a newline.
+// docs/interfaces.md, 'JSON report' (schema_version 1), pretty-printed, ending in a newline.
 std::string RunReportJson(const engine::RunResult& run, const config::Setup& setup);
 
-// design.md CSV timeline: time_us,iteration,phase,allocated_bytes,reserved_bytes,active_bytes,
-// device_bytes; unknown values empty.
+// docs/interfaces.md, 'CSV timeline': time_us,iteration,phase,allocated_bytes,reserved_bytes,
+// active_bytes,device_bytes; unknown values empty.
 std::string TimelineCsv(const timeline::Timeline& timeline);
 
 }  // namespace memsim::report

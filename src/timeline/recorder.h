@@ -1,9 +1,9 @@
 // Recorder: an engine Observer that keeps the simulated Timeline (two samples per op: after its
 // allocations and after its frees) and summarises each span -- init (iteration 0) and every
-// training iteration -- as the run report needs it (design.md "JSON report"). A span runs from
-// the start of its first op to the start of the next span's first op; its peaks are running
+// training iteration -- as the run report needs it (docs/interfaces.md, 'JSON report'). A span runs
+// from the start of its first op to the start of the next span's first op; its peaks are running
 // maxima over the samples inside it (the allocator's own peak is a running maximum too, so a
-// transient inside an op counts, reference/allocator.md §13.5).
+// transient inside an op counts; docs/allocator-rules.md, 'Convention: peaks').
 #pragma once
 
 #include <string>

@@ -1,5 +1,5 @@
-// Timeline: memory over time, simulated or imported from a real profile (design.md
-// "timeline/"). Samples are in time order; a value the source cannot know is kUnknownBytes.
+// Timeline: memory over time, simulated or imported from a real profile (docs/architecture.md,
+// timeline/). Samples are in time order; a value the source cannot know is kUnknownBytes.
 // Time is microseconds since the start of the run.
 #pragma once
 

@@ -1,7 +1,8 @@
-// The conformance cases of reference/allocator.md §11 (core, max_split/power2, OOM/GC,
-// expandable E1-E4, NPU N1-N7), one table row each. Expected numbers come from the spec table;
-// the comment above each row derives them from the rules (§1-§8). Out of scope: case 29 and E5
-// (graph private pools), N8 (no-pad NPU).
+// memsim's allocator conformance cases (docs/allocator-rules.md, 'Conformance cases': core,
+// max_split/power2, OOM/GC, expandable E1-E4, NPU N1-N7), one table row each. The comment above
+// each row derives its expected numbers from the rules of docs/allocator-rules.md; the rows an
+// upstream PyTorch or torch_npu test asserts are listed there. Out of scope: CUDA-graph private
+// pools and the no-pad NPU.
 #include <catch2/catch.hpp>
 
 #include "alloc/allocator.h"
@@ -171,7 +172,7 @@ const Case kCases[] = {
     {"N7", N, "", 0, "malloc a 20MiB", 20972032, 22 * MiB, 1},
 };
 
-TEST_CASE("allocator.md §11 conformance cases", "[alloc]") {
+TEST_CASE("allocator conformance cases", "[alloc]") {
   for (const Case& c : kCases) {
     SECTION(c.id) {
       AllocatorOptions options = ParseAllocConf(c.conf, c.backend);

@@ -1,7 +1,7 @@
-// A second, deliberately naive model of reference/allocator.md, for differential testing of the
-// real one (src/alloc/). Written straight from the spec text with linear scans and no shared
-// code: segments hold their blocks in address order; a "pool" is computed by scanning; blocks
-// are named by address. Slow (O(blocks) or worse per operation); tests only.
+// A second, deliberately naive model of the rules in docs/allocator-rules.md, for differential
+// testing of the real one (src/alloc/). Written straight from the rules' text with linear scans and
+// no shared code: segments hold their blocks in address order; a "pool" is computed by scanning;
+// blocks are named by address. Slow (O(blocks) or worse per operation); tests only.
 #pragma once
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // ParseAllocConf / ValidateOptions: PYTORCH_CUDA_ALLOC_CONF syntax, per-backend keys, ranges
-// (design.md "Allocator traces", spec §9).
+// (docs/interfaces.md, 'Allocator traces'; docs/allocator-rules.md, 'Options').
 #include <catch2/catch.hpp>
 
 #include "alloc/allocator.h"
@@ -11,9 +11,9 @@ namespace {
 TEST_CASE("ParseAllocConf: values and defaults", "[alloc]") {
   const AllocatorOptions d = ParseAllocConf("", Backend::kCuda);
   CHECK_FALSE(d.max_split_size_bytes.has_value());
-  CHECK(d.max_non_split_rounding_bytes == 20 * kMiB);  // kLargeBuffer (§9.1)
+  CHECK(d.max_non_split_rounding_bytes == 20 * kMiB);  // kLargeBuffer (CUDA options)
   CHECK_FALSE(d.expandable_segments);
-  CHECK(d.base_addr_aligned_bytes == 16 * kKiB);       // NPU default 16 (§9.2)
+  CHECK(d.base_addr_aligned_bytes == 16 * kKiB);       // NPU default 16 (NPU options)
 
   const AllocatorOptions o = ParseAllocConf(
       " max_split_size_mb : 128 , garbage_collection_threshold:0.6,expandable_segments:true,"

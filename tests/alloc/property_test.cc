@@ -109,7 +109,7 @@ TEST_CASE("property: the capacity configurations do reach the out-of-memory path
   CHECK(s.num_ooms > 0);
 }
 
-TEST_CASE("differential: the model agrees with a naive model of the spec", "[alloc]") {
+TEST_CASE("differential: the model agrees with a naive model of the rules", "[alloc]") {
   for (const Config& c : kConfigs) {
     for (std::uint64_t seed : {11u, 12u}) {
       INFO(c.name << ", seed " << seed);

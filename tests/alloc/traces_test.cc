@@ -1,7 +1,8 @@
-// Hand-derived traces beyond the §11 table: several streams with record_stream / complete,
-// torch_npu's same-stream deferral, the out-of-memory path with pending frees, expandable
-// segments with holes and capacity, and garbage-collection ages. Each expected number is
-// derived in the comments from reference/allocator.md.
+// Hand-derived traces beyond the conformance table (conformance_test.cc): several streams with
+// record_stream / complete, torch_npu's same-stream deferral, the out-of-memory path with pending
+// frees, expandable segments with holes and capacity, and garbage-collection ages. Each expected
+// number is derived in the comments from the rules in docs/allocator-rules.md (headings cited in
+// quotes).
 #include <catch2/catch.hpp>
 
 #include "alloc/allocator.h"
@@ -24,10 +25,10 @@ TEST_CASE("streams: a recorded block returns to its pool at the malloc after com
           "[alloc]") {
   AllocFixture f;
   f.Run("malloc a 4MiB 0; malloc b 4MiB 1");
-  // One 20 MiB buffer per stream (no cross-stream reuse, §2 "Streams").
+  // One 20 MiB buffer per stream (no cross-stream reuse, 'Pools and segment sizes').
   CHECK(f.Reserved() == 40 * MiB);
   f.Run("record a 1; free a");
-  // allocated drops now; a stays active until stream 1's event completes (§4).
+  // allocated drops now; a stays active until stream 1's event completes ('Free and merge').
   CHECK(f.Allocated() == 4 * MiB);
   CHECK(f.Active() == 8 * MiB);
   f.Run("malloc c 4MiB 0");
@@ -35,7 +36,8 @@ TEST_CASE("streams: a recorded block returns to its pool at the malloc after com
   CHECK(f.Reserved() == 40 * MiB);
   CHECK(f.Active() == 12 * MiB);
   f.Run("complete 1");
-  // complete only marks the event done; the block is freed by the next malloc (§13.3).
+  // complete only marks the event done; the block is freed by the next malloc
+  // ('Convention: stream events').
   CHECK(f.Active() == 12 * MiB);
   f.Run("malloc d 1000 1");
   // process_events frees a: it cannot merge (c is allocated), so a is a 4 MiB inactive split.
@@ -65,7 +67,7 @@ TEST_CASE("streams: a block recorded on two streams waits for both", "[alloc]") 
 TEST_CASE("streams: empty_cache synchronizes pending frees first", "[alloc]") {
   AllocFixture f;
   f.Run("malloc a 12MiB 0; record a 3; free a; empty_cache");
-  // synchronize_and_free_events frees a; its whole segment is then released (§5).
+  // synchronize_and_free_events frees a; its whole segment is then released ('empty_cache').
   CHECK(f.Active() == 0);
   CHECK(f.Reserved() == 0);
 }
@@ -74,7 +76,7 @@ TEST_CASE("npu: record_stream on the block's own stream still defers the free", 
   SECTION("npu") {
     AllocFixture f(Conf("", Backend::kNpu));
     f.Run("malloc a 1000 0; record a 0; free a");
-    // 1000 + 32 -> 1536 B; the same-stream record inserts an event (§4 record_stream).
+    // 1000 + 32 -> 1536 B; the same-stream record inserts an event ('record_stream and events').
     CHECK(f.Allocated() == 0);
     CHECK(f.Active() == 1536);
     f.Run("malloc b 1000 0");
@@ -167,7 +169,7 @@ TEST_CASE("expandable: one segment per stream, pages per pool", "[alloc]") {
   // Two large-pool segments (one per stream), one 20 MiB page each; one small 2 MiB page.
   CHECK(f.Reserved() == 42 * MiB);
   CHECK(f.Segments() == 0);
-  // Expandable blocks never count in inactive_split (§7.1).
+  // Expandable blocks never count in inactive_split ('Expandable segments').
   CHECK(f.S().inactive_split.current == 0);
 }
 
@@ -259,7 +261,8 @@ namespace memsim::alloc {
 namespace {
 
 TEST_CASE("boundaries: rounding, pools and the large-pool split rule", "[alloc]") {
-  // (request, allocated after one malloc, reserved), derived from §1 and §3:
+  // (request, allocated after one malloc, reserved), derived from 'Rounding', 'Pools and segment
+  // sizes' and 'Splitting':
   auto [request, allocated, reserved] = GENERATE(table<Bytes, Bytes, Bytes>({
       {1, 512, 2 * MiB},                    // minimum block 512
       {512, 512, 2 * MiB},
@@ -298,7 +301,9 @@ TEST_CASE("boundaries: the small-pool split rule (remaining >= 512)", "[alloc]")
 namespace memsim::alloc {
 namespace {
 
-TEST_CASE("npu: release_available_cached_blocks synchronizes first (spec §13.4)", "[alloc]") {
+// memsim's current NPU synchronisation (docs/allocator-rules.md, 'NPU synchronisation': torch_npu
+// differs; issue 18).
+TEST_CASE("npu: release_available_cached_blocks synchronizes first", "[alloc]") {
   const char* script = "malloc a 50MiB 0; record a 1; free a; malloc b 30MiB 0";
   SECTION("npu") {
     AllocFixture f(Conf("max_split_size_mb:40", Backend::kNpu, 70 * MiB));
@@ -319,7 +324,7 @@ TEST_CASE("npu: release_available_cached_blocks synchronizes first (spec §13.4)
   }
 }
 
-TEST_CASE("npu: garbage collection synchronizes first (spec §13.4)", "[alloc]") {
+TEST_CASE("npu: garbage collection synchronizes first", "[alloc]") {
   // allowed = floor(0.5 x 200 MiB) = 100 MiB; GC above 50 MiB.
   const char* conf = "memory_fraction:0.5,garbage_collection_threshold:0.5";
   const char* script = "malloc a 60MiB 0; record a 1; free a; malloc b 50MiB 0";

@@ -120,7 +120,7 @@ TEST_CASE("device-level profile: peak and converged level", "[compare]") {
   CHECK(split.iterations.size() == 5);
 }
 
-TEST_CASE("JSON report follows the design.md schema", "[compare]") {
+TEST_CASE("JSON report follows the documented schema", "[compare]") {
   const Report r = Compare(Flat(110 * kMiB, 1), Flat(100 * kMiB, 1), {});
   const std::string json = FormatJson(r);
   CHECK(json.rfind("{\"schema_version\": 1, \"format\": ", 0) == 0);

@@ -106,7 +106,7 @@ TEST_CASE("every shipped config: reserved only grows, iterations converge, lazy 
         // rounding of the tensors that live across iterations (each model chunk's last received
         // input and its grad, workload/build.h): the pool they land in differs from one
         // iteration to the next, and a large-pool block is used whole when the remainder would
-        // be under kSmallSize = 1 MiB (reference/allocator.md, should_split), so each may hold
+        // be under kSmallSize = 1 MiB (CUDACachingAllocator.cpp should_split), so each may hold
         // up to 1 MiB more. Two per model chunk.
         const config::TrainingConfig& tc = setup.training;
         const int chunks = tc.num_layers_per_virtual_pipeline_stage > 0
@@ -126,7 +126,8 @@ TEST_CASE("every shipped config: reserved only grows, iterations converge, lazy 
         // fp32 gradient copies where gradients are 16-bit). Per category, the allocator's change
         // over iteration 1 must equal exactly the blocks of those tensors -- nothing else stays --
         // and the optimizer states' requested bytes must equal the closed form: 8 B (Adam) or
-        // 4 B (SGD momentum) per main-parameter element (reference/workload.md §1.5).
+        // 4 B (SGD momentum) per main-parameter element (docs/training-memory.md,
+        // 'Optimizer state in the first step').
         const timeline::SpanSummary& it1 = spans[1];
         const std::map<Category, Kept> kept = PersistentFirstMadeIn(program, 1);
         const workload::StaticSizes sizes = workload::ComputeStaticSizes(setup, r);
@@ -146,7 +147,8 @@ TEST_CASE("every shipped config: reserved only grows, iterations converge, lazy 
           CHECK(change == blocks_of_kept);
           // Each block is at least its request, and at most the request rounded up to 512 B
           // (+32 B pad on NPU) plus a remainder the allocator did not split off: at most
-          // kSmallSize = 1 MiB in the large pool (should_split, reference/allocator.md §3 step 6).
+          // kSmallSize = 1 MiB in the large pool (should_split; docs/allocator-rules.md,
+          // 'Splitting').
           CHECK(blocks_of_kept >= k.bytes);
           CHECK(blocks_of_kept <= k.bytes + k.tensors * (kMiB + 1024));
         }
@@ -178,8 +180,8 @@ TEST_CASE("1F1B through the simulation: stage 0 of p = 4, m = 8 holds 4 micro-ba
   setup.training.tensor_model_parallel_size = 2;
   setup.training.train_iters = 2;
   // m = global / (micro-batch × DP): 1 micro-batch holds min(p − 0, 1) = 1 in flight; 8 hold
-  // min(4, 8) = 4 (reference/workload.md §4.2). Stage 0 has no output layer, so its activations
-  // are its 8 layers' saved tensors and the input batch, per micro-batch in flight.
+  // min(4, 8) = 4 (docs/training-memory.md, '1F1B'). Stage 0 has no output layer, so its
+  // activations are its 8 layers' saved tensors and the input batch, per micro-batch in flight.
   setup.training.global_batch_size = 1;
   setup.training.num_micro_batches = 1;
   const Bytes one = ActivationsAtPeak(setup);

@@ -58,7 +58,7 @@ TEST_CASE("engine: allocations at op start, frees at op end, categories sum to a
           "[engine]") {
   Program program;
   // 2 MiB and 512 B requests are multiples of 512 B, so each block is exactly the request
-  // (reference/allocator.md §1 kMinBlockSize = 512; no split remainder is allocated).
+  // (CUDACachingAllocator.cpp kMinBlockSize = 512; no split remainder is allocated).
   program.ops.push_back(MakeOp("init.param", 0, Phase::kInit,
                                {{1, 2_MiB, Category::kParameters, "w"}}, {}));
   program.ops.push_back(MakeOp("fwd", 1, Phase::kForward,

@@ -1,5 +1,5 @@
 // Importers of line-based formats, checked point by point against hand-written fixtures
-// (tests/profile/data/, written from reference/formats.md, not by the writers in writers.cc).
+// (tests/profile/data/, written from docs/profile-formats.md, not by the writers in writers.cc).
 #include <catch2/catch.hpp>
 
 #include "core/error.h"

@@ -1,7 +1,7 @@
 // Test helpers: a known "simulated" Timeline and writers that turn a Timeline into each profile
 // format, for the round-trip tests (write -> profile::LoadProfile -> compare::Compare). They are
 // deliberately simple and separate from the readers; the hand-written fixtures under data/ guard
-// against a writer and a reader sharing one misreading of reference/formats.md.
+// against a writer and a reader sharing one misreading of docs/profile-formats.md.
 #pragma once
 
 #include <string>

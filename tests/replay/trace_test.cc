@@ -1,5 +1,6 @@
-// The CSV trace grammar and the replay id rules of design.md "Allocator traces"; snapshot
-// replays (reference/formats.md §2); `memsim replay` end to end (exit codes, --json, --csv).
+// The CSV trace grammar and the replay id rules of docs/interfaces.md, 'Allocator traces';
+// snapshot replays (docs/interfaces.md, 'Snapshot replay'); `memsim replay` end to end (exit codes,
+// --json, --csv).
 #include "replay/trace.h"
 
 #include <algorithm>
@@ -492,11 +493,11 @@ TEST_CASE("memsim replay: outputs are written all or nothing", "[replay]") {
 
 TEST_CASE("memsim replay: --json and --csv", "[replay]") {
   TempDir dir;
-  // Case 19 of allocator.md §11 plus the OOM path: a (12 MiB) recorded on stream 2 and freed
-  // stays active; b cannot reuse it (24 MiB reserved, 2 segments, active 24 MiB); c (30 MiB):
-  // 24 + 30 > 42 MiB capacity; release_cached_blocks synchronizes a's free and releases its
-  // segment (12 MiB reserved, active 12 MiB); the retry succeeds: 42 MiB everywhere. Peak
-  // active is therefore 42 MiB = 44,040,192, never a + b + c.
+  // Conformance case 19 (conformance_test.cc) plus the OOM path: a (12 MiB) recorded on stream 2
+  // and freed stays active; b cannot reuse it (24 MiB reserved, 2 segments, active 24 MiB); c (30
+  // MiB): 24 + 30 > 42 MiB capacity; release_cached_blocks synchronizes a's free and releases its
+  // segment (12 MiB reserved, active 12 MiB); the retry succeeds: 42 MiB everywhere. Peak active is
+  // therefore 42 MiB = 44,040,192, never a + b + c.
   dir.Write("t.csv",
             "op,id,bytes,stream\nmalloc,a,12582912,0\nrecord_stream,a,,2\nfree,a\n"
             "malloc,b,12582912,0\nmalloc,c,31457280\n");
