@@ -107,4 +107,35 @@ void Kernels::WeightGradToAutograd(std::int64_t rows, std::int64_t cols, bool te
   sink_.TakeParamGrad(em_, g, param);
 }
 
+TensorId Kernels::CastWeight(std::int64_t rows, std::int64_t cols, const std::string& param,
+                             bool saved) {
+  if (d_.param_bytes == d_.act_bytes) return 0;
+  const bool cache = !on_autograd_thread_;
+  TensorId copy = 0;
+  if (cache) {
+    auto it = autocast_cache_.find(param);
+    if (it != autocast_cache_.end()) copy = it->second;
+  }
+  if (copy == 0) {
+    copy = em_.Alloc(rows * cols * d_.act_bytes, Category::kActivations, param + ".autocast_copy");
+    if (cache) {
+      autocast_cache_[param] = copy;
+      em_.Ref(copy);
+    }
+  }
+  if (!saved) {
+    if (!cache) em_.Free(copy);  // used and dropped
+    return 0;
+  }
+  em_.Ref(copy);
+  return copy;
+}
+
+void Kernels::EndAutocastRegion() {
+  if (autocast_cache_.empty()) return;
+  em_.Begin("autocast.clear_cache");
+  for (const auto& [param, copy] : autocast_cache_) em_.Unref(copy);
+  autocast_cache_.clear();
+}
+
 }  // namespace memsim::workload

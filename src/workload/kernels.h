@@ -74,6 +74,19 @@ class Kernels {
   void WeightGradToAutograd(std::int64_t rows, std::int64_t cols, bool te_layer,
                             const std::string& label, const std::string& param);
 
+  // Autocast over weights of another dtype (plain PyTorch with fp32 weights under bf16/fp16
+  // autocast; never under Megatron, whose weights are in the training dtype): a linear's forward
+  // casts its [rows, cols] weight `param` to the autocast dtype (aten/src/ATen/autocast_mode.cpp
+  // cached_cast). The copy of a leaf parameter is kept in autocast's cache until the outermost
+  // autocast region exits (EndAutocastRegion: the end of the micro-batch's forward), and saved
+  // by the GEMM for its backward unless grad is off. In backward (recompute) the cache is a
+  // fresh, short one and only the saved reference is modelled. Returns the copy when the GEMM
+  // saves it (the caller releases it with ReleaseWeightCopy at the GEMM's backward), else 0; 0
+  // too when the dtypes agree (no copy).
+  TensorId CastWeight(std::int64_t rows, std::int64_t cols, const std::string& param, bool saved);
+  void ReleaseWeightCopy(TensorId copy) { em_.Unref(copy); }
+  void EndAutocastRegion();
+
  private:
   Emitter& em_;
   const ModelDims& d_;
@@ -84,6 +97,7 @@ class Kernels {
   TensorId mpu_id_ = 0;
   Bytes mpu_bytes_ = 0;
   std::map<std::pair<std::int64_t, std::int64_t>, TensorId> dummy_wgrads_;  // by (rows, cols)
+  std::map<std::string, TensorId> autocast_cache_;  // param -> its cast copy, this region
 };
 
 // "layer{l}.{name}", the label of a tensor of transformer layer l.

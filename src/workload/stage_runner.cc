@@ -74,8 +74,12 @@ void StageRunner::Forward(int mb, int chunk, const ScheduleStep* next) {
   }
   u.stage_input = x;
   x = LayersForward(u, chunk, x);
-  if (post) report_losses_.push_back(OutputAndLoss::Forward(ctx_, x, &u.head));
+  if (post) {
+    report_losses_.push_back(OutputAndLoss::Forward(
+        ctx_, x, OutputAndLoss::OutputWeight(d_, /*has_embedding=*/d_.p == 1), &u.head));
+  }
   DropBatch(u);
+  ctx_.k.EndAutocastRegion();  // the forward step's autocast region ends
   if (!post) exchange_.SendForward(x, next != nullptr && !next->forward && !Post(next->chunk));
 }
 

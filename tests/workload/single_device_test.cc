@@ -4,8 +4,10 @@
 // optimizer.zero_grad(set_to_none=True) frees them at the start of the next iteration, while
 // set_to_none=False keeps them; torch.optim creates Adam's state inside the first step, in the
 // parameters' dtype.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <map>
+#include <string>
 
 #include "workload/build.h"
 #include "workload/test_setups.h"
@@ -88,6 +90,37 @@ TEST_CASE("plain PyTorch, zero_grad(set_to_none=True): gradients made in each fi
   // No main parameters and no wrapper buffers: parameters stay P fp32 tensors.
   CHECK(Measure(p, Category::kMainParameters, 3, Phase::kOptimizerStep, -1).alive_after == 0);
   CHECK(Measure(p, Category::kParameters, 3, Phase::kOptimizerStep, -1).alive_after == 4 * kParams);
+}
+
+TEST_CASE("plain PyTorch, fp32 weights under bf16 autocast: a bf16 copy of each GEMM weight",
+          "[workload][pytorch]") {
+  const Program p = Build(TinyPyTorch(true), 0);
+  // The linears cast their weights (autocast cached_cast): per layer qkv 12288 + proj 4096 +
+  // fc1 16384 + fc2 8192 = 40960 elements, two layers 81920, output layer 16384: 98304
+  // elements, 2 bytes each, alive from each GEMM's forward to its backward. Norms and the
+  // embedding lookup are not cast.
+  constexpr Bytes kCopies = 2 * (2 * 40960 + 16384);
+  Bytes copies_after_forward = 0, peak = 0, alive = 0;
+  std::map<TensorId, Bytes> sizes;
+  for (const Op& op : p.ops) {
+    for (const TensorAlloc& a : op.allocs) {
+      if (a.label.find(".autocast_copy") == std::string::npos) continue;
+      CHECK(a.category == Category::kActivations);
+      sizes[a.id] = a.size_bytes;
+      alive += a.size_bytes;
+    }
+    peak = std::max(peak, alive);
+    for (TensorId id : op.frees) {
+      auto it = sizes.find(id);
+      if (it != sizes.end()) alive -= it->second;
+    }
+    if (op.iteration == 1 && op.micro_batch == 0 && op.phase == Phase::kForward) {
+      copies_after_forward = alive;
+    }
+  }
+  CHECK(copies_after_forward == kCopies);
+  CHECK(peak == kCopies);  // one micro-batch's copies at a time (forward, backward, forward...)
+  CHECK(alive == 0);       // every copy released by its GEMM's backward
 }
 
 TEST_CASE("plain PyTorch, zero_grad(set_to_none=False): gradients kept across iterations",

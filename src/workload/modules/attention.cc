@@ -21,6 +21,7 @@ struct AttentionSaved final : ModuleSaved {
   TensorId q_norm_out = 0, k_norm_out = 0, q_norm_stats = 0, k_norm_stats = 0;  // qk_layernorm
   CoreAttn core;
   TensorId bda_mask = 0;
+  TensorId qkv_weight_copy = 0, proj_weight_copy = 0;  // autocast copies (kernels.h CastWeight)
 };
 
 void FreeIds(Emitter& em, std::initializer_list<TensorId> ids) {
@@ -240,6 +241,8 @@ TensorId AttentionModule::Forward(ModuleContext& ctx, int l, TensorId x, const F
   a.ln1 = NormForward(ctx, l, "ln1");
   const TensorId g =
       ctx.k.SpGather(d.act_bytes * d.T * d.h, LayerLabel(l, "attn.qkv_input_gather"), false);
+  a.qkv_weight_copy =
+      ctx.k.CastWeight((d.q + 2 * d.kv) / d.t, d.h, LayerLabel(l, "attn.qkv.weight"), !mode.nograd);
   a.qkv = em.Alloc(d.act_bytes * d.T * (d.q + 2 * d.kv) / d.t, Category::kActivations,
                    LayerLabel(l, "attn.qkv"));
   em.Free(g);
@@ -250,6 +253,8 @@ TensorId AttentionModule::Forward(ModuleContext& ctx, int l, TensorId x, const F
   if (mode.nograd) FreeIds(em, {a.qkv, a.q_norm_out, a.k_norm_out});
   // Output projection (TERowParallelLinear).
   em.Begin("attn.proj", l);
+  a.proj_weight_copy =
+      ctx.k.CastWeight(d.h, d.q / d.t, LayerLabel(l, "attn.proj.weight"), !mode.nograd);
   const TensorId proj =
       ctx.k.RowParallelOutput(d.act_bytes * d.T * d.h, LayerLabel(l, "attn.proj_out"));
   em.Flops(2.0 * d.T * d.q / d.t * d.h);
@@ -280,6 +285,7 @@ TensorId AttentionModule::Backward(ModuleContext& ctx, int l, ModuleSaved& saved
                              LayerLabel(l, "attn.proj.weight"));
   em.Free(g);
   if (dproj != dy) em.Free(dproj);
+  ctx.k.ReleaseWeightCopy(a.proj_weight_copy);
   em.Flops(4.0 * d.T * d.q / d.t * d.h);
   // Core attention; with selective recompute its forward is re-run first
   // (transformer_layer.py / attention.py _checkpointed_attention_forward).
@@ -304,6 +310,7 @@ TensorId AttentionModule::Backward(ModuleContext& ctx, int l, ModuleSaved& saved
   ctx.k.WeightGradToAutograd((d.q + 2 * d.kv) / d.t, d.h, d.te, LayerLabel(l, "attn.qkv.wgrad"),
                              LayerLabel(l, "attn.qkv.weight"));
   FreeIds(em, {g, dqkv, a.ln1.out});
+  ctx.k.ReleaseWeightCopy(a.qkv_weight_copy);
   em.Flops(4.0 * d.T * d.h * (d.q + 2 * d.kv) / d.t);
   return NormAndResidualBackward(ctx, l, kNames, a.ln1, dln1out, x, free_x, dy, free_dy);
 }

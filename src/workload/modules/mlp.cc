@@ -11,6 +11,7 @@ constexpr ResidualNames kNames = {
 struct MlpSaved final : ModuleSaved {
   NormSaved ln2;
   TensorId fc1_out = 0, act_out = 0, bda_mask = 0;
+  TensorId fc1_weight_copy = 0, fc2_weight_copy = 0;  // autocast copies (kernels.h CastWeight)
 };
 
 // The branch: norm + fc1, activation, fc2. nograd: each tensor freed after its last use.
@@ -22,6 +23,8 @@ TensorId BranchForward(ModuleContext& ctx, int l, bool nograd, MlpSaved* a) {
   a->ln2 = NormForward(ctx, l, "ln2");
   const TensorId g =
       ctx.k.SpGather(d.act_bytes * d.T * d.h, LayerLabel(l, "mlp.fc1_input_gather"), false);
+  a->fc1_weight_copy =
+      ctx.k.CastWeight(d.gamma * d.ffn / d.t, d.h, LayerLabel(l, "mlp.fc1.weight"), !nograd);
   a->fc1_out = em.Alloc(d.act_bytes * d.T * d.gamma * d.ffn / d.t, Category::kActivations,
                         LayerLabel(l, "mlp.fc1_out"));
   em.Free(g);
@@ -33,6 +36,7 @@ TensorId BranchForward(ModuleContext& ctx, int l, bool nograd, MlpSaved* a) {
                         LayerLabel(l, "mlp.act_out"));
   if (nograd) em.Free(a->fc1_out);
   em.Begin("mlp.fc2", l);
+  a->fc2_weight_copy = ctx.k.CastWeight(d.h, d.ffn / d.t, LayerLabel(l, "mlp.fc2.weight"), !nograd);
   const TensorId fc2 =
       ctx.k.RowParallelOutput(d.act_bytes * d.T * d.h, LayerLabel(l, "mlp.fc2_out"));
   em.Flops(2.0 * d.T * d.ffn / d.t * d.h);
@@ -104,6 +108,7 @@ TensorId MlpModule::Backward(ModuleContext& ctx, int l, ModuleSaved& saved, Tens
   em.Free(g);
   em.Free(a.act_out);
   if (dfc2 != dy) em.Free(dfc2);
+  ctx.k.ReleaseWeightCopy(a.fc2_weight_copy);
   em.Flops(4.0 * d.T * d.ffn / d.t * d.h);
   em.Begin("mlp.act_bwd", l);
   const TensorId dfc1 = em.Alloc(d.act_bytes * d.T * d.gamma * d.ffn / d.t, Category::kTemporaries,
@@ -123,6 +128,7 @@ TensorId MlpModule::Backward(ModuleContext& ctx, int l, ModuleSaved& saved, Tens
   em.Free(g);
   em.Free(dfc1);
   em.Free(a.ln2.out);
+  ctx.k.ReleaseWeightCopy(a.fc1_weight_copy);
   em.Flops(4.0 * d.T * d.h * d.gamma * d.ffn / d.t);
   return NormAndResidualBackward(ctx, l, kNames, a.ln2, dln2out, x, free_x, dy, free_dy,
                                  recomputed_out);

@@ -18,7 +18,8 @@ std::string OutputAndLoss::OutputWeight(const ModelDims& d, bool has_embedding) 
   return d.tied && has_embedding ? "embedding.word_embeddings.weight" : "output_layer.weight";
 }
 
-TensorId OutputAndLoss::Forward(ModuleContext& ctx, TensorId x, HeadSaved* u) {
+TensorId OutputAndLoss::Forward(ModuleContext& ctx, TensorId x, const std::string& output_weight,
+                                HeadSaved* u) {
   const ModelDims& d = ctx.d;
   Emitter& em = ctx.em;
   const std::int64_t vocab = d.V / d.t;
@@ -33,6 +34,7 @@ TensorId OutputAndLoss::Forward(ModuleContext& ctx, TensorId x, HeadSaved* u) {
   em.Begin("output_layer");  // Megatron ColumnParallelLinear: torch GEMM, "mpu" buffer with SP
   ctx.k.GemmWorkspace(/*torch_gemm=*/true);
   ctx.k.SpGather(d.act_bytes * d.T * d.h, "output_layer.input_gather", /*torch_linear=*/true);
+  u->weight_copy = ctx.k.CastWeight(vocab, d.h, output_weight, true);
   const TensorId logits =
       em.Alloc(d.act_bytes * d.T * vocab, Category::kTemporaries, "output_layer.logits");
   em.Flops(2.0 * d.T * d.h * vocab);
@@ -90,6 +92,7 @@ TensorId OutputAndLoss::Backward(ModuleContext& ctx, const Batch& batch, const H
   const TensorId din = ctx.k.ColumnParallelInputGrad("output_layer.d_input");
   em.Free(dlogits);
   em.Free(u.final_out);
+  ctx.k.ReleaseWeightCopy(u.weight_copy);
   em.Flops(4.0 * d.T * d.h * vocab);
   em.Begin("final_norm_bwd");
   const TensorId dx =

@@ -15,6 +15,7 @@ struct HeadSaved {
   TensorId last_output = 0;  // the last layer's output, saved by the final norm
   TensorId final_mean = 0, final_rstd = 0, final_out = 0;
   TensorId logits_fp32 = 0, target_mask = 0, masked_target = 0, loss = 0;
+  TensorId weight_copy = 0;  // the output weight's autocast copy (kernels.h CastWeight)
 };
 
 class OutputAndLoss {
@@ -27,7 +28,8 @@ class OutputAndLoss {
   static std::string OutputWeight(const ModelDims& d, bool has_embedding);
   // Forward from the last layer's output x. Returns the loss-reporting tensor (kept by the
   // training loop until the step ends).
-  static TensorId Forward(ModuleContext& ctx, TensorId x, HeadSaved* saved);
+  static TensorId Forward(ModuleContext& ctx, TensorId x, const std::string& output_weight,
+                          HeadSaved* saved);
   // Backward; frees the saved tensors, the loss mask and x. Returns the grad of x.
   static TensorId Backward(ModuleContext& ctx, const Batch& batch, const HeadSaved& saved,
                            const std::string& output_weight);
