@@ -3,10 +3,10 @@
 // gradient handed to autograd, before and after the backward of each gradient site, the end of
 // each backward_step, the end of a model chunk's last backward, the grad sync that
 // finalize_model_grads waits for, zero_grad, after the optimizer step; plus the static sizes it
-// holds and the parameter shard the optimizer updates. Implementations, one file each:
-// Megatron-core DDP (ddp.cc), Megatron-FSDP (megatron_fsdp.cc), and no wrapper on one device
-// (single_device.cc). They do not include each other; NewDataParallel picks one from the
-// Setup's config::DataParallelWrapper.
+// holds and the parameter shard the optimizer updates. (GradSite names the forward sites too.)
+// Implementations, one file each: Megatron-core DDP (ddp.cc), Megatron-FSDP (megatron_fsdp.cc), and
+// no wrapper on one device (single_device.cc). They do not include each other; NewDataParallel
+// picks one from the Setup's config::DataParallelWrapper.
 //
 // Hooks emit through the Emitter they are given and must not change the emitter's context.
 // Sizes in bytes, counts in elements.
@@ -58,6 +58,11 @@ class DataParallel : public GradSink {
 
   // GradSink: a gradient handed to autograd (AccumulateGrad and the wrapper's hook).
   void TakeParamGrad(Emitter& em, TensorId grad, const std::string& param) override = 0;
+  // Around the forward of one site (the embedding, a layer, the head), as module forward
+  // pre/post hooks would see it (the place where a sharding wrapper gathers and releases
+  // parameters).
+  virtual void BeforeForward(Emitter& /*em*/, GradSite /*site*/, int /*layer*/) {}
+  virtual void AfterForward(Emitter& /*em*/, GradSite /*site*/, int /*layer*/) {}
   // Around the backward of one gradient site (GradSite; `layer` for kLayer).
   virtual void BeforeBackward(Emitter& /*em*/, GradSite /*site*/, int /*layer*/) {}
   virtual void AfterBackward(Emitter& /*em*/, GradSite /*site*/, int /*layer*/) {}

@@ -30,14 +30,16 @@ TensorId StageRunner::LayersForward(Unit& u, int chunk, TensorId x) {
   for (const LayerRun& run : runs_) {
     for (int i = run.first; i <= run.last; ++i) {
       u.layer_inputs[i] = x;
+      const int l = GlobalLayer(chunk, i);
+      dp_.BeforeForward(ctx_.em, GradSite::kLayer, l);
       if (run.checkpointed) {
         // CheckpointFunction.forward runs under no_grad: only the run's input stays.
         DecoderLayer::Saved discarded;
-        x = layer_.Forward(ctx_, GlobalLayer(chunk, i), x, /*nograd=*/true, i > run.first,
-                           &discarded);
+        x = layer_.Forward(ctx_, l, x, /*nograd=*/true, i > run.first, &discarded);
       } else {
-        x = layer_.Forward(ctx_, GlobalLayer(chunk, i), x, false, false, &u.layers[i]);
+        x = layer_.Forward(ctx_, l, x, false, false, &u.layers[i]);
       }
+      dp_.AfterForward(ctx_.em, GradSite::kLayer, l);
     }
   }
   return x;
@@ -63,7 +65,9 @@ void StageRunner::Forward(int mb, int chunk, const ScheduleStep* next) {
   TensorId x;
   if (pre) {
     u.batch = GetBatch(ctx_, pre, post);
+    dp_.BeforeForward(ctx_.em, GradSite::kEmbedding, -1);
     x = Embedding::Forward(ctx_, u.batch, &u.embedding);
+    dp_.AfterForward(ctx_.em, GradSite::kEmbedding, -1);
   } else {
     // p2p_communication.py _communicate: torch.empty((s/σ, b, h), requires_grad=True), kept
     // in input_tensors until this unit's backward.
@@ -75,8 +79,10 @@ void StageRunner::Forward(int mb, int chunk, const ScheduleStep* next) {
   u.stage_input = x;
   x = LayersForward(u, chunk, x);
   if (post) {
+    dp_.BeforeForward(ctx_.em, GradSite::kHead, -1);
     report_losses_.push_back(OutputAndLoss::Forward(
         ctx_, x, OutputAndLoss::OutputWeight(d_, /*has_embedding=*/d_.p == 1), &u.head));
+    dp_.AfterForward(ctx_.em, GradSite::kHead, -1);
   }
   DropBatch(u);
   ctx_.k.EndAutocastRegion();  // the forward step's autocast region ends

@@ -43,6 +43,12 @@ class RecordingWrapper final : public DataParallel {
     log_->push_back("Grad " + param);
     em.Free(grad);
   }
+  void BeforeForward(Emitter& /*em*/, GradSite site, int layer) override {
+    log_->push_back("Forward " + Site(site, layer));
+  }
+  void AfterForward(Emitter& /*em*/, GradSite site, int layer) override {
+    log_->push_back("Forwarded " + Site(site, layer));
+  }
   void BeforeBackward(Emitter& /*em*/, GradSite site, int layer) override {
     log_->push_back("Before " + Site(site, layer));
   }
@@ -77,6 +83,9 @@ TEST_CASE("the data-parallel wrapper's hooks run where Megatron's wrapper acts, 
   // Parameters: embedding 1, 2 layers x 6 (ln1, qkv, proj, ln2, fc1, fc2), final norm, output.
   const std::vector<std::string> expected = {
       "Setup 15", "ZeroGrad",
+      // Forward from the embedding through the layers to the head.
+      "Forward embedding", "Forwarded embedding", "Forward layer0", "Forwarded layer0",
+      "Forward layer1", "Forwarded layer1", "Forward head", "Forwarded head",
       // Backward runs from the loss to the embedding; each site's grads between its hooks.
       "Before head", "Grad output_layer.weight", "Grad final_norm.weight", "After head",
       "Before layer1", "Grad layer1.mlp.fc2.weight", "Grad layer1.mlp.fc1.weight",

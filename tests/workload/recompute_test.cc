@@ -1,0 +1,82 @@
+// Selective recompute of the modules Megatron's --recompute-modules lists
+// (megatron/core/transformer/transformer_layer.py, attention.py; tensor_parallel/random.py
+// CheckpointFunction and CheckpointWithoutOutput): "core_attn" and "mlp" keep only their input
+// and re-run in backward; "layernorm" discards a norm's output after its consumer ran and makes
+// it again before the consumer's backward -- only where the norm is its own module (the local
+// spec); under Transformer Engine the norms are fused into the next linear and it does nothing.
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "workload/build.h"
+#include "workload/test_setups.h"
+
+namespace memsim::workload {
+namespace {
+
+// h 64, ffn 128 (gated), 4 heads, 2 layers, seq 32, micro-batch 1, TP 1, bf16, flash, no dropout.
+config::Setup Small(std::vector<std::string> modules) {
+  config::Setup s = testing::Llama2_7b();
+  s.model.hidden_size = 64;
+  s.model.intermediate_size = 128;
+  s.model.num_attention_heads = 4;
+  s.model.num_key_value_heads = 4;
+  s.model.num_hidden_layers = 2;
+  s.model.vocab_size = 256;
+  s.training.seq_length = 32;
+  s.training.train_iters = 1;
+  s.training.recompute_granularity = config::RecomputeGranularity::kSelective;
+  s.training.recompute_modules = std::move(modules);
+  return s;
+}
+
+int CountOps(const Program& p, const std::string& name) {
+  int n = 0;
+  for (const Op& op : p.ops) n += op.name == name ? 1 : 0;
+  return n;
+}
+
+TEST_CASE("selective recompute of \"mlp\" saves only the MLP's input", "[workload][recompute]") {
+  const Program attn = Build(Small({"core_attn"}), 0);
+  const Program mlp = Build(Small({"core_attn", "mlp"}), 0);
+  // What the MLP saves without recompute, T = 32 tokens, bf16: ln2 rstd 4·T = 128, ln2 output
+  // 2·T·h = 4096, fc1 output 2·T·2·ffn = 16384, activation output 2·T·ffn = 8192: 28800 bytes.
+  for (int layer : {0, 1}) {
+    CHECK(testing::LayerSavedBytes(attn, 1, 0, layer) -
+              testing::LayerSavedBytes(mlp, 1, 0, layer) ==
+          28800);
+  }
+  // In backward the branch runs again, once per layer.
+  CHECK(CountOps(attn, "recompute.mlp.ln_fc1") == 0);
+  CHECK(CountOps(mlp, "recompute.mlp.ln_fc1") == 2);
+  CHECK(CountOps(mlp, "recompute.mlp.fc2") == 2);
+  // Core attention is recomputed in both.
+  CHECK(CountOps(mlp, "recompute.attn.core") == 2);
+}
+
+TEST_CASE("selective recompute of \"layernorm\": nothing under TE, the norm outputs with local",
+          "[workload][recompute]") {
+  // Transformer Engine fuses both norms into the next linear: the same Program.
+  CHECK(Build(Small({"core_attn", "layernorm"}), 0) == Build(Small({"core_attn"}), 0));
+  config::Setup local = Small({"core_attn"});
+  local.training.transformer_impl = "local";
+  config::Setup local_ln = Small({"core_attn", "layernorm"});
+  local_ln.training.transformer_impl = "local";
+  const Program base = Build(local, 0), ln = Build(local_ln, 0);
+  // Each layer no longer keeps its two norm outputs, 2·T·h = 4096 bytes each.
+  CHECK(testing::LayerSavedBytes(base, 1, 0, 0) - testing::LayerSavedBytes(ln, 1, 0, 0) == 8192);
+  CHECK(CountOps(ln, "recompute.ln1") == 2);
+  CHECK(CountOps(ln, "recompute.ln2") == 2);
+}
+
+TEST_CASE("recompute_modules only act with recompute_granularity selective",
+          "[workload][recompute]") {
+  config::Setup none = Small({"core_attn", "mlp"});
+  none.training.recompute_granularity = config::RecomputeGranularity::kNone;
+  config::Setup plain = Small({"core_attn"});
+  plain.training.recompute_granularity = config::RecomputeGranularity::kNone;
+  CHECK(Build(none, 0) == Build(plain, 0));
+}
+
+}  // namespace
+}  // namespace memsim::workload
