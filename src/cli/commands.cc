@@ -12,6 +12,8 @@ namespace {
 
 constexpr Subcommand kSubcommands[] = {
     {"run", "simulate a training config and print per-iteration memory", &AddRunCommand},
+    {"explain", "say in words what each span of the run creates, keeps and frees, and why",
+     &AddExplainCommand},
     {"replay", "replay an allocator trace (CSV or PyTorch snapshot) through the model",
      &AddReplayCommand},
     {"compare", "compare a real memory profile with the simulation", &AddCompareCommand},

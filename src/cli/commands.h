@@ -26,6 +26,7 @@ Action AddCompareCommand(CLI::App& sub);
 Action AddCheckCommand(CLI::App& sub);
 Action AddValidateCommand(CLI::App& sub);
 Action AddDumpProgramCommand(CLI::App& sub);
+Action AddExplainCommand(CLI::App& sub);
 
 // The whole command line: parses argv, runs the subcommand, maps errors to exit codes.
 int Main(int argc, char** argv);

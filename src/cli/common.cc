@@ -1,5 +1,8 @@
 #include "cli/common.h"
 
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include <charconv>
 #include <cstdlib>
 
@@ -89,6 +92,12 @@ int TerminalWidth(int requested) {
     const std::string_view s(c);
     auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
     if (ec == std::errc() && p == s.data() + s.size() && v >= 40 && v <= 1000) return v;
+  }
+  // The terminal's own width when standard output is one (not in tests, pipes or files).
+  winsize size{};
+  if (::isatty(STDOUT_FILENO) == 1 && ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 &&
+      size.ws_col >= 40 && size.ws_col <= 1000) {
+    return size.ws_col;
   }
   return 80;
 }

@@ -42,7 +42,8 @@ double ParsePercentArg(std::string_view text, std::string_view option);
 std::optional<int> CheckPipelineRank(int rank, const config::Setup& setup);
 // kNotGiven -> 0 (the config's train_iters); else checks iterations >= 1.
 int CheckIterations(int iterations);
-// `requested` (40..1000) if given, else $COLUMNS if it is a number in 40..1000, else 80.
+// `requested` (40..1000) if given, else $COLUMNS if it is a number in 40..1000, else the
+// terminal's width when standard output is a terminal, else 80.
 int TerminalWidth(int requested);
 // The loader's notes (ignored model keys, defaults taken), one per line, for --verbose.
 std::string FormatVerboseNotes(const config::Setup& setup);

@@ -1,5 +1,6 @@
 // memsim compare: a thin wrapper -- load the profile (profile/), simulate the config (engine/)
 // or read a simulated memsim-csv, compare (compare/), print table + chart, write JSON.
+#include <algorithm>
 #include <cstdio>
 
 #include <fmt/core.h>
@@ -7,11 +8,13 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "compare/compare.h"
+#include "compare/diagnose.h"
 #include "config/load.h"
 #include "core/error.h"
 #include "engine/stages.h"
 #include "profile/profile.h"
 #include "report/format.h"
+#include "workload/build.h"
 
 namespace memsim::cli {
 namespace {
@@ -30,7 +33,27 @@ struct CompareArgs {
   int device_index = -1;
   int rank = -1;
   bool no_chart = false;
+  int width = kNotGiven;
 };
+
+// What the diagnosis needs from the simulation of `setup`'s stage `rank`.
+compare::SimulatedSide SimulatedSideOf(const config::Setup& setup, const engine::RunResult& run) {
+  const engine::StageResult& stage = run.Reported();
+  compare::SimulatedSide side;
+  side.pipeline_rank = stage.pipeline_rank;
+  side.fp16 = setup.training.precision == config::Precision::kFp16;
+  for (const timeline::SpanSummary& s : stage.spans) {
+    if (s.iteration > 0) side.iterations.push_back({s.iteration, s.by_category_at_peak, s.end_by_category});
+  }
+  const auto opt = static_cast<size_t>(Category::kOptimizerStates);
+  if (const timeline::SpanSummary* first = stage.Span(1)) {
+    side.optimizer_state_bytes = first->end_by_category[opt] - first->start_by_category[opt];
+  }
+  side.parameters_on_rank = workload::ComputeStaticSizes(setup, stage.pipeline_rank).parameter_count;
+  side.closed_form_weight_and_optimizer_bytes =
+      workload::ComputeClosedFormEstimate(setup, stage.pipeline_rank).weight_and_optimizer_bytes;
+  return side;
+}
 
 int RunCompare(const CompareArgs& a) {
   auto format = profile::FormatFromName(a.format);
@@ -56,21 +79,29 @@ int RunCompare(const CompareArgs& a) {
   load.device_index = a.device_index;
   load.rank = a.rank;
   const timeline::Timeline measured = profile::LoadProfile(a.profile, *format, load);
+  const int width = TerminalWidth(a.width);
   timeline::Timeline simulated;
+  compare::SimulatedSide side;
   if (a.simulated.empty()) {
     const config::Setup setup = config::LoadSetup(a.config, ToLoadOptions(a.load));
     engine::RunOptions run_options;
     run_options.pipeline_rank = CheckPipelineRank(a.pipeline_rank, setup);
     run_options.keep_timeline = true;
-    simulated = engine::RunAllStages(setup, run_options).timeline;
+    engine::RunResult run = engine::RunAllStages(setup, run_options);
+    side = SimulatedSideOf(setup, run);
+    simulated = std::move(run.timeline);
   } else {
     simulated = profile::LoadProfile(a.simulated, profile::Format::kMemsimCsv);
   }
   options.format = measured.source;
   const compare::Report report = compare::Compare(measured, simulated, options);
-  std::string out = compare::FormatTable(report);
+  std::string out = compare::FormatTable(report, width);
+  const std::string diagnosis =
+      compare::FormatDiagnosis(compare::Diagnose(report, measured.statements, side), width);
+  if (!diagnosis.empty()) out += diagnosis;
   if (!a.no_chart) {
-    const std::string chart = compare::FormatChart(report);
+    // The chart's axis labels take 12 columns.
+    const std::string chart = compare::FormatChart(report, std::min(72, width - 12));
     if (!chart.empty()) out += "\n" + chart;
   }
   // The file first, so a failed write (exit 2) leaves no report on stdout either.
@@ -106,6 +137,8 @@ Action AddCompareCommand(CLI::App& sub) {
   sub.add_option("--rank", a->rank, "Megatron logs: global rank (default: the lowest)");
   AddConfigOptions(sub, a->load, /*with_iterations=*/false);
   sub.add_flag("--no-chart", a->no_chart, "omit the overlay chart");
+  sub.add_option("--width", a->width,
+                 "fit the output to N columns (default: the terminal's, 80 when not a terminal)");
   return [a]() -> int { return RunCompare(*a); };
 }
 

@@ -106,12 +106,14 @@ Report Compare(const timeline::Timeline& measured, const timeline::Timeline& sim
 // while that low point stays within 2% of the curve's range of the anchor's level.
 int DetectIterations(timeline::Timeline& t, int expected_count);
 
-// Text outputs. FormatTable: one row per iteration plus the overall row and notes.
+// Text outputs. FormatTable: one row per iteration plus the overall row and notes; `width` 0
+// prints the wide layout (MiB cells, 112 columns), a width under 112 GiB cells (80 columns) with
+// the notes wrapped to it.
 // FormatChart: measured ('*') over simulated ('o'; '#' where both fall in one cell) for the
 // allocated curve (reserved / device when absent) of the aligned iterations, `width` x `height`
 // characters plus axes. FormatJson (schema_version 1): docs/interfaces.md,
 // 'compare and check JSON'.
-std::string FormatTable(const Report& report);
+std::string FormatTable(const Report& report, int width = 0);
 std::string FormatChart(const Report& report, int width = 72, int height = 16);
 std::string FormatJson(const Report& report);
 

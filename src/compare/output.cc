@@ -14,6 +14,8 @@ namespace {
 
 using timeline::kUnknownBytes;
 
+constexpr int kWideTableColumns = 112;
+
 std::string MiB(Bytes b) {
   if (b < 0) return "-";
   return fmt::format("{:.1f}", static_cast<double>(b) / static_cast<double>(kMiB));
@@ -27,6 +29,35 @@ std::string Pct(const std::optional<double>& p) {
 std::string Cell(Bytes measured, Bytes simulated, const std::optional<double>& err) {
   if (measured < 0 && simulated < 0) return "-";
   return fmt::format("{} / {} ({})", MiB(measured), MiB(simulated), Pct(err));
+}
+
+// "20.58/20.35 +1.1%": a cell of the compact layout (GiB).
+std::string CompactCell(Bytes measured, Bytes simulated, const std::optional<double>& err) {
+  if (measured < 0 && simulated < 0) return "-";
+  auto gib = [](Bytes b) {
+    return b < 0 ? std::string("-") : fmt::format("{:.2f}", static_cast<double>(b) / kGiB);
+  };
+  return fmt::format("{}/{} {}", gib(measured), gib(simulated), Pct(err));
+}
+
+// `line` and a newline; wrapped at spaces to `width` columns (0: never), continuation indented.
+std::string Fit(const std::string& line, int width) {
+  if (width <= 0 || static_cast<int>(line.size()) <= width) return line + "\n";
+  std::string out, current;
+  size_t pos = 0;
+  while (pos < line.size()) {
+    size_t end = line.find(' ', pos);
+    if (end == std::string::npos) end = line.size();
+    const std::string word = line.substr(pos, end - pos);
+    if (!current.empty() && static_cast<int>(current.size() + 1 + word.size()) > width) {
+      out += current + "\n";
+      current = "  " + word;
+    } else {
+      current += (current.empty() ? "" : " ") + word;
+    }
+    pos = end + 1;
+  }
+  return out + current + "\n";
 }
 
 std::string JsonNumber(Bytes b) { return b < 0 ? "null" : fmt::format("{}", b); }
@@ -81,40 +112,58 @@ std::string JsonErrors(const PeakErrors& e) {
 
 }  // namespace
 
-std::string FormatTable(const Report& r) {
+std::string FormatTable(const Report& r, int width) {
+  // The wide layout (MiB, 3 x 30 columns) needs 112 columns; narrower terminals get GiB cells.
+  const bool compact = width > 0 && width < kWideTableColumns;
   std::string out;
   out += fmt::format("profile format: {}    pipeline rank: {}\n", r.format, r.pipeline_rank);
-  out += fmt::format("alignment: {}\n", r.alignment);
-  for (const std::string& n : r.notes) out += fmt::format("note: {}\n", n);
-  out += fmt::format("values: measured / simulated MiB (error = (measured - simulated) / simulated){}\n",
-                     r.cumulative_peaks ? "; peaks are cumulative since the process started" : "");
-  out += fmt::format("{:>5} {:>4}  {:<30} {:<30} {:<30} {:>7}\n", "iter", "sim", "peak allocated",
-                     "peak reserved", "peak device", "curve");
+  out += Fit(fmt::format("alignment: {}", r.alignment), width);
+  for (const std::string& n : r.notes) out += Fit(fmt::format("note: {}", n), width);
+  if (compact) {
+    out += Fit(fmt::format("values: measured/simulated GiB, error = (measured - simulated) / "
+                           "simulated{}",
+                           r.cumulative_peaks ? "; peaks cumulative since the process started" : ""),
+               width);
+  } else {
+    out += fmt::format("values: measured / simulated MiB (error = (measured - simulated) / simulated){}\n",
+                       r.cumulative_peaks ? "; peaks are cumulative since the process started" : "");
+  }
+  const int cell = compact ? 19 : 30;
+  auto cell_of = [&](Bytes m, Bytes s, const std::optional<double>& e) {
+    return compact ? CompactCell(m, s, e) : Cell(m, s, e);
+  };
+  out += fmt::format("{:>5} {:>4}  {:<{}} {:<{}} {:<{}} {:>{}}\n", "iter", "sim", "peak allocated", cell,
+                     "peak reserved", cell, "peak device", cell, "curve", compact ? 6 : 7);
   for (const IterationResult& it : r.iterations) {
     const auto& c = it.curve_error_pct;
     const auto curve = c.allocated ? c.allocated : c.reserved ? c.reserved : c.device;
     out += fmt::format(
-        "{:>5} {:>4}  {:<30} {:<30} {:<30} {:>7}\n", it.iteration, it.simulated_iteration,
-        Cell(it.measured.peak_allocated_bytes, it.simulated.peak_allocated_bytes,
-             it.error_pct.peak_allocated),
-        Cell(it.measured.peak_reserved_bytes, it.simulated.peak_reserved_bytes,
-             it.error_pct.peak_reserved),
-        Cell(it.measured.peak_device_bytes, it.simulated.peak_device_bytes, it.error_pct.peak_device),
-        curve ? fmt::format("{:.1f}%", *curve) : "-");
+        "{:>5} {:>4}  {:<{}} {:<{}} {:<{}} {:>{}}\n", it.iteration, it.simulated_iteration,
+        cell_of(it.measured.peak_allocated_bytes, it.simulated.peak_allocated_bytes,
+                it.error_pct.peak_allocated),
+        cell,
+        cell_of(it.measured.peak_reserved_bytes, it.simulated.peak_reserved_bytes,
+                it.error_pct.peak_reserved),
+        cell,
+        cell_of(it.measured.peak_device_bytes, it.simulated.peak_device_bytes, it.error_pct.peak_device),
+        cell, curve ? fmt::format("{:.1f}%", *curve) : "-", compact ? 6 : 7);
   }
   out += fmt::format(
-      "{:>10}  {:<30} {:<30} {:<30} {:>7}\n", "overall",
-      Cell(r.overall_measured.peak_allocated_bytes, r.overall_simulated.peak_allocated_bytes,
-           r.overall_error_pct.peak_allocated),
-      Cell(r.overall_measured.peak_reserved_bytes, r.overall_simulated.peak_reserved_bytes,
-           r.overall_error_pct.peak_reserved),
-      Cell(r.overall_measured.peak_device_bytes, r.overall_simulated.peak_device_bytes,
-           r.overall_error_pct.peak_device),
-      r.overall_curve_error_pct ? fmt::format("{:.1f}%", *r.overall_curve_error_pct) : "-");
+      "{:>10}  {:<{}} {:<{}} {:<{}} {:>{}}\n", "overall",
+      cell_of(r.overall_measured.peak_allocated_bytes, r.overall_simulated.peak_allocated_bytes,
+              r.overall_error_pct.peak_allocated),
+      cell,
+      cell_of(r.overall_measured.peak_reserved_bytes, r.overall_simulated.peak_reserved_bytes,
+              r.overall_error_pct.peak_reserved),
+      cell,
+      cell_of(r.overall_measured.peak_device_bytes, r.overall_simulated.peak_device_bytes,
+              r.overall_error_pct.peak_device),
+      cell, r.overall_curve_error_pct ? fmt::format("{:.1f}%", *r.overall_curve_error_pct) : "-",
+      compact ? 6 : 7);
   if (r.converged_device_measured >= 0) {
     out += fmt::format("converged device level: {}\n",
-                       Cell(r.converged_device_measured, r.converged_device_simulated,
-                            r.converged_device_error_pct));
+                       cell_of(r.converged_device_measured, r.converged_device_simulated,
+                               r.converged_device_error_pct));
   }
   auto iter = [](const std::optional<int>& i) { return i ? fmt::format("{}", *i) : "-"; };
   out += fmt::format("reserved stops growing after iteration: measured {}, simulated {}\n",

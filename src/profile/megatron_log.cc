@@ -7,6 +7,13 @@
 // reports are skipped and counted. The log has no clock: sample time is N x nominal interval.
 // "max allocated" / "max reserved" are peaks since the process started: they go to
 // Timeline::reported_peaks, never into the samples.
+// Three more kinds of line say what the run was (Timeline::statements, for compare's diagnosis):
+//   training.py training_log:   " iteration  10/  10 | ... | number of skipped iterations:  10 |"
+//   training.py get_model:      " > number of parameters on (tensor, pipeline) model parallel
+//                                 rank (0, 0): 124439808" (releases since NVIDIA/Megatron-LM
+//                                 #4967 name three ranks: (tensor, gtp_weight_remat, pipeline))
+//   theoretical_memory_usage.py report_theoretical_memory: "Theoretical memory footprints:
+//                                 weight and optimizer=2121.85 MB, activation=... MB, total=... MB"
 #include <map>
 #include <set>
 
@@ -40,6 +47,74 @@ bool ReadField(std::string_view line, size_t* pos, std::string_view key, double*
   return true;
 }
 
+// The integer after `key` (spaces allowed before it), or nullopt.
+std::optional<int64_t> IntAfter(std::string_view line, std::string_view key) {
+  const size_t k = line.find(key);
+  if (k == std::string_view::npos) return std::nullopt;
+  std::string_view rest = Trim(line.substr(k + key.size()));
+  size_t end = 0;
+  while (end < rest.size() && rest[end] >= '0' && rest[end] <= '9') ++end;
+  return ParseInt(rest.substr(0, end));
+}
+
+// The MiB figure after `key` ("weight and optimizer=2121.85 MB"), or nullopt.
+std::optional<double> MiBAfter(std::string_view line, std::string_view key) {
+  const size_t k = line.find(key);
+  if (k == std::string_view::npos) return std::nullopt;
+  std::string_view rest = line.substr(k + key.size());
+  const size_t end = rest.find(" MB");
+  if (end == std::string_view::npos) return std::nullopt;
+  auto v = ParseDouble(rest.substr(0, end));
+  if (!v || *v < 0) return std::nullopt;
+  return v;
+}
+
+// Reads the lines that say what the run was into `st`; returns true iff `line` was one of them.
+// A recognised line with a malformed number fails the load (naming the line).
+bool ReadStatement(const LineReader& in, std::string_view line, timeline::LogStatements* st) {
+  if (line.find("number of skipped iterations:") != std::string_view::npos) {
+    auto skipped = IntAfter(line, "number of skipped iterations:");
+    if (!skipped || *skipped < 0) in.Fail("expected 'number of skipped iterations: <integer>'");
+    st->skipped_iterations = static_cast<int>(st->skipped_iterations.value_or(0) + *skipped);
+    if (auto it = IntAfter(line, " iteration "); it && *it >= 0) {
+      st->last_logged_iteration = static_cast<int>(*it);
+    }
+    return true;
+  }
+  const std::string_view params = "number of parameters on (";
+  if (const size_t p = line.find(params); p != std::string_view::npos) {
+    const std::string_view fail =
+        "expected ' > number of parameters on (tensor, pipeline) model parallel rank (t, p): N'";
+    const size_t open = line.find("rank (", p);
+    const size_t close = open == std::string_view::npos ? open : line.find("): ", open);
+    if (close == std::string_view::npos) in.Fail(fail);
+    std::vector<int64_t> ranks;
+    std::string_view list = line.substr(open + 6, close - open - 6);
+    while (!list.empty()) {
+      const size_t comma = list.find(',');
+      auto v = ParseInt(Trim(list.substr(0, comma)));
+      if (!v || *v < 0) in.Fail(fail);
+      ranks.push_back(*v);
+      list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    }
+    auto count = ParseInt(Trim(line.substr(close + 3)));
+    if (ranks.size() < 2 || !count || *count < 0) in.Fail(fail);
+    st->parameters.push_back({static_cast<int>(ranks.front()), static_cast<int>(ranks.back()), *count});
+    return true;
+  }
+  if (line.find("Theoretical memory footprints: ") != std::string_view::npos) {
+    auto weight = MiBAfter(line, "weight and optimizer=");
+    auto activation = MiBAfter(line, "activation=");
+    if (!weight) {
+      in.Fail("expected 'Theoretical memory footprints: weight and optimizer=<MB> MB, ...'");
+    }
+    st->theoretical_weight_and_optimizer_bytes = MiBToBytes(*weight);
+    if (activation) st->theoretical_activation_bytes = MiBToBytes(*activation);
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 timeline::Timeline LoadMegatronLog(const std::string& path, const LoadProfileOptions& options) {
@@ -49,7 +124,9 @@ timeline::Timeline LoadMegatronLog(const std::string& path, const LoadProfileOpt
   int skipped_other = 0;
   std::string_view line;
   const std::string_view anchor = " memory (MB) | ";
+  timeline::LogStatements statements;
   while (in.Next(&line)) {
+    if (ReadStatement(in, line, &statements)) continue;
     const size_t at = line.find(anchor);
     if (at == std::string_view::npos) continue;
     // Rank: "[Rank N]" before the name; absent on some forks (then rank 0).
@@ -128,6 +205,7 @@ timeline::Timeline LoadMegatronLog(const std::string& path, const LoadProfileOpt
     s.time_us = s.iteration * options.nominal_interval_us;  // keep the nominal clock absolute
   }
   out.reported_peaks = std::move(peaks);
+  out.statements = std::move(statements);
   out.device_index = rank;
   out.notes.push_back(fmt::format(
       "rank {} ({} report_memory lines; no clock: iteration N placed at N x {} us)", rank,

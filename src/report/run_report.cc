@@ -57,6 +57,46 @@ std::string PeakWhere(const timeline::SpanSummary& s) {
   return where;
 }
 
+}  // namespace
+
+PeakComparison CompareAtSameMoment(const timeline::SpanSummary& prev,
+                                   const timeline::SpanSummary& span) {
+  PeakComparison c;
+  c.phase = span.peak_phase;
+  const size_t p = static_cast<size_t>(span.peak_phase);
+  if (span.iteration > 0 && prev.iteration > 0 && p < span.phase_peaks.size() &&
+      prev.phase_peaks[p].seen && span.phase_peaks[p].seen) {
+    c.against_previous = true;
+    c.before = prev.phase_peaks[p].by_category;
+    c.after = span.phase_peaks[p].by_category;
+    c.reserved_change_bytes = span.peak_reserved_bytes - prev.peak_reserved_bytes;
+  } else {
+    c.before = span.start_by_category;
+    c.after = span.by_category_at_peak;
+    c.reserved_change_bytes = span.peak_reserved_bytes - span.start_reserved_bytes;
+  }
+  return c;
+}
+
+namespace {
+
+// "at forward peak vs iter 1's forward peak: +6.28 GiB optimizer_states; reserved +2.19 GiB":
+// a peak is set against the previous iteration's peak of the same phase, never against a peak
+// of another phase (iteration 1's optimizer step holds no activations, iteration 2's forward
+// does: comparing them reads as "activations grew"). Iteration 1, which has no previous
+// iteration, is set against its own start.
+std::string LikeForLike(const timeline::SpanSummary& prev, const timeline::SpanSummary& s) {
+  const PeakComparison c = CompareAtSameMoment(prev, s);
+  std::string line =
+      c.against_previous
+          ? fmt::format("      at {} peak vs iter {}'s {} peak: ", PhaseName(c.phase), prev.iteration,
+                        PhaseName(c.phase))
+          : fmt::format("      at {} peak vs the start of the iteration: ", PhaseName(c.phase));
+  line += CategoryDelta(c.before, c.after);
+  if (c.reserved_change_bytes != 0) line += fmt::format("; reserved {}", SignedHuman(c.reserved_change_bytes));
+  return line;
+}
+
 json CategoriesJson(const CategoryBytes& bytes) {
   json j = json::object();
   for (int c = 0; c < kNumCategories; ++c) {
@@ -212,13 +252,7 @@ std::string FormatIterationTable(const engine::RunResult& run, int width) {
                        prev ? SignedGiB(s.peak_allocated_bytes - prev->peak_allocated_bytes) : "",
                        PeakWhere(s));
     std::string detail;
-    if (prev) {
-      detail = fmt::format("      at peak vs {}: {}", prev->iteration == 0 ? "init" : fmt::format("iter {}", prev->iteration),
-                           CategoryDelta(prev->by_category_at_peak, s.by_category_at_peak));
-      if (s.peak_reserved_bytes != prev->peak_reserved_bytes) {
-        detail += fmt::format("; reserved {}", SignedHuman(s.peak_reserved_bytes - prev->peak_reserved_bytes));
-      }
-    }
+    if (prev) detail = LikeForLike(*prev, s);
     if (s.end_allocated_bytes != s.start_allocated_bytes && s.iteration > 0) {
       if (!detail.empty()) detail += "\n";
       detail += fmt::format("      kept after the iteration: {}",
@@ -231,10 +265,18 @@ std::string FormatIterationTable(const engine::RunResult& run, int width) {
       if (end == std::string::npos) end = detail.size();
       std::string line = detail.substr(line_start, end - line_start);
       while (static_cast<int>(line.size()) > width) {
+        // After a ", " if one fits, else at the last space that fits (never inside a word).
+        size_t keep = 0, skip = 0;
         size_t cut = line.rfind(", ", static_cast<size_t>(width) - 1);
-        if (cut == std::string::npos || cut < 8) cut = static_cast<size_t>(width) - 1;
-        out += line.substr(0, cut + 1) + "\n";
-        line = "        " + line.substr(cut + 2 <= line.size() ? cut + 2 : line.size());
+        if (cut != std::string::npos && cut >= 8) {
+          keep = cut + 1, skip = cut + 2;
+        } else if (cut = line.rfind(' ', static_cast<size_t>(width)); cut != std::string::npos && cut >= 8) {
+          keep = cut, skip = cut + 1;
+        } else {
+          keep = skip = static_cast<size_t>(width);
+        }
+        out += line.substr(0, keep) + "\n";
+        line = "        " + line.substr(std::min(skip, line.size()));
       }
       if (!line.empty()) out += line + "\n";
       line_start = end + 1;

@@ -10,6 +10,22 @@
 
 namespace memsim::report {
 
+// What the run report's "at ... peak vs ..." line compares for `span`, given the span before it:
+// for an iteration after the first, the allocated split at the peak of the phase where `span`
+// peaked, against the previous iteration's peak of that same phase (`against_previous`);
+// otherwise (iteration 1 after init, or a phase the previous iteration lacks) the split at the
+// span's peak against its own start. reserved_change_bytes: peak reserved against the previous
+// span's peak reserved, or against the span's start.
+struct PeakComparison {
+  Phase phase = Phase::kInit;
+  bool against_previous = false;
+  CategoryBytes before{};
+  CategoryBytes after{};
+  Bytes reserved_change_bytes = 0;
+};
+PeakComparison CompareAtSameMoment(const timeline::SpanSummary& prev,
+                                   const timeline::SpanSummary& span);
+
 // One line of text per iteration of the reported stage plus the change from the previous span by
 // category, fitting `width` columns (80 or more).
 std::string FormatIterationTable(const engine::RunResult& run, int width);

@@ -60,6 +60,12 @@ void Recorder::OnOpBoundary(const engine::OpBoundary& b) {
     s.peak_reserved_time_us = b.time_us;
     s.peak_reserved_phase = op.phase;
   }
+  if (static_cast<int>(op.phase) < kNumSimulatedPhases) {
+    PhasePeak& pp = s.phase_peaks[static_cast<size_t>(op.phase)];
+    if (!pp.seen || b.allocated_bytes > pp.allocated_bytes) {
+      pp = {true, b.allocated_bytes, op.name, op.micro_batch, b.time_us, *b.allocated_by_category};
+    }
+  }
   s.peak_device_bytes = std::max(s.peak_device_bytes, b.device_bytes);
   s.peak_active_bytes = std::max(s.peak_active_bytes, b.active_bytes);
   s.end_allocated_bytes = b.allocated_bytes;

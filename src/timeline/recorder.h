@@ -6,6 +6,7 @@
 // transient inside an op counts; docs/allocator-rules.md, 'Convention: peaks').
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,20 @@
 #include "timeline/timeline.h"
 
 namespace memsim::timeline {
+
+// The allocated peak within one phase of a span: what the run report compares between
+// iterations, so that a forward peak is set against a forward peak (like with like).
+struct PhasePeak {
+  bool seen = false;  // false: the span has no op of this phase
+  Bytes allocated_bytes = 0;
+  std::string op;
+  int micro_batch = -1;
+  SimTimeUs time_us = 0;
+  CategoryBytes by_category{};
+};
+
+// Phases with a PhasePeak: init, forward, backward, optimizer_step (Phase::kUnknown excluded).
+inline constexpr int kNumSimulatedPhases = 4;
 
 struct SpanSummary {
   int iteration = 0;  // 0 = init
@@ -39,6 +54,10 @@ struct SpanSummary {
   // Time at which reserved reached its span maximum (first time).
   SimTimeUs peak_reserved_time_us = 0;
   Phase peak_reserved_phase = Phase::kInit;
+  // Indexed by static_cast<int>(Phase); first maximum wins, like the span's own peak.
+  std::array<PhasePeak, kNumSimulatedPhases> phase_peaks{};
+
+  const PhasePeak& PeakOf(Phase phase) const { return phase_peaks[static_cast<size_t>(phase)]; }
 };
 
 class Recorder final : public engine::Observer {

@@ -3,6 +3,8 @@
 // Time is microseconds since the start of the run.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +44,31 @@ struct ReportedPeak {
   bool operator==(const ReportedPeak&) const = default;
 };
 
+// What a training log says about itself, for compare's diagnosis (profile/megatron_log.cc reads
+// Megatron-LM's lines); each field absent when the log does not say it.
+struct LogStatements {
+  // Sum of training_log's "number of skipped iterations: K" over its lines (K counts the
+  // iterations of one log interval; Megatron resets it after each line), and the last
+  // "iteration N/M" among those lines.
+  std::optional<int> skipped_iterations;
+  std::optional<int> last_logged_iteration;
+  // get_model's " > number of parameters on (tensor, pipeline) model parallel rank (t, p): N"
+  // (newer releases put more ranks between the parentheses; tensor is the first, pipeline the
+  // last).
+  struct RankParameters {
+    int tensor_rank = 0;
+    int pipeline_rank = 0;
+    std::int64_t count = 0;
+    bool operator==(const RankParameters&) const = default;
+  };
+  std::vector<RankParameters> parameters;
+  // report_theoretical_memory's "Theoretical memory footprints: weight and optimizer=W MB,
+  // activation=A MB, total=T MB" (MB = MiB), converted to bytes.
+  std::optional<Bytes> theoretical_weight_and_optimizer_bytes;
+  std::optional<Bytes> theoretical_activation_bytes;
+  bool operator==(const LogStatements&) const = default;
+};
+
 struct Timeline {
   std::vector<Sample> samples;
   std::vector<Marker> markers;
@@ -54,6 +81,8 @@ struct Timeline {
   // Added by profile/: one line each about what the importer detected, skipped or decimated
   // ("skipped 3 CPU [memory] events"), printed by `compare`.
   std::vector<std::string> notes;
+  // Added by profile/ for training logs: what the log says about the run.
+  LogStatements statements;
   bool operator==(const Timeline&) const = default;
 };
 

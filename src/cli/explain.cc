@@ -1,0 +1,68 @@
+// memsim explain [CONFIG] ... : the run of one pipeline stage told in words (report/explain.h).
+// Takes the options of `run` that choose what is simulated; the stage is the one `run` reports
+// (the highest peak device memory) unless --pipeline-rank names one.
+#include <cstdio>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "config/load.h"
+#include "engine/stages.h"
+#include "report/explain.h"
+
+namespace memsim::cli {
+namespace {
+
+struct ExplainArgs {
+  std::string config;
+  ConfigArgs load;
+  int pipeline_rank = kNotGiven;
+  std::string capacity;
+  bool capacity_given = false;
+  bool verbose = false;
+  int width = kNotGiven;
+};
+
+int Explain(const ExplainArgs& a) {
+  config::LoadOptions load = ToLoadOptions(a.load);
+  std::optional<Bytes> capacity;
+  if (a.capacity_given) capacity = ParseSizeArg(a.capacity, "--capacity");
+  load.capacity_bytes = capacity;
+  const config::Setup setup = config::LoadSetup(a.config, load);
+  const int width = TerminalWidth(a.width);
+  std::optional<int> rank = CheckPipelineRank(a.pipeline_rank, setup);
+  if (!rank) {
+    // The stage `run` reports: every stage runs once without samples to find the worst.
+    engine::RunOptions options;
+    options.usable_memory_bytes = capacity;
+    options.keep_timeline = false;
+    rank = engine::RunAllStages(setup, options).Reported().pipeline_rank;
+  }
+  engine::SimulateOptions options;
+  options.usable_memory_bytes = capacity;
+  std::string out;
+  if (a.verbose) out += FormatVerboseNotes(setup);
+  out += report::FormatExplanation(setup, report::CollectExplainFacts(setup, *rank, options), width);
+  std::fputs(out.c_str(), stdout);
+  return 0;
+}
+
+}  // namespace
+
+Action AddExplainCommand(CLI::App& sub) {
+  auto a = std::make_shared<ExplainArgs>();
+  sub.add_option("config", a->config, "training config (JSON); the embedded default if omitted");
+  AddConfigOptions(sub, a->load, /*with_iterations=*/true);
+  sub.add_option("--pipeline-rank", a->pipeline_rank,
+                 "explain this pipeline stage (default: the one `run` reports)");
+  sub.add_option("--capacity", a->capacity, "usable device memory, e.g. 60GiB (replaces the preset's)");
+  sub.add_flag("--verbose", a->verbose, "list ignored keys and defaults taken");
+  sub.add_option("--width", a->width, "wrap lines at N columns (default $COLUMNS or 80)");
+  CLI::Option* capacity = sub.get_option("--capacity");
+  return [a, capacity] {
+    a->capacity_given = capacity->count() > 0;
+    return Explain(*a);
+  };
+}
+
+}  // namespace memsim::cli

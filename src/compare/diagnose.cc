@@ -1,0 +1,185 @@
+#include "compare/diagnose.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include <fmt/core.h>
+
+namespace memsim::compare {
+namespace {
+
+std::string Size(Bytes b) {
+  const double a = std::abs(static_cast<double>(b));
+  if (a >= static_cast<double>(kGiB)) return fmt::format("{:.2f} GiB", static_cast<double>(b) / kGiB);
+  return fmt::format("{:.1f} MiB", static_cast<double>(b) / kMiB);
+}
+
+double Pct(double measured, double simulated) { return (measured - simulated) / simulated * 100.0; }
+
+// The categories held, largest first, those of at least 1% of `total` (and 1 MiB).
+std::string Held(const CategoryBytes& c) {
+  Bytes total = 0;
+  for (Bytes b : c) total += b;
+  std::vector<std::pair<Bytes, int>> held;
+  for (int k = 0; k < kNumCategories; ++k) {
+    const Bytes b = c[static_cast<size_t>(k)];
+    if (b >= kMiB && b * 100 >= total) held.emplace_back(b, k);
+  }
+  std::stable_sort(held.begin(), held.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string out;
+  for (const auto& [b, k] : held) {
+    out += fmt::format("{}{} {}", out.empty() ? "" : ", ", Size(b), CategoryName(static_cast<Category>(k)));
+  }
+  return out.empty() ? "nothing" : out;
+}
+
+// The single category whose size is within 15% of -gap (the profile holds less), if any.
+std::optional<Category> ExplainsGap(const CategoryBytes& c, Bytes gap) {
+  if (gap >= 0) return std::nullopt;
+  const double want = -static_cast<double>(gap);
+  std::optional<Category> best;
+  double best_off = 0.15 * want;
+  for (int k = 0; k < kNumCategories; ++k) {
+    const double off = std::abs(static_cast<double>(c[static_cast<size_t>(k)]) - want);
+    if (off <= best_off) best = static_cast<Category>(k), best_off = off;
+  }
+  return best;
+}
+
+// One moment (a peak or an iteration's end) of one iteration, when the gap is 2% or more.
+void MomentFinding(const IterationResult& it, std::string_view moment, std::string_view curve,
+                   Bytes measured, Bytes simulated, const CategoryBytes& held,
+                   std::vector<Finding>* out) {
+  if (measured < 0 || simulated <= 0) return;
+  const Bytes gap = measured - simulated;
+  if (std::abs(static_cast<double>(gap)) < 0.02 * static_cast<double>(simulated)) return;
+  std::string text = fmt::format(
+      "iteration {} (simulated {}), {} {}: measured {}, simulated {} ({:+.1f}%); the simulation "
+      "holds then {}",
+      it.iteration, it.simulated_iteration, moment, curve, Size(measured), Size(simulated),
+      Pct(static_cast<double>(measured), static_cast<double>(simulated)), Held(held));
+  if (auto c = ExplainsGap(held, gap)) {
+    text += fmt::format("; the gap ({}) is the size of {} alone ({}): the run may not hold them",
+                        Size(gap), CategoryName(*c), Size(held[static_cast<size_t>(*c)]));
+  } else if (gap > 0) {
+    text += fmt::format("; the run holds {} more than any simulated category accounts for", Size(gap));
+  } else {
+    text += fmt::format("; no single category is the size of the gap ({})", Size(gap));
+  }
+  out->push_back({false, text + "."});
+}
+
+const SimulatedSide::Iteration* SimIteration(const SimulatedSide& s, int iteration) {
+  for (const SimulatedSide::Iteration& i : s.iterations) {
+    if (i.iteration == iteration) return &i;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::vector<Finding> Diagnose(const Report& report, const timeline::LogStatements& log,
+                              const SimulatedSide& sim) {
+  std::vector<Finding> out;
+  // What the log says about its own run first: those are the likely causes.
+  if (log.skipped_iterations && *log.skipped_iterations > 0) {
+    int measured_last = 0;
+    for (const IterationResult& it : report.iterations) measured_last = std::max(measured_last, it.iteration);
+    const int logged = std::max(log.last_logged_iteration.value_or(0), measured_last);
+    const int skipped = *log.skipped_iterations;
+    const std::string of = logged > 0 ? fmt::format(" of {}", logged) : std::string();
+    if (logged == 0 || skipped >= logged) {
+      out.push_back(
+          {true, fmt::format(
+                     "likely cause: the log says {}{} iterations were skipped (Megatron "
+                     "training_log, 'number of skipped iterations'): the {}loss scaler found "
+                     "inf/nan gradients and skipped every optimizer step, so Adam's state was "
+                     "never created; the simulation assumes the steps ran and creates {} of "
+                     "optimizer_states in iteration 1's optimizer.step().",
+                     skipped, of, sim.fp16 ? "fp16 " : "", Size(sim.optimizer_state_bytes))});
+    } else {
+      out.push_back(
+          {true, fmt::format("likely cause: the log says {}{} iterations were skipped (Megatron "
+                             "training_log, 'number of skipped iterations'): until the first step "
+                             "that ran, Adam's state ({} in the simulation) did not exist.",
+                             skipped, of, Size(sim.optimizer_state_bytes))});
+    }
+  }
+  if (sim.parameters_on_rank > 0) {
+    for (const timeline::LogStatements::RankParameters& p : log.parameters) {
+      if (p.tensor_rank != 0 || p.pipeline_rank != sim.pipeline_rank) continue;
+      const double pct = Pct(static_cast<double>(p.count), static_cast<double>(sim.parameters_on_rank));
+      if (std::abs(pct) > 1.0) {
+        out.push_back({true, fmt::format(
+                                 "likely cause: the log's rank (tensor 0, pipeline {}) holds {} "
+                                 "parameters, the simulated config {} ({:+.1f}%): the config does "
+                                 "not describe that run (layers, hidden or FFN size, vocabulary "
+                                 "padding, tensor or pipeline split).",
+                                 p.pipeline_rank, p.count, sim.parameters_on_rank, pct)});
+      } else {
+        out.push_back({false, fmt::format("the log's parameter count of rank (tensor 0, pipeline "
+                                          "{}) agrees with the config: {} (simulated {}).",
+                                          p.pipeline_rank, p.count, sim.parameters_on_rank)});
+      }
+    }
+  }
+  if (log.theoretical_weight_and_optimizer_bytes && sim.closed_form_weight_and_optimizer_bytes > 0) {
+    const Bytes printed = *log.theoretical_weight_and_optimizer_bytes;
+    const double pct = Pct(static_cast<double>(printed),
+                           static_cast<double>(sim.closed_form_weight_and_optimizer_bytes));
+    const std::string figures =
+        fmt::format("the log's theoretical weight and optimizer memory, {}, against {} from the "
+                    "same closed form for this config ({:+.1f}%)",
+                    Size(printed), Size(sim.closed_form_weight_and_optimizer_bytes), pct);
+    if (std::abs(pct) > 2.0) {
+      out.push_back({true, "likely cause: " + figures +
+                               ": the run's arguments differ from the config (releases before "
+                               "NVIDIA/Megatron-LM#4687 also left expert parallelism out of this "
+                               "figure; for the dense models memsim simulates both agree)."});
+    } else {
+      out.push_back({false, figures + ": the config matches the run's arguments."});
+    }
+  }
+  for (const IterationResult& it : report.iterations) {
+    const SimulatedSide::Iteration* s = SimIteration(sim, it.simulated_iteration);
+    if (!s) continue;
+    if (it.measured.peak_allocated_bytes >= 0) {
+      MomentFinding(it, "peak", "allocated", it.measured.peak_allocated_bytes,
+                    it.simulated.peak_allocated_bytes, s->at_peak, &out);
+    }
+    if (it.measured.end_allocated_bytes >= 0) {
+      MomentFinding(it, "end", "allocated", it.measured.end_allocated_bytes,
+                    it.simulated.end_allocated_bytes, s->at_end, &out);
+    }
+  }
+  return out;
+}
+
+std::string FormatDiagnosis(const std::vector<Finding>& findings, int width) {
+  if (findings.empty()) return "";
+  std::string out = "diagnosis:\n";
+  for (const Finding& f : findings) {
+    std::string line = " -";
+    size_t pos = 0;
+    const std::string& t = f.text;
+    while (pos < t.size()) {
+      size_t end = t.find(' ', pos);
+      if (end == std::string::npos) end = t.size();
+      const std::string_view word(t.data() + pos, end - pos);
+      if (line.size() > 3 && static_cast<int>(line.size() + 1 + word.size()) > width) {
+        out += line + "\n";
+        line = "   ";
+        line += word;
+      } else {
+        line += ' ';
+        line += word;
+      }
+      pos = end + 1;
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace memsim::compare

@@ -1,0 +1,455 @@
+#include "report/explain.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <unordered_map>
+
+#include <fmt/core.h>
+
+#include "core/check.h"
+#include "report/format.h"
+#include "workload/build.h"
+
+namespace memsim::report {
+namespace {
+
+// The Recorder's spans plus what only `explain` needs. Tensors are tracked by id; the map is only
+// looked up, never iterated (determinism).
+class ExplainObserver final : public engine::Observer {
+ public:
+  void OnOpBoundary(const engine::OpBoundary& b) override {
+    const workload::Op& op = *b.op;
+    const size_t spans_before = recorder_.spans().size();
+    const Bytes peak_before = spans_before > 0 ? recorder_.spans().back().peak_allocated_bytes : 0;
+    recorder_.OnOpBoundary(b);
+    SpanFacts& f = Facts(op.iteration);
+    if (b.at_start) {
+      for (std::string& group : pending_communicators_) {
+        f.communicators.push_back({op.iteration, op.phase, std::move(group)});
+      }
+      pending_communicators_.clear();
+    } else {
+      for (workload::TensorId id : op.frees) live_activations_.erase(id);
+    }
+    if (b.reserved_bytes != last_reserved_) {
+      f.reserved_changes.push_back(
+          {op.iteration, op.phase, op.micro_batch, op.name, b.reserved_bytes - last_reserved_});
+      last_reserved_ = b.reserved_bytes;
+    }
+    const timeline::SpanSummary& s = recorder_.spans().back();
+    if (recorder_.spans().size() != spans_before || s.peak_allocated_bytes > peak_before) {
+      std::vector<int> in_flight;
+      for (int mb : activation_micro_batches_) {
+        if (live_per_micro_batch_[mb] > 0) in_flight.push_back(mb);
+      }
+      f.micro_batches_in_flight_at_peak = in_flight;
+      f.reserved_at_peak_bytes = b.reserved_bytes;
+    }
+  }
+
+  void OnCommunicatorCreated(SimTimeUs time_us, const std::string& group) override {
+    recorder_.OnCommunicatorCreated(time_us, group);
+    pending_communicators_.push_back(group);  // placed at the op that created it (next boundary)
+  }
+
+  void OnTensorAllocated(const workload::Op& op, const workload::TensorAlloc& t,
+                         Bytes block_bytes) override {
+    SpanFacts& f = Facts(op.iteration);
+    f.first_allocated_in.emplace(t.category, op.phase);
+    if (t.category != Category::kActivations) return;
+    if (op.micro_batch >= 0) {
+      live_activations_[t.id] = {op.micro_batch, block_bytes};
+      if (live_per_micro_batch_.emplace(op.micro_batch, 0).second) {
+        activation_micro_batches_.insert(
+            std::upper_bound(activation_micro_batches_.begin(), activation_micro_batches_.end(),
+                             op.micro_batch),
+            op.micro_batch);
+      }
+      live_per_micro_batch_[op.micro_batch] += block_bytes;
+    }
+    if (op.phase != Phase::kForward || op.micro_batch < 0) return;
+    if (f.first_micro_batch < 0) f.first_micro_batch = op.micro_batch;
+    if (op.micro_batch == f.first_micro_batch) f.activation_bytes_by_layer[op.layer] += block_bytes;
+  }
+
+  timeline::Recorder& recorder() { return recorder_; }
+
+  // REQUIRES: recorder().Finish() was called.
+  std::vector<SpanFacts> TakeFacts() {
+    std::vector<SpanFacts> out;
+    for (const timeline::SpanSummary& s : recorder_.spans()) out.push_back(Facts(s.iteration));
+    return out;
+  }
+
+ private:
+  struct LiveActivation {
+    int micro_batch = -1;
+    Bytes block_bytes = 0;
+  };
+  SpanFacts& Facts(int iteration) {
+    auto [it, inserted] = facts_.try_emplace(iteration);
+    if (inserted) it->second.iteration = iteration;
+    return it->second;
+  }
+
+  timeline::Recorder recorder_{true};
+  std::map<int, SpanFacts> facts_;
+  std::vector<std::string> pending_communicators_;
+  Bytes last_reserved_ = 0;
+  // Live activation tensors by id; erase keeps the bytes per micro-batch in step.
+  class LiveActivations {
+   public:
+    explicit LiveActivations(std::map<int, Bytes>& per_mb) : per_mb_(per_mb) {}
+    LiveActivation& operator[](workload::TensorId id) { return by_id_[id]; }
+    void erase(workload::TensorId id) {
+      auto it = by_id_.find(id);
+      if (it == by_id_.end()) return;
+      per_mb_[it->second.micro_batch] -= it->second.block_bytes;
+      by_id_.erase(it);
+    }
+
+   private:
+    std::map<int, Bytes>& per_mb_;
+    std::unordered_map<workload::TensorId, LiveActivation> by_id_;
+  };
+  std::map<int, Bytes> live_per_micro_batch_;
+  std::vector<int> activation_micro_batches_;  // sorted
+  LiveActivations live_activations_{live_per_micro_batch_};
+};
+
+std::string SpanName(int iteration) {
+  return iteration == 0 ? std::string("init") : fmt::format("iteration {}", iteration);
+}
+
+std::string Where(Phase phase, int micro_batch) {
+  std::string w(PhaseName(phase));
+  if (micro_batch >= 0) w += fmt::format(" mb{}", micro_batch);
+  return w;
+}
+
+// "optimizer.step()" reads better than "optimizer_step" in a sentence.
+std::string PhaseInWords(Phase phase) {
+  switch (phase) {
+    case Phase::kInit: return "init";
+    case Phase::kForward: return "forward pass";
+    case Phase::kBackward: return "backward pass";
+    case Phase::kOptimizerStep: return "optimizer.step()";
+    case Phase::kUnknown: break;
+  }
+  return "an unknown phase";
+}
+
+Bytes Cat(const CategoryBytes& c, Category k) { return c[static_cast<size_t>(k)]; }
+
+// Appends `text` wrapped at `width` columns: the first line at `indent`, the rest 2 further.
+// A size ("8.46 GiB") is never split across lines.
+void Wrapped(std::string* out, std::string_view raw, int indent, int width) {
+  std::string text(raw);
+  for (std::string_view unit : {" GiB", " MiB", " KiB"}) {
+    for (size_t p = text.find(unit); p != std::string::npos; p = text.find(unit, p + 1)) text[p] = '\x01';
+  }
+  const std::string_view view = text;
+  const size_t start = out->size();
+  std::string line(static_cast<size_t>(indent), ' ');
+  const size_t first_len = line.size();
+  size_t pos = 0;
+  while (pos < view.size()) {
+    size_t end = view.find(' ', pos);
+    if (end == std::string_view::npos) end = view.size();
+    const std::string_view word = view.substr(pos, end - pos);
+    const bool empty = line.size() == first_len || line.find_first_not_of(' ') == std::string::npos;
+    if (!empty && static_cast<int>(line.size() + 1 + word.size()) > width) {
+      *out += line + "\n";
+      line = std::string(static_cast<size_t>(indent + 2), ' ');
+      line += word;
+    } else {
+      if (!empty) line += ' ';
+      line += word;
+    }
+    pos = end + 1;
+  }
+  *out += line + "\n";
+  std::replace(out->begin() + static_cast<std::ptrdiff_t>(start), out->end(), '\x01', ' ');
+}
+
+// The span's kept changes: category, bytes, and where in the span it was first allocated.
+std::string KeptSentence(const timeline::SpanSummary& s, const SpanFacts& f) {
+  std::vector<std::pair<Bytes, Category>> kept;
+  for (int c = 0; c < kNumCategories; ++c) {
+    const Category k = static_cast<Category>(c);
+    const Bytes d = Cat(s.end_by_category, k) - Cat(s.start_by_category, k);
+    if (std::abs(d) >= kMiB) kept.emplace_back(d, k);
+  }
+  std::stable_sort(kept.begin(), kept.end(),
+                   [](const auto& a, const auto& b) { return std::abs(a.first) > std::abs(b.first); });
+  if (kept.empty()) return "nothing new is kept: allocated ends where it started";
+  std::string out = "kept after the span: ";
+  bool first = true;
+  for (const auto& [d, k] : kept) {
+    if (!first) out += "; ";
+    first = false;
+    out += fmt::format("{} {}", SignedHuman(d), CategoryName(k));
+    auto where = f.first_allocated_in.find(k);
+    if (d > 0 && where != f.first_allocated_in.end()) {
+      out += s.iteration == 0 ? std::string(", created in init")
+                              : fmt::format(", created inside {}'s {}", SpanName(s.iteration),
+                                            PhaseInWords(where->second));
+    }
+  }
+  return out;
+}
+
+// Activations: how much one micro-batch saves, per layer, and how many are in flight at the peak.
+std::string ActivationSentence(const timeline::SpanSummary& s, const SpanFacts& f) {
+  const Bytes at_peak = Cat(s.by_category_at_peak, Category::kActivations);
+  std::string out = fmt::format("activations at the peak ({}): {}", Where(s.peak_phase, s.peak_micro_batch),
+                                HumanBytes(at_peak));
+  const size_t n = f.micro_batches_in_flight_at_peak.size();
+  if (n == 1) {
+    out += fmt::format(", of one micro-batch (mb{})", f.micro_batches_in_flight_at_peak[0]);
+  } else if (n > 1) {
+    out += fmt::format(", of {} micro-batches in flight (mb{}..mb{})", n,
+                       f.micro_batches_in_flight_at_peak.front(),
+                       f.micro_batches_in_flight_at_peak.back());
+  }
+  if (f.first_micro_batch < 0) return out;
+  Bytes layers_total = 0, lo = -1, hi = -1;
+  int num_layers = 0, first_layer = -1, last_layer = -1;
+  Bytes outside = 0;
+  for (const auto& [layer, bytes] : f.activation_bytes_by_layer) {
+    if (layer < 0) {
+      outside += bytes;
+      continue;
+    }
+    layers_total += bytes;
+    ++num_layers;
+    if (first_layer < 0) first_layer = layer;
+    last_layer = layer;
+    lo = lo < 0 ? bytes : std::min(lo, bytes);
+    hi = std::max(hi, bytes);
+  }
+  out += fmt::format("; the forward of mb{} saves ", f.first_micro_batch);
+  if (num_layers > 0) {
+    out += lo == hi ? fmt::format("{} per layer", HumanBytes(lo))
+                    : fmt::format("{} to {} per layer", HumanBytes(lo), HumanBytes(hi));
+    out += fmt::format(" in layers {}..{} ({})", first_layer, last_layer, HumanBytes(layers_total));
+    if (outside > 0) out += fmt::format(" and {} outside the layers", HumanBytes(outside));
+  } else {
+    out += HumanBytes(outside);
+  }
+  out += ", freed by its backward";
+  return out;
+}
+
+std::string ReservedSentence(const timeline::SpanSummary& s, const SpanFacts& f, bool cuda) {
+  Bytes grown = 0, released = 0;
+  int grow_ops = 0;
+  const ReservedChange* largest = nullptr;
+  for (const ReservedChange& c : f.reserved_changes) {
+    if (c.bytes > 0) {
+      grown += c.bytes;
+      ++grow_ops;
+      if (!largest || c.bytes > largest->bytes) largest = &c;
+    } else {
+      released -= c.bytes;
+    }
+  }
+  std::string out;
+  if (grow_ops == 0) {
+    out = "reserved: no new segment; every request was served from a cached block";
+  } else {
+    out = fmt::format("reserved: new segments of {} at {} op{}, the largest {} at {} ({})",
+                      HumanBytes(grown), grow_ops, grow_ops == 1 ? "" : "s", HumanBytes(largest->bytes),
+                      largest->op, Where(largest->phase, largest->micro_batch));
+  }
+  if (released > 0) {
+    out += fmt::format("; {} released by {}", HumanBytes(released),
+                       cuda ? "torch.cuda.empty_cache()" : "torch.npu.empty_cache()");
+  }
+  out += fmt::format("; at the allocated peak {} of {} reserved is cached, not allocated",
+                     HumanBytes(f.reserved_at_peak_bytes - s.peak_allocated_bytes),
+                     HumanBytes(f.reserved_at_peak_bytes));
+  return out;
+}
+
+std::string DeviceSentence(const ExplainFacts& x, const timeline::SpanSummary& s, const SpanFacts& f) {
+  const char* smi = x.npu ? "npu-smi" : "nvidia-smi";
+  std::string out;
+  if (s.iteration == 0) {
+    out = fmt::format("{} adds the idle baseline {} and this process's runtime context {} (from the "
+                      "first device call)",
+                      smi, HumanBytes(x.idle_baseline_bytes), HumanBytes(x.context_bytes));
+  }
+  if (!f.communicators.empty()) {
+    out += out.empty() ? fmt::format("{} adds ", smi) : std::string("; then ");
+    std::string list;
+    for (const CommunicatorCreated& c : f.communicators) {
+      if (!list.empty()) list += ", ";
+      list += fmt::format("{} ({})", c.group, PhaseName(c.phase));
+    }
+    out += fmt::format("{} communicator{} of {} each at the first collective of its group: {}",
+                       f.communicators.size(), f.communicators.size() == 1 ? "" : "s",
+                       HumanBytes(x.communicator_buffer_bytes), list);
+  }
+  if (!out.empty()) out += fmt::format("; peak {} {}", smi, HumanBytes(s.peak_device_bytes));
+  return out;
+}
+
+// The iteration from which reserved never grows again (0 if it grows in the last one).
+int SteadyFrom(const ExplainFacts& x) {
+  int steady = 0;
+  for (size_t i = x.spans.size(); i-- > 0;) {
+    bool grows = false;
+    for (const ReservedChange& c : x.span_facts[i].reserved_changes) grows = grows || c.bytes > 0;
+    if (grows || x.spans[i].iteration == 0) break;
+    steady = x.spans[i].iteration;
+  }
+  return steady;
+}
+
+Bytes GrowthOf(const SpanFacts& f) {
+  Bytes g = 0;
+  for (const ReservedChange& c : f.reserved_changes) g += std::max<Bytes>(0, c.bytes);
+  return g;
+}
+
+// The seed's two questions, when iteration 1 created optimizer state and a second iteration ran.
+std::string SeedAnswers(const ExplainFacts& x, int width) {
+  const timeline::SpanSummary* it1 = nullptr;
+  const timeline::SpanSummary* it2 = nullptr;
+  const SpanFacts* f1 = nullptr;
+  const SpanFacts* f2 = nullptr;
+  for (size_t i = 0; i < x.spans.size(); ++i) {
+    if (x.spans[i].iteration == 1) it1 = &x.spans[i], f1 = &x.span_facts[i];
+    if (x.spans[i].iteration == 2) it2 = &x.spans[i], f2 = &x.span_facts[i];
+  }
+  if (!it1 || !it2) return "";
+  const Bytes state = Cat(it1->end_by_category, Category::kOptimizerStates) -
+                      Cat(it1->start_by_category, Category::kOptimizerStates);
+  auto where = f1->first_allocated_in.find(Category::kOptimizerStates);
+  if (state < kMiB || where == f1->first_allocated_in.end()) return "";
+  const Phase p = it2->peak_phase;
+  const timeline::PhasePeak& p1 = it1->PeakOf(p);
+  const timeline::PhasePeak& p2 = it2->PeakOf(p);
+  if (!p1.seen || !p2.seen) return "";
+  std::string out = "\nwhy iteration 2 differs from iteration 1\n";
+  const Bytes a1 = Cat(p1.by_category, Category::kActivations);
+  const Bytes a2 = Cat(p2.by_category, Category::kActivations);
+  const Bytes growth2 = GrowthOf(*f2);
+  std::string twice;
+  if (std::abs(a2 - a1) <= std::max<Bytes>(64 * kMiB, a1 / 100)) {
+    twice = fmt::format(
+        "Are activations stored twice? No. At the {} peak iteration 2 holds {} of activations and "
+        "iteration 1 held {}: one iteration's worth each, because iteration 1's activations were "
+        "freed by its backward and iteration 2's reuse those cached blocks",
+        PhaseName(p), HumanBytes(a2), HumanBytes(a1));
+    twice += growth2 < a2 ? fmt::format(" (its new segments, {}, are less than its activations).",
+                                        HumanBytes(growth2))
+                          : ".";
+  } else {
+    twice = fmt::format(
+        "At the {} peak iteration 2 holds {} of activations and iteration 1 held {}: the "
+        "difference, {}, is how the schedule differs between them, not a second copy.",
+        PhaseName(p), HumanBytes(a2), HumanBytes(a1), SignedHuman(a2 - a1));
+  }
+  Wrapped(&out, twice, 2, width);
+  Wrapped(&out,
+          fmt::format("Why does allocated rise? Iteration 2 starts at {} instead of {}: the {} of "
+                      "optimizer_states created inside iteration 1's optimizer.step() (Adam's "
+                      "exp_avg and exp_avg_sq, created lazily at the first step) never leave.",
+                      HumanBytes(it2->start_allocated_bytes), HumanBytes(it1->start_allocated_bytes),
+                      HumanBytes(state)),
+          2, width);
+  const int steady = SteadyFrom(x);
+  std::string resv = fmt::format(
+      "Why does reserved grow in iteration 2? The step placed its state partly in cached blocks "
+      "that served iteration 1; iteration 2 repeats iteration 1's requests, and those that no "
+      "longer fit a cached block map new segments: {} in iteration 2.",
+      HumanBytes(growth2));
+  if (steady > 0) {
+    resv += fmt::format(
+        " From iteration {} on every request fits a cached block, so reserved stops growing "
+        "at {}.",
+        steady, HumanBytes(x.spans.back().end_reserved_bytes));
+  } else {
+    resv += " Reserved still grows in the last simulated iteration: run more (--iterations).";
+  }
+  Wrapped(&out, resv, 2, width);
+  return out;
+}
+
+}  // namespace
+
+ExplainFacts CollectExplainFacts(const config::Setup& setup, int pipeline_rank,
+                                 const engine::SimulateOptions& options) {
+  MEMSIM_CHECK(pipeline_rank >= 0 && pipeline_rank < setup.training.pipeline_model_parallel_size);
+  const workload::Program program = workload::Build(setup, pipeline_rank);
+  ExplainObserver observer;
+  const engine::SimulateResult result = engine::Simulate(program, setup, options, observer);
+  observer.recorder().Finish();
+  ExplainFacts x;
+  x.pipeline_rank = pipeline_rank;
+  x.num_stages = setup.training.pipeline_model_parallel_size;
+  x.spans = observer.recorder().spans();
+  x.span_facts = observer.TakeFacts();
+  x.inactive_split_bytes_at_end = result.allocator_stats.inactive_split_bytes.current;
+  x.idle_baseline_bytes = setup.device.idle_baseline_bytes;
+  x.context_bytes = setup.device.context_bytes;
+  x.communicator_buffer_bytes = setup.device.communicator_buffer_bytes;
+  x.npu = setup.device.allocator_backend == alloc::Backend::kNpu;
+  return x;
+}
+
+std::string FormatExplanation(const config::Setup& setup, const ExplainFacts& x, int width) {
+  MEMSIM_CHECK(width >= 40);
+  const bool cuda = !x.npu;
+  std::string out = fmt::format("memsim explain: pipeline stage {} of {} on {}, init and {} iterations\n",
+                                x.pipeline_rank, x.num_stages, setup.device.name,
+                                x.spans.empty() ? 0 : x.spans.back().iteration);
+  for (size_t i = 0; i < x.spans.size(); ++i) {
+    const timeline::SpanSummary& s = x.spans[i];
+    const SpanFacts& f = x.span_facts[i];
+    out += "\n";
+    Wrapped(&out,
+            fmt::format("{}: allocated {} -> {}, peak {} at {}{}", SpanName(s.iteration),
+                        HumanBytes(s.start_allocated_bytes), HumanBytes(s.end_allocated_bytes),
+                        HumanBytes(s.peak_allocated_bytes), Where(s.peak_phase, s.peak_micro_batch),
+                        s.peak_op.empty() ? "" : fmt::format(" ({})", s.peak_op)),
+            0, width);
+    Wrapped(&out, KeptSentence(s, f), 2, width);
+    if (s.iteration == 0) {
+      const Bytes transient = s.peak_allocated_bytes - s.end_allocated_bytes;
+      if (transient >= kMiB) {
+        Wrapped(&out,
+                fmt::format("the peak is {} above what init keeps: copies held for a moment "
+                            "(weights moved into buffers, cloned master shards) and freed before "
+                            "init ends",
+                            HumanBytes(transient)),
+                2, width);
+      }
+    } else {
+      Wrapped(&out, ActivationSentence(s, f), 2, width);
+    }
+    Wrapped(&out, ReservedSentence(s, f, cuda), 2, width);
+    const std::string device = DeviceSentence(x, s, f);
+    if (!device.empty()) Wrapped(&out, device, 2, width);
+  }
+  if (!x.spans.empty()) {
+    out += "\n";
+    const int steady = SteadyFrom(x);
+    const timeline::SpanSummary& last = x.spans.back();
+    std::string s = steady > 0 ? fmt::format("reserved stops growing from iteration {} on, at {}: "
+                                             "every request of those iterations fits a cached block",
+                                             steady, HumanBytes(last.end_reserved_bytes))
+                               : fmt::format("reserved still grows in the last simulated iteration "
+                                             "({}): run more iterations to see it settle",
+                                             last.iteration);
+    s += fmt::format("; at the end {} of free pieces of split blocks remain (inactive_split_bytes)",
+                     HumanBytes(x.inactive_split_bytes_at_end));
+    Wrapped(&out, s, 0, width);
+  }
+  out += SeedAnswers(x, width);
+  return out;
+}
+
+}  // namespace memsim::report

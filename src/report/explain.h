@@ -1,0 +1,74 @@
+// `memsim explain`: the simulation of one pipeline stage told in words, span by span (init, then
+// each iteration): what was created and kept, what rises and falls, what reserved does and why,
+// and what npu-smi / nvidia-smi add. Like ninja's `-d explain`, nothing here runs unless asked:
+// `run` never builds ExplainFacts; `explain` replays the reported stage once more with an
+// observer of its own (CollectExplainFacts) and formats the facts (FormatExplanation, a pure
+// function). Every figure printed is a field of ExplainFacts or of its SpanSummaries; nothing is
+// estimated here. Not covered: pipeline stages other than the one replayed, and memory that the
+// simulation does not model (other processes, driver fragmentation).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "config/setup.h"
+#include "engine/simulator.h"
+#include "timeline/recorder.h"
+
+namespace memsim::report {
+
+// One op at which reserved changed: new segments mapped (bytes > 0) or released by empty_cache
+// (bytes < 0).
+struct ReservedChange {
+  int iteration = 0;
+  Phase phase = Phase::kInit;
+  int micro_batch = -1;
+  std::string op;
+  Bytes bytes = 0;
+};
+
+// A communicator created by its group's first collective.
+struct CommunicatorCreated {
+  int iteration = 0;
+  Phase phase = Phase::kInit;
+  std::string group;
+};
+
+// What the span-level Recorder does not keep, per span.
+struct SpanFacts {
+  int iteration = 0;
+  // The phase of the first allocation of each category in this span (those allocated at all).
+  std::map<Category, Phase> first_allocated_in;
+  // Activation bytes (block bytes) saved by the first forward micro-batch of the span, by global
+  // layer index (-1: outside the transformer layers: input batch, embedding, output and loss).
+  int first_micro_batch = -1;
+  std::map<int, Bytes> activation_bytes_by_layer;
+  // At the span's allocated peak: the micro-batches holding activations, and reserved then.
+  std::vector<int> micro_batches_in_flight_at_peak;
+  Bytes reserved_at_peak_bytes = 0;
+  std::vector<ReservedChange> reserved_changes;  // in time order
+  std::vector<CommunicatorCreated> communicators;
+};
+
+struct ExplainFacts {
+  int pipeline_rank = 0;
+  int num_stages = 1;
+  std::vector<timeline::SpanSummary> spans;  // init, then iterations 1..N
+  std::vector<SpanFacts> span_facts;         // parallel to spans
+  Bytes inactive_split_bytes_at_end = 0;     // allocator gauge after the last op
+  Bytes idle_baseline_bytes = 0;
+  Bytes context_bytes = 0;
+  Bytes communicator_buffer_bytes = 0;
+  bool npu = false;
+};
+
+// Replays `pipeline_rank` of `setup` with a Recorder and the explain observer.
+// REQUIRES: 0 <= pipeline_rank < pipeline_model_parallel_size.
+ExplainFacts CollectExplainFacts(const config::Setup& setup, int pipeline_rank,
+                                 const engine::SimulateOptions& options);
+
+// The narrative, lines wrapped at `width` columns (REQUIRES: width >= 40).
+std::string FormatExplanation(const config::Setup& setup, const ExplainFacts& facts, int width);
+
+}  // namespace memsim::report
