@@ -20,6 +20,25 @@ bool RankParams::OnSite(int param, GradSite site, int layer, const ModelDims& d)
   return false;
 }
 
+std::vector<ShardSlice> RankParams::Whole() const {
+  std::vector<ShardSlice> out;
+  for (const std::vector<int>& group : groups) {
+    for (int i : group) out.push_back({i, params[i].numel});
+  }
+  return out;
+}
+
+void ParamAllGather(Emitter& em, const ModelDims& d, const std::vector<GradBuffer>& buffers) {
+  if (d.dp_cp <= 1) return;
+  for (const GradBuffer& buf : buffers) {
+    for (const auto& [start, end] : buf.buckets) {
+      em.Begin("optim.param_all_gather", -1, kCommStream);
+      em.Collective("dp", d.dp_cp, static_cast<double>((end - start) * d.param_bytes),
+                    Coll::kGather);
+    }
+  }
+}
+
 std::unique_ptr<DataParallel> NewDataParallel(const config::Setup& setup, int rank,
                                               const ModelDims& d, const RankParams& params) {
   const config::DataParallelWrapper w = config::DataParallelOf(setup.training);

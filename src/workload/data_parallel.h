@@ -32,6 +32,8 @@ struct RankParams {
   std::vector<ParamTensor> params;       // construction order (StageParams)
   std::vector<std::vector<int>> groups;  // optimizer param groups (ParamGroups)
   bool OnSite(int param, GradSite site, int layer, const ModelDims& d) const;
+  // Every parameter whole, in param-group order: the slices of an unsharded optimizer.
+  std::vector<ShardSlice> Whole() const;
 };
 
 // Static sizes of the steady state held by the wrapper (the optimizer adds its state).
@@ -95,6 +97,11 @@ std::unique_ptr<DataParallel> NewMegatronFsdp(const config::Setup& setup, int ra
                                               const config::MegatronFsdp& fsdp);
 std::unique_ptr<DataParallel> NewSingleDevice(const ModelDims& d, const RankParams& params,
                                               const config::SingleDevice& single);
+
+// The all-gather of every bucket of `buffers` into the parameters, in place, on the
+// communication stream (a sharded optimizer's updated shards; Megatron-core
+// DistributedOptimizer / Megatron-FSDP after the step). Nothing with one data-parallel rank.
+void ParamAllGather(Emitter& em, const ModelDims& d, const std::vector<GradBuffer>& buffers);
 
 // The buffer layout of a Megatron wrapper (model.h GradBuffer): DDP's or Megatron-FSDP's.
 std::vector<GradBuffer> LayoutDdpBuffers(const config::Setup& setup, int rank, const ModelDims& d,

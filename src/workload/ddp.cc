@@ -69,12 +69,7 @@ class MegatronDdpWrapper final : public DataParallel {
   }
 
   std::vector<ShardSlice> OptimizerSlices() const override {
-    if (dist_) return ShardSlices(d_, params_.params, buffers_);
-    std::vector<ShardSlice> out;
-    for (const std::vector<int>& group : params_.groups) {
-      for (int i : group) out.push_back({i, params_.params[i].numel});
-    }
-    return out;
+    return dist_ ? ShardSlices(d_, params_.params, buffers_) : params_.Whole();
   }
   bool ShardsOptimizer() const override { return dist_; }
 
@@ -89,16 +84,9 @@ class MegatronDdpWrapper final : public DataParallel {
     if (overlap_) return;
     for (int c = 0; c < d_.v; ++c) GradSync(em, c);
   }
-  // The distributed optimizer's param all-gather into param_data, in place.
+  // The distributed optimizer's param all-gather into param_data.
   void AfterOptimizerStep(Emitter& em) override {
-    if (!dist_ || d_.dp_cp <= 1) return;
-    for (const GradBuffer& buf : buffers_) {
-      for (const auto& [start, end] : buf.buckets) {
-        em.Begin("optim.param_all_gather", -1, kCommStream);
-        em.Collective("dp", d_.dp_cp, static_cast<double>((end - start) * d_.param_bytes),
-                      Coll::kGather);
-      }
-    }
+    if (dist_) ParamAllGather(em, d_, buffers_);
   }
 
   WrapperSizes StaticSizes() const override {

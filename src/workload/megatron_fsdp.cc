@@ -185,16 +185,9 @@ class MegatronFsdpWrapper final : public DataParallel {
     if (overlap_) return;
     for (int c = 0; c < d_.v; ++c) AllReduceGrads(em, c);
   }
-  // The updated main-weight shards all-gathered into the weight buffer, in place.
+  // The updated main-weight shards all-gathered into the weight buffer.
   void AfterOptimizerStep(Emitter& em) override {
-    if (!sharded_ || d_.dp_cp <= 1) return;
-    for (const GradBuffer& buf : buffers_) {
-      for (const auto& [start, end] : buf.buckets) {
-        em.Begin("optim.param_all_gather", -1, kCommStream);
-        em.Collective("dp", d_.dp_cp, static_cast<double>((end - start) * d_.param_bytes),
-                      Coll::kGather);
-      }
-    }
+    if (sharded_) ParamAllGather(em, d_, buffers_);
   }
   WrapperSizes StaticSizes() const override;
 
@@ -245,12 +238,7 @@ void MegatronFsdpWrapper::Setup(Emitter& em, const std::vector<TensorId>& param_
 }
 
 std::vector<ShardSlice> MegatronFsdpWrapper::OptimizerSlices() const {
-  if (sharded_) return ShardSlices(d_, params_.params, buffers_);
-  std::vector<ShardSlice> out;
-  for (const std::vector<int>& group : params_.groups) {
-    for (int i : group) out.push_back({i, params_.params[i].numel});
-  }
-  return out;
+  return sharded_ ? ShardSlices(d_, params_.params, buffers_) : params_.Whole();
 }
 
 WrapperSizes MegatronFsdpWrapper::StaticSizes() const {

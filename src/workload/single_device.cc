@@ -22,13 +22,7 @@ class SingleDeviceWrapper final : public DataParallel {
       : d_(d), params_(params), set_to_none_(set_to_none) {}
 
   void Setup(Emitter& /*em*/, const std::vector<TensorId>& /*param_ids*/) override {}
-  std::vector<ShardSlice> OptimizerSlices() const override {
-    std::vector<ShardSlice> out;
-    for (const std::vector<int>& group : params_.groups) {
-      for (int i : group) out.push_back({i, params_.params[i].numel});
-    }
-    return out;
-  }
+  std::vector<ShardSlice> OptimizerSlices() const override { return params_.Whole(); }
   bool ShardsOptimizer() const override { return false; }
 
   void TakeParamGrad(Emitter& em, TensorId grad, const std::string& param) override {

@@ -68,9 +68,9 @@ void CheckWellFormed(const Program& p) {
 // chunk's input kept across the step) is named by how far back it was made, its label and its
 // rank among that iteration's allocations of the same label: its plain index would differ
 // because iteration 1 also makes the optimizer state and the workspaces.
-using NormOp = std::tuple<std::string, Phase, int, int, int, double, std::vector<std::string>,
-                          std::vector<std::string>, std::vector<std::string>, std::string, bool,
-                          bool>;
+using NormOp =
+    std::tuple<std::string, Phase, int, int, int, double, std::vector<std::string>,
+               std::vector<std::string>, std::vector<std::string>, std::string, bool, bool>;
 std::vector<NormOp> NormalisedIteration(const Program& p, int iteration) {
   std::map<TensorId, std::string> name;
   std::map<int, int> count;
@@ -125,7 +125,8 @@ int MaxMicroBatchesInFlight(const Program& p, int iteration) {
   return peak;
 }
 
-TEST_CASE("one layer's forward allocates the saved tensors of docs/training-memory.md in order", "[workload]") {
+TEST_CASE("one layer's forward allocates the saved tensors of docs/training-memory.md in order",
+          "[workload]") {
   config::Setup s = testing::Llama2_7b();
   s.model.num_hidden_layers = 4;
   s.training.tensor_model_parallel_size = 2;
@@ -137,8 +138,9 @@ TEST_CASE("one layer's forward allocates the saved tensors of docs/training-memo
       for (const TensorAlloc& a : op.allocs) labels.push_back(a.label);
     }
   }
-  // docs/training-memory.md 'Saved tensors of a layer' with RMSNorm (rstd only), flash attention (CUDA LSE), no dropout (no masks), SP with TE
-  // (transient all-gathers before QKV and FC1; row-parallel outputs full then reduce-scattered).
+  // docs/training-memory.md 'Saved tensors of a layer' with RMSNorm (rstd only), flash attention
+  // (CUDA LSE), no dropout (no masks), SP with TE (transient all-gathers before QKV and FC1;
+  // row-parallel outputs full then reduce-scattered).
   const std::vector<std::string> expected = {
       "layer2.ln1.rstd",  // A2
       "layer2.ln1.out",   // A3
@@ -391,13 +393,13 @@ TEST_CASE("static bytes match the closed forms", "[workload]") {
     s.training.use_distributed_optimizer = true;
     s.training.data_parallel_size = 4;
     const StaticSizes st = ComputeStaticSizes(s, 0);
-    // The distributed optimizer's padding (param_and_grad_buffer.py), derived for this layout: every param's numel is a multiple of 64 (the
-    // per-param start alignment) -- embedding and output 16000·4096, qkv 6144·4096, proj
-    // 4096·2048, fc1 11008·4096, fc2 4096·5504, norms 4096 -- so no param start moves; one
-    // bucket (no overlap_grad_reduce) of Ψ = 3,369,340,928 = 128 × 26,322,976 elements is
-    // already a multiple of lcm(d = 4, 128) = 128. Padded numel = Ψ, so the static bytes are
-    // exactly (6 + 12/4) · Ψ = 9 · 3,369,340,928 = 30,324,068,352, and each rank's main-param
-    // shard is Ψ / 4 = 842,335,232 elements.
+    // The distributed optimizer's padding (param_and_grad_buffer.py), derived for this layout:
+    // every param's numel is a multiple of 64 (the per-param start alignment) -- embedding and
+    // output 16000·4096, qkv 6144·4096, proj 4096·2048, fc1 11008·4096, fc2 4096·5504, norms 4096
+    // -- so no param start moves; one bucket (no overlap_grad_reduce) of Ψ = 3,369,340,928 = 128 ×
+    // 26,322,976 elements is already a multiple of lcm(d = 4, 128) = 128. Padded numel = Ψ, so the
+    // static bytes are exactly (6 + 12/4) · Ψ = 9 · 3,369,340,928 = 30,324,068,352, and each rank's
+    // main-param shard is Ψ / 4 = 842,335,232 elements.
     CHECK(st.total_bytes() == 30'324'068'352);
     CHECK(static_cast<double>(st.total_bytes()) == 9 * psi);
     CHECK(st.main_param_count == 842'335'232);

@@ -10,9 +10,8 @@
 // - optim_grads: a temporary full-size bucket per backward, reduce-scattered into a shard-sized
 //   tensor once complete, held until the queue exceeds max(1e9, bucket) elements or the
 //   backward ends.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <map>
 #include <string>
 #include <vector>

@@ -14,17 +14,10 @@
 namespace memsim::workload {
 namespace {
 
-// h 64, ffn 128 (gated), 4 heads, 2 layers, seq 32, micro-batch 1, TP 1, bf16, flash, no dropout.
+// testing::TinyLlama (h 64, ffn 128, seq 32, TP 1, bf16, flash, no dropout) with selective
+// recompute of `modules`.
 config::Setup Small(std::vector<std::string> modules) {
-  config::Setup s = testing::Llama2_7b();
-  s.model.hidden_size = 64;
-  s.model.intermediate_size = 128;
-  s.model.num_attention_heads = 4;
-  s.model.num_key_value_heads = 4;
-  s.model.num_hidden_layers = 2;
-  s.model.vocab_size = 256;
-  s.training.seq_length = 32;
-  s.training.train_iters = 1;
+  config::Setup s = testing::TinyLlama();
   s.training.recompute_granularity = config::RecomputeGranularity::kSelective;
   s.training.recompute_modules = std::move(modules);
   return s;

@@ -16,19 +16,7 @@
 namespace memsim::workload {
 namespace {
 
-// Two layers of h 64, ffn 128, 4 heads, vocab 256, one micro-batch, one iteration, one rank.
-config::Setup Tiny() {
-  config::Setup s = testing::Llama2_7b();
-  s.model.hidden_size = 64;
-  s.model.intermediate_size = 128;
-  s.model.num_attention_heads = 4;
-  s.model.num_key_value_heads = 4;
-  s.model.num_hidden_layers = 2;
-  s.model.vocab_size = 256;
-  s.training.seq_length = 32;
-  s.training.train_iters = 1;
-  return s;
-}
+config::Setup Tiny() { return testing::TinyLlama(); }
 
 // Records every hook call; frees gradients as DDP does.
 class RecordingWrapper final : public DataParallel {

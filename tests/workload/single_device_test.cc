@@ -15,18 +15,12 @@
 namespace memsim::workload {
 namespace {
 
-// h 64, ffn 128 (gated), 4 heads, 4 KV heads, 2 layers, vocab 256, untied, no biases; two
-// micro-batches per iteration, three iterations; fp32 weights under bf16 autocast.
+// testing::TinyLlama (h 64, ffn 128 gated, 4 heads, 4 KV heads, 2 layers, vocab 256, untied,
+// no biases) in a plain PyTorch loop: two micro-batches per iteration, three iterations; fp32
+// weights under bf16 autocast.
 config::Setup TinyPyTorch(bool set_to_none) {
-  config::Setup s = testing::Llama2_7b();
-  s.model.hidden_size = 64;
-  s.model.intermediate_size = 128;
-  s.model.num_attention_heads = 4;
-  s.model.num_key_value_heads = 4;
-  s.model.num_hidden_layers = 2;
-  s.model.vocab_size = 256;
+  config::Setup s = testing::TinyLlama();
   s.training.framework = "pytorch";
-  s.training.seq_length = 32;
   s.training.global_batch_size = 2;  // two micro-batches of 1 (gradient accumulation)
   s.training.train_iters = 3;
   s.training.precision = config::Precision::kBf16;

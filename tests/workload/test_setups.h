@@ -36,6 +36,22 @@ inline config::Setup Llama2_7b() {
   return s;
 }
 
+// A tiny Llama-style model for tests that need every op but few bytes: h 64, ffn 128 (gated),
+// 4 heads, 4 KV heads, 2 layers, vocab 256, untied, no biases, no dropout; seq 32, one
+// micro-batch of 1, one iteration; bf16, flash attention, TE, one rank.
+inline config::Setup TinyLlama() {
+  config::Setup s = Llama2_7b();
+  s.model.hidden_size = 64;
+  s.model.intermediate_size = 128;
+  s.model.num_attention_heads = 4;
+  s.model.num_key_value_heads = 4;
+  s.model.num_hidden_layers = 2;
+  s.model.vocab_size = 256;
+  s.training.seq_length = 32;
+  s.training.train_iters = 1;
+  return s;
+}
+
 // LLaMA-2-70B: h 8192, ffn 28672, 80 layers, 64 heads, 8 KV heads, vocab 32000.
 inline config::Setup Llama2_70b() {
   config::Setup s = Llama2_7b();

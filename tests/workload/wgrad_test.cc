@@ -1,13 +1,14 @@
-// Weight grads that linear layers hand to autograd (docs/training-memory.md, 'Megatron DDP buffers'). Megatron
-// megatron/core/tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication.backward
-// (the output layer always, every transformer linear under transformer_impl "local") returns a
-// [out, in] tensor in the input dtype: the wgrad itself without gradient-accumulation fusion;
-// with it a dummy, once Megatron-core DDP has set grad_added_to_main_grad -- `torch.empty`, or,
-// in current releases with Transformer Engine importable, TE's `get_dummy_wgrad`. Transformer
-// Engine's own linear modules do the same (TE PR #507: `torch.empty`; current releases:
-// `get_dummy_wgrad`). A fresh tensor is kept by AccumulateGrad as .grad until the DDP hook sets
-// .grad = None in the same backward step; get_dummy_wgrad keeps one tensor per (shape, dtype) in
-// a module-level dict (transformer_engine/pytorch/module/base.py) for the whole run.
+// Weight grads that linear layers hand to autograd (docs/training-memory.md, 'Megatron DDP
+// buffers'). Megatron megatron/core/tensor_parallel/layers.py
+// LinearWithGradAccumulationAndAsyncCommunication.backward (the output layer always, every
+// transformer linear under transformer_impl "local") returns a [out, in] tensor in the input dtype:
+// the wgrad itself without gradient-accumulation fusion; with it a dummy, once Megatron-core DDP
+// has set grad_added_to_main_grad -- `torch.empty`, or, in current releases with Transformer Engine
+// importable, TE's `get_dummy_wgrad`. Transformer Engine's own linear modules do the same (TE PR
+// #507: `torch.empty`; current releases: `get_dummy_wgrad`). A fresh tensor is kept by
+// AccumulateGrad as .grad until the DDP hook sets .grad = None in the same backward step;
+// get_dummy_wgrad keeps one tensor per (shape, dtype) in a module-level dict
+// (transformer_engine/pytorch/module/base.py) for the whole run.
 #include <catch2/catch.hpp>
 
 #include "workload/build.h"
@@ -113,13 +114,12 @@ TEST_CASE("wgrad: current TE keeps one dummy per weight shape, shared by all lay
   CHECK(Find(p, "layer0.mlp.fc1.wgrad").count == 0);
 }
 
-TEST_CASE("wgrad: current TE under an older Megatron caches only TE's own dummies",
-          "[workload]") {
+TEST_CASE("wgrad: current TE under an older Megatron caches only TE's own dummies", "[workload]") {
   config::Setup s = testing::Llama2_7b();
   s.training.megatron_core_version = {0, 8};
   const Program p = Build(s, 0);
-  CHECK(Dummies(p).size() == 4);                      // the transformer layers' shapes
-  CHECK(Find(p, "output_layer.wgrad").count == 3);    // fresh, per backward
+  CHECK(Dummies(p).size() == 4);                    // the transformer layers' shapes
+  CHECK(Find(p, "output_layer.wgrad").count == 3);  // fresh, per backward
   CHECK(Find(p, "output_layer.wgrad").same_op);
 }
 
