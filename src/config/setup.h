@@ -186,6 +186,9 @@ struct Setup {
   // What LoadSetup ignored or defaulted, one line each, for --verbose (unused model-file keys,
   // defaults taken, settings Megatron would change with a warning).
   std::vector<std::string> notes;
+  // What the user should see even without --verbose: from a launch script (megatron_args.h),
+  // what was not evaluated and the flags not modelled, one line each ("train.sh:12: ...").
+  std::vector<std::string> warnings;
   bool operator==(const Setup&) const = default;
 };
 
