@@ -3,11 +3,14 @@
 #include <cstdio>
 #include <memory>
 
+#include "core/error.h"
+
 #include <fmt/core.h>
 
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "config/load.h"
+#include "config/megatron_args.h"
 #include "engine/stages.h"
 #include "report/chart.h"
 #include "report/format.h"
@@ -28,14 +31,41 @@ struct RunArgs {
   bool megatron_report = false;
   bool verbose = false;
   int width = kNotGiven;
+  // --megatron-args [FILE] (a launch script or a training log), or `-- ARGS...` (trailing).
+  bool megatron = false;
+  std::string megatron_file;
+  std::vector<std::string> trailing;
+  bool allow_unsupported = false;
 };
+
+// The Setup of a Megatron launch: FILE, or the words after `--` (CLI11 puts the first in
+// `config`).
+config::Setup LoadMegatron(const RunArgs& a, const config::LoadOptions& load) {
+  config::MegatronLaunch launch;
+  if (!a.megatron_file.empty()) {
+    if (!a.config.empty()) throw InputError("--megatron-args FILE: give no training config too");
+    launch = config::ReadMegatronArgsFile(a.megatron_file);
+  } else {
+    std::vector<std::string> words = a.trailing;
+    if (!a.config.empty()) words.insert(words.begin(), a.config);
+    if (words.empty()) throw InputError("--megatron-args: expected FILE, or -- ARGS...");
+    launch = config::ReadCommandLineArguments(words);
+  }
+  return config::LoadSetupFromMegatron(launch, load, {a.allow_unsupported});
+}
 
 int Run(const RunArgs& a) {
   config::LoadOptions load = ToLoadOptions(a.load);
   std::optional<Bytes> capacity;
   if (a.capacity_given) capacity = ParseSizeArg(a.capacity, "--capacity");
   load.capacity_bytes = capacity;
-  const config::Setup setup = config::LoadSetup(a.config, load);
+  if (!a.megatron && !a.trailing.empty()) {
+    throw InputError(fmt::format("unexpected argument '{}' (one config per run; --set takes one "
+                                 "KEY=VALUE and is repeated for more)",
+                                 a.trailing[0]));
+  }
+  const config::Setup setup = a.megatron ? LoadMegatron(a, load) : config::LoadSetup(a.config, load);
+  for (const std::string& w : setup.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
 
   engine::RunOptions options;
   options.usable_memory_bytes = capacity;
@@ -84,9 +114,18 @@ Action AddRunCommand(CLI::App& sub) {
                "print Megatron's report_memory line after each iteration");
   sub.add_flag("--verbose", a->verbose, "list ignored keys and defaults taken");
   sub.add_option("--width", a->width, "terminal width for the table and chart (default $COLUMNS or 80)");
+  sub.add_option("args", a->trailing, "with --megatron-args: the training arguments after --");
+  CLI::Option* megatron =
+      sub.add_option("--megatron-args", a->megatron_file,
+                     "read a Megatron-LM / MindSpeed-LLM launch script or training log (or the "
+                     "arguments after --) instead of a config")
+          ->expected(0, 1);
+  sub.add_flag("--allow-unsupported", a->allow_unsupported,
+               "with --megatron-args: run even with unsupported flags (ignored, with a warning)");
   CLI::Option* capacity = sub.get_option("--capacity");
-  return [a, capacity] {
+  return [a, capacity, megatron] {
     a->capacity_given = capacity->count() > 0;
+    a->megatron = megatron->count() > 0;
     return Run(*a);
   };
 }

@@ -8,9 +8,9 @@ namespace memsim::config::internal {
 void Derive(Setup* s, const Origin& origin) {
   TrainingConfig& c = s->training;
   if (c.framework == "megatron" && c.precision == Precision::kBf16 &&
-      !c.accumulate_allreduce_grads_in_fp32) {
+      !c.accumulate_allreduce_grads_in_fp32 && !c.grad_reduce_in_bf16) {
     // Megatron arguments.py (validate_args): bf16 requires gradient accumulation and
-    // all-reduce in fp32, so it switches the flag on.
+    // all-reduce in fp32, so it switches the flag on, unless --grad-reduce-in-bf16.
     c.accumulate_allreduce_grads_in_fp32 = true;
     s->notes.push_back(fmt::format("{}: set to true for bf16, as Megatron does",
                                    origin.Training("accumulate_allreduce_grads_in_fp32")));

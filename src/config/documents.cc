@@ -175,7 +175,11 @@ void ApplyOverride(const std::string& text, Json* root, Source* source) {
   const std::string raw = text.substr(eq + 1);
   const size_t dot = key.find('.');
   const std::string section = dot == std::string::npos ? key : key.substr(0, dot);
-  if (dot == std::string::npos || (section != "training" && section != "allocator") ||
+  // model.<key> edits an inline model (as --megatron-args builds one from the arguments).
+  const bool inline_model =
+      section == "model" && root->contains("model") && (*root)["model"].is_object();
+  if (dot == std::string::npos ||
+      (section != "training" && section != "allocator" && !inline_model) ||
       dot + 1 == key.size()) {
     throw InputError(fmt::format("{}: expected a key training.<name> or allocator.<name>", label));
   }

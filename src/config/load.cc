@@ -9,6 +9,7 @@
 
 #include "config/derive.h"
 #include "config/documents.h"
+#include "config/load_internal.h"
 #include "config/origin.h"
 #include "config/parts.h"
 #include "config/reader.h"
@@ -144,22 +145,34 @@ void NoteSoftwareVersions(ObjectReader& t, Setup* s) {
 Json ParseConfig(const Document& config, const LoadOptions& options, Source* source) {
   Json root = internal::ParseJson(config.text, config.label);
   if (!root.is_object()) Fail(source->At(""), fmt::format("expected an object, got {}", Describe(root)));
-  for (const std::string& o : options.overrides) internal::ApplyOverride(o, &root, source);
-  if (options.iterations > 0) {  // --iterations N: training.train_iters, named as given
-    internal::ApplyOverride(fmt::format("training.train_iters={}", options.iterations), &root, source);
-    source->set_labels[internal::Child("/training", "train_iters")] =
-        fmt::format("--iterations {}", options.iterations);
-  }
+  internal::ApplyCommandLine(options, &root, source);
   return root;
 }
 
 Setup LoadSetupUnguarded(const std::string& config_path, const LoadOptions& options) {
   const Document config = internal::ReadConfigDocument(config_path, options.use_embedded_default);
-  Setup s;
-  s.config_path = config.label;
   Source source{config.label, {}};
   const Json root = ParseConfig(config, options, &source);
+  return internal::LoadParsedConfig(config, root, source, options);
+}
 
+}  // namespace
+
+namespace internal {
+
+void ApplyCommandLine(const LoadOptions& options, Json* root, Source* source) {
+  for (const std::string& o : options.overrides) internal::ApplyOverride(o, root, source);
+  if (options.iterations > 0) {  // --iterations N: training.train_iters, named as given
+    internal::ApplyOverride(fmt::format("training.train_iters={}", options.iterations), root, source);
+    source->set_labels[internal::Child("/training", "train_iters")] =
+        fmt::format("--iterations {}", options.iterations);
+  }
+}
+
+Setup LoadParsedConfig(const Document& config, const Json& root, const Source& source,
+                       const LoadOptions& options) {
+  Setup s;
+  s.config_path = config.label;
   ObjectReader top(source, root, "");
   top.RejectUnknown({"model", "device", "training", "allocator"});
   if (!top.Has("training")) Fail(top.At("training"), "missing key, expected the training settings");
@@ -190,7 +203,7 @@ Setup LoadSetupUnguarded(const std::string& config_path, const LoadOptions& opti
   return s;
 }
 
-}  // namespace
+}  // namespace internal
 
 Setup LoadSetup(const std::string& config_path, const LoadOptions& options) {
   // Backstop: every read above checks types first, so nlohmann should never throw; if it does,

@@ -90,6 +90,9 @@ struct TrainingConfig {
   // megatron.
   bool zero_grad_set_to_none = true;
   bool accumulate_allreduce_grads_in_fp32 = false;  // forced true for bf16 (Megatron arguments.py)
+  // Megatron --grad-reduce-in-bf16: with bf16, gradients are accumulated and reduced in bf16
+  // (validate_args then leaves accumulate_allreduce_grads_in_fp32 false).
+  bool grad_reduce_in_bf16 = false;
   OptimizerKind optimizer = OptimizerKind::kAdam;
   OptimizerImpl optimizer_impl = OptimizerImpl::kFused;
   double weight_decay = 0.01;
@@ -183,6 +186,9 @@ struct Setup {
   // What LoadSetup ignored or defaulted, one line each, for --verbose (unused model-file keys,
   // defaults taken, settings Megatron would change with a warning).
   std::vector<std::string> notes;
+  // What the user should see even without --verbose: from a launch script (megatron_args.h),
+  // what was not evaluated and the flags not modelled, one line each ("train.sh:12: ...").
+  std::vector<std::string> warnings;
   bool operator==(const Setup&) const = default;
 };
 

@@ -23,6 +23,7 @@ const std::vector<std::string> kTrainingKeys = {
     "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size",
     "num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
     "sequence_parallel", "precision", "fp16", "bf16", "accumulate_allreduce_grads_in_fp32",
+    "grad_reduce_in_bf16",
     "optimizer", "optimizer_impl", "weight_decay", "sgd_momentum", "use_distributed_optimizer",
     "overlap_grad_reduce", "overlap_param_gather", "recompute_granularity", "recompute_method",
     "recompute_num_layers", "recompute_modules", "use_flash_attn", "transformer_impl",
@@ -239,6 +240,18 @@ void ReadPrecision(ObjectReader& t, TrainingConfig& c, std::vector<std::string>*
   // Forced true for bf16 with framework "megatron" by the derive step (derive.h).
   c.accumulate_allreduce_grads_in_fp32 =
       t.Bool("accumulate_allreduce_grads_in_fp32").value_or(false);
+  c.grad_reduce_in_bf16 = t.Bool("grad_reduce_in_bf16").value_or(false);
+  if (c.grad_reduce_in_bf16 && c.precision != Precision::kBf16) {
+    notes->push_back(fmt::format("{}: no effect without bf16 (Megatron reads it only with bf16)",
+                                 t.At("grad_reduce_in_bf16")));
+    c.grad_reduce_in_bf16 = false;
+  } else if (c.grad_reduce_in_bf16 && c.accumulate_allreduce_grads_in_fp32) {
+    // Megatron arguments.py (validate_args): --grad-reduce-in-bf16 switches the fp32
+    // accumulation off.
+    c.accumulate_allreduce_grads_in_fp32 = false;
+    notes->push_back(fmt::format("{}: false with grad_reduce_in_bf16, as Megatron does",
+                                 t.At("accumulate_allreduce_grads_in_fp32")));
+  }
 }
 
 // Megatron-FSDP (use_megatron_fsdp true): the sharding strategy, from

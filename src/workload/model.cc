@@ -38,8 +38,8 @@ bool NameSuggestsHopperOrLater(std::string name) {
 namespace {
 
 // Element sizes per precision. Megatron: activations and parameters in the training dtype,
-// gradient buffers in fp32 for bf16 (arguments.py forces accumulate_allreduce_grads_in_fp32)
-// and for fp16 with that flag, fp32 main parameters for 16-bit training (Megatron-core
+// gradient buffers in fp32 for bf16 (arguments.py forces accumulate_allreduce_grads_in_fp32
+// unless --grad-reduce-in-bf16) and for fp16 with that flag, fp32 main parameters for 16-bit training (Megatron-core
 // optimizer/__init__.py chooses Float16OptimizerWithFloat16Params or the distributed optimizer
 // with fp32 main params). Plain PyTorch: parameters and their .grad in torch_dtype, activations
 // in the autocast dtype (precision), no main parameters.
@@ -54,8 +54,10 @@ void SetElementSizes(const config::TrainingConfig& tc, ModelDims* d) {
   }
   d->param_bytes = d->act_bytes;
   d->mixed = tc.precision != Precision::kFp32;
-  d->grad_bytes =
-      tc.precision == Precision::kFp16 && !tc.accumulate_allreduce_grads_in_fp32 ? 2 : 4;
+  const bool grads_16bit =
+      (tc.precision == Precision::kFp16 && !tc.accumulate_allreduce_grads_in_fp32) ||
+      (tc.precision == Precision::kBf16 && tc.grad_reduce_in_bf16);
+  d->grad_bytes = grads_16bit ? 2 : 4;
 }
 
 // With gradient-accumulation fusion, the wgrad GEMM accumulates into main_grad and the layer

@@ -1,0 +1,21 @@
+// Internal to config/: the steps of LoadSetup (load.h) that other entry points share -- the
+// command-line edits of a parsed training config and the reading of one into a Setup. Used by
+// load.cc and megatron_args.cc; includes nlohmann/json.
+#pragma once
+
+#include "config/documents.h"
+#include "config/load.h"
+#include "config/reader.h"
+
+namespace memsim::config::internal {
+
+// Applies --set (in order) and --iterations to the parsed training config `root`, recording in
+// `source` the labels that name those values.
+void ApplyCommandLine(const LoadOptions& options, Json* root, Source* source);
+
+// Reads, checks and derives a Setup from the parsed training config `root` of `config`, whose
+// values are named through `source`. Errors as LoadSetup's.
+Setup LoadParsedConfig(const Document& config, const Json& root, const Source& source,
+                       const LoadOptions& options);
+
+}  // namespace memsim::config::internal

@@ -1,0 +1,470 @@
+// A Setup from a Megatron launch (megatron_args.h): the arguments become a JSON training config
+// whose every value is labelled with the script line and flag that gave it, then LoadSetup's
+// reader, rules and derive step run on it (load_internal.h). Megatron's argument meanings:
+// megatron/training/arguments.py (add_*_args, validate_args) at the commit pinned in
+// tools/megatron_flags/flags.txt.
+#include "config/megatron_args.h"
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+
+#include <fmt/core.h>
+
+#include "config/documents.h"
+#include "config/load_internal.h"
+#include "config/megatron_flags.h"
+#include "config/reader.h"
+#include "core/check.h"
+#include "core/error.h"
+
+namespace memsim::config {
+namespace {
+
+using internal::Json;
+using internal::Printable;
+
+// How a modelled flag's value becomes a training-config key.
+enum class Kind {
+  kInt,       // --seq-length 4096 -> "seq_length": 4096
+  kNumber,    // --weight-decay 0.1
+  kString,    // --normalization RMSNorm
+  kList,      // --recompute-modules core_attn mlp
+  kTrue,      // store_true: --sequence-parallel -> true
+  kFalse,     // store_false: --disable-bias-linear -> "add_bias_linear": false
+  kSpecial,   // handled in code (Special below)
+};
+struct Modelled {
+  std::string_view flag;
+  std::string_view key;  // training-config key (Megatron's attribute name unless kFalse)
+  Kind kind;
+};
+constexpr Modelled kModelled[] = {
+    {"--seq-length", "seq_length", Kind::kInt},
+    {"--micro-batch-size", "micro_batch_size", Kind::kInt},
+    {"--global-batch-size", "global_batch_size", Kind::kInt},
+    {"--tensor-model-parallel-size", "tensor_model_parallel_size", Kind::kInt},
+    {"--pipeline-model-parallel-size", "pipeline_model_parallel_size", Kind::kInt},
+    {"--context-parallel-size", "context_parallel_size", Kind::kInt},
+    {"--expert-model-parallel-size", "expert_model_parallel_size", Kind::kInt},
+    {"--expert-tensor-parallel-size", "expert_tensor_parallel_size", Kind::kInt},
+    {"--num-layers-per-virtual-pipeline-stage", "num_layers_per_virtual_pipeline_stage", Kind::kInt},
+    {"--num-virtual-stages-per-pipeline-rank", "num_virtual_stages_per_pipeline_rank", Kind::kInt},
+    {"--sequence-parallel", "sequence_parallel", Kind::kTrue},
+    {"--fp16", "fp16", Kind::kTrue},
+    {"--bf16", "bf16", Kind::kTrue},
+    {"--accumulate-allreduce-grads-in-fp32", "accumulate_allreduce_grads_in_fp32", Kind::kTrue},
+    {"--grad-reduce-in-bf16", "grad_reduce_in_bf16", Kind::kTrue},
+    {"--main-grads-dtype", "main_grads_dtype", Kind::kSpecial},
+    {"--optimizer", "optimizer", Kind::kString},
+    {"--weight-decay", "weight_decay", Kind::kNumber},
+    {"--sgd-momentum", "sgd_momentum", Kind::kNumber},
+    {"--use-distributed-optimizer", "use_distributed_optimizer", Kind::kTrue},
+    {"--overlap-grad-reduce", "overlap_grad_reduce", Kind::kTrue},
+    {"--overlap-param-gather", "overlap_param_gather", Kind::kTrue},
+    {"--use-megatron-fsdp", "use_megatron_fsdp", Kind::kTrue},
+    {"--data-parallel-sharding-strategy", "data_parallel_sharding_strategy", Kind::kString},
+    {"--recompute-granularity", "recompute_granularity", Kind::kString},
+    {"--recompute-method", "recompute_method", Kind::kString},
+    {"--recompute-num-layers", "recompute_num_layers", Kind::kInt},
+    {"--recompute-modules", "recompute_modules", Kind::kList},
+    {"--recompute-activations", "recompute_activations", Kind::kSpecial},
+    {"--use-flash-attn", "use_flash_attn", Kind::kTrue},
+    {"--attention-backend", "attention_backend", Kind::kSpecial},
+    {"--transformer-impl", "transformer_impl", Kind::kString},
+    {"--no-gradient-accumulation-fusion", "gradient_accumulation_fusion", Kind::kFalse},
+    {"--train-iters", "train_iters", Kind::kSpecial},
+    {"--train-samples", "train_samples", Kind::kSpecial},
+    {"--empty-unused-memory-level", "empty_unused_memory_level", Kind::kInt},
+    {"--num-layers", "num_layers", Kind::kInt},
+    {"--hidden-size", "hidden_size", Kind::kInt},
+    {"--ffn-hidden-size", "ffn_hidden_size", Kind::kInt},
+    {"--num-attention-heads", "num_attention_heads", Kind::kInt},
+    {"--group-query-attention", "group_query_attention", Kind::kTrue},
+    {"--num-query-groups", "num_query_groups", Kind::kInt},
+    {"--kv-channels", "kv_channels", Kind::kInt},
+    {"--max-position-embeddings", "max_position_embeddings", Kind::kInt},
+    {"--vocab-size", "vocab_size", Kind::kInt},
+    {"--padded-vocab-size", "padded_vocab_size", Kind::kSpecial},
+    {"--make-vocab-size-divisible-by", "make_vocab_size_divisible_by", Kind::kInt},
+    {"--swiglu", "swiglu", Kind::kTrue},
+    {"--normalization", "normalization", Kind::kString},
+    {"--disable-bias-linear", "add_bias_linear", Kind::kFalse},
+    {"--add-qkv-bias", "add_qkv_bias", Kind::kTrue},
+    {"--qk-layernorm", "qk_layernorm", Kind::kTrue},
+    {"--position-embedding-type", "position_embedding_type", Kind::kString},
+    {"--no-position-embedding", "add_position_embedding", Kind::kSpecial},
+    {"--untie-embeddings-and-output-weights", "untie_embeddings_and_output_weights", Kind::kTrue},
+    {"--hidden-dropout", "hidden_dropout", Kind::kNumber},
+    {"--attention-dropout", "attention_dropout", Kind::kNumber},
+    {"--load", "load", Kind::kString},
+    {"--no-load-optim", "no_load_optim", Kind::kTrue},
+    {"--finetune", "finetune", Kind::kTrue},
+    {"--num-experts", "num_experts", Kind::kInt},
+    {"--fp8-format", "fp8_format", Kind::kString},
+    {"--enable-cuda-graph", "enable_cuda_graph", Kind::kTrue},
+    {"--cuda-graph-impl", "cuda_graph_impl", Kind::kString},
+};
+
+// Iterations simulated when the script trains longer: what follows the first few repeats the
+// last simulated one unless something is scheduled (docs/config.md, "Megatron arguments").
+constexpr int kSimulatedIterations = 4;
+
+const Modelled* FindModelled(std::string_view flag) {
+  for (const Modelled& m : kModelled) {
+    if (m.flag == flag) return &m;
+  }
+  return nullptr;
+}
+
+// Builds the training block: one value per key, each with its label.
+class Translator {
+ public:
+  Translator(const MegatronLaunch& launch, const MegatronOptions& options)
+      : launch_(launch), options_(options) {}
+
+  void Run() {
+    for (const LaunchArgument& a : launch_.arguments) {
+      if (launch_.kind == MegatronLaunch::Kind::kLog) {
+        LogArgument(a);
+      } else {
+        ScriptArgument(a);
+      }
+    }
+    if (!unsupported_.empty() && !options_.allow_unsupported) {
+      std::string more = unsupported_.size() > 1
+                             ? fmt::format(" (and {} more unsupported flags)", unsupported_.size() - 1)
+                             : "";
+      throw UnsupportedError(unsupported_.front() + more +
+                             "; --allow-unsupported runs without it");
+    }
+    for (const std::string& u : unsupported_) warnings_.push_back(u + ": ignored (--allow-unsupported)");
+    CheckpointLoad();
+    if (launch_.kind == MegatronLaunch::Kind::kLog && training.value("group_query_attention", true) == false) {
+      training.erase("num_query_groups");  // printed, but Megatron uses it only with GQA
+    }
+  }
+
+  // --load DIR restores optimizer state only if DIR holds a checkpoint, which a script cannot
+  // tell: a fresh start is simulated, with a warning unless --no-load-optim or --finetune.
+  void CheckpointLoad() {
+    if (!training.contains("load")) return;
+    const std::string label = labels[internal::Child("/training", "load")];
+    if (!training.value("no_load_optim", false) && !training.value("finetune", false)) {
+      warnings_.push_back(fmt::format(
+          "{}: a resumed run restores the optimizer state, so its first iteration differs from a "
+          "fresh start (not modelled yet; the steady state does not differ); a fresh start "
+          "simulated",
+          label));
+    }
+    training.erase("load");
+    labels.erase(internal::Child("/training", "load"));
+  }
+
+  Json training = Json::object();
+  std::map<std::string, std::string> labels;  // JSON pointer -> "file:line: --flag"
+  std::vector<std::string> warnings_;
+  std::vector<std::string> notes_;
+  std::optional<std::int64_t> train_samples;
+  std::string train_samples_label;
+
+  std::string Label(const LaunchArgument& a) const {
+    if (a.line == 0) return fmt::format("{} {}", launch_.label, Printable(a.name, 60));
+    return fmt::format("{}:{}: {}", launch_.label, a.line, Printable(a.name, 60));
+  }
+
+  void Set(std::string_view key, Json value, const std::string& label) {
+    training[std::string(key)] = std::move(value);
+    labels[internal::Child("/training", key)] = label;
+  }
+
+ private:
+  [[noreturn]] void Fail(const LaunchArgument& a, const std::string& what) const {
+    throw InputError(fmt::format("{}: {}", Label(a), what));
+  }
+  std::string One(const LaunchArgument& a) const {
+    if (a.values.size() != 1) {
+      Fail(a, a.values.empty() ? "expected a value" : fmt::format("expected one value, got {}", a.values.size()));
+    }
+    return a.values[0];
+  }
+  std::int64_t Int(const LaunchArgument& a) const {
+    const std::string v = One(a);
+    std::int64_t n = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (v.empty() || ec != std::errc() || end != v.data() + v.size()) {
+      Fail(a, fmt::format("expected an integer, got '{}'", Printable(v, 40)));
+    }
+    return n;
+  }
+  double Number(const LaunchArgument& a) const {
+    const std::string v = One(a);
+    double x = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (v.empty() || ec != std::errc() || end != v.data() + v.size()) {
+      Fail(a, fmt::format("expected a number, got '{}'", Printable(v, 40)));
+    }
+    return x;
+  }
+
+  void ScriptArgument(const LaunchArgument& a) {
+    const FlagInfo* info = FindFlag(a.name);
+    if (info == nullptr) {
+      warnings_.push_back(fmt::format("{}: unknown flag (in none of the pinned Megatron-LM, "
+                                      "MindSpeed, MindSpeed-LLM parsers); ignored",
+                                      Label(a)));
+      return;
+    }
+    switch (info->flag_class) {
+      case FlagClass::kNeutral:
+        notes_.push_back(fmt::format("{}: accepted, no effect on memory", Label(a)));
+        return;
+      case FlagClass::kNotModelled:
+        warnings_.push_back(fmt::format("{}: not modelled ({})", Label(a), info->why));
+        return;
+      case FlagClass::kUnsupported:
+        unsupported_.push_back(fmt::format("{}: {}", Label(a), info->why));
+        return;
+      case FlagClass::kModelled:
+        break;
+    }
+    const Modelled* m = FindModelled(a.name);
+    MEMSIM_CHECK(m != nullptr);  // the table and kModelled agree (megatron_flags_test.cc)
+    Convert(*m, a);
+  }
+
+  void Convert(const Modelled& m, const LaunchArgument& a) {
+    const std::string label = Label(a);
+    switch (m.kind) {
+      case Kind::kInt:
+        Set(m.key, Int(a), label);
+        return;
+      case Kind::kNumber:
+        Set(m.key, Number(a), label);
+        return;
+      case Kind::kString:
+        Set(m.key, One(a), label);
+        return;
+      case Kind::kList:
+        if (a.values.empty()) Fail(a, "expected one or more values");
+        Set(m.key, a.values, label);
+        return;
+      case Kind::kTrue:
+      case Kind::kFalse:
+        if (!a.values.empty()) {
+          Fail(a, fmt::format("takes no value, got '{}'", Printable(a.values[0], 40)));
+        }
+        Set(m.key, m.kind == Kind::kTrue, label);
+        return;
+      case Kind::kSpecial:
+        Special(m, a.name, a.values.empty() ? std::optional<std::string>() : One(a), a);
+        return;
+    }
+  }
+
+  // Flags whose meaning is more than one key. `value` is the script's value (or the log's,
+  // already stripped of Python's enum prefix).
+  void Special(const Modelled& m, std::string_view flag, std::optional<std::string> value,
+               const LaunchArgument& a) {
+    const std::string label = Label(a);
+    if (flag == "--attention-backend") {
+      // megatron/core/transformer/enums.py AttnBackend. flash and fused (cuDNN) keep no
+      // s x s scores; unfused and local materialise them; auto lets Transformer Engine pick,
+      // which picks flash or fused where they apply.
+      const std::string v = value.value_or("");
+      if (v != "flash" && v != "fused" && v != "unfused" && v != "local" && v != "auto") {
+        Fail(a, fmt::format("expected one of flash, fused, unfused, local, auto, got '{}'", Printable(v, 40)));
+      }
+      Set("use_flash_attn", v == "flash" || v == "fused" || v == "auto", label);
+      if (v == "local") Set("transformer_impl", "local", label);
+      if (v == "auto") notes_.push_back(label + ": auto taken as flash or fused attention (no s x s scores)");
+    } else if (flag == "--recompute-activations") {
+      Set("recompute_granularity", "selective", label);  // arguments.py validate_args
+    } else if (flag == "--main-grads-dtype") {
+      const std::string v = value.value_or("");
+      if (v != "fp32" && v != "bf16") Fail(a, fmt::format("expected fp32 or bf16, got '{}'", Printable(v, 40)));
+      // arguments.py validate_args: bf16 main grads leave the fp32 accumulation off.
+      if (v == "bf16") Set("grad_reduce_in_bf16", true, label);
+    } else if (flag == "--train-iters") {
+      TrainIters(Int(a), label);
+    } else if (flag == "--train-samples") {
+      train_samples = Int(a);
+      train_samples_label = label;
+    } else if (flag == "--padded-vocab-size") {
+      Set("vocab_size", Int(a), label);
+      Set("make_vocab_size_divisible_by", 1, label);
+    } else if (flag == "--no-position-embedding") {
+      Set("position_embedding_type", "none", label);
+    }
+    (void)m;
+  }
+
+ public:
+  void TrainIters(std::int64_t n, const std::string& label) {
+    if (n < 1) throw InputError(fmt::format("{}: expected a positive number of iterations, got {}", label, n));
+    if (n > kSimulatedIterations) {
+      warnings_.push_back(fmt::format(
+          "{}: {} iterations; memsim simulates the first {} (later ones repeat the last unless "
+          "something is scheduled; --iterations N for more)",
+          label, n, kSimulatedIterations));
+      n = kSimulatedIterations;
+    }
+    Set("train_iters", n, label);
+  }
+
+ private:
+  // A log line "name ..... value": Megatron's attribute and Python's repr of its value.
+  void LogArgument(const LaunchArgument& a) {
+    std::string v = a.values.empty() ? "" : a.values[0];
+    if (v == "None") return;
+    if (const size_t dot = v.find("AttnBackend."); dot == 0) v = v.substr(12);
+    std::string flag = "--" + a.name;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    for (const Modelled& m : kModelled) {
+      if (m.key != a.name) continue;
+      LaunchArgument one{std::string(m.flag), {v}, a.line};
+      if (m.kind == Kind::kTrue || m.kind == Kind::kFalse) {
+        if (v != "True" && v != "False") Fail(a, fmt::format("expected True or False, got '{}'", Printable(v, 40)));
+        // A default printed False never undoes what another attribute set (attention_backend
+        // before use_flash_attn).
+        if (v == "False" && training.contains(std::string(m.key))) return;
+        Set(m.key, v == "True", Label(a));
+      } else if (m.kind == Kind::kList) {
+        Set(m.key, PythonList(v), Label(a));
+      } else if (m.kind == Kind::kSpecial) {
+        if (m.key == "train_iters" || m.key == "train_samples" || m.key == "attention_backend" ||
+            m.key == "padded_vocab_size") {
+          Special(m, m.flag, v, one);
+        }
+      } else {
+        Convert(m, one);
+      }
+      return;
+    }
+    if (a.name == "data_parallel_size") log_dp_ = Int(a);
+  }
+  static std::vector<std::string> PythonList(std::string_view v) {
+    std::vector<std::string> out;
+    std::string cur;
+    for (char c : v) {
+      if (c == '\'' || c == '"' || c == '[' || c == ' ') continue;
+      if (c == ',' || c == ']') {
+        if (!cur.empty()) out.push_back(cur);
+        cur.clear();
+      } else {
+        cur += c;
+      }
+    }
+    return out;
+  }
+
+ public:
+  std::optional<std::int64_t> log_dp_;
+
+ private:
+  const MegatronLaunch& launch_;
+  const MegatronOptions& options_;
+  std::vector<std::string> unsupported_;
+};
+
+// The data-parallel size: the log's, or world / (TP × PP × CP) with the world from the launcher.
+void SetDataParallel(const MegatronLaunch& launch, Translator& t) {
+  const std::string where =
+      launch.launch_line > 0 ? fmt::format("{}:{}", launch.label, launch.launch_line) : launch.label;
+  if (t.log_dp_) {
+    t.Set("data_parallel_size", *t.log_dp_, where + ": data_parallel_size");
+    return;
+  }
+  if (!launch.nproc_per_node && !launch.nnodes) {
+    t.warnings_.push_back(fmt::format("{}: the world size is not given (no --nproc_per_node / "
+                                      "--nnodes, GPUS_PER_NODE, NPUS_PER_NODE or NNODES); "
+                                      "data_parallel_size 1 taken",
+                                      where));
+    return;
+  }
+  const std::int64_t world = std::int64_t{launch.nproc_per_node.value_or(1)} * launch.nnodes.value_or(1);
+  auto get = [&](const char* key) {
+    const Json& j = t.training[key];
+    return j.is_number_integer() && j.get<std::int64_t>() > 0 ? j.get<std::int64_t>() : 1;
+  };
+  const std::int64_t model = get("tensor_model_parallel_size") * get("pipeline_model_parallel_size") *
+                             get("context_parallel_size");
+  if (world % model != 0) {
+    throw InputError(fmt::format(
+        "{}: world size {} (processes per node × nodes) is not divisible by TP × PP × CP = {}", where,
+        world, model));
+  }
+  t.Set("data_parallel_size", world / model,
+        fmt::format("{}: world size {} / (TP × PP × CP)", where, world));
+}
+
+// The model: --model, else an inline GPT-2-type object (Megatron's defaults) sized by the
+// arguments, which the training block then overrides as for any config.
+Json ModelFromArguments(const MegatronLaunch& launch, const Translator& t, const LoadOptions& options) {
+  if (!options.model_path.empty()) return options.model_path;
+  const Json& tr = t.training;
+  Json m = {{"model_type", "gpt2"}};
+  for (const auto& [key, hf] : std::map<std::string, std::string>{
+           {"hidden_size", "n_embd"}, {"num_attention_heads", "n_head"},
+           {"num_layers", "n_layer"}, {"vocab_size", "vocab_size"},
+           {"max_position_embeddings", "n_positions"}}) {
+    if (tr.contains(key)) m[hf] = tr[key];
+  }
+  if (!m.contains("n_positions") && tr.contains("seq_length")) m["n_positions"] = tr["seq_length"];
+  for (const char* need : {"n_embd", "n_head", "n_layer"}) {
+    if (!m.contains(need)) {
+      throw InputError(fmt::format("{}: the model is not in the arguments (--num-layers, "
+                                   "--hidden-size, --num-attention-heads); give --model NAME|FILE",
+                                   launch.label));
+    }
+  }
+  return m;
+}
+
+}  // namespace
+
+std::vector<std::string> ModelledMegatronFlags() {
+  std::vector<std::string> out;
+  for (const Modelled& m : kModelled) out.emplace_back(m.flag);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Setup LoadSetupFromMegatron(const MegatronLaunch& launch, const LoadOptions& options,
+                            const MegatronOptions& megatron) {
+  Translator t(launch, megatron);
+  t.Run();
+  if (t.train_samples) {  // arguments.py: iterations = samples / global batch
+    const Json& g = t.training["global_batch_size"];
+    const std::int64_t gbs = g.is_number_integer() && g.get<std::int64_t>() > 0 ? g.get<std::int64_t>() : 1;
+    t.TrainIters(std::max<std::int64_t>(1, *t.train_samples / gbs), t.train_samples_label);
+  }
+  SetDataParallel(launch, t);
+  if (options.device.empty()) {
+    throw InputError(fmt::format("{}: a launch does not name its device; give --device NAME ({}) "
+                                 "or a preset file",
+                                 launch.label, internal::KnownDevices()));
+  }
+  Json root = {{"model", ModelFromArguments(launch, t, options)}, {"training", t.training}};
+  internal::Source source{launch.label, t.labels};
+  LoadOptions rest = options;
+  rest.model_path.clear();  // already in root
+  internal::ApplyCommandLine(rest, &root, &source);
+  if (root["model"].is_object() && !root["model"].contains("vocab_size") &&
+      !root["training"].contains("vocab_size")) {
+    throw InputError(fmt::format(
+        "{}: the vocabulary size is not in the arguments (the script leaves it to the tokenizer); "
+        "give --model NAME|FILE or --set model.vocab_size=N",
+        launch.label));
+  }
+  internal::Document doc{launch.label, "", false, ""};
+  if (!options.model_path.empty()) rest.model_path = options.model_path;
+  Setup s = internal::LoadParsedConfig(doc, root, source, rest);
+  s.warnings = launch.warnings;
+  s.warnings.insert(s.warnings.end(), t.warnings_.begin(), t.warnings_.end());
+  s.notes.insert(s.notes.begin(), t.notes_.begin(), t.notes_.end());
+  s.notes.insert(s.notes.begin(), launch.notes.begin(), launch.notes.end());
+  return s;
+}
+
+}  // namespace memsim::config
