@@ -31,11 +31,16 @@ struct RunArgs {
 };
 
 int Run(const RunArgs& a) {
+  // Every option is checked before the simulation, so a typo costs no waiting.
+  const int width = TerminalWidth(a.width);
+  const std::vector<std::string> outputs = {a.json_path, a.csv_path};
+  report::CheckOutputs(outputs, {a.config, a.load.model, a.load.device});
   config::LoadOptions load = ToLoadOptions(a.load);
   std::optional<Bytes> capacity;
   if (a.capacity_given) capacity = ParseSizeArg(a.capacity, "--capacity");
   load.capacity_bytes = capacity;
   const config::Setup setup = config::LoadSetup(a.config, load);
+  report::CheckOutputs(outputs, {setup.model_path, setup.device_path});
 
   engine::RunOptions options;
   options.usable_memory_bytes = capacity;
@@ -43,7 +48,6 @@ int Run(const RunArgs& a) {
   options.keep_timeline = !a.no_chart || !a.csv_path.empty();
   const engine::RunResult run = engine::RunAllStages(setup, options);
 
-  const int width = TerminalWidth(a.width);
   std::string out = report::FormatRunHeader(run, setup);
   if (a.verbose) out += FormatVerboseNotes(setup);
   out += "\n";
