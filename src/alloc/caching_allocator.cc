@@ -199,11 +199,14 @@ bool CachingAllocator::AllocBlock(AllocParams& p, bool is_retry) {
 // release_available_cached_blocks (docs/allocator-rules.md, 'Getting new memory', step 3).
 bool CachingAllocator::ReleaseAvailableCachedBlocks(const AllocParams& p) {
   if (MaxSplit() == kUnlimited) return false;
-  if (IsNpu()) SynchronizeAndFreeEvents();  // see 'NPU synchronisation' (issue 18)
   Pool& pool = pools_[p.pool];
   const Bytes key_bytes = std::max(p.size_bytes, MaxSplit());
   auto it = pool.blocks.lower_bound({p.stream, key_bytes, std::numeric_limits<Bytes>::min(),
                                      std::numeric_limits<BlockIndex>::min()});
+  // torch_npu NPUCachingAllocator.cpp, release_available_cached_blocks: npuSynchronizeDevice
+  // after the max_split_size check and the lower_bound. It changes no pool, so `it` stays valid
+  // and the blocks it makes ready are not candidates here ('NPU synchronisation').
+  if (IsNpu()) SynchronizeDevice();
   if (it == pool.blocks.end() || it->stream != p.stream || blocks_[it->block].expandable) {
     // No single block is large enough: release oversize blocks from the largest down.
     if (it == pool.blocks.begin()) return false;
@@ -265,12 +268,12 @@ void CachingAllocator::ReleaseBlock(BlockIndex b) {
   DeleteBlock(b);
 }
 
-// garbage_collect_cached_blocks (docs/allocator-rules.md, 'Garbage collection'). On NPU this
-// synchronises first and frees the waiting blocks at once; torch_npu synchronises only after
-// the two early returns and the blocks return at the next process_events
-// (docs/allocator-rules.md, 'NPU synchronisation'; issue 18 changes the model).
+// garbage_collect_cached_blocks (docs/allocator-rules.md, 'Garbage collection'). On NPU
+// (torch_npu NPUCachingAllocator.cpp, garbage_collect_cached_blocks) the device is synchronised
+// after both early returns, just before the release loop; the blocks that were waiting on events
+// return to their pools at the next process_events, so this GC cannot collect them
+// ('NPU synchronisation').
 void CachingAllocator::GarbageCollectCachedBlocks() {
-  if (IsNpu()) SynchronizeAndFreeEvents();
   const Bytes gc_threshold = static_cast<Bytes>(
       options_.garbage_collection_threshold * static_cast<double>(AllowedMemoryMaximum()));
   const Bytes total = stats_.reserved_bytes.current;
@@ -289,6 +292,7 @@ void CachingAllocator::GarbageCollectCachedBlocks() {
     }
   }
   if (freeable == 0) return;
+  if (IsNpu()) SynchronizeDevice();
   Bytes reclaimed = 0;
   bool freed = true;
   while (reclaimed < target && freed && freeable > 0) {
@@ -427,13 +431,20 @@ void CachingAllocator::ProcessEvents() {
   }
 }
 
-// synchronize_and_free_events: every outstanding event completes.
-void CachingAllocator::SynchronizeAndFreeEvents() {
+// c10_npu::npuSynchronizeDevice: the device drains, so every event recorded so far has
+// completed; the allocator notices at its next process_events.
+void CachingAllocator::SynchronizeDevice() {
   if (pending_events_ == 0) return;
   for (auto& [stream, ev] : events_) {
     ev.done_seq = next_event_seq_;
   }
   events_may_have_completed_ = true;
+}
+
+// synchronize_and_free_events: every outstanding event completes and its block is freed now.
+void CachingAllocator::SynchronizeAndFreeEvents() {
+  if (pending_events_ == 0) return;
+  SynchronizeDevice();
   ProcessEvents();
 }
 

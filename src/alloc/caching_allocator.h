@@ -126,6 +126,9 @@ class CachingAllocator final : public Allocator {
   Bytes TryMergeBlocks(BlockIndex dst, BlockIndex src);
   void ProcessEvents();
   void SynchronizeAndFreeEvents();
+  // npuSynchronizeDevice: every recorded event is marked done; the blocks waiting on them stay
+  // out of their pools until the next ProcessEvents.
+  void SynchronizeDevice();
   void ReleaseBlocks(std::uint8_t pool);
   void ReleaseBlock(BlockIndex b);
   void InsertIntoPool(BlockIndex b);

@@ -69,6 +69,7 @@ int Check(const CheckArgs& a) {
     throw InputError(fmt::format("--baseline {}: no such directory (create it with --update-baseline)",
                                  a.baseline));
   }
+  report::CheckOutputs({a.junit_path, a.json_path}, a.configs);
   std::vector<std::string> notes;
 
   std::vector<report::StageVerdict> verdicts;
@@ -102,14 +103,17 @@ int Check(const CheckArgs& a) {
       errors.push_back({config_path, e.what()});
     }
   }
-  // Files only when every config could be checked (exit 2 leaves nothing behind), all or none.
+  // The JSON and JUnit reports are written even when a config could not be checked: they hold
+  // its error case beside every other verdict (exit 2 all the same). Baselines only when every
+  // config could be checked. All files or none.
+  std::vector<std::pair<std::string, std::string>> files;
   if (errors.empty()) {
-    std::vector<std::pair<std::string, std::string>> files = to_write;
+    files = to_write;
     if (!to_write.empty() && baseline_is_dir) fs::create_directories(a.baseline);
-    if (!a.json_path.empty()) files.emplace_back(a.json_path, report::CheckJson(verdicts, errors));
-    if (!a.junit_path.empty()) files.emplace_back(a.junit_path, report::CheckJUnit(verdicts, errors));
-    report::WriteFilesAtomically(files);
   }
+  if (!a.json_path.empty()) files.emplace_back(a.json_path, report::CheckJson(verdicts, errors));
+  if (!a.junit_path.empty()) files.emplace_back(a.junit_path, report::CheckJUnit(verdicts, errors));
+  report::WriteFilesAtomically(files);
   std::fputs(report::FormatCheckText(verdicts, errors).c_str(), stdout);
   for (const std::string& note : notes) std::printf("%s\n", note.c_str());
   for (const report::CheckError& e : errors) std::fprintf(stderr, "memsim check: %s\n", e.message.c_str());

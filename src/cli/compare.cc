@@ -70,6 +70,7 @@ int RunCompare(const CompareArgs& a) {
   if (a.config.empty() == a.simulated.empty()) {
     throw InputError("expected either CONFIG or --simulated FILE (exactly one)");
   }
+  report::CheckOutputs({a.json}, {a.config, a.profile, a.simulated, a.load.model, a.load.device});
   compare::CompareOptions options;
   options.skip = a.skip;
   options.profile_iterations = a.profile_iterations;
@@ -84,6 +85,7 @@ int RunCompare(const CompareArgs& a) {
   compare::SimulatedSide side;
   if (a.simulated.empty()) {
     const config::Setup setup = config::LoadSetup(a.config, ToLoadOptions(a.load));
+    report::CheckOutputs({a.json}, {setup.model_path, setup.device_path});
     engine::RunOptions run_options;
     run_options.pipeline_rank = CheckPipelineRank(a.pipeline_rank, setup);
     run_options.keep_timeline = true;
@@ -95,6 +97,11 @@ int RunCompare(const CompareArgs& a) {
   }
   options.format = measured.source;
   const compare::Report report = compare::Compare(measured, simulated, options);
+  if (a.skip > 0 && report.measured_iterations > 0 && a.skip >= report.measured_iterations) {
+    throw InputError(fmt::format("--skip {}: the profile {} has {} iteration(s); it would skip "
+                                 "all of them",
+                                 a.skip, a.profile, report.measured_iterations));
+  }
   std::string out = compare::FormatTable(report, width);
   const std::string diagnosis =
       compare::FormatDiagnosis(compare::Diagnose(report, measured.statements, side), width);

@@ -95,8 +95,14 @@ int RunReplay(const ReplayArgs& args) {
   if (!args.json.empty() && args.json == args.csv) {
     throw InputError(fmt::format("--json and --csv name the same file '{}'", args.json));
   }
+  report::CheckOutputs({args.json, args.csv}, {args.trace});
   const std::string text = ReadFile(args.trace);
   const replay::Trace trace = replay::ParseTrace(text, args.trace, args.device_index);
+  if (trace.records.empty()) {
+    throw InputError(fmt::format("{}: nothing to replay: no operations, expected lines "
+                                 "op,id,bytes,stream or a snapshot with device_traces entries",
+                                 args.trace));
+  }
   auto allocator = alloc::NewCachingAllocator(options);
   const replay::ReplayResult result = replay::Replay(trace, *allocator, !args.csv.empty());
   const alloc::AllocatorStats& stats = result.stats;
@@ -111,6 +117,13 @@ int RunReplay(const ReplayArgs& args) {
     } else {
       out += fmt::format("{:<22} {:>16}\n", s.name, StatValue(s, stats, false));
     }
+  }
+  if (result.refused_mallocs > 0) {
+    // As NativeCachingAllocator::allocate, these fail before the allocator: no stats change.
+    out += fmt::format(
+        "note: {} malloc(s) of 2^60 bytes or more refused before the allocator, as PyTorch "
+        "does (first at {}:{}{}); they change no stat\n",
+        result.refused_mallocs, args.trace, trace.location_word, result.first_refused_line);
   }
   std::string fidelity_json;
   if (trace.snapshot) {

@@ -55,6 +55,10 @@ config::Setup LoadMegatron(const RunArgs& a, const config::LoadOptions& load) {
 }
 
 int Run(const RunArgs& a) {
+  // Every option is checked before the simulation, so a typo costs no waiting.
+  const int width = TerminalWidth(a.width);
+  const std::vector<std::string> outputs = {a.json_path, a.csv_path};
+  report::CheckOutputs(outputs, {a.config, a.load.model, a.load.device, a.megatron_file});
   config::LoadOptions load = ToLoadOptions(a.load);
   std::optional<Bytes> capacity;
   if (a.capacity_given) capacity = ParseSizeArg(a.capacity, "--capacity");
@@ -66,6 +70,7 @@ int Run(const RunArgs& a) {
   }
   const config::Setup setup = a.megatron ? LoadMegatron(a, load) : config::LoadSetup(a.config, load);
   for (const std::string& w : setup.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  report::CheckOutputs(outputs, {setup.model_path, setup.device_path});
 
   engine::RunOptions options;
   options.usable_memory_bytes = capacity;
@@ -73,7 +78,6 @@ int Run(const RunArgs& a) {
   options.keep_timeline = !a.no_chart || !a.csv_path.empty();
   const engine::RunResult run = engine::RunAllStages(setup, options);
 
-  const int width = TerminalWidth(a.width);
   std::string out = report::FormatRunHeader(run, setup);
   if (a.verbose) out += FormatVerboseNotes(setup);
   out += "\n";

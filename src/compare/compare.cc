@@ -363,6 +363,7 @@ Report Compare(const Timeline& measured_in, const Timeline& simulated, const Com
   // --skip: drop the first N measured iterations (>= 1).
   std::map<int, IterSpan> mspans = SpansByIteration(m);
   mspans.erase(0);  // init is not an iteration
+  r.measured_iterations = static_cast<int>(mspans.size());
   for (int i = 0; i < o.skip && !mspans.empty(); ++i) mspans.erase(mspans.begin());
   if (o.skip > 0) r.notes.push_back(fmt::format("skipped the profile's first {} iterations", o.skip));
   std::map<int, IterSpan> sspans = SpansByIteration(simulated);

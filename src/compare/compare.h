@@ -84,6 +84,8 @@ struct Report {
   std::optional<double> converged_device_error_pct;
   std::optional<double> tolerance_pct;
   bool failed = false;  // an overall peak error exceeds the tolerance
+  // Iterations found in the profile before --skip dropped any (0 when none were found).
+  int measured_iterations = 0;
   std::vector<std::string> notes;
   // The overlay: one curve (chart_curve: "allocated", "reserved" or "device") of both sides,
   // resampled at curve_points per aligned iteration and concatenated (the whole run when no

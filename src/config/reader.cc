@@ -13,8 +13,17 @@
 namespace memsim::config::internal {
 
 std::string Source::At(const std::string& pointer) const {
-  auto it = set_labels.find(pointer);
-  if (it != set_labels.end()) return it->second;
+  // A value set by --set, or a part of one ("/training/recompute_modules/0" inside
+  // "--set training.recompute_modules=[...]"): the --set text names it, with the part's pointer.
+  for (std::string prefix = pointer; !prefix.empty();) {
+    auto it = set_labels.find(prefix);
+    if (it != set_labels.end()) {
+      if (prefix == pointer) return it->second;
+      return fmt::format("{}: {}", it->second, pointer.substr(prefix.size()));
+    }
+    const size_t slash = prefix.rfind('/');
+    prefix.resize(slash == std::string::npos ? 0 : slash);
+  }
   return fmt::format("{}: {}", file, pointer.empty() ? "/" : pointer);
 }
 
@@ -120,7 +129,9 @@ struct TooDeep {};
 // JSON pointer is assembled only for a message.
 class DuplicateKeyCheck {
  public:
-  explicit DuplicateKeyCheck(const std::string& file) : file_(file) {}
+  // `where` receives, before each value is parsed, the JSON pointer it will have (the parser
+  // copies the callback, so the caller reads it through the pointer after an exception).
+  DuplicateKeyCheck(const std::string& file, std::string* where) : file_(file), where_(where) {}
 
   bool operator()(int depth, Json::parse_event_t event, Json& parsed) {
     switch (event) {
@@ -142,11 +153,15 @@ class DuplicateKeyCheck {
           throw InputError(fmt::format("{}: {}: duplicate key", file_, Child(Pointer(), key)));
         }
         top.pending_key = key;
+        *where_ = Child(Pointer(), key);
         break;
       }
       case Json::parse_event_t::value:
         CountElement();
         break;
+    }
+    if (!frames_.empty() && !frames_.back().is_object) {
+      *where_ = Child(Pointer(), std::to_string(frames_.back().count));
     }
     return true;
   }
@@ -175,6 +190,7 @@ class DuplicateKeyCheck {
     if (!frames_.empty() && !frames_.back().is_object) ++frames_.back().count;
   }
   const std::string& file_;
+  std::string* where_;
   std::vector<Frame> frames_;
 };
 
@@ -195,8 +211,9 @@ std::pair<int, int> LineColumn(const std::string& text, size_t offset) {
 }  // namespace
 
 Json ParseJson(const std::string& text, const std::string& file) {
+  std::string where;
   try {
-    return Json::parse(text, DuplicateKeyCheck(file));
+    return Json::parse(text, DuplicateKeyCheck(file, &where));
   } catch (const TooDeep&) {
     // The parser accepted everything before the container that passed the limit, so the
     // string-aware scan finds the same '[' or '{'.
@@ -217,6 +234,10 @@ Json ParseJson(const std::string& text, const std::string& file) {
     const std::string prefix = "syntax error ";
     if (reason.rfind(prefix, 0) == 0) reason = reason.substr(prefix.size());
     throw InputError(fmt::format("{}:{}:{}: malformed JSON: {}", file, line, column, reason));
+  } catch (const Json::out_of_range&) {
+    // nlohmann's number overflow (406): a literal beyond a double's range, such as 1e400.
+    throw InputError(fmt::format("{}: {}: number out of range, expected a value such as 4096",
+                                 file, where.empty() ? "/" : where));
   }
 }
 

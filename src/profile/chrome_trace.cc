@@ -121,7 +121,7 @@ class Handler : public nlohmann::json_sax<json> {
     const std::string& k = keys_.back();
     if (depth_ == event_depth_) {
       if (k == "ts" || k == "dur") {
-        std::optional<TimeNs> t = raw ? ParseMicrosToNs(*raw) : std::optional<TimeNs>(v * 1000);
+        std::optional<TimeNs> t = raw ? ParseMicrosToNs(*raw) : ToTimeNs(v, 1000);
         SetTime(k == "ts" ? &ev_.ts : &ev_.dur, t);
       }
       return true;
@@ -129,24 +129,28 @@ class Handler : public nlohmann::json_sax<json> {
     if (depth_ == event_depth_ + 1 && keys_[keys_.size() - 2] == "args") {
       // All [memory] args are integers (profiler_kineto.cpp AddGenericMetadata); a float there is
       // read by value.
-      int64_t value = v;
+      std::optional<int64_t> value = ToBytes(v, 1);
       if (raw) {
         const std::optional<double> d = ParseDouble(*raw);
-        if (!d || std::fabs(*d) > 9.2e18) return true;  // not a byte count: ignored
-        value = std::llround(*d);
+        value = d ? ToBytes(*d, 1.0) : std::nullopt;
       }
-      if (k == "Device Type") ev_.device_type = value;
-      else if (k == "Device Id") ev_.device_id = value;
-      else if (k == "Bytes") ev_.bytes = value;
-      else if (k == "Total Allocated") ev_.total_allocated = value;
-      else if (k == "Total Reserved") ev_.total_reserved = value;
+      if (!value) return true;  // not a byte count (beyond 2^62): ignored
+
+      if (k == "Device Type") ev_.device_type = *value;
+      else if (k == "Device Id") ev_.device_id = *value;
+      else if (k == "Bytes") ev_.bytes = *value;
+      else if (k == "Total Allocated") ev_.total_allocated = *value;
+      else if (k == "Total Reserved") ev_.total_reserved = *value;
     }
     return true;
   }
 
   void Finish() {
     if (ev_.name == "[memory]") {
-      if (!ev_.ts || ev_.ts_bad) return;
+      if (!ev_.ts || ev_.ts_bad) {
+        if (ev_.ts_bad) ++scan_->bad_ts_events;
+        return;
+      }
       if (ev_.device_type.value_or(1) == 0) {
         ++scan_->cpu_events;
         return;
@@ -168,11 +172,12 @@ class Handler : public nlohmann::json_sax<json> {
       return;
     }
     if (ev_.ph != "X" || !ev_.ts || !ev_.dur || ev_.cat == "gpu_user_annotation") return;
+    const std::optional<TimeNs> end = AddTimeNs(*ev_.ts, *ev_.dur);
+    if (!end) return;  // a span ending beyond the time range is not a step or phase
     if (ev_.name.rfind("ProfilerStep#", 0) == 0) {
       auto step = ParseInt(std::string_view(ev_.name).substr(13));
-      if (!step || *step < 0) return;
-      scan_->spans.push_back({*ev_.ts, *ev_.ts + *ev_.dur, static_cast<int>(*step) + 1,
-                              Phase::kUnknown, ev_.name});
+      if (!step || *step < 0 || *step >= 1'000'000'000) return;
+      scan_->spans.push_back({*ev_.ts, *end, static_cast<int>(*step) + 1, Phase::kUnknown, ev_.name});
       return;
     }
     if (ev_.cat != "user_annotation") return;
@@ -182,7 +187,7 @@ class Handler : public nlohmann::json_sax<json> {
     if (ev_.name == "optimizer_step" || ev_.name.rfind("Optimizer.step#", 0) == 0) {
       phase = Phase::kOptimizerStep;
     }
-    if (phase) scan_->spans.push_back({*ev_.ts, *ev_.ts + *ev_.dur, -1, *phase, ev_.name});
+    if (phase) scan_->spans.push_back({*ev_.ts, *end, -1, *phase, ev_.name});
   }
 
   ChromeTraceScan* scan_;
@@ -224,7 +229,13 @@ timeline::Timeline LoadChromeTrace(const std::string& path, const LoadProfileOpt
     auto [it, inserted] = scan.devices.try_emplace(device, options.max_samples);
     int64_t allocated = 0;
     for (const auto& [t, d] : deltas) {
-      allocated += d;
+      const std::optional<int64_t> sum = CheckedAdd(allocated, d);
+      if (!sum) {
+        throw InputError(fmt::format("{}: [memory] Bytes: the deltas of device {} add up beyond "
+                                     "2^63 bytes, expected allocation sizes",
+                                     path, device));
+      }
+      allocated = *sum;
       timeline::Sample s;
       s.allocated_bytes = std::max<int64_t>(allocated, 0);
       it->second.Add(t, s);
@@ -232,8 +243,11 @@ timeline::Timeline LoadChromeTrace(const std::string& path, const LoadProfileOpt
   }
   if (scan.devices.empty()) {
     throw InputError(fmt::format(
-        "{}: no device [memory] events, expected a trace recorded with profile_memory=True{}", path,
-        scan.cpu_events > 0 ? fmt::format(" ({} CPU events ignored)", scan.cpu_events) : ""));
+        "{}: no device [memory] events, expected a trace recorded with profile_memory=True{}{}",
+        path, scan.cpu_events > 0 ? fmt::format(" ({} CPU events ignored)", scan.cpu_events) : "",
+        scan.bad_ts_events > 0
+            ? fmt::format(" ({} events skipped: 'ts' unreadable or beyond 2^62 ns)", scan.bad_ts_events)
+            : ""));
   }
   int device = scan.devices.begin()->first;
   if (options.device_index >= 0) {
@@ -258,6 +272,10 @@ timeline::Timeline LoadChromeTrace(const std::string& path, const LoadProfileOpt
                                   scan.relative_ts ? "relative (baseTimeNanoseconds)" : "absolute",
                                   scan.deltas.count(device) ? "; no Total Allocated: Bytes integrated" : ""));
   if (scan.cpu_events > 0) out.notes.push_back(fmt::format("ignored {} CPU [memory] events", scan.cpu_events));
+  if (scan.bad_ts_events > 0) {
+    out.notes.push_back(fmt::format("skipped {} [memory] events: 'ts' unreadable or beyond 2^62 ns",
+                                    scan.bad_ts_events));
+  }
   if (scan.oom_events > 0) out.notes.push_back(fmt::format("the trace holds {} [OutOfMemory] events", scan.oom_events));
   return out;
 }

@@ -22,6 +22,7 @@ struct ChromeTraceScan {
   std::vector<RawSpan> spans;  // ProfilerStep#N -> iteration N + 1; phase annotations
   int64_t cpu_events = 0;
   int64_t oom_events = 0;
+  int64_t bad_ts_events = 0;  // [memory] events whose ts is unreadable or beyond kMaxAbsTimeNs
   bool has_trace_events = false;
   bool relative_ts = false;  // baseTimeNanoseconds present (Kineto 2024+)
 };

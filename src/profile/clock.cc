@@ -70,6 +70,13 @@ bool ZoneOnly(std::string_view rest) {
   return rest.size() <= 6;
 }
 
+// A date and a time of day to ns since the epoch; nullopt beyond kMaxAbsTimeNs (about the years
+// 1824 to 2116; core/checked.h).
+std::optional<TimeNs> DateTimeNs(int64_t days, int64_t time_of_day_ns) {
+  const std::optional<TimeNs> midnight = ToTimeNs(days, 86'400'000'000'000);
+  return midnight ? AddTimeNs(*midnight, time_of_day_ns) : std::nullopt;
+}
+
 }  // namespace
 
 std::optional<TimeNs> ParseWallClock(std::string_view text) {
@@ -85,8 +92,7 @@ std::optional<TimeNs> ParseWallClock(std::string_view text) {
     }
     ++p;
     if (!TimeOfDay(s, &p, &tod) || !ZoneOnly(s.substr(p))) return std::nullopt;
-    return DaysFromCivil(y, static_cast<unsigned>(mo), static_cast<unsigned>(d)) *
-               86'400'000'000'000 + tod;
+    return DateTimeNs(DaysFromCivil(y, static_cast<unsigned>(mo), static_cast<unsigned>(d)), tod);
   }
   // `date`: "Sun Nov 29 19:35:01 UTC 2026" (the zone is optional).
   static constexpr std::array<std::string_view, 12> kMonths = {
@@ -113,14 +119,14 @@ std::optional<TimeNs> ParseWallClock(std::string_view text) {
     if (!year || *year < 1970 || *year > 9999 || !ZoneOnly(s.substr(p, last_space - p))) {
       return std::nullopt;
     }
-    return DaysFromCivil(*year, static_cast<unsigned>(mo), static_cast<unsigned>(*day)) *
-               86'400'000'000'000 + tod;
+    return DateTimeNs(DaysFromCivil(*year, static_cast<unsigned>(mo), static_cast<unsigned>(*day)),
+                      tod);
   }
   // Epoch seconds: at least 9 integer digits, so a stray number is not taken for a time.
   const size_t dot = s.find('.');
   if (s.substr(0, dot).size() >= 9) {
     auto us = ParseMicrosToNs(s);  // seconds read as "us" -> value x 1000; scale below
-    if (us && *us >= 0 && *us < INT64_MAX / 1'000'000) return *us * 1'000'000;
+    if (us && *us >= 0) return ToTimeNs(*us, 1'000'000);
   }
   return std::nullopt;
 }

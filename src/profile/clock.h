@@ -13,6 +13,7 @@ namespace memsim::profile::internal {
 // "YYYY/MM/DD HH:MM:SS[.fff]" or "YYYY-MM-DD[T ]HH:MM:SS[.fff]" (nvidia-smi, ISO 8601 / `date
 // --iso-8601`), a trailing zone ("Z", "+08:00", " UTC") ignored; `date`'s default "Www Mmm DD
 // HH:MM:SS [ZONE] YYYY"; or plain epoch seconds with optional decimals ("1751500000.25").
+// nullopt for anything else and for times beyond kMaxAbsTimeNs (core/checked.h).
 std::optional<TimeNs> ParseWallClock(std::string_view text);
 
 }  // namespace memsim::profile::internal

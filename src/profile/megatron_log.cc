@@ -31,8 +31,10 @@ struct Report {
   std::optional<double> device_mib;
 };
 
-// Reads "<key>: <number>" at *pos (after optional spaces), advancing past it.
-bool ReadField(std::string_view line, size_t* pos, std::string_view key, double* value) {
+// Reads "<key>: <number>" at *pos (after optional spaces), advancing past it. A number that is
+// not a byte count in range (core/checked.h) fails the line.
+bool ReadField(const LineReader& in, std::string_view line, size_t* pos, std::string_view key,
+               double* value) {
   std::string_view rest = line.substr(*pos);
   const std::string_view bar = "| ";
   if (!StartsWith(rest, bar)) return false;
@@ -42,6 +44,9 @@ bool ReadField(std::string_view line, size_t* pos, std::string_view key, double*
   const size_t end = rest.find(' ');
   auto v = ParseDouble(rest.substr(0, end));
   if (!v || *v < 0) return false;
+  if (!MiBToBytes(*v)) {
+    in.Fail(fmt::format("{}: expected MiB below 2^42, got '{}'", key, rest.substr(0, end)));
+  }
   *value = *v;
   *pos = end == std::string_view::npos ? line.size() : line.size() - rest.size() + end + 1;
   return true;
@@ -144,15 +149,15 @@ timeline::Timeline LoadMegatronLog(const std::string& path, const LoadProfileOpt
     Report rep;
     size_t pos = at + anchor.size() - 2;  // at "| allocated"
     double device = 0;
-    if (!ReadField(line, &pos, "allocated", &rep.allocated_mib) ||
-        !ReadField(line, &pos, "max allocated", &rep.max_allocated_mib) ||
-        !ReadField(line, &pos, "reserved", &rep.reserved_mib) ||
-        !ReadField(line, &pos, "max reserved", &rep.max_reserved_mib)) {
+    if (!ReadField(in, line, &pos, "allocated", &rep.allocated_mib) ||
+        !ReadField(in, line, &pos, "max allocated", &rep.max_allocated_mib) ||
+        !ReadField(in, line, &pos, "reserved", &rep.reserved_mib) ||
+        !ReadField(in, line, &pos, "max reserved", &rep.max_reserved_mib)) {
       in.Fail(
           "expected 'memory (MB) | allocated: <MiB> | max allocated: <MiB> | reserved: <MiB> | "
           "max reserved: <MiB>'");
     }
-    if (pos < line.size() && ReadField(line, &pos, "total device memory used", &device)) {
+    if (pos < line.size() && ReadField(in, line, &pos, "total device memory used", &device)) {
       rep.device_mib = device;
     }
     // "(after N iterations)"
@@ -193,12 +198,14 @@ timeline::Timeline LoadMegatronLog(const std::string& path, const LoadProfileOpt
   for (const auto& [iteration, rep] : reports[rank]) {
     timeline::Sample s;
     s.iteration = iteration;
-    s.allocated_bytes = MiBToBytes(rep.allocated_mib);
-    s.reserved_bytes = MiBToBytes(rep.reserved_mib);
-    if (rep.device_mib) s.device_bytes = MiBToBytes(*rep.device_mib);
+    // ReadField checked every value.
+    s.allocated_bytes = MiBToBytes(rep.allocated_mib).value();
+    s.reserved_bytes = MiBToBytes(rep.reserved_mib).value();
+    if (rep.device_mib) s.device_bytes = MiBToBytes(*rep.device_mib).value();
     const TimeNs t = static_cast<TimeNs>(iteration * options.nominal_interval_us * 1000.0);
     series.Add(t, s);
-    peaks.push_back({iteration, MiBToBytes(rep.max_allocated_mib), MiBToBytes(rep.max_reserved_mib)});
+    peaks.push_back({iteration, MiBToBytes(rep.max_allocated_mib).value(),
+                     MiBToBytes(rep.max_reserved_mib).value()});
   }
   out = series.Finish({}, "megatron-log");
   for (timeline::Sample& s : out.samples) {

@@ -55,7 +55,10 @@ timeline::Timeline LoadMemsimCsv(const std::string& path, const LoadProfileOptio
     };
     timeline::Sample s;
     auto t = ParseMicrosToNs(field(0));
-    if (!t) in.Fail(fmt::format("time_us: expected a number of microseconds, got '{}'", field(0)));
+    if (!t) {
+      in.Fail(fmt::format("time_us: expected a number of microseconds within +-2^62 ns, got '{}'",
+                          field(0)));
+    }
     if (!field(1).empty()) {
       auto v = ParseInt(field(1));
       if (!v || *v < -1 || *v > 1'000'000'000) {

@@ -59,7 +59,12 @@ timeline::Timeline LoadNpuMem(const std::string& path, const LoadProfileOptions&
     auto t = ParseMicrosToNs(f[time]);
     if (!t) in.Fail(fmt::format("{}: expected microseconds, got '{}'", header[time], f[time]));
     timeline::Sample s;
-    s.device_bytes = KiBToBytes(h > 0 ? h : m);
+    const int used_col = h > 0 ? hbm : memory;
+    const std::optional<int64_t> used = KiBToBytes(h > 0 ? h : m);
+    if (!used) {
+      in.Fail(fmt::format("{}: expected KiB below 2^52, got '{}'", header[used_col], f[used_col]));
+    }
+    s.device_bytes = *used;
     series.try_emplace({device, ev == "Device"}, options.max_samples).first->second.Add(*t, s);
   }
   if (series.empty()) in.Fail("no rows after the header, expected npu_mem samples");

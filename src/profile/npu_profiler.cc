@@ -64,8 +64,9 @@ std::optional<int> NpuIndex(const LineReader& in, std::string_view text) {
 Bytes MiBField(const LineReader& in, std::string_view column, std::string_view text) {
   if (text.empty()) return timeline::kUnknownBytes;
   auto v = ParseDouble(text);
-  if (!v || *v < 0) in.Fail(fmt::format("{}: expected a number of MiB, got '{}'", column, text));
-  return MiBToBytes(*v);
+  const std::optional<Bytes> bytes = v && *v >= 0 ? MiBToBytes(*v) : std::nullopt;
+  if (!bytes) in.Fail(fmt::format("{}: expected a number of MiB below 2^42, got '{}'", column, text));
+  return *bytes;
 }
 
 TimeNs TimeField(const LineReader& in, std::string_view column, std::string_view text) {

@@ -46,6 +46,23 @@ timeline::Timeline LoadNpuSmi(const std::string& path, const LoadProfileOptions&
   int chip_position = 0;
   std::optional<std::string> row_a;  // first row of a device pair
   int64_t row_a_line = 0;
+  int64_t table_line = 0;  // line of the open table's header
+  int first_table_chips = -1;
+  // A table ends at its process section, the next table's header or the end of the file; one
+  // with no device rows, or fewer than the first table, was cut off.
+  auto end_table = [&]() {
+    if (chip_position == 0) {
+      throw InputError(fmt::format("{}:{}: truncated npu-smi table: no device rows after its header",
+                                   path, table_line));
+    }
+    if (first_table_chips < 0) first_table_chips = chip_position;
+    if (chip_position < first_table_chips) {
+      throw InputError(fmt::format(
+          "{}:{}: truncated npu-smi table: {} device(s), expected {} as in the first table", path,
+          table_line, chip_position, first_table_chips));
+    }
+    in_devices = false;
+  };
   const std::regex pair_re(R"((\d+)\s*/\s*(\d+))");
   std::string_view line;
   while (in.Next(&line)) {
@@ -66,6 +83,8 @@ timeline::Timeline LoadNpuSmi(const std::string& path, const LoadProfileOptions&
             "{}:{}: truncated npu-smi table: expected the second row of the device on line {}",
             path, in.line_number(), row_a_line));
       }
+      if (in_devices) end_table();
+      table_line = in.line_number();
       // Header row A; row B follows ("Chip | Bus-Id | AICore(%) Memory-Usage(MB) HBM-Usage(MB)").
       std::string_view next;
       if (!in.Next(&next)) in.Fail("truncated npu-smi table: expected the second header row");
@@ -89,7 +108,7 @@ timeline::Timeline LoadNpuSmi(const std::string& path, const LoadProfileOptions&
     if (!in_devices) continue;
     if (t.find("Process id") != std::string_view::npos) {
       if (row_a) in.Fail("truncated npu-smi table: expected the second row of the last device");
-      in_devices = false;
+      end_table();
       continue;
     }
     if (cells.size() != 3) continue;
@@ -102,7 +121,11 @@ timeline::Timeline LoadNpuSmi(const std::string& path, const LoadProfileOptions&
     std::string cell(cells[2]);
     std::vector<std::pair<int64_t, int64_t>> pairs;
     for (std::sregex_iterator m(cell.begin(), cell.end(), pair_re), end; m != end; ++m) {
-      pairs.emplace_back(std::stoll((*m)[1]), std::stoll((*m)[2]));
+      const auto used = ParseInt((*m)[1].str()), total = ParseInt((*m)[2].str());
+      if (!used || !total || !ToBytes(*total, kMiB)) {
+        in.Fail(fmt::format("expected '<used> / <total>' MB below 2^42 in '{}'", cells[2]));
+      }
+      pairs.emplace_back(*used, *total);
     }
     if (pairs.empty()) {
       in.Fail(fmt::format("expected '<used> / <total>' memory figures in '{}'", cells[2]));
@@ -112,13 +135,14 @@ timeline::Timeline LoadNpuSmi(const std::string& path, const LoadProfileOptions&
       in.Fail(fmt::format("memory used {} MB exceeds the total {} MB", used_mib, total_mib));
     }
     timeline::Sample s;
-    s.device_bytes = used_mib * kMiB;
+    s.device_bytes = used_mib * kMiB;  // used <= total, and total x 2^20 fits (checked above)
     auto [b, inserted] = builders.try_emplace(chip_position, options.max_samples);
     b->second.Add(table_time, s);
     ++chip_position;
     row_a.reset();
   }
   if (row_a) in.Fail("truncated npu-smi table: expected the second row of the last device");
+  if (in_devices && tables > 0) end_table();
   if (tables == 0) {
     if (in.line_number() == 0) in.Fail("empty file, expected npu-smi info output");
     in.Fail("no npu-smi device table ('| NPU   Name | Health | ...'), expected npu-smi info output");

@@ -34,11 +34,12 @@ std::optional<int64_t> ParseAmount(const LineReader& in, std::string_view text, 
     text.remove_suffix(4);
     unit = kMiB;
   }
-  auto v = ParseInt(text);
-  if (!v || *v < 0) {
-    in.Fail(fmt::format("memory.used: expected '<integer> MiB', got '{}'", original));
+  const auto v = ParseInt(text);
+  const std::optional<int64_t> bytes = v && *v >= 0 ? ToBytes(*v, unit) : std::nullopt;
+  if (!bytes) {
+    in.Fail(fmt::format("memory.used: expected '<integer> MiB' below 2^42 MiB, got '{}'", original));
   }
-  return *v * unit;
+  return *bytes;
 }
 
 }  // namespace
@@ -72,6 +73,9 @@ timeline::Timeline LoadNvidiaSmi(const std::string& path, const LoadProfileOptio
       }
       if (c.timestamp < 0) {
         in.Fail("expected a 'timestamp' column (query --query-gpu=timestamp,memory.used,...)");
+      }
+      if (c.used < 0) {
+        in.Fail("expected a column named 'memory.used [MiB]' (query --query-gpu=timestamp,memory.used,...)");
       }
       c.count = f.size();
       cols = c;
@@ -107,6 +111,7 @@ timeline::Timeline LoadNvidiaSmi(const std::string& path, const LoadProfileOptio
       }
       device = static_cast<int>(*v);
     } else {
+      // Both times are within kMaxAbsTimeNs (ParseWallClock), so the difference cannot overflow.
       if (pass_position == 0 || *t - pass_start > kSamePassNs) {
         pass_start = *t;
         pass_position = 0;

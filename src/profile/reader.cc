@@ -13,6 +13,7 @@
 
 #include <fmt/core.h>
 
+#include "core/check.h"
 #include "core/error.h"
 
 namespace memsim::profile::internal {
@@ -207,12 +208,15 @@ std::optional<TimeNs> ParseMicrosToNs(std::string_view s) {
     negative = s[0] == '-';
     s.remove_prefix(1);
   }
+  // One sign only: from_chars below would accept a second '-'.
+  if (!s.empty() && (s[0] == '-' || s[0] == '+')) return std::nullopt;
   // Exponent form ("1.5e+06"): fall back to double, still exact enough for relative times.
   if (s.find_first_of("eE") != std::string_view::npos) {
     auto d = ParseDouble(s);
-    if (!d || std::fabs(*d) > 9.2e15) return std::nullopt;
-    const TimeNs ns = std::llround(*d * 1000.0);
-    return negative ? -ns : ns;
+    if (!d) return std::nullopt;
+    const std::optional<TimeNs> ns = ToTimeNs(*d, 1000.0);
+    if (!ns) return std::nullopt;
+    return negative ? -*ns : *ns;
   }
   const size_t dot = s.find('.');
   std::string_view whole = s.substr(0, dot);
@@ -221,9 +225,7 @@ std::optional<TimeNs> ParseMicrosToNs(std::string_view s) {
   int64_t us = 0;
   if (!whole.empty()) {
     auto [p, ec] = std::from_chars(whole.data(), whole.data() + whole.size(), us);
-    if (ec != std::errc() || p != whole.data() + whole.size() || us > INT64_MAX / 1000 - 1) {
-      return std::nullopt;
-    }
+    if (ec != std::errc() || p != whole.data() + whole.size()) return std::nullopt;
   }
   int64_t ns = 0;
   for (size_t i = 0; i < frac.size(); ++i) {
@@ -232,16 +234,20 @@ std::optional<TimeNs> ParseMicrosToNs(std::string_view s) {
   }
   for (size_t i = frac.size(); i < 3; ++i) ns *= 10;
   if (frac.size() > 3 && frac[3] >= '5') ++ns;
-  const TimeNs total = us * 1000 + ns;
-  return negative ? -total : total;
+  const std::optional<TimeNs> whole_ns = ToTimeNs(us, 1000);
+  const std::optional<TimeNs> total = whole_ns ? AddTimeNs(*whole_ns, ns) : std::nullopt;
+  if (!total) return std::nullopt;
+  return negative ? -*total : *total;
 }
 
-int64_t MiBToBytes(double mib) { return std::llround(mib * 1048576.0); }
-int64_t KiBToBytes(double kib) { return std::llround(kib * 1024.0); }
+std::optional<int64_t> MiBToBytes(double mib) { return ToBytes(mib, static_cast<double>(kMiB)); }
+std::optional<int64_t> KiBToBytes(double kib) { return ToBytes(kib, static_cast<double>(kKiB)); }
 
 SeriesBuilder::SeriesBuilder(size_t max_samples) : max_samples_(std::max<size_t>(max_samples, 16)) {}
 
 void SeriesBuilder::Add(TimeNs time_ns, const timeline::Sample& sample) {
+  // Every importer converts times through core/checked.h, so Finish's differences cannot overflow.
+  MEMSIM_CHECK(TimeInRange(time_ns));
   if (samples_.size() >= max_samples_) Decimate();
   samples_.push_back(RawSample{time_ns, next_sequence_++, sample});
 }
@@ -282,7 +288,10 @@ timeline::Timeline SeriesBuilder::Finish(std::vector<RawSpan> spans, std::string
     return std::tie(a.start_ns, a.iteration) < std::tie(b.start_ns, b.iteration);
   });
   TimeNs t0 = samples_.empty() ? 0 : samples_.front().time_ns;
-  for (const RawSpan& s : spans) t0 = std::min(t0, s.start_ns);
+  for (const RawSpan& s : spans) {
+    MEMSIM_CHECK(TimeInRange(s.start_ns) && TimeInRange(s.end_ns));
+    t0 = std::min(t0, s.start_ns);
+  }
   timeline::Timeline out;
   out.source = std::move(source);
   out.samples.reserve(samples_.size());

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/checked.h"
 #include "timeline/timeline.h"
 
 namespace memsim::profile::internal {
@@ -84,11 +85,13 @@ bool StartsWith(std::string_view s, std::string_view prefix);
 std::optional<int64_t> ParseInt(std::string_view s);
 std::optional<double> ParseDouble(std::string_view s);
 // Decimal microseconds ("1751500000200001.250", "12", "5012000.125") to integer nanoseconds,
-// exactly; digits beyond the third decimal are rounded half up. Negative values allowed.
+// exactly; digits beyond the third decimal are rounded half up. Negative values allowed (one
+// sign); nullopt beyond kMaxAbsTimeNs (core/checked.h).
 std::optional<TimeNs> ParseMicrosToNs(std::string_view s);
-// A count of MiB (or KiB) written as a float, to bytes, rounded to the nearest byte.
-int64_t MiBToBytes(double mib);
-int64_t KiBToBytes(double kib);
+// A count of MiB (or KiB) written as a float, to bytes, rounded to the nearest byte; nullopt
+// beyond kMaxInputBytes or for NaN / infinity (core/checked.h).
+std::optional<int64_t> MiBToBytes(double mib);
+std::optional<int64_t> KiBToBytes(double kib);
 
 // A sample while importing: absolute time in ns plus the order it was read in (the tie-break
 // that keeps sorting deterministic).
@@ -107,7 +110,7 @@ struct RawSpan {
   std::string label;
 };
 
-// Collects samples in any order, keeping at most `max_samples` (see profile.h): when full, it
+// Collects samples in any order (REQUIRES: times and span bounds within kMaxAbsTimeNs), keeping at most `max_samples` (see profile.h): when full, it
 // sorts by time and replaces each run of 16 consecutive samples by its first, last,
 // highest-allocated, highest-reserved and highest-device samples.
 class SeriesBuilder {

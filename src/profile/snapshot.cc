@@ -31,6 +31,7 @@ namespace {
 
 using json = nlohmann::json;
 
+// REQUIRES: bytes <= kMaxInputBytes (every size is bounded as it is read).
 int64_t Round512(int64_t bytes) { return bytes <= 0 ? 0 : (bytes + 511) / 512 * 512; }
 
 enum class Action : std::uint8_t {
@@ -92,16 +93,20 @@ class Handler : public nlohmann::json_sax<json> {
     if (place == Place::kSegment) {
       if (segment_.total < 0) return Fail(Pointer(), "expected 'total_size' (an integer)");
       Final& f = finals[segment_.device];
-      f.reserved += segment_.total;
-      f.allocated += segment_.allocated;
-      f.active += segment_.active;
+      if (!Accumulate(&f.reserved, segment_.total) || !Accumulate(&f.allocated, segment_.allocated) ||
+          !Accumulate(&f.active, segment_.active)) {
+        return Fail(Pointer(), "the segments' sizes add up beyond 2^62 bytes");
+      }
     } else if (place == Place::kBlock) {
       if (block_.state.empty()) return Fail(Pointer(), "expected a block with a 'state' string");
       if (block_.size < 0) return Fail(Pointer(), "expected 'size' (an integer)");
       const int64_t requested =
           block_.requested >= 0 ? block_.requested : block_.has_history ? block_.history : block_.size;
-      if (block_.state == "active_allocated") segment_.allocated += Round512(requested);
-      if (block_.state.rfind("active_", 0) == 0) segment_.active += Round512(requested);
+      if ((block_.state == "active_allocated" &&
+           !Accumulate(&segment_.allocated, Round512(requested))) ||
+          (block_.state.rfind("active_", 0) == 0 && !Accumulate(&segment_.active, Round512(requested)))) {
+        return Fail(Pointer(), "the blocks' sizes add up beyond 2^62 bytes");
+      }
     } else if (place == Place::kEntry) {
       if (!FinishEntry()) return false;
     }
@@ -200,6 +205,14 @@ class Handler : public nlohmann::json_sax<json> {
     return p;
   }
 
+  // *total += bytes iff the sum stays within kMaxInputBytes.
+  static bool Accumulate(int64_t* total, int64_t bytes) {
+    const std::optional<int64_t> sum = CheckedAdd(*total, bytes);
+    if (!sum || *sum > kMaxInputBytes) return false;
+    *total = *sum;
+    return true;
+  }
+
   bool Fail(const std::string& pointer, std::string_view what) {
     error = fmt::format("{}: {}: {}", path_, pointer.empty() ? "/" : pointer, what);
     semantic_ = true;
@@ -218,6 +231,12 @@ class Handler : public nlohmann::json_sax<json> {
       if (kind == Kind::kInt) return true;
       return Fail(Pointer() + "/" + k, "expected an integer");
     };
+    // A size: an integer from 0 to 2^62 (core/checked.h), reported at the field.
+    auto need_size = [&]() {
+      if (!need_int()) return false;
+      if (v >= 0 && v <= kMaxInputBytes) return true;
+      return Fail(Pointer() + "/" + k, fmt::format("expected a size from 0 to 2^62 bytes, got {}", v));
+    };
     if (frames_.size() == 1 && !legacy_ && (k == "segments" || k == "device_traces")) {
       return Fail("/" + k, k == "segments" ? kNotSnapshot : "expected an array of per-device arrays");
     }
@@ -227,16 +246,16 @@ class Handler : public nlohmann::json_sax<json> {
           if (!need_int()) return false;
           segment_.device = static_cast<int>(v);
         } else if (k == "total_size") {
-          if (!need_int()) return false;
+          if (!need_size()) return false;
           segment_.total = v;
         }
         break;
       case Place::kBlock:
         if (k == "size") {
-          if (!need_int()) return false;
+          if (!need_size()) return false;
           block_.size = v;
         } else if (k == "requested_size") {
-          if (!need_int()) return false;
+          if (!need_size()) return false;
           block_.requested = v;
         } else if (k == "state") {
           if (kind != Kind::kString) return Fail(Pointer(), "expected a block with a 'state' string");
@@ -245,7 +264,10 @@ class Handler : public nlohmann::json_sax<json> {
         break;
       case Place::kHistoryItem:
         if (k == "real_size" && kind == Kind::kInt) {
-          block_.history += v;
+          if (!need_size()) return false;
+          if (!Accumulate(&block_.history, v)) {
+            return Fail(Pointer() + "/" + k, "the history's sizes add up beyond 2^62 bytes");
+          }
           block_.has_history = true;
         }
         break;
@@ -254,11 +276,15 @@ class Handler : public nlohmann::json_sax<json> {
           if (kind != Kind::kString) return Fail(Pointer(), "expected a trace entry with an 'action' string");
           entry_action_ = text;
         } else if (k == "size") {
-          if (!need_int()) return false;
+          if (!need_size()) return false;
           entry_.size = v;
           entry_has_size_ = true;
         } else if (k == "time_us") {
           if (!need_int()) return false;
+          if (v < 0 || !ToTimeNs(v, 1000)) {
+            return Fail(Pointer() + "/" + k,
+                        fmt::format("expected microseconds from 0 to 2^62 ns, got {}", v));
+          }
           entry_.time_us = v;
         }
         break;
@@ -340,16 +366,29 @@ timeline::Timeline LoadSnapshot(const std::string& path, const LoadProfileOption
   int64_t reserved = end.reserved, allocated = end.allocated, active = end.active;
   for (size_t n = trace.size(); n-- > 0;) {
     const Entry& e = trace[n];
+    // time_us was bounded when read (ToTimeNs); n is far below 2^62 / 1000.
     const TimeNs t = timed ? e.time_us * 1000 : static_cast<TimeNs>(n) * 1000;
     after[n] = {t, allocated, reserved, active};
     const int64_t rounded = Round512(e.size);
+    int64_t* gauges[2] = {nullptr, nullptr};
+    int64_t delta = rounded;
     switch (e.action) {
-      case Action::kAlloc: allocated -= rounded; active -= rounded; break;
-      case Action::kFreeRequested: allocated += rounded; break;
-      case Action::kFreeCompleted: active += rounded; break;
-      case Action::kSegmentAlloc: reserved -= e.size; break;
-      case Action::kSegmentFree: reserved += e.size; break;
+      case Action::kAlloc: gauges[0] = &allocated; gauges[1] = &active; delta = -rounded; break;
+      case Action::kFreeRequested: gauges[0] = &allocated; break;
+      case Action::kFreeCompleted: gauges[0] = &active; break;
+      case Action::kSegmentAlloc: gauges[0] = &reserved; delta = -e.size; break;
+      case Action::kSegmentFree: gauges[0] = &reserved; delta = e.size; break;
       case Action::kMarker: break;
+    }
+    for (int64_t* g : gauges) {
+      // Each size is at most 2^62, but many of them can still add up beyond int64.
+      const std::optional<int64_t> next = g ? CheckedAdd(*g, delta) : std::nullopt;
+      if (g && !next) {
+        throw InputError(fmt::format("{}: /device_traces/{}/{}/size: the trace's sizes add up "
+                                     "beyond 2^63 bytes",
+                                     path, device, n));
+      }
+      if (g) *g = *next;
     }
   }
   SeriesBuilder series(options.max_samples);

@@ -6,6 +6,7 @@
 
 #include <fmt/core.h>
 
+#include "alloc/rounding.h"
 #include "core/error.h"
 #include "replay/snapshot.h"
 
@@ -187,6 +188,9 @@ ReplayResult Replay(const Trace& trace, alloc::Allocator& allocator, bool keep_r
         // malloc of 0 bytes does nothing, as allocate(0); Malloc refuses >= 2^60 up front.
         std::optional<alloc::BlockHandle> h;
         if (r.bytes > 0) h = allocator.Malloc(r.bytes, r.stream);
+        if (r.bytes >= alloc::kMaxRequest && result.refused_mallocs++ == 0) {
+          result.first_refused_line = r.line;
+        }
         if (h) {
           info.state = IdState::kLive;
           info.handle = *h;

@@ -66,6 +66,10 @@ struct ReplayResult {
   alloc::AllocatorStats stats;   // final; each gauge's .peak is the peak
   std::int64_t operations = 0;
   std::vector<ReplayRow> rows;   // filled iff requested
+  // mallocs of 2^60 bytes or more, refused before the allocator as PyTorch does
+  // (alloc::kMaxRequest), and the line (or entry) of the first.
+  std::int64_t refused_mallocs = 0;
+  std::int32_t first_refused_line = 0;
 };
 
 // Replays `trace` through `allocator`. Throws InputError for the id rules of docs/interfaces.md

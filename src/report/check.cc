@@ -197,6 +197,18 @@ std::string CheckJson(const std::vector<StageVerdict>& verdicts,
                        {"message", v.message},
                        {"grew", grew}});
   }
+  // A config that could not be checked is a result too (verdict "error"), so a CI report keeps
+  // every other config's verdict and shows this one.
+  for (const CheckError& e : errors) {
+    results.push_back({{"config", e.config},
+                       {"pipeline", nullptr},
+                       {"peak_bytes", nullptr},
+                       {"usable_bytes", nullptr},
+                       {"headroom_bytes", nullptr},
+                       {"verdict", "error"},
+                       {"message", e.message},
+                       {"grew", json::object()}});
+  }
   j["results"] = results;
   json errs = json::array();
   for (const CheckError& e : errors) errs.push_back({{"config", e.config}, {"message", e.message}});

@@ -112,4 +112,55 @@ void WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>
   }
 }
 
+namespace {
+
+// True iff a and b name the same existing file.
+bool SameFile(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  const bool same = std::filesystem::equivalent(a, b, ec);
+  return !ec && same;
+}
+
+// Creates and removes the temporary file WriteTemporary would create; throws InputError naming
+// `path` when that fails.
+void ProbeWritable(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw InputError(fmt::format("{}: cannot write: is a directory", path));
+  }
+  const std::string tmp = path + ".tmp-memsim";
+  const bool existed = std::filesystem::exists(tmp, ec);
+  std::FILE* f = std::fopen(tmp.c_str(), "ab");
+  if (f == nullptr) {
+    const int err = errno;
+    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    throw InputError(fmt::format("{}: cannot write: cannot create a file in {} ({})", path,
+                                 dir.empty() ? "." : dir.string(), std::strerror(err)));
+  }
+  std::fclose(f);
+  if (!existed) std::remove(tmp.c_str());
+}
+
+}  // namespace
+
+void CheckOutputs(const std::vector<std::string>& outputs, const std::vector<std::string>& inputs) {
+  std::vector<std::string> seen;
+  for (const std::string& out : outputs) {
+    if (out.empty() || out == "-") continue;
+    for (const std::string& in : inputs) {
+      if (!in.empty() && SameFile(out, in)) {
+        throw InputError(
+            fmt::format("{}: is also the input {}; choose another output file", out, in));
+      }
+    }
+    for (const std::string& other : seen) {
+      if (other == out || SameFile(other, out)) {
+        throw InputError(fmt::format("{}: named for two outputs", out));
+      }
+    }
+    seen.push_back(out);
+    if (!IsSpecialFile(out)) ProbeWritable(out);
+  }
+}
+
 }  // namespace memsim::report

@@ -36,4 +36,12 @@ void WriteFileAtomically(const std::string& path, std::string_view content);
 // within one directory fail only if the directory changes meanwhile.)
 void WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>& files);
 
+// Checks, before any work, that every output path ("" entries are skipped) can be written as
+// WriteFilesAtomically will write it, and that none is one of `inputs` or names a file twice.
+// Files are compared by identity (std::filesystem::equivalent), so "./c.json", a hard link or
+// a symlink to c.json all count as c.json. Throws InputError naming the output:
+// "<out>: is also the input <in>; choose another output file" or "<out>: cannot write: <why>".
+// Writes nothing: the probe file it creates is removed at once.
+void CheckOutputs(const std::vector<std::string>& outputs, const std::vector<std::string>& inputs);
+
 }  // namespace memsim::report

@@ -373,6 +373,15 @@ class NaiveModel {
     }
   }
 
+  // npuSynchronizeDevice: every event recorded so far is done; blocks return at the next
+  // ProcessEvents (torch_npu NPUCachingAllocator.cpp, garbage_collect_cached_blocks and
+  // release_available_cached_blocks).
+  void SyncDevice() {
+    for (auto& [stream, q] : events_) {
+      if (!q.empty()) done_[stream] = seq_;
+    }
+  }
+
   void ReleaseSeg(int s) {
     reserved.current -= segs_[s].vsize;
     segment.current -= 1;
@@ -381,7 +390,7 @@ class NaiveModel {
 
   bool ReleaseAvailable(bool small, int stream, Bytes size) {
     if (max_split_ == INT64_MAX) return false;
-    if (npu()) ProcessEvents(true);
+    if (npu()) SyncDevice();
     const Bytes key = std::max(size, max_split_);
     auto v = PoolBlocks(small);
     // The smallest block of this stream >= key, if any, else the largest ones downward.
@@ -415,7 +424,6 @@ class NaiveModel {
   }
 
   void Gc() {
-    if (npu()) ProcessEvents(true);
     const Bytes thr =
         static_cast<Bytes>(o_.garbage_collection_threshold * static_cast<double>(Allowed()));
     if (reserved.current <= thr) return;
@@ -437,6 +445,7 @@ class NaiveModel {
       ++count;
     }
     if (count == 0) return;
+    if (npu()) SyncDevice();  // after both early returns
     Bytes reclaimed = 0;
     bool freed = true;
     while (reclaimed < target && freed && count > 0) {

@@ -301,49 +301,121 @@ TEST_CASE("boundaries: the small-pool split rule (remaining >= 512)", "[alloc]")
 namespace memsim::alloc {
 namespace {
 
-// memsim's current NPU synchronisation (docs/allocator-rules.md, 'NPU synchronisation': torch_npu
-// differs; issue 18).
-TEST_CASE("npu: release_available_cached_blocks synchronizes first", "[alloc]") {
+// NPU synchronisation (docs/allocator-rules.md, 'NPU synchronisation'; torch_npu
+// NPUCachingAllocator.cpp, garbage_collect_cached_blocks and release_available_cached_blocks):
+// the GC synchronises only after both early returns, release_available_cached_blocks after its
+// max_split_size check, and a synchronise only marks events done: the waiting block returns to its
+// pool at the next malloc's process_events. NPU sizes: request + 32 rounded up to 512 B, so
+// N MiB becomes N MiB + 512; c (1000 B) becomes 1536 B in a 2 MiB small segment.
+// GC settings below: allowed = floor(0.5 x 200 MiB) = 100 MiB, GC runs above 0.5 x 100 = 50 MiB.
+constexpr const char* kGcConf = "memory_fraction:0.5,garbage_collection_threshold:0.5";
+
+TEST_CASE("npu sync: a GC at or under its threshold returns without synchronising", "[alloc]") {
+  AllocFixture f(Conf(kGcConf, Backend::kNpu, 200 * MiB));
+  f.Run("malloc a 30MiB 0; record a 1; free a; malloc b 10MiB 0");
+  // a: a 32 MiB segment, split (tail 2 MiB - 512 > 1 MiB). b (10 MiB + 512, a 12 MiB segment)
+  // misses the cache; GC: reserved 32 MiB <= 50 MiB, early return, no synchronise.
+  CHECK(f.Reserved() == 44 * MiB);
+  CHECK(f.Active() == 40 * MiB + 1024);
+  f.Run("malloc c 1000 0");
+  // Stream 1 never completed and nothing synchronised: a is still active.
+  CHECK(f.Active() == 40 * MiB + 1024 + 1536);
+  f.Run("complete 1; malloc d 1000 0");
+  // Now a returns; d shares c's small segment.
+  CHECK(f.Active() == 10 * MiB + 512 + 2 * 1536);
+}
+
+TEST_CASE("npu sync: a GC with no freeable block returns without synchronising", "[alloc]") {
+  AllocFixture f(Conf(kGcConf, Backend::kNpu, 200 * MiB));
+  f.Run("malloc a 60MiB 0; record a 1; free a; malloc b 30MiB 0");
+  // a: a 62 MiB segment, split. b (30 MiB + 512, a 32 MiB segment) misses. GC: 62 > 50, but the
+  // large pool holds only a's split tail: no freeable block, early return, no synchronise.
+  // 62 + 32 = 94 <= 100: a new segment, no retry. (Synchronising first would have returned a
+  // whole, at age 0 = the average, and released it: 32 MiB.)
+  CHECK(f.Reserved() == 94 * MiB);
+  CHECK(f.Segments() == 2);
+  CHECK(f.S().num_alloc_retries == 0);
+  f.Run("malloc c 1000 0");
+  CHECK(f.Active() == 90 * MiB + 1024 + 1536);
+}
+
+TEST_CASE("npu sync: a GC that releases synchronises, the waiting block returns at the next malloc",
+          "[alloc]") {
+  const char* script =
+      "malloc a 30MiB 0; malloc x 30MiB 0; record a 1; free a; free x; malloc b 40MiB 0";
+  SECTION("npu") {
+    AllocFixture f(Conf(kGcConf, Backend::kNpu, 200 * MiB));
+    f.Run(script);
+    // a, x: 32 MiB segments; free x merges its tail: one whole 32 MiB block. b (40 MiB + 512,
+    // a 42 MiB segment) misses. GC: 64 > 50, target 14 MiB; freeable: x alone, age 1 (b's
+    // lookup) = the average: released. The synchronise marks a's event done but a stays out of
+    // the pool. 32 + 42 = 74 MiB.
+    CHECK(f.Reserved() == 74 * MiB);
+    CHECK(f.Active() == 70 * MiB + 1024);
+    f.Run("malloc c 1000 0");
+    // No complete: process_events frees a because of the GC's synchronise; a merges with its
+    // tail, a whole 32 MiB block. c misses the small pool, so the GC runs again: 74 > 50, and a
+    // (age 0 = the average) is released; c adds a 2 MiB segment: 42 + 2 MiB.
+    CHECK(f.Active() == 40 * MiB + 512 + 1536);
+    CHECK(f.Reserved() == 44 * MiB);
+  }
+  SECTION("cuda") {
+    AllocFixture f(Conf(kGcConf, Backend::kCuda, 200 * MiB));
+    f.Run(script + std::string("; malloc c 1000 0"));
+    // a, x: 30 MiB segments; GC (60 > 50) releases x; 30 + 40 + 2 MiB. CUDA's GC does not
+    // synchronise: a is still active.
+    CHECK(f.Reserved() == 72 * MiB);
+    CHECK(f.Active() == 70 * MiB + 1024);
+  }
+}
+
+TEST_CASE("npu sync: release_available_cached_blocks with nothing to release, events pending",
+          "[alloc]") {
   const char* script = "malloc a 50MiB 0; record a 1; free a; malloc b 30MiB 0";
   SECTION("npu") {
     AllocFixture f(Conf("max_split_size_mb:40", Backend::kNpu, 70 * MiB));
     f.Run(script);
-    // a: 50 MiB + 32 -> 52,429,312 B, a 52 MiB segment; b: 30 MiB + 32 -> a 32 MiB segment.
-    // 52 + 32 > 70 fails; release_available synchronizes (a returns to the pool, whole) and
-    // releases it (key max(b, 40 MiB) = 40 MiB <= 52 MiB); the second try succeeds: no retry.
+    // a: 50 MiB + 512 -> a 52 MiB segment, oversize, not split. b: 30 MiB + 512 -> 32 MiB.
+    // 52 + 32 > 70 fails. release_available: key max(b, 40 MiB) = 40 MiB, the pool is empty
+    // (a waits on its event): it synchronises and returns false. release_cached_blocks frees a
+    // (synchronize_and_free_events) and its segment; the retry succeeds.
     CHECK(f.Reserved() == 32 * MiB);
-    CHECK(f.S().num_alloc_retries == 0);
+    CHECK(f.S().num_alloc_retries == 1);
   }
   SECTION("cuda") {
     AllocFixture f(Conf("max_split_size_mb:40", Backend::kCuda, 70 * MiB));
     f.Run(script);
-    // 50 + 30 > 70; release_available sees no free block (a is pending); release_cached_blocks
-    // synchronizes and frees a's segment; the retry succeeds.
+    // 50 + 30 > 70; the same path without the synchronise: one retry.
     CHECK(f.Reserved() == 30 * MiB);
     CHECK(f.S().num_alloc_retries == 1);
   }
 }
 
-TEST_CASE("npu: garbage collection synchronizes first", "[alloc]") {
-  // allowed = floor(0.5 x 200 MiB) = 100 MiB; GC above 50 MiB.
-  const char* conf = "memory_fraction:0.5,garbage_collection_threshold:0.5";
-  const char* script = "malloc a 60MiB 0; record a 1; free a; malloc b 50MiB 0";
+TEST_CASE("npu sync: release_available_cached_blocks releases an oversize block, events pending",
+          "[alloc]") {
+  const char* script =
+      "malloc a 50MiB 0; malloc x 50MiB 0; record a 1; free a; free x; malloc b 30MiB 0; "
+      "malloc c 1000 0";
   SECTION("npu") {
-    AllocFixture f(Conf(conf, Backend::kNpu, 200 * MiB));
-    f.Run(script);
-    // b misses the cache (a pending). GC synchronizes: a (62 MiB segment) returns to the pool
-    // with age 0 = the average, 62 > 50, so it is released; b's 52 MiB segment then fits.
-    CHECK(f.Reserved() == 52 * MiB);
-    CHECK(f.Segments() == 1);
+    AllocFixture f(Conf("max_split_size_mb:40", Backend::kNpu, 120 * MiB));
+    f.Run("malloc a 50MiB 0; malloc x 50MiB 0; record a 1; free a; free x; malloc b 30MiB 0");
+    // a, x: 52 MiB oversize segments. b (32 MiB) may not take x (oversize block, small request).
+    // 104 + 32 > 120. release_available: key 40 MiB, lower_bound finds x; synchronise; x is
+    // released: 52 + 32 = 84 MiB, no retry. a (52 MiB, unsplit) is still active.
+    CHECK(f.Reserved() == 84 * MiB);
     CHECK(f.S().num_alloc_retries == 0);
+    CHECK(f.Active() == 82 * MiB + 512);
+    f.Run("malloc c 1000 0");
+    // The synchronise marked a's event done: process_events returns a to the pool.
+    CHECK(f.Active() == 30 * MiB + 512 + 1536);
+    CHECK(f.Reserved() == 86 * MiB);
   }
   SECTION("cuda") {
-    AllocFixture f(Conf(conf, Backend::kCuda, 200 * MiB));
+    AllocFixture f(Conf("max_split_size_mb:40", Backend::kCuda, 120 * MiB));
     f.Run(script);
-    // GC finds no candidate (a pending); 60 + 50 > 100 fails; release_cached_blocks
-    // synchronizes and frees a; the retry succeeds.
-    CHECK(f.Reserved() == 50 * MiB);
-    CHECK(f.S().num_alloc_retries == 1);
+    // 50 + 50 + 30 > 120: x released, no retry; no synchronise: a stays active.
+    CHECK(f.Reserved() == 82 * MiB);
+    CHECK(f.Active() == 80 * MiB + 1024);
   }
 }
 

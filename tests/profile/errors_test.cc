@@ -73,7 +73,7 @@ TEST_CASE("corrupted values and binary data", "[profile]") {
         "<MiB> | max reserved: <MiB>'");
   CHECK(LoadError("timestamp, memory.used [MiB]\n2025/07/02 14:03:11.482, lots MiB\n",
                   Format::kNvidiaSmi, "bad6.csv") ==
-        "<file>:2: memory.used: expected '<integer> MiB', got 'lots MiB'");
+        "<file>:2: memory.used: expected '<integer> MiB' below 2^42 MiB, got 'lots MiB'");
   CHECK(LoadError("timestamp, memory.used [MiB]\nyesterday, 5 MiB\n", Format::kNvidiaSmi, "bad7.csv") ==
         "<file>:2: timestamp: expected 'YYYY/MM/DD HH:MM:SS.mmm', got 'yesterday'");
 }

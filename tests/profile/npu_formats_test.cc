@@ -107,7 +107,7 @@ TEST_CASE("npu errors", "[profile]") {
                      "Active(MB),Stream Ptr,Device Type\r\nPTA,1751500000200001.250\t,5l2.0,1024.0,"
                      "512.0,1,NPU:0\r\n");
   CHECK_THROWS_WITH(LoadProfile(bad, Format::kNpuProfiler),
-                    bad + ":2: Total Allocated(MB): expected a number of MiB, got '5l2.0'");
+                    bad + ":2: Total Allocated(MB): expected a number of MiB below 2^42, got '5l2.0'");
   const std::string bad_mem = testing::TempPath("bad_npu_mem.csv");
   testing::WriteFile(bad_mem, "Device_id,event,hbm(KB),timestamp(us)\n0,Device,12,noon\n");
   CHECK_THROWS_WITH(LoadProfile(bad_mem, Format::kNpuMem),

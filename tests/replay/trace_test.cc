@@ -458,14 +458,16 @@ TEST_CASE("memsim replay: outputs are written all or nothing", "[replay]") {
   // The tester's case: a writable --json and an unwritable --csv leave nothing behind.
   Run r = Memsim(dir, "replay ok.csv --json good.json --csv nodir/x.csv");
   CHECK(r.exit_code == 2);
-  CHECK(r.err == "memsim replay: nodir/x.csv: cannot write: No such file or directory\n");
+  CHECK(r.err == "memsim replay: nodir/x.csv: cannot write: cannot create a file in nodir (No such "
+                 "file or directory)\n");
   CHECK(r.out.empty());
   CHECK(written().empty());
   // Either order; an existing target keeps its old content.
   dir.Write("good.csv", "old\n");
   r = Memsim(dir, "replay ok.csv --json nodir/x.json --csv good.csv");
   CHECK(r.exit_code == 2);
-  CHECK(r.err == "memsim replay: nodir/x.json: cannot write: No such file or directory\n");
+  CHECK(r.err == "memsim replay: nodir/x.json: cannot write: cannot create a file in nodir (No such "
+                 "file or directory)\n");
   CHECK(Slurp(dir.path() / "good.csv") == "old\n");
   CHECK(written() == std::vector<std::string>{"good.csv"});
   // A directory is refused, not replaced, and the other output is not written either.

@@ -1,0 +1,240 @@
+// Issue 18's findings, one row per input that once crashed, overflowed or was accepted silently
+// (inputs under tests/profile/data/findings/ and tests/cli/data/). Each runs the built binary:
+// in the sanitizer build (.ci/run) a report would abort it, so every row also proves "no runtime
+// error". Bad input exits 2 with one message naming the file and the field; valid input exits 0.
+#include <catch2/catch.hpp>
+#include <tinyxml2.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "cli/cli_test_util.h"
+
+namespace memsim {
+namespace {
+
+using testing::ReadAll;
+using testing::RunMemsim;
+using testing::ScratchDir;
+
+const std::string kFindings = std::string(MEMSIM_SOURCE_DIR) + "/tests/profile/data/findings/";
+const std::string kCliData = std::string(MEMSIM_SOURCE_DIR) + "/tests/cli/data/";
+const std::string kSim = std::string(MEMSIM_SOURCE_DIR) + "/tests/profile/data/memsim.csv";
+
+void CheckNoSanitizerReport(const testing::CommandResult& r) {
+  CHECK(r.err.find("runtime error") == std::string::npos);
+  CHECK(r.err.find("AddressSanitizer") == std::string::npos);
+}
+
+TEST_CASE("findings: profiles that overflowed or read out of bounds exit 2 naming the field",
+          "[cli][findings]") {
+  struct Row {
+    const char* file;
+    const char* format;
+    std::string message;  // after "memsim compare: <path>"
+  };
+  const Row rows[] = {
+      // nvidia_smi.cc: a header with "memory.used" but no column starting with it read f[-1].
+      {"nvidia_smi_no_used_column.csv", "nvidia-smi",
+       ":1: expected a column named 'memory.used [MiB]' (query "
+       "--query-gpu=timestamp,memory.used,...)"},
+      // clock.cc: days x 86400e9 overflowed from the year 2263.
+      {"nvidia_smi_year_2263.csv", "nvidia-smi",
+       ":2: timestamp: expected 'YYYY/MM/DD HH:MM:SS.mmm', got '2263/01/01 00:00:00.000'"},
+      // nvidia_smi.cc: 99999999999999 MiB x 2^20 overflowed.
+      {"nvidia_smi_huge_used.csv", "nvidia-smi",
+       ":2: memory.used: expected '<integer> MiB' below 2^42 MiB, got '99999999999999 MiB'"},
+      // reader.cc: a second sign was accepted, then us x 1000 overflowed.
+      {"memsim_double_sign.csv", "memsim-csv",
+       ":3: time_us: expected a number of microseconds within +-2^62 ns, got "
+       "'--9223372036854775808'"},
+      // reader.cc: sample times more than 292 years apart overflowed their difference.
+      {"memsim_300_years.csv", "memsim-csv",
+       ":2: time_us: expected a number of microseconds within +-2^62 ns, got '-9000000000000000'"},
+      // chrome_trace.cc: an integer ts >= 1e16 us overflowed x 1000.
+      {"chrome_trace_huge_ts.json", "torch-trace",
+       ": no device [memory] events, expected a trace recorded with profile_memory=True (1 events "
+       "skipped: 'ts' unreadable or beyond 2^62 ns)"},
+      // snapshot.cc: time_us x 1000 overflowed.
+      {"snapshot_huge_time.json", "torch-snapshot",
+       ": /device_traces/0/0/time_us: expected microseconds from 0 to 2^62 ns, got "
+       "10000000000000000"},
+      // snapshot.cc: Round512(INT64_MAX) overflowed; sizes were not bounded.
+      {"snapshot_huge_size.json", "torch-snapshot",
+       ": /segments/0/blocks/0/size: expected a size from 0 to 2^62 bytes, got "
+       "9223372036854775807"},
+      // A negative total_size was reported at /segments/0 instead of the field.
+      {"snapshot_negative_total.json", "torch-snapshot",
+       ": /segments/0/total_size: expected a size from 0 to 2^62 bytes, got -5"},
+      // A table cut after its first device was accepted.
+      {"npu_smi_truncated.txt", "npu-smi",
+       ":24: truncated npu-smi table: 1 device(s), expected 2 as in the first table"},
+      // allocated: 1e300 was shown as '-'.
+      {"megatron_huge.log", "megatron-log", ":1: allocated: expected MiB below 2^42, got '1e300'"},
+  };
+  for (const Row& row : rows) {
+    INFO(row.file);
+    ScratchDir dir("findings");
+    const std::string path = kFindings + row.file;
+    const auto r = RunMemsim(
+        dir, "compare --simulated " + kSim + " --profile " + path + " --format " + row.format);
+    CheckNoSanitizerReport(r);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err == "memsim compare: " + path + row.message + "\n");
+    CHECK(r.out.empty());
+  }
+}
+
+TEST_CASE("findings: nvidia-smi times 280 years apart load", "[cli][findings]") {
+  // Within +-2^62 ns of the epoch both; their difference fits (nvidia_smi.cc, pass grouping).
+  ScratchDir dir("findings");
+  const auto r = RunMemsim(dir, "compare --simulated " + kSim + " --profile " + kFindings +
+                                    "nvidia_smi_280_years.csv --no-chart");
+  CheckNoSanitizerReport(r);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("profile format: nvidia-smi") != std::string::npos);
+}
+
+TEST_CASE("findings: --skip beyond the profile's iterations exits 2", "[cli][findings]") {
+  ScratchDir dir("findings");
+  const std::string example = std::string(MEMSIM_SOURCE_DIR) + "/tests/profile/data/example/";
+  const auto r = RunMemsim(dir, "compare --simulated " + example + "simulated.csv --profile " +
+                                    example + "trace.json.gz --skip 1000000");
+  CheckNoSanitizerReport(r);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim compare: --skip 1000000: the profile " + example +
+                     "trace.json.gz has 3 iteration(s); it would skip all of them\n");
+}
+
+TEST_CASE("findings: an output that is also an input is refused before anything is written",
+          "[cli][findings]") {
+  ScratchDir dir("findings");
+  const std::string config = ReadAll(kCliData + "good.json");
+  const std::string trace = ReadAll(kCliData + "replay_small.csv");
+  const std::string profile =
+      ReadAll(std::string(MEMSIM_SOURCE_DIR) + "/tests/profile/data/trace_new.json");
+  dir.Write("c.json", config);
+  dir.Write("t.csv", trace);
+  dir.Write("t.json", profile);
+  struct Row {
+    const char* args;
+    const char* err;
+  };
+  const Row rows[] = {
+      {"run c.json --json c.json",
+       "memsim run: c.json: is also the input c.json; choose another output file\n"},
+      // Compared by identity, not by spelling.
+      {"run c.json --csv ./c.json",
+       "memsim run: ./c.json: is also the input c.json; choose another output file\n"},
+      {"replay t.csv --csv t.csv",
+       "memsim replay: t.csv: is also the input t.csv; choose another output file\n"},
+      {"compare --simulated t.csv --profile t.json --json t.json",
+       "memsim compare: t.json: is also the input t.json; choose another output file\n"},
+  };
+  for (const Row& row : rows) {
+    INFO(row.args);
+    const auto r = RunMemsim(dir, row.args);
+    CheckNoSanitizerReport(r);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err == row.err);
+  }
+  CHECK(ReadAll(dir.path() / "c.json") == config);
+  CHECK(ReadAll(dir.path() / "t.csv") == trace);
+  CHECK(ReadAll(dir.path() / "t.json") == profile);
+  // Nothing else was left behind (no temporary, no probe).
+  CHECK(std::distance(std::filesystem::directory_iterator(dir.path()),
+                      std::filesystem::directory_iterator()) == 3);
+}
+
+TEST_CASE("findings: bad options are rejected before the simulation", "[cli][findings]") {
+  ScratchDir dir("findings");
+  // The config does not exist: had the simulation come first, that would be the message.
+  auto r = RunMemsim(dir, "run missing.json --width 5");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim run: --width 5: expected 40 to 1000 columns\n");
+  r = RunMemsim(dir, "run missing.json --json no/such/dir/r.json");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err ==
+        "memsim run: no/such/dir/r.json: cannot write: cannot create a file in no/such/dir (No "
+        "such file or directory)\n");
+  // A path that exists but cannot be written: the message says why, not "No such file".
+  r = RunMemsim(dir, "run missing.json --json /proc/version");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.rfind("memsim run: /proc/version: cannot write: cannot create a file in /proc (", 0) ==
+        0);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+}
+
+TEST_CASE("findings: config errors name the field and the --set text", "[cli][findings]") {
+  ScratchDir dir("findings");
+  const std::string path = kCliData + "seq_length_1e400.json";
+  auto r = RunMemsim(dir, "validate " + path);
+  CheckNoSanitizerReport(r);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim validate: " + path +
+                     ": /training/seq_length: number out of range, expected a value such as "
+                     "4096\n");
+  // Errors inside a --set value name the --set text, not the embedded default config.
+  r = RunMemsim(dir, "validate --set 'allocator.roundup_power2_divisions={\"64\":3}'");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.rfind("memsim validate: --set allocator.roundup_power2_divisions={\"64\":3}: /64: ",
+                    0) == 0);
+  r = RunMemsim(dir, "validate --set 'training.recompute_modules=[\"x\"]'");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.rfind("memsim validate: --set training.recompute_modules=[\"x\"]: /0: ", 0) == 0);
+}
+
+TEST_CASE("findings: replay says what it refused and rejects an empty trace", "[cli][findings]") {
+  ScratchDir dir("findings");
+  auto r = RunMemsim(dir, "replay " + kCliData + "replay_2p60.csv");
+  CheckNoSanitizerReport(r);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("note: 1 malloc(s) of 2^60 bytes or more refused before the allocator, as "
+                   "PyTorch does (first at " +
+                   kCliData + "replay_2p60.csv:4); they change no stat\n") != std::string::npos);
+  r = RunMemsim(dir, "replay " + kCliData + "replay_empty.csv");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim replay: " + kCliData +
+                     "replay_empty.csv: nothing to replay: no operations, expected lines "
+                     "op,id,bytes,stream or a snapshot with device_traces entries\n");
+}
+
+TEST_CASE("findings: check with a bad config still writes JUnit and JSON, and exits 2",
+          "[cli][findings][check]") {
+  ScratchDir dir("findings");
+  dir.Write("good.json", ReadAll(kCliData + "good.json"));
+  dir.Write("bad.json", "{\"training\": 3}");
+  const auto r = RunMemsim(dir, "check good.json bad.json --junit j.xml --json c.json");
+  CheckNoSanitizerReport(r);
+  CHECK(r.exit_code == 2);
+  tinyxml2::XMLDocument doc;
+  REQUIRE(doc.LoadFile((dir.path() / "j.xml").c_str()) == tinyxml2::XML_SUCCESS);
+  const auto* suites = doc.FirstChildElement("testsuites");
+  REQUIRE(suites != nullptr);
+  CHECK(suites->IntAttribute("errors") == 1);
+  CHECK(suites->IntAttribute("failures") == 0);
+  bool good_passed = false, bad_errored = false;
+  for (const auto* suite = suites->FirstChildElement("testsuite"); suite != nullptr;
+       suite = suite->NextSiblingElement("testsuite")) {
+    const std::string name = suite->Attribute("name");
+    const auto* testcase = suite->FirstChildElement("testcase");
+    REQUIRE(testcase != nullptr);
+    if (name == "good.json") {
+      good_passed = testcase->FirstChildElement("failure") == nullptr &&
+                    testcase->FirstChildElement("error") == nullptr;
+    }
+    if (name == "bad.json") {
+      const auto* error = testcase->FirstChildElement("error");
+      bad_errored = error != nullptr &&
+                    std::string(error->Attribute("message")).rfind("bad.json: /training: ", 0) == 0;
+    }
+  }
+  CHECK(good_passed);
+  CHECK(bad_errored);
+  const std::string json = ReadAll(dir.path() / "c.json");
+  CHECK(json.find("\"verdict\": \"error\"") != std::string::npos);
+  CHECK(json.find("\"verdict\": \"ok\"") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace memsim
