@@ -1,18 +1,19 @@
 // memsim check CONFIG... (docs/interfaces.md, 'Command line'; issue 6).
+#include "report/check.h"
+
+#include <fmt/core.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
 
-#include <fmt/core.h>
-
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "config/load.h"
 #include "core/error.h"
 #include "engine/stages.h"
-#include "report/check.h"
 #include "report/format.h"
 #include "report/run_report.h"
 
@@ -57,17 +58,20 @@ int Check(const CheckArgs& a) {
   options.usable_memory_bytes = capacity;
   options.margin_pct = ParsePercentArg(a.margin, "--margin");
   options.tolerance_pct = ParsePercentArg(a.tolerance, "--tolerance");
-  const bool baseline_is_dir = !a.baseline.empty() && (fs::is_directory(a.baseline) || a.baseline.back() == '/');
+  const bool baseline_is_dir =
+      !a.baseline.empty() && (fs::is_directory(a.baseline) || a.baseline.back() == '/');
   if (!a.baseline.empty() && !baseline_is_dir && a.configs.size() > 1) {
-    throw InputError(fmt::format("--baseline {}: with several configs, name a directory of "
-                                 "<config stem>.json reports", a.baseline));
+    throw InputError(
+        fmt::format("--baseline {}: with several configs, name a directory of "
+                    "<config stem>.json reports",
+                    a.baseline));
   }
   if (a.update_baseline && a.baseline.empty()) {
     throw InputError("--update-baseline: needs --baseline FILE|DIR to write to");
   }
   if (baseline_is_dir && !a.update_baseline && !fs::is_directory(a.baseline)) {
-    throw InputError(fmt::format("--baseline {}: no such directory (create it with --update-baseline)",
-                                 a.baseline));
+    throw InputError(fmt::format(
+        "--baseline {}: no such directory (create it with --update-baseline)", a.baseline));
   }
   report::CheckOutputs({a.junit_path, a.json_path}, a.configs);
   std::vector<std::string> notes;
@@ -80,14 +84,15 @@ int Check(const CheckArgs& a) {
       config::LoadOptions load;
       load.use_embedded_default = false;
       load.capacity_bytes = capacity;
-      const config::Setup setup = config::LoadSetup(config_path, load);
+      const config::Setup setup = LoadSetupAndWarn(config_path, load);
       engine::RunOptions run_options;
       run_options.usable_memory_bytes = capacity;
       run_options.keep_timeline = false;
       const engine::RunResult run = engine::RunAllStages(setup, run_options);
       const std::string baseline_path = BaselinePath(a.baseline, config_path);
       std::vector<report::BaselineStage> baseline;
-      const bool have_baseline = !baseline_path.empty() && !a.update_baseline && fs::exists(baseline_path);
+      const bool have_baseline =
+          !baseline_path.empty() && !a.update_baseline && fs::exists(baseline_path);
       if (!baseline_path.empty() && !a.update_baseline && !have_baseline && !baseline_is_dir) {
         throw InputError(fmt::format("--baseline {}: no such file", baseline_path));
       }
@@ -96,9 +101,11 @@ int Check(const CheckArgs& a) {
         notes.push_back(fmt::format("note: no baseline {} for {}: checked against capacity only",
                                     baseline_path, config_path));
       }
-      auto v = report::CheckStages(config_path, run, setup, options, have_baseline ? &baseline : nullptr);
+      auto v = report::CheckStages(config_path, run, setup, options,
+                                   have_baseline ? &baseline : nullptr);
       verdicts.insert(verdicts.end(), v.begin(), v.end());
-      if (a.update_baseline) to_write.emplace_back(baseline_path, report::RunReportJson(run, setup));
+      if (a.update_baseline)
+        to_write.emplace_back(baseline_path, report::RunReportJson(run, setup));
     } catch (const InputError& e) {
       errors.push_back({config_path, e.what()});
     }
@@ -116,7 +123,8 @@ int Check(const CheckArgs& a) {
   report::WriteFilesAtomically(files);
   std::fputs(report::FormatCheckText(verdicts, errors).c_str(), stdout);
   for (const std::string& note : notes) std::printf("%s\n", note.c_str());
-  for (const report::CheckError& e : errors) std::fprintf(stderr, "memsim check: %s\n", e.message.c_str());
+  for (const report::CheckError& e : errors)
+    std::fprintf(stderr, "memsim check: %s\n", e.message.c_str());
   if (!to_write.empty() && errors.empty()) {
     std::printf("wrote %zu baseline report(s) to %s\n", to_write.size(), a.baseline.c_str());
   }
@@ -132,10 +140,13 @@ int Check(const CheckArgs& a) {
 Action AddCheckCommand(CLI::App& sub) {
   auto a = std::make_shared<CheckArgs>();
   sub.add_option("configs", a->configs, "training configs to check")->required();
-  sub.add_option("--capacity", a->capacity, "usable device memory, e.g. 60GiB (replaces the presets')");
+  sub.add_option("--capacity", a->capacity,
+                 "usable device memory, e.g. 60GiB (replaces the presets')");
   sub.add_option("--margin", a->margin, "required headroom, percent of usable memory (default 5)");
-  sub.add_option("--baseline", a->baseline, "a previous `run --json` report, or a directory of <stem>.json");
-  sub.add_option("--tolerance", a->tolerance, "allowed growth over the baseline, percent (default 1)");
+  sub.add_option("--baseline", a->baseline,
+                 "a previous `run --json` report, or a directory of <stem>.json");
+  sub.add_option("--tolerance", a->tolerance,
+                 "allowed growth over the baseline, percent (default 1)");
   sub.add_flag("--update-baseline", a->update_baseline, "write the new reports as the baseline");
   sub.add_option("--junit", a->junit_path, "write JUnit XML to FILE")->check(NonEmpty);
   sub.add_option("--json", a->json_path, "write the verdicts as JSON to FILE")->check(NonEmpty);

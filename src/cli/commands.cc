@@ -1,9 +1,9 @@
 #include "cli/commands.h"
 
+#include <fmt/core.h>
+
 #include <cstdio>
 #include <vector>
-
-#include <fmt/core.h>
 
 #include "core/error.h"
 

@@ -1,12 +1,12 @@
 #include "cli/common.h"
 
+#include <fmt/core.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
-
-#include <fmt/core.h>
 
 #include "core/error.h"
 #include "core/size.h"
@@ -27,7 +27,8 @@ void AddConfigOptions(CLI::App& sub, ConfigArgs& args, bool with_iterations) {
   sub.add_option("--set", args.sets, "override KEY=VALUE (training.<key> or allocator.<key>)")
       ->allow_extra_args(false);
   if (with_iterations) {
-    sub.add_option("--iterations", args.iterations, "training iterations to simulate (train_iters)");
+    sub.add_option("--iterations", args.iterations,
+                   "training iterations to simulate (train_iters)");
   }
 }
 
@@ -45,7 +46,8 @@ Bytes ParseSizeArg(std::string_view text, std::string_view option) {
   // A device smaller than 1 MiB or larger than 1 PiB is a typo, and larger values would
   // overflow the byte arithmetic downstream.
   if (bytes < kMiB || bytes > (Bytes{1} << 50)) {
-    throw InputError(fmt::format("{} {}: expected a size from 1 MiB to 1 PiB, e.g. 80GiB", option, text));
+    throw InputError(
+        fmt::format("{} {}: expected a size from 1 MiB to 1 PiB, e.g. 80GiB", option, text));
   }
   return bytes;
 }
@@ -55,9 +57,11 @@ double ParsePercentArg(std::string_view text, std::string_view option) {
   if (!s.empty() && s.back() == '%') s.remove_suffix(1);
   double v = -1;
   // Plain decimal only: no exponent, hex, inf or nan.
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v, std::chars_format::fixed);
+  const auto [end, ec] =
+      std::from_chars(s.data(), s.data() + s.size(), v, std::chars_format::fixed);
   if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !(v >= 0.0) || v >= 100.0) {
-    throw InputError(fmt::format("{} {}: expected a percentage in [0, 100), e.g. 5 or 5%", option, text));
+    throw InputError(
+        fmt::format("{} {}: expected a percentage in [0, 100), e.g. 5 or 5%", option, text));
   }
   return v;
 }
@@ -66,8 +70,8 @@ std::optional<int> CheckPipelineRank(int rank, const config::Setup& setup) {
   if (rank == kNotGiven) return std::nullopt;
   const int p = setup.training.pipeline_model_parallel_size;
   if (rank < 0 || rank >= p) {
-    throw InputError(fmt::format("--pipeline-rank {}: expected 0..{} (pipeline_model_parallel_size {})",
-                                 rank, p - 1, p));
+    throw InputError(fmt::format(
+        "--pipeline-rank {}: expected 0..{} (pipeline_model_parallel_size {})", rank, p - 1, p));
   }
   return rank;
 }
@@ -75,7 +79,8 @@ std::optional<int> CheckPipelineRank(int rank, const config::Setup& setup) {
 int CheckIterations(int iterations) {
   if (iterations == kNotGiven) return 0;
   if (iterations < 1) {
-    throw InputError(fmt::format("--iterations {}: expected a positive number of iterations", iterations));
+    throw InputError(
+        fmt::format("--iterations {}: expected a positive number of iterations", iterations));
   }
   return iterations;
 }
@@ -106,6 +111,16 @@ std::string FormatVerboseNotes(const config::Setup& setup) {
   std::string out;
   for (const std::string& note : setup.notes) out += "  note: " + note + "\n";
   return out;
+}
+
+void PrintWarnings(const config::Setup& setup) {
+  for (const std::string& w : setup.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+}
+
+config::Setup LoadSetupAndWarn(const std::string& config_path, const config::LoadOptions& load) {
+  config::Setup setup = config::LoadSetup(config_path, load);
+  PrintWarnings(setup);
+  return setup;
 }
 
 }  // namespace memsim::cli

@@ -26,6 +26,11 @@ void AddConfigOptions(CLI::App& sub, ConfigArgs& args, bool with_iterations);
 // The loader options they stand for. Throws InputError for a bad --iterations.
 config::LoadOptions ToLoadOptions(const ConfigArgs& args);
 
+// config::LoadSetup, then each of the Setup's warnings (keys given that do not act) on standard
+// error as "warning: ...".
+config::Setup LoadSetupAndWarn(const std::string& config_path, const config::LoadOptions& load);
+void PrintWarnings(const config::Setup& setup);
+
 // A CLI11 validator for options that name a file or a preset: an empty value is an error, not
 // "not given" (`--json ""` would otherwise write nothing and exit 0).
 std::string NonEmpty(const std::string& value);

@@ -1,13 +1,14 @@
 // memsim compare: a thin wrapper -- load the profile (profile/), simulate the config (engine/)
 // or read a simulated memsim-csv, compare (compare/), print table + chart, write JSON.
-#include <algorithm>
-#include <cstdio>
+#include "compare/compare.h"
 
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <cstdio>
+
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "compare/compare.h"
 #include "compare/diagnose.h"
 #include "config/load.h"
 #include "core/error.h"
@@ -43,13 +44,15 @@ compare::SimulatedSide SimulatedSideOf(const config::Setup& setup, const engine:
   side.pipeline_rank = stage.pipeline_rank;
   side.fp16 = setup.training.precision == config::Precision::kFp16;
   for (const timeline::SpanSummary& s : stage.spans) {
-    if (s.iteration > 0) side.iterations.push_back({s.iteration, s.by_category_at_peak, s.end_by_category});
+    if (s.iteration > 0)
+      side.iterations.push_back({s.iteration, s.by_category_at_peak, s.end_by_category});
   }
   const auto opt = static_cast<size_t>(Category::kOptimizerStates);
   if (const timeline::SpanSummary* first = stage.Span(1)) {
     side.optimizer_state_bytes = first->end_by_category[opt] - first->start_by_category[opt];
   }
-  side.parameters_on_rank = workload::ComputeStaticSizes(setup, stage.pipeline_rank).parameter_count;
+  side.parameters_on_rank =
+      workload::ComputeStaticSizes(setup, stage.pipeline_rank).parameter_count;
   side.closed_form_weight_and_optimizer_bytes =
       workload::ComputeClosedFormEstimate(setup, stage.pipeline_rank).weight_and_optimizer_bytes;
   return side;
@@ -58,9 +61,9 @@ compare::SimulatedSide SimulatedSideOf(const config::Setup& setup, const engine:
 int RunCompare(const CompareArgs& a) {
   auto format = profile::FormatFromName(a.format);
   if (!format) {
-    const std::vector<std::string> names = {"auto",    "torch-trace", "torch-snapshot",
-                                            "npu-profiler", "npu-mem", "npu-smi",
-                                            "nvidia-smi", "megatron-log", "memsim-csv"};
+    const std::vector<std::string> names = {"auto",         "torch-trace",  "torch-snapshot",
+                                            "npu-profiler", "npu-mem",      "npu-smi",
+                                            "nvidia-smi",   "megatron-log", "memsim-csv"};
     const std::string guess = ClosestMatch(a.format, names);
     throw InputError(fmt::format(
         "--format: expected auto, torch-trace, torch-snapshot, npu-profiler, npu-mem, npu-smi, "
@@ -84,7 +87,7 @@ int RunCompare(const CompareArgs& a) {
   timeline::Timeline simulated;
   compare::SimulatedSide side;
   if (a.simulated.empty()) {
-    const config::Setup setup = config::LoadSetup(a.config, ToLoadOptions(a.load));
+    const config::Setup setup = LoadSetupAndWarn(a.config, ToLoadOptions(a.load));
     report::CheckOutputs({a.json}, {setup.model_path, setup.device_path});
     engine::RunOptions run_options;
     run_options.pipeline_rank = CheckPipelineRank(a.pipeline_rank, setup);
@@ -98,9 +101,10 @@ int RunCompare(const CompareArgs& a) {
   options.format = measured.source;
   const compare::Report report = compare::Compare(measured, simulated, options);
   if (a.skip > 0 && report.measured_iterations > 0 && a.skip >= report.measured_iterations) {
-    throw InputError(fmt::format("--skip {}: the profile {} has {} iteration(s); it would skip "
-                                 "all of them",
-                                 a.skip, a.profile, report.measured_iterations));
+    throw InputError(
+        fmt::format("--skip {}: the profile {} has {} iteration(s); it would skip "
+                    "all of them",
+                    a.skip, a.profile, report.measured_iterations));
   }
   std::string out = compare::FormatTable(report, width);
   const std::string diagnosis =

@@ -19,7 +19,7 @@ struct DumpArgs {
 };
 
 int Dump(const DumpArgs& a) {
-  const config::Setup setup = config::LoadSetup(a.config, ToLoadOptions(a.load));
+  const config::Setup setup = LoadSetupAndWarn(a.config, ToLoadOptions(a.load));
   const int rank = CheckPipelineRank(a.pipeline_rank, setup).value_or(0);
   const std::string text = workload::FormatProgram(workload::Build(setup, rank));
   std::fwrite(text.data(), 1, text.size(), stdout);

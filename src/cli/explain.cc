@@ -1,6 +1,8 @@
 // memsim explain [CONFIG] ... : the run of one pipeline stage told in words (report/explain.h).
 // Takes the options of `run` that choose what is simulated; the stage is the one `run` reports
 // (the highest peak device memory) unless --pipeline-rank names one.
+#include "report/explain.h"
+
 #include <cstdio>
 #include <memory>
 
@@ -8,7 +10,6 @@
 #include "cli/common.h"
 #include "config/load.h"
 #include "engine/stages.h"
-#include "report/explain.h"
 
 namespace memsim::cli {
 namespace {
@@ -28,7 +29,7 @@ int Explain(const ExplainArgs& a) {
   std::optional<Bytes> capacity;
   if (a.capacity_given) capacity = ParseSizeArg(a.capacity, "--capacity");
   load.capacity_bytes = capacity;
-  const config::Setup setup = config::LoadSetup(a.config, load);
+  const config::Setup setup = LoadSetupAndWarn(a.config, load);
   const int width = TerminalWidth(a.width);
   std::optional<int> rank = CheckPipelineRank(a.pipeline_rank, setup);
   if (!rank) {
@@ -42,7 +43,8 @@ int Explain(const ExplainArgs& a) {
   options.usable_memory_bytes = capacity;
   std::string out;
   if (a.verbose) out += FormatVerboseNotes(setup);
-  out += report::FormatExplanation(setup, report::CollectExplainFacts(setup, *rank, options), width);
+  out +=
+      report::FormatExplanation(setup, report::CollectExplainFacts(setup, *rank, options), width);
   std::fputs(out.c_str(), stdout);
   return 0;
 }
@@ -55,7 +57,8 @@ Action AddExplainCommand(CLI::App& sub) {
   AddConfigOptions(sub, a->load, /*with_iterations=*/true);
   sub.add_option("--pipeline-rank", a->pipeline_rank,
                  "explain this pipeline stage (default: the one `run` reports)");
-  sub.add_option("--capacity", a->capacity, "usable device memory, e.g. 60GiB (replaces the preset's)");
+  sub.add_option("--capacity", a->capacity,
+                 "usable device memory, e.g. 60GiB (replaces the preset's)");
   sub.add_flag("--verbose", a->verbose, "list ignored keys and defaults taken");
   sub.add_option("--width", a->width, "wrap lines at N columns (default $COLUMNS or 80)");
   CLI::Option* capacity = sub.get_option("--capacity");

@@ -1,6 +1,8 @@
 // `memsim replay TRACE`: replays an allocator trace (CSV or PyTorch snapshot JSON) through the
 // caching-allocator model and prints the final and peak stats (docs/interfaces.md, 'Allocator
 // traces').
+#include <fmt/core.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -8,8 +10,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <fmt/core.h>
 
 #include "alloc/allocator.h"
 #include "alloc/stats.h"
@@ -99,9 +99,10 @@ int RunReplay(const ReplayArgs& args) {
   const std::string text = ReadFile(args.trace);
   const replay::Trace trace = replay::ParseTrace(text, args.trace, args.device_index);
   if (trace.records.empty()) {
-    throw InputError(fmt::format("{}: nothing to replay: no operations, expected lines "
-                                 "op,id,bytes,stream or a snapshot with device_traces entries",
-                                 args.trace));
+    throw InputError(
+        fmt::format("{}: nothing to replay: no operations, expected lines "
+                    "op,id,bytes,stream or a snapshot with device_traces entries",
+                    args.trace));
   }
   auto allocator = alloc::NewCachingAllocator(options);
   const replay::ReplayResult result = replay::Replay(trace, *allocator, !args.csv.empty());
@@ -148,11 +149,12 @@ int RunReplay(const ReplayArgs& args) {
   // leave a fresh --json behind).
   std::vector<std::pair<std::string, std::string>> outputs;
   if (!args.json.empty()) {
-    outputs.push_back({args.json,
-        fmt::format("{{\"schema_version\": 1, \"memsim_version\": \"{}\", \"backend\": \"{}\", "
-                    "\"operations\": {}, \"final\": {}, \"peak\": {}{}}}\n",
-                    MEMSIM_VERSION, alloc::BackendName(backend), result.operations,
-                    JsonStats(stats, false), JsonStats(stats, true), fidelity_json)});
+    outputs.push_back(
+        {args.json,
+         fmt::format("{{\"schema_version\": 1, \"memsim_version\": \"{}\", \"backend\": \"{}\", "
+                     "\"operations\": {}, \"final\": {}, \"peak\": {}{}}}\n",
+                     MEMSIM_VERSION, alloc::BackendName(backend), result.operations,
+                     JsonStats(stats, false), JsonStats(stats, true), fidelity_json)});
   }
   if (!args.csv.empty()) {
     std::string csv = "op_index,op,allocated_bytes,reserved_bytes,active_bytes\n";
@@ -173,8 +175,9 @@ int RunReplay(const ReplayArgs& args) {
 
 Action AddReplayCommand(CLI::App& sub) {
   auto args = std::make_shared<ReplayArgs>();
-  sub.add_option("TRACE", args->trace, "allocator trace: CSV op,id,bytes,stream or a PyTorch "
-                                       "memory snapshot (JSON)")
+  sub.add_option("TRACE", args->trace,
+                 "allocator trace: CSV op,id,bytes,stream or a PyTorch "
+                 "memory snapshot (JSON)")
       ->required();
   sub.add_option("--backend", args->backend, "allocator flavour: cuda (default) or npu")
       ->check(CLI::IsMember({"cuda", "npu"}));

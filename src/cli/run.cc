@@ -1,16 +1,15 @@
 // memsim run [CONFIG] ... (docs/interfaces.md, 'Command line').
-#include <cstdlib>
-#include <cstdio>
-#include <memory>
-
-#include "core/error.h"
-
 #include <fmt/core.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
 
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "config/load.h"
 #include "config/megatron_args.h"
+#include "core/error.h"
 #include "engine/stages.h"
 #include "report/chart.h"
 #include "report/format.h"
@@ -64,12 +63,14 @@ int Run(const RunArgs& a) {
   if (a.capacity_given) capacity = ParseSizeArg(a.capacity, "--capacity");
   load.capacity_bytes = capacity;
   if (!a.megatron && !a.trailing.empty()) {
-    throw InputError(fmt::format("unexpected argument '{}' (one config per run; --set takes one "
-                                 "KEY=VALUE and is repeated for more)",
-                                 a.trailing[0]));
+    throw InputError(
+        fmt::format("unexpected argument '{}' (one config per run; --set takes one "
+                    "KEY=VALUE and is repeated for more)",
+                    a.trailing[0]));
   }
-  const config::Setup setup = a.megatron ? LoadMegatron(a, load) : config::LoadSetup(a.config, load);
-  for (const std::string& w : setup.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  const config::Setup setup =
+      a.megatron ? LoadMegatron(a, load) : config::LoadSetup(a.config, load);
+  PrintWarnings(setup);
   report::CheckOutputs(outputs, {setup.model_path, setup.device_path});
 
   engine::RunOptions options;
@@ -108,8 +109,10 @@ Action AddRunCommand(CLI::App& sub) {
   auto a = std::make_shared<RunArgs>();
   sub.add_option("config", a->config, "training config (JSON); the embedded default if omitted");
   AddConfigOptions(sub, a->load, /*with_iterations=*/true);
-  sub.add_option("--pipeline-rank", a->pipeline_rank, "report this pipeline stage (default: the worst)");
-  sub.add_option("--capacity", a->capacity, "usable device memory, e.g. 60GiB (replaces the preset's)");
+  sub.add_option("--pipeline-rank", a->pipeline_rank,
+                 "report this pipeline stage (default: the worst)");
+  sub.add_option("--capacity", a->capacity,
+                 "usable device memory, e.g. 60GiB (replaces the preset's)");
   sub.add_option("--json", a->json_path, "write the JSON report (schema 1) to FILE")
       ->check(NonEmpty);
   sub.add_option("--csv", a->csv_path, "write the timeline as CSV to FILE")->check(NonEmpty);
@@ -117,7 +120,8 @@ Action AddRunCommand(CLI::App& sub) {
   sub.add_flag("--megatron-report", a->megatron_report,
                "print Megatron's report_memory line after each iteration");
   sub.add_flag("--verbose", a->verbose, "list ignored keys and defaults taken");
-  sub.add_option("--width", a->width, "terminal width for the table and chart (default $COLUMNS or 80)");
+  sub.add_option("--width", a->width,
+                 "terminal width for the table and chart (default $COLUMNS or 80)");
   sub.add_option("args", a->trailing, "with --megatron-args: the training arguments after --");
   CLI::Option* megatron =
       sub.add_option("--megatron-args", a->megatron_file,

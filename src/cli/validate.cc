@@ -1,11 +1,11 @@
 // memsim validate CONFIG...: parse, check and resolve each config without simulating
 // (docs/interfaces.md, 'Command line'). One line per config on stdout; errors on stderr; exit 0 iff
 // all loaded, else 2.
+#include <fmt/core.h>
+
 #include <cstdio>
 #include <string>
 #include <vector>
-
-#include <fmt/core.h>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -56,7 +56,7 @@ Action AddValidateCommand(CLI::App& sub) {
     int exit_code = 0;
     for (const std::string& path : configs) {
       try {
-        const config::Setup s = config::LoadSetup(path, options);
+        const config::Setup s = LoadSetupAndWarn(path, options);
         std::printf("ok: %s: %s\n", s.config_path.c_str(), Summary(s).c_str());
         if (args->verbose) {
           for (const std::string& n : s.notes) std::printf("  note: %s\n", n.c_str());

@@ -189,7 +189,7 @@ Setup LoadParsedConfig(const Document& config, const Json& root, const Source& s
   internal::LocatedModel located = ReadModel(top, config, options, &s);
   internal::ApplyMegatronArchitecture(t, &located, &s.notes);
   s.model = located.model;
-  s.training = internal::ReadTraining(t, &s.notes);
+  s.training = internal::ReadTraining(t, &s.notes, &s.warnings);
   internal::Origin origin{source, located.where,
                           t.PositiveInt("num_virtual_stages_per_pipeline_rank"),
                           t.PositiveInt("gradient_accumulation_steps")};

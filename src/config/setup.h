@@ -95,6 +95,10 @@ struct TrainingConfig {
   bool grad_reduce_in_bf16 = false;
   OptimizerKind optimizer = OptimizerKind::kAdam;
   OptimizerImpl optimizer_impl = OptimizerImpl::kFused;
+  // framework "pytorch" with optimizer "adam": torch.optim.Adam's weight decay is added to the
+  // gradient (torch/optim/adam.py _multi_tensor_adam: torch._foreach_add(grads, params)), a new
+  // gradient-sized list; AdamW and Megatron's Adam decay the parameters in place.
+  bool adam_coupled_weight_decay = false;
   double weight_decay = 0.01;
   double sgd_momentum = 0.9;
   bool use_distributed_optimizer = false;

@@ -23,12 +23,12 @@ const std::vector<std::string> kTrainingKeys = {
     "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size",
     "num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
     "sequence_parallel", "precision", "fp16", "bf16", "accumulate_allreduce_grads_in_fp32",
-    "grad_reduce_in_bf16",
-    "optimizer", "optimizer_impl", "weight_decay", "sgd_momentum", "use_distributed_optimizer",
-    "overlap_grad_reduce", "overlap_param_gather", "recompute_granularity", "recompute_method",
-    "recompute_num_layers", "recompute_modules", "use_flash_attn", "transformer_impl",
-    "gradient_accumulation_fusion", "transformer_engine_version", "megatron_core_version",
-    "train_iters", "empty_unused_memory_level", "gradient_accumulation_steps",
+    "grad_reduce_in_bf16", "optimizer", "optimizer_impl", "weight_decay", "sgd_momentum",
+    "use_distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather",
+    "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules",
+    "use_flash_attn", "transformer_impl", "gradient_accumulation_fusion",
+    "transformer_engine_version", "megatron_core_version", "train_iters",
+    "empty_unused_memory_level", "gradient_accumulation_steps",
     // framework "pytorch" only
     "torch_dtype", "zero_grad_set_to_none",
     // recognised; unsupported when set to what memsim does not model
@@ -316,6 +316,9 @@ void ReadOptimizer(ObjectReader& t, TrainingConfig& c, std::vector<std::string>*
   const bool pytorch = c.framework == kPytorch;
   if (std::optional<std::string> o = t.Choice("optimizer", {"adam", "adamw", "sgd"})) {
     c.optimizer = *o == "sgd" ? OptimizerKind::kSgd : OptimizerKind::kAdam;
+    // torch.optim.Adam adds weight_decay × param to the gradient (L2); AdamW and Megatron's
+    // Adam (TE FusedAdam, adam_w_mode) decay the parameters.
+    c.adam_coupled_weight_decay = pytorch && *o == "adam";
     if (*o == "adamw" && !pytorch) {
       notes->push_back(fmt::format("{}: 'adamw' taken as Megatron's 'adam' (which is AdamW)",
                                    t.At("optimizer")));
@@ -395,7 +398,7 @@ void ReadOverlap(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* n
 }
 
 // recompute_modules: Megatron's names; those of features memsim does not model are unsupported.
-void ReadRecomputeModules(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
+void ReadRecomputeModules(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* warnings) {
   const Json* mods = t.Get("recompute_modules");
   if (mods == nullptr) return;
   if (!mods->is_array()) {
@@ -429,15 +432,19 @@ void ReadRecomputeModules(ObjectReader& t, TrainingConfig& c, std::vector<std::s
     c.recompute_modules.push_back(name);
   }
   if (c.recompute_granularity != RecomputeGranularity::kSelective) {
-    notes->push_back(
+    warnings->push_back(
         fmt::format("{}: not used: the modules apply to recompute_granularity "
                     "\"selective\"",
                     t.At("recompute_modules")));
+  } else if (c.recompute_modules.empty()) {
+    warnings->push_back(
+        fmt::format("{}: empty: selective recompute re-runs nothing", t.At("recompute_modules")));
   }
 }
 
 // recompute_granularity, recompute_method, recompute_num_layers, recompute_modules.
-void ReadRecompute(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
+void ReadRecompute(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes,
+                   std::vector<std::string>* warnings) {
   std::optional<std::string> g = t.Choice("recompute_granularity", {"none", "selective", "full"});
   const std::string granularity = g.value_or("none");
   c.recompute_granularity = granularity == "full"        ? RecomputeGranularity::kFull
@@ -459,12 +466,13 @@ void ReadRecompute(ObjectReader& t, TrainingConfig& c, std::vector<std::string>*
                                                "got recompute_granularity \"{}\"",
                                                granularity));
   }
-  ReadRecomputeModules(t, c, notes);
+  ReadRecomputeModules(t, c, warnings);
 }
 
 // Kernels and software: attention, the Transformer Engine switch, gradient accumulation fusion,
 // versions, iterations and Megatron's empty_cache level.
-void ReadKernels(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
+void ReadKernels(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes,
+                 std::vector<std::string>* warnings) {
   c.use_flash_attn = t.Bool("use_flash_attn").value_or(false);
   c.transformer_impl =
       t.Choice("transformer_impl", {"transformer_engine", "local"}).value_or("transformer_engine");
@@ -473,11 +481,11 @@ void ReadKernels(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* n
     // Megatron's fused weight-gradient accumulation into main_grad; plain PyTorch's autograd
     // hands every weight gradient to the parameter's .grad.
     c.gradient_accumulation_fusion = false;
-    notes->push_back(
-        fmt::format("{}: taken as false with framework \"pytorch\" (Megatron's fused "
-                    "weight-gradient accumulation; autograd produces each weight "
-                    "gradient)",
-                    t.At("gradient_accumulation_fusion")));
+    (t.Has("gradient_accumulation_fusion") ? warnings : notes)
+        ->push_back(fmt::format("{}: taken as false with framework \"pytorch\" (Megatron's fused "
+                                "weight-gradient accumulation; autograd produces each weight "
+                                "gradient)",
+                                t.At("gradient_accumulation_fusion")));
   }
   if (c.use_megatron_fsdp && c.gradient_accumulation_fusion) {
     // Megatron-Bridge's ConfigContainer.validate (src/megatron/bridge/training/config.py, r0.2.0)
@@ -491,6 +499,13 @@ void ReadKernels(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* n
   c.megatron_core_version = Version(t, "megatron_core_version", "0.15");
   c.train_iters = t.PositiveInt("train_iters").value_or(4);
   c.empty_unused_memory_level = t.IntInRange("empty_unused_memory_level", 0, 2).value_or(0);
+  if (c.framework == kPytorch && c.empty_unused_memory_level > 0) {
+    // Megatron's train_step calls torch.cuda.empty_cache() at these levels; a plain loop does
+    // not.
+    Fail(t.At("empty_unused_memory_level"),
+         fmt::format("{} needs framework \"megatron\" (train_step's empty_cache calls); {}",
+                     c.empty_unused_memory_level, kSingleDevice));
+  }
 }
 
 // The keys accepted without effect, each with a note.
@@ -512,7 +527,8 @@ void NoteAcceptedKeys(ObjectReader& t, std::vector<std::string>* notes) {
 // torch_dtype and zero_grad_set_to_none: read under either framework (a wrong value is an error),
 // used with "pytorch" only; with "megatron" a note says so. With "pytorch", what memsim assumes
 // where the config is silent.
-void ReadPlainPytorchKeys(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
+void ReadPlainPytorchKeys(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes,
+                          std::vector<std::string>* warnings) {
   if (std::optional<std::string> d = t.Choice("torch_dtype", {"float32", "bfloat16", "float16"})) {
     c.torch_dtype = *d == "bfloat16"  ? Precision::kBf16
                     : *d == "float16" ? Precision::kFp16
@@ -522,7 +538,7 @@ void ReadPlainPytorchKeys(ObjectReader& t, TrainingConfig& c, std::vector<std::s
   if (c.framework != kPytorch) {
     for (const char* key : {"torch_dtype", "zero_grad_set_to_none"}) {
       if (t.Has(key)) {
-        notes->push_back(
+        warnings->push_back(
             fmt::format("{}: not used with framework \"megatron\" (it applies to "
                         "framework \"pytorch\")",
                         t.At(key)));
@@ -537,7 +553,7 @@ void ReadPlainPytorchKeys(ObjectReader& t, TrainingConfig& c, std::vector<std::s
                     t.At("precision")));
   }
   if (t.Has("make_vocab_size_divisible_by")) {
-    notes->push_back(
+    warnings->push_back(
         fmt::format("{}: not used with framework \"pytorch\" (the Hugging Face model "
                     "keeps vocab_size rows)",
                     t.At("make_vocab_size_divisible_by")));
@@ -610,7 +626,8 @@ void RejectUnsupported(ObjectReader& t) {
 
 const std::vector<std::string>& TrainingKeys() { return kTrainingKeys; }
 
-TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes) {
+TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes,
+                            std::vector<std::string>* warnings) {
   TrainingConfig c;
   c.framework = t.String("framework").value_or("megatron");
   if (c.framework == kPytorch) CheckSingleDevice(t);
@@ -618,10 +635,10 @@ TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes) {
   ReadPrecision(t, c, notes);
   ReadOptimizer(t, c, notes);
   ReadOverlap(t, c, notes);
-  ReadRecompute(t, c, notes);
-  ReadKernels(t, c, notes);
+  ReadRecompute(t, c, notes, warnings);
+  ReadKernels(t, c, notes, warnings);
   NoteAcceptedKeys(t, notes);
-  ReadPlainPytorchKeys(t, c, notes);
+  ReadPlainPytorchKeys(t, c, notes, warnings);
   return c;
 }
 

@@ -25,6 +25,9 @@ const std::vector<std::string>& TrainingKeys();
 
 // Reads the training block; appends to `notes` what was defaulted, adjusted or not used.
 // REQUIRES: RejectUnsupported(t) passed.
-TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes);
+// `notes` collects what --verbose prints (defaults taken, accepted keys); `warnings` what is
+// always printed: keys given that do not act in this configuration.
+TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes,
+                            std::vector<std::string>* warnings);
 
 }  // namespace memsim::config::internal

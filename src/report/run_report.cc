@@ -1,10 +1,10 @@
 #include "report/run_report.h"
 
-#include <algorithm>
-#include <vector>
-
 #include <fmt/core.h>
+
+#include <algorithm>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "config/load.h"
 #include "report/format.h"
@@ -17,18 +17,24 @@ using json = nlohmann::ordered_json;
 
 std::string_view PrecisionName(config::Precision p) {
   switch (p) {
-    case config::Precision::kFp32: return "fp32";
-    case config::Precision::kFp16: return "fp16";
-    case config::Precision::kBf16: return "bf16";
+    case config::Precision::kFp32:
+      return "fp32";
+    case config::Precision::kFp16:
+      return "fp16";
+    case config::Precision::kBf16:
+      return "bf16";
   }
   return "?";
 }
 
 std::string_view RecomputeName(config::RecomputeGranularity g) {
   switch (g) {
-    case config::RecomputeGranularity::kNone: return "none";
-    case config::RecomputeGranularity::kSelective: return "selective";
-    case config::RecomputeGranularity::kFull: return "full";
+    case config::RecomputeGranularity::kNone:
+      return "none";
+    case config::RecomputeGranularity::kSelective:
+      return "selective";
+    case config::RecomputeGranularity::kFull:
+      return "full";
   }
   return "?";
 }
@@ -89,11 +95,12 @@ std::string LikeForLike(const timeline::SpanSummary& prev, const timeline::SpanS
   const PeakComparison c = CompareAtSameMoment(prev, s);
   std::string line =
       c.against_previous
-          ? fmt::format("      at {} peak vs iter {}'s {} peak: ", PhaseName(c.phase), prev.iteration,
-                        PhaseName(c.phase))
+          ? fmt::format("      at {} peak vs iter {}'s {} peak: ", PhaseName(c.phase),
+                        prev.iteration, PhaseName(c.phase))
           : fmt::format("      at {} peak vs the start of the iteration: ", PhaseName(c.phase));
   line += CategoryDelta(c.before, c.after);
-  if (c.reserved_change_bytes != 0) line += fmt::format("; reserved {}", SignedHuman(c.reserved_change_bytes));
+  if (c.reserved_change_bytes != 0)
+    line += fmt::format("; reserved {}", SignedHuman(c.reserved_change_bytes));
   return line;
 }
 
@@ -150,32 +157,38 @@ json SetupJson(const config::Setup& setup) {
                 {"vocab_size", m.vocab_size},
                 {"tie_word_embeddings", m.tie_word_embeddings},
                 {"hidden_act", m.hidden_act}};
-  j["training"] = {{"framework", t.framework},
-                   {"seq_length", t.seq_length},
-                   {"micro_batch_size", t.micro_batch_size},
-                   {"global_batch_size", t.global_batch_size},
-                   {"tensor_model_parallel_size", t.tensor_model_parallel_size},
-                   {"pipeline_model_parallel_size", t.pipeline_model_parallel_size},
-                   {"data_parallel_size", t.data_parallel_size},
-                   {"context_parallel_size", t.context_parallel_size},
-                   {"num_layers_per_virtual_pipeline_stage", t.num_layers_per_virtual_pipeline_stage},
-                   {"sequence_parallel", t.sequence_parallel},
-                   {"precision", PrecisionName(t.precision)},
-                   {"optimizer", t.optimizer == config::OptimizerKind::kAdam ? "adam" : "sgd"},
-                   {"optimizer_impl", t.optimizer_impl == config::OptimizerImpl::kFused ? "fused" : "foreach"},
-                   {"use_distributed_optimizer", t.use_distributed_optimizer},
-                   {"recompute_granularity", RecomputeName(t.recompute_granularity)},
-                   {"use_flash_attn", t.use_flash_attn},
-                   {"train_iters", t.train_iters}};
+  j["training"] = {
+      {"framework", t.framework},
+      {"seq_length", t.seq_length},
+      {"micro_batch_size", t.micro_batch_size},
+      {"global_batch_size", t.global_batch_size},
+      {"tensor_model_parallel_size", t.tensor_model_parallel_size},
+      {"pipeline_model_parallel_size", t.pipeline_model_parallel_size},
+      {"data_parallel_size", t.data_parallel_size},
+      {"context_parallel_size", t.context_parallel_size},
+      {"num_layers_per_virtual_pipeline_stage", t.num_layers_per_virtual_pipeline_stage},
+      {"sequence_parallel", t.sequence_parallel},
+      {"precision", PrecisionName(t.precision)},
+      {"optimizer", t.optimizer == config::OptimizerKind::kAdam ? "adam" : "sgd"},
+      {"optimizer_impl", t.optimizer_impl == config::OptimizerImpl::kFused ? "fused" : "foreach"},
+      {"use_distributed_optimizer", t.use_distributed_optimizer},
+      {"recompute_granularity", RecomputeName(t.recompute_granularity)},
+      {"use_flash_attn", t.use_flash_attn},
+      {"train_iters", t.train_iters}};
+  if (t.framework == "pytorch") {  // absent from Megatron reports (their schema is unchanged)
+    j["training"]["torch_dtype"] = PrecisionName(t.torch_dtype);
+    j["training"]["zero_grad_set_to_none"] = t.zero_grad_set_to_none;
+  }
   if (t.use_megatron_fsdp) {
     j["training"]["use_megatron_fsdp"] = true;
     j["training"]["data_parallel_sharding_strategy"] = FsdpShardingName(t.fsdp_sharding);
   }
   const alloc::AllocatorOptions& a = setup.allocator;
-  j["allocator"] = {{"backend", a.backend == alloc::Backend::kCuda ? "cuda" : "npu"},
-                    {"expandable_segments", a.expandable_segments},
-                    {"max_split_size_bytes", a.max_split_size_bytes ? json(*a.max_split_size_bytes) : json()},
-                    {"garbage_collection_threshold", a.garbage_collection_threshold}};
+  j["allocator"] = {
+      {"backend", a.backend == alloc::Backend::kCuda ? "cuda" : "npu"},
+      {"expandable_segments", a.expandable_segments},
+      {"max_split_size_bytes", a.max_split_size_bytes ? json(*a.max_split_size_bytes) : json()},
+      {"garbage_collection_threshold", a.garbage_collection_threshold}};
   return j;
 }
 
@@ -202,17 +215,28 @@ std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& s
       setup.device.name, setup.device.allocator_backend == alloc::Backend::kCuda ? "CUDA" : "NPU",
       t.tensor_model_parallel_size, t.pipeline_model_parallel_size, t.data_parallel_size,
       t.context_parallel_size, t.sequence_parallel ? " SP" : "", t.seq_length, t.micro_batch_size,
-      m, PrecisionName(t.precision), t.optimizer == config::OptimizerKind::kAdam ? "Adam" : "SGD",
+      m,
+      t.framework == "pytorch"
+          ? fmt::format("plain PyTorch, {} weights, {}", PrecisionName(t.torch_dtype),
+                        t.precision == config::Precision::kFp32
+                            ? std::string("no autocast")
+                            : fmt::format("{} autocast", PrecisionName(t.precision)))
+          : std::string(PrecisionName(t.precision)),
+      t.optimizer == config::OptimizerKind::kSgd ? "SGD"
+      : t.adam_coupled_weight_decay              ? "Adam (L2 weight decay)"
+      : t.framework == "pytorch"                 ? "AdamW"
+                                                 : "Adam",
       t.use_megatron_fsdp ? fmt::format(" (Megatron-FSDP {})", FsdpShardingName(t.fsdp_sharding))
       : t.use_distributed_optimizer ? std::string(" (distributed optimizer)")
                                     : std::string(),
       RecomputeName(t.recompute_granularity));
   const engine::StageResult& stage = run.Reported();
   const bool npu = setup.device.allocator_backend == alloc::Backend::kNpu;
-  out += fmt::format("  reported: pipeline stage {} of {}{}\n", stage.pipeline_rank, run.stages.size(),
-                     run.reported_stage_chosen ? " (--pipeline-rank)"
-                     : run.stages.size() > 1   ? " (the highest peak device memory)"
-                                               : "");
+  out +=
+      fmt::format("  reported: pipeline stage {} of {}{}\n", stage.pipeline_rank, run.stages.size(),
+                  run.reported_stage_chosen ? " (--pipeline-rank)"
+                  : run.stages.size() > 1   ? " (the highest peak device memory)"
+                                            : "");
   // Two different budgets: the device total that npu-smi / nvidia-smi shows (which includes the
   // idle baseline), and what the framework may use (usable memory, which excludes it).
   out += fmt::format("  peak device ({}) {} GiB of {} GiB total\n", npu ? "npu-smi" : "nvidia-smi",
@@ -245,12 +269,11 @@ std::string FormatIterationTable(const engine::RunResult& run, int width) {
   const timeline::SpanSummary* prev = nullptr;
   for (const timeline::SpanSummary& s : stage.spans) {
     const std::string name = s.iteration == 0 ? "init" : fmt::format("{:>4}", s.iteration);
-    out += fmt::format("{:<4} {:>11} {:>10} {:>9} {:>7} {:>6} {:>6}  {}\n", name,
-                       GiB(s.peak_allocated_bytes), GiB(s.peak_reserved_bytes),
-                       GiB(s.peak_device_bytes), GiB(s.start_allocated_bytes),
-                       GiB(s.end_allocated_bytes),
-                       prev ? SignedGiB(s.peak_allocated_bytes - prev->peak_allocated_bytes) : "",
-                       PeakWhere(s));
+    out += fmt::format(
+        "{:<4} {:>11} {:>10} {:>9} {:>7} {:>6} {:>6}  {}\n", name, GiB(s.peak_allocated_bytes),
+        GiB(s.peak_reserved_bytes), GiB(s.peak_device_bytes), GiB(s.start_allocated_bytes),
+        GiB(s.end_allocated_bytes),
+        prev ? SignedGiB(s.peak_allocated_bytes - prev->peak_allocated_bytes) : "", PeakWhere(s));
     std::string detail;
     if (prev) detail = LikeForLike(*prev, s);
     if (s.end_allocated_bytes != s.start_allocated_bytes && s.iteration > 0) {
@@ -270,7 +293,8 @@ std::string FormatIterationTable(const engine::RunResult& run, int width) {
         size_t cut = line.rfind(", ", static_cast<size_t>(width) - 1);
         if (cut != std::string::npos && cut >= 8) {
           keep = cut + 1, skip = cut + 2;
-        } else if (cut = line.rfind(' ', static_cast<size_t>(width)); cut != std::string::npos && cut >= 8) {
+        } else if (cut = line.rfind(' ', static_cast<size_t>(width));
+                   cut != std::string::npos && cut >= 8) {
           keep = cut, skip = cut + 1;
         } else {
           keep = skip = static_cast<size_t>(width);
@@ -402,7 +426,8 @@ std::string RunReportJson(const engine::RunResult& run, const config::Setup& set
 }
 
 std::string TimelineCsv(const timeline::Timeline& tl) {
-  std::string out = "time_us,iteration,phase,allocated_bytes,reserved_bytes,active_bytes,device_bytes\n";
+  std::string out =
+      "time_us,iteration,phase,allocated_bytes,reserved_bytes,active_bytes,device_bytes\n";
   auto value = [](Bytes b) { return b < 0 ? std::string() : fmt::format("{}", b); };
   for (const timeline::Sample& s : tl.samples) {
     out += fmt::format("{:.3f},{},{},{},{},{},{}\n", s.time_us, s.iteration, PhaseName(s.phase),

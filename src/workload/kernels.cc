@@ -97,7 +97,7 @@ void Kernels::WeightGradToAutograd(std::int64_t rows, std::int64_t cols, bool te
   // TE before its cache (and TE without fusion) hands a fresh tensor too (TE PR #507:
   // `torch.empty(weight.main_grad.shape, dtype=weight.dtype)`).
   TensorId g = em_.Alloc(rows * cols * d_.act_bytes, Category::kGradients, label);
-  if (d_.param_bytes != d_.act_bytes) {
+  if (d_.weight_cast) {
     // Autocast over weights of another dtype: ToCopyBackward casts the grad to the weight's.
     const TensorId cast =
         em_.Alloc(rows * cols * d_.param_bytes, Category::kGradients, label + ".cast");
@@ -109,7 +109,7 @@ void Kernels::WeightGradToAutograd(std::int64_t rows, std::int64_t cols, bool te
 
 TensorId Kernels::CastWeight(std::int64_t rows, std::int64_t cols, const std::string& param,
                              bool saved) {
-  if (d_.param_bytes == d_.act_bytes) return 0;
+  if (!d_.weight_cast) return 0;
   const bool cache = !on_autograd_thread_;
   TensorId copy = 0;
   if (cache) {

@@ -39,15 +39,19 @@ namespace {
 
 // Element sizes per precision. Megatron: activations and parameters in the training dtype,
 // gradient buffers in fp32 for bf16 (arguments.py forces accumulate_allreduce_grads_in_fp32
-// unless --grad-reduce-in-bf16) and for fp16 with that flag, fp32 main parameters for 16-bit training (Megatron-core
-// optimizer/__init__.py chooses Float16OptimizerWithFloat16Params or the distributed optimizer
-// with fp32 main params). Plain PyTorch: parameters and their .grad in torch_dtype, activations
-// in the autocast dtype (precision), no main parameters.
+// unless --grad-reduce-in-bf16) and for fp16 with that flag, fp32 main parameters for 16-bit
+// training (Megatron-core optimizer/__init__.py chooses Float16OptimizerWithFloat16Params or the
+// distributed optimizer with fp32 main params). Plain PyTorch: parameters and their .grad in
+// torch_dtype, activations in the autocast dtype (precision), no main parameters.
 void SetElementSizes(const config::TrainingConfig& tc, ModelDims* d) {
   auto bytes = [](Precision p) -> Bytes { return p == Precision::kFp32 ? 4 : 2; };
   d->act_bytes = bytes(tc.precision);
   if (tc.framework == "pytorch") {
+    // precision fp32 = no autocast: everything runs in the weights' dtype.
+    const bool autocast = tc.precision != Precision::kFp32;
     d->param_bytes = bytes(tc.torch_dtype);
+    d->act_bytes = autocast ? bytes(tc.precision) : d->param_bytes;
+    d->weight_cast = autocast && tc.precision != tc.torch_dtype;
     d->grad_bytes = d->param_bytes;
     d->mixed = false;
     return;

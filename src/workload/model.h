@@ -45,6 +45,9 @@ struct ModelDims {
   Bytes param_bytes = 2;   // bytes of one model parameter element
   Bytes grad_bytes = 4;    // bytes of one DDP grad-buffer element
   bool mixed = true;       // 16-bit params with fp32 master copies (fp16/bf16)
+  // Plain PyTorch under autocast to a dtype other than the weights': linears cast their weights
+  // (kernels.h CastWeight) and weight grads are cast back (never under Megatron).
+  bool weight_cast = false;
   bool layernorm = false;  // LayerNorm (mean + rstd, weight + bias) vs RMSNorm
   bool flash = true;       // flash/fused attention; false = Megatron unfused DotProductAttention
   bool te = true;          // transformer_impl == "transformer_engine"

@@ -49,7 +49,20 @@ void TorchOptimizer::AdamGroup(Emitter& em, int gi, std::int64_t group_numel) {
       em.Alloc(mt.numel * state_bytes_, Category::kOptimizerStates, "optim.exp_avg_sq." + name);
     }
   }
-  if (tc_.optimizer_impl == config::OptimizerImpl::kForeach) {
+  const bool foreach = tc_.optimizer_impl == config::OptimizerImpl::kForeach;
+  if (foreach && tc_.adam_coupled_weight_decay && tc_.weight_decay != 0.0) {
+    // torch.optim.Adam (not AdamW): grads = torch._foreach_add(grads, params, alpha=wd), a new
+    // list the size of the group, dropped before the square roots (_multi_tensor_adam).
+    em.Begin(fmt::format("optim.adam.group{}.weight_decay", gi));
+    std::vector<TensorId> tmp;
+    for (const MainTensor& mt : main_) {
+      if (mt.group != gi) continue;
+      tmp.push_back(em.Alloc(mt.numel * state_bytes_, Category::kTemporaries,
+                             "optim.decayed_grad." + params_.params[mt.param].name));
+    }
+    for (TensorId id : tmp) em.Free(id);
+  }
+  if (foreach) {
     // torch/optim/adam.py _multi_tensor_adam: exp_avg_sq_sqrt = _foreach_sqrt(...) is a new
     // list the size of the group; AdamW decays the params in place.
     em.Begin(fmt::format("optim.adam.group{}.update", gi));

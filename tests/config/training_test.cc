@@ -2,11 +2,10 @@
 // device, no wrapper) and its keys, recompute_modules, and the notes that say what memsim assumes.
 // Messages asserted verbatim.
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <string>
-
-#include <catch2/catch.hpp>
 
 #include "config/load.h"
 #include "test_util.h"
@@ -38,6 +37,11 @@ const std::string kPytorch =
 bool HasNote(const Setup& s, const std::string& text) {
   return std::any_of(s.notes.begin(), s.notes.end(),
                      [&](const std::string& n) { return n.find(text) != std::string::npos; });
+}
+
+bool HasWarning(const Setup& s, const std::string& text) {
+  return std::any_of(s.warnings.begin(), s.warnings.end(),
+                     [&](const std::string& w) { return w.find(text) != std::string::npos; });
 }
 
 TEST_CASE("framework pytorch: one device, its defaults and what it assumes", "[config]") {
@@ -86,20 +90,23 @@ TEST_CASE("framework pytorch: torch_dtype, zero_grad_set_to_none, precision", "[
   CHECK(s.training.torch_dtype == Precision::kFp16);
   CHECK(s.training.precision == Precision::kFp16);
   CHECK(s.training.optimizer_impl == OptimizerImpl::kFused);
-  CHECK(HasNote(s, "/training/sgd_momentum: absent, 0.9 taken (Megatron's default; "
-                   "torch.optim.SGD's own default is 0, without a momentum buffer)"));
+  CHECK(HasNote(s,
+                "/training/sgd_momentum: absent, 0.9 taken (Megatron's default; "
+                "torch.optim.SGD's own default is 0, without a momentum buffer)"));
   std::string path = Config("pt4.json", kPytorch + ", \"torch_dtype\": \"floa32\"");
-  CHECK(ErrorOf(path) == path + ": /training/torch_dtype: expected one of 'float32', 'bfloat16', "
-                                "'float16', got \"floa32\" (did you mean 'float32'?)");
+  CHECK(ErrorOf(path) == path +
+                             ": /training/torch_dtype: expected one of 'float32', 'bfloat16', "
+                             "'float16', got \"floa32\" (did you mean 'float32'?)");
   path = Config("pt5.json", kPytorch + ", \"gradient_accumulation_steps\": 3");
-  CHECK(ErrorOf(path) == path + ": /training/gradient_accumulation_steps: 3 disagrees with "
-                                "global_batch_size / (micro_batch_size × data_parallel_size) = 4");
+  CHECK(ErrorOf(path) == path +
+                             ": /training/gradient_accumulation_steps: 3 disagrees with "
+                             "global_batch_size / (micro_batch_size × data_parallel_size) = 4");
 }
 
 TEST_CASE("framework pytorch: every parallel size must be 1", "[config]") {
-  const std::string key = GENERATE(as<std::string>{}, "tensor_model_parallel_size",
-                                   "pipeline_model_parallel_size", "data_parallel_size",
-                                   "context_parallel_size");
+  const std::string key =
+      GENERATE(as<std::string>{}, "tensor_model_parallel_size", "pipeline_model_parallel_size",
+               "data_parallel_size", "context_parallel_size");
   const std::string path = Config("pt_" + key + ".json", kPytorch + ", \"" + key + "\": 2");
   CHECK(ErrorOf(path) == path + ": /training/" + key +
                              ": framework \"pytorch\" runs on one device; expected 1, got 2");
@@ -125,37 +132,49 @@ TEST_CASE("framework pytorch: Megatron-only switches are errors naming the key",
   CHECK(ErrorOf(path) == path + ": /training/" + key + ": true needs framework \"megatron\" (" +
                              feature + ")" + tail);
   // false says nothing Megatron-only.
-  CHECK_NOTHROW(LoadSetup(Config("ptf_" + key + ".json", kPytorch + ", \"" + key + "\": false"), {}));
+  CHECK_NOTHROW(
+      LoadSetup(Config("ptf_" + key + ".json", kPytorch + ", \"" + key + "\": false"), {}));
 }
 
 TEST_CASE("framework pytorch: virtual pipeline, ZeRO and sharding keys", "[config]") {
   const std::string tail = "; framework \"pytorch\" is one device without a data-parallel wrapper";
-  std::string path = Config("pt_vpp.json", kPytorch + ", \"num_layers_per_virtual_pipeline_stage\": 1");
-  CHECK(ErrorOf(path) == path + ": /training/num_layers_per_virtual_pipeline_stage: needs "
-                                "framework \"megatron\" (interleaved pipeline schedule)" + tail);
+  std::string path =
+      Config("pt_vpp.json", kPytorch + ", \"num_layers_per_virtual_pipeline_stage\": 1");
+  CHECK(ErrorOf(path) == path +
+                             ": /training/num_layers_per_virtual_pipeline_stage: needs "
+                             "framework \"megatron\" (interleaved pipeline schedule)" +
+                             tail);
   path = Config("pt_vst.json", kPytorch + ", \"num_virtual_stages_per_pipeline_rank\": 2");
-  CHECK(ErrorOf(path) == path + ": /training/num_virtual_stages_per_pipeline_rank: needs "
-                                "framework \"megatron\" (interleaved pipeline schedule)" + tail);
+  CHECK(ErrorOf(path) == path +
+                             ": /training/num_virtual_stages_per_pipeline_rank: needs "
+                             "framework \"megatron\" (interleaved pipeline schedule)" +
+                             tail);
   path = Config("pt_zero.json", kPytorch + ", \"zero_stage\": 1");
-  CHECK(ErrorOf(path) == path + ": /training/zero_stage: 1 needs framework \"megatron\" (ZeRO-1 "
-                                "is Megatron's distributed optimizer)" + tail);
+  CHECK(ErrorOf(path) == path +
+                             ": /training/zero_stage: 1 needs framework \"megatron\" (ZeRO-1 "
+                             "is Megatron's distributed optimizer)" +
+                             tail);
   path = Config("pt_shard.json", kPytorch + ", \"data_parallel_sharding_strategy\": \"optim\"");
-  CHECK(ErrorOf(path) == path + ": /training/data_parallel_sharding_strategy: \"optim\" needs "
-                                "framework \"megatron\" (Megatron-FSDP)" + tail);
+  CHECK(ErrorOf(path) == path +
+                             ": /training/data_parallel_sharding_strategy: \"optim\" needs "
+                             "framework \"megatron\" (Megatron-FSDP)" +
+                             tail);
   CHECK_NOTHROW(LoadSetup(Config("pt_zero0.json", kPytorch + ", \"zero_stage\": 0"), {}));
 }
 
-TEST_CASE("framework megatron: torch_dtype and zero_grad_set_to_none are noted as unused",
+TEST_CASE("framework megatron: torch_dtype and zero_grad_set_to_none are warned as unused",
           "[config]") {
-  const std::string path =
-      Config("mg1.json", "\"seq_length\": 512, \"torch_dtype\": \"bfloat16\", "
-                         "\"zero_grad_set_to_none\": false");
+  const std::string path = Config("mg1.json",
+                                  "\"seq_length\": 512, \"torch_dtype\": \"bfloat16\", "
+                                  "\"zero_grad_set_to_none\": false");
   const Setup s = LoadSetup(path, {});
   CHECK(s.training.framework == "megatron");
-  CHECK(HasNote(s, path + ": /training/torch_dtype: not used with framework \"megatron\" (it "
-                          "applies to framework \"pytorch\")"));
-  CHECK(HasNote(s, path + ": /training/zero_grad_set_to_none: not used with framework "
-                          "\"megatron\" (it applies to framework \"pytorch\")"));
+  // Always printed (Setup::warnings), not only under --verbose: a forgotten `framework` would
+  // otherwise silently simulate Megatron.
+  CHECK(HasWarning(s, path + ": /training/torch_dtype: not used with framework \"megatron\" (it "
+                             "applies to framework \"pytorch\")"));
+  CHECK(HasWarning(s, path + ": /training/zero_grad_set_to_none: not used with framework "
+                             "\"megatron\" (it applies to framework \"pytorch\")"));
   // Megatron pads the vocabulary: 32001 to a multiple of 128 × TP 1 is 251 × 128 = 32128.
   CHECK(s.model.padded_vocab_size == 32128);
   CHECK(DataParallelOf(s.training) == DataParallelWrapper{MegatronDdp{false}});
@@ -165,7 +184,8 @@ TEST_CASE("framework megatron: torch_dtype and zero_grad_set_to_none are noted a
 }
 
 TEST_CASE("the data-parallel wrapper of each Megatron setup", "[config]") {
-  const std::string base = "\"seq_length\": 512, \"data_parallel_size\": 4, \"global_batch_size\": 4";
+  const std::string base =
+      "\"seq_length\": 512, \"data_parallel_size\": 4, \"global_batch_size\": 4";
   Setup s = LoadSetup(Config("w1.json", base + ", \"use_distributed_optimizer\": true"), {});
   CHECK(DataParallelOf(s.training) == DataParallelWrapper{MegatronDdp{true}});
   s = LoadSetup(Config("w2.json", base + ", \"use_megatron_fsdp\": true, "
@@ -177,20 +197,23 @@ TEST_CASE("the data-parallel wrapper of each Megatron setup", "[config]") {
 TEST_CASE("recompute_modules: Megatron's names; MoE and MLA ones unsupported", "[config]") {
   const std::string selective = "\"seq_length\": 512, \"recompute_granularity\": \"selective\"";
   Setup s = LoadSetup(
-      Config("r1.json", selective + ", \"recompute_modules\": [\"core_attn\", \"mlp\", \"layernorm\"]"),
+      Config("r1.json",
+             selective + ", \"recompute_modules\": [\"core_attn\", \"mlp\", \"layernorm\"]"),
       {});
   CHECK(s.training.recompute_modules == std::vector<std::string>{"core_attn", "mlp", "layernorm"});
   s = LoadSetup(Config("r2.json", selective), {});
-  CHECK(s.training.recompute_modules == std::vector<std::string>{"core_attn"});  // Megatron's default
+  CHECK(s.training.recompute_modules ==
+        std::vector<std::string>{"core_attn"});  // Megatron's default
   const std::string names =
       "'core_attn', 'moe_act', 'layernorm', 'mla_up_proj', 'mlp', 'moe', 'shared_experts', "
       "'mhc', 'gdn', 'gdn_norm_out'";
-  std::string path = Config("r3.json", selective + ", \"recompute_modules\": [\"core_attn\", \"mlpp\"]");
+  std::string path =
+      Config("r3.json", selective + ", \"recompute_modules\": [\"core_attn\", \"mlpp\"]");
   CHECK(ErrorOf(path) == path + ": /training/recompute_modules/1: expected one of " + names +
                              ", got \"mlpp\" (did you mean 'mlp'?)");
   path = Config("r4.json", selective + ", \"recompute_modules\": [3]");
-  CHECK(ErrorOf(path) == path + ": /training/recompute_modules/0: expected one of " + names +
-                             ", got 3");
+  CHECK(ErrorOf(path) ==
+        path + ": /training/recompute_modules/0: expected one of " + names + ", got 3");
   path = Config("r5.json", selective + ", \"recompute_modules\": [\"core_attn\", \"moe\"]");
   CHECK(ErrorOf(path) == "unsupported: " + path +
                              ": /training/recompute_modules/1: recompute module 'moe' (the MoE "
@@ -203,17 +226,18 @@ TEST_CASE("recompute_modules: Megatron's names; MoE and MLA ones unsupported", "
     CHECK(IsUnsupported(Config(std::string("r7_") + moe + ".json",
                                selective + ", \"recompute_modules\": [\"" + moe + "\"]")));
   }
-  // Without selective recompute the list is read, and a note says it is not used.
+  // Without selective recompute the list is read, and a warning says it is not used.
   path = Config("r8.json", "\"seq_length\": 512, \"recompute_modules\": [\"mlp\"]");
   s = LoadSetup(path, {});
-  CHECK(HasNote(s, path + ": /training/recompute_modules: not used: the modules apply to "
-                          "recompute_granularity \"selective\""));
+  CHECK(HasWarning(s, path + ": /training/recompute_modules: not used: the modules apply to "
+                             "recompute_granularity \"selective\""));
 }
 
 TEST_CASE("overlap_param_gather says what memsim assumes", "[config]") {
   const std::string path =
-      Config("o1.json", "\"seq_length\": 512, \"data_parallel_size\": 2, \"global_batch_size\": 2, "
-                        "\"use_distributed_optimizer\": true, \"overlap_param_gather\": true");
+      Config("o1.json",
+             "\"seq_length\": 512, \"data_parallel_size\": 2, \"global_batch_size\": 2, "
+             "\"use_distributed_optimizer\": true, \"overlap_param_gather\": true");
   const Setup s = LoadSetup(path, {});
   CHECK(s.training.overlap_param_gather);
   CHECK(HasNote(s, path + ": /training/overlap_param_gather: true, but memsim emits the "
@@ -222,8 +246,9 @@ TEST_CASE("overlap_param_gather says what memsim assumes", "[config]") {
                           "modelled)"));
   // Megatron-FSDP without sharding has no parameter all-gather at all.
   const std::string fsdp =
-      Config("o2.json", "\"seq_length\": 512, \"data_parallel_size\": 2, \"global_batch_size\": 2, "
-                        "\"use_megatron_fsdp\": true, \"overlap_param_gather\": true");
+      Config("o2.json",
+             "\"seq_length\": 512, \"data_parallel_size\": 2, \"global_batch_size\": 2, "
+             "\"use_megatron_fsdp\": true, \"overlap_param_gather\": true");
   CHECK(HasNote(LoadSetup(fsdp, {}), fsdp + ": /training/overlap_param_gather: true, no effect: "
                                             "Megatron-FSDP \"no_shard\" shards no parameters, so "
                                             "there is no all-gather to overlap"));

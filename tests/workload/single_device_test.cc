@@ -10,6 +10,7 @@
 #include <string>
 
 #include "workload/build.h"
+#include "workload/model.h"
 #include "workload/test_setups.h"
 
 namespace memsim::workload {
@@ -115,6 +116,50 @@ TEST_CASE("plain PyTorch, fp32 weights under bf16 autocast: a bf16 copy of each 
   CHECK(copies_after_forward == kCopies);
   CHECK(peak == kCopies);  // one micro-batch's copies at a time (forward, backward, forward...)
   CHECK(alive == 0);       // every copy released by its GEMM's backward
+}
+
+// Bytes of every tensor whose label contains `part`, allocated over the whole program.
+Bytes AllocatedWith(const Program& p, const std::string& part) {
+  Bytes sum = 0;
+  for (const Op& op : p.ops) {
+    for (const TensorAlloc& a : op.allocs)
+      sum += a.label.find(part) != std::string::npos ? a.size_bytes : 0;
+  }
+  return sum;
+}
+
+TEST_CASE("plain PyTorch: weight copies only when autocast's dtype is not the weights'",
+          "[workload][pytorch]") {
+  config::Setup s = TinyPyTorch(true);
+  s.training.train_iters = 1;
+  s.training.global_batch_size = 1;
+  // bf16 weights, no autocast (precision fp32): everything runs in bf16, nothing is cast.
+  s.training.torch_dtype = config::Precision::kBf16;
+  s.training.precision = config::Precision::kFp32;
+  CHECK(ComputeDims(s).act_bytes == 2);
+  CHECK(AllocatedWith(Build(s, 0), ".autocast_copy") == 0);
+  // bf16 weights under bf16 autocast: the same dtype, no copies.
+  s.training.precision = config::Precision::kBf16;
+  CHECK(AllocatedWith(Build(s, 0), ".autocast_copy") == 0);
+  // fp16 weights under bf16 autocast: two 2-byte dtypes, still a cast per GEMM weight: the
+  // 98304 elements of the test above, 2 bytes each, once (one micro-batch).
+  s.training.torch_dtype = config::Precision::kFp16;
+  CHECK(AllocatedWith(Build(s, 0), ".autocast_copy") == 2 * (2 * 40960 + 16384));
+}
+
+TEST_CASE("plain PyTorch: torch.optim.Adam's L2 weight decay makes a gradient-sized list",
+          "[workload][pytorch]") {
+  config::Setup s = TinyPyTorch(true);
+  s.training.train_iters = 1;
+  s.training.weight_decay = 0.01;
+  // AdamW (decoupled): no such list.
+  CHECK(AllocatedWith(Build(s, 0), "optim.decayed_grad.") == 0);
+  // Adam with weight decay (_multi_tensor_adam: _foreach_add(grads, params, alpha=wd)): one
+  // tensor per parameter in the parameters' dtype, fp32 here: 4 × P bytes.
+  s.training.adam_coupled_weight_decay = true;
+  CHECK(AllocatedWith(Build(s, 0), "optim.decayed_grad.") == 4 * kParams);
+  s.training.weight_decay = 0.0;
+  CHECK(AllocatedWith(Build(s, 0), "optim.decayed_grad.") == 0);
 }
 
 TEST_CASE("plain PyTorch, zero_grad(set_to_none=False): gradients kept across iterations",
