@@ -10,6 +10,7 @@
 #include "cli/common.h"
 #include "config/load.h"
 #include "engine/stages.h"
+#include "report/run_report.h"
 
 namespace memsim::cli {
 namespace {
@@ -31,20 +32,25 @@ int Explain(const ExplainArgs& a) {
   load.capacity_bytes = capacity;
   const config::Setup setup = LoadSetupAndWarn(a.config, load);
   const int width = TerminalWidth(a.width);
-  std::optional<int> rank = CheckPipelineRank(a.pipeline_rank, setup);
-  if (!rank) {
-    // The stage `run` reports: every stage runs once without samples to find the worst.
-    engine::RunOptions options;
-    options.usable_memory_bytes = capacity;
-    options.keep_timeline = false;
-    rank = engine::RunAllStages(setup, options).Reported().pipeline_rank;
-  }
+  const std::optional<int> chosen = CheckPipelineRank(a.pipeline_rank, setup);
+  // Every stage runs once without samples: the stage `run` reports, and whether (and where)
+  // the job runs out of memory, which the narrative must not hide.
+  engine::RunOptions run_options;
+  run_options.usable_memory_bytes = capacity;
+  run_options.keep_timeline = false;
+  const engine::RunResult run = engine::RunAllStages(setup, run_options);
+  const int rank = chosen.value_or(run.Reported().pipeline_rank);
   engine::SimulateOptions options;
   options.usable_memory_bytes = capacity;
   std::string out;
   if (a.verbose) out += FormatVerboseNotes(setup);
-  out +=
-      report::FormatExplanation(setup, report::CollectExplainFacts(setup, *rank, options), width);
+  out += report::FormatOom(run);
+  if (run.first_oom) {
+    out +=
+        "The explanation below follows the simulation past that point, as if the device were "
+        "unbounded.\n\n";
+  }
+  out += report::FormatExplanation(setup, report::CollectExplainFacts(setup, rank, options), width);
   std::fputs(out.c_str(), stdout);
   return 0;
 }

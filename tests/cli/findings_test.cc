@@ -236,5 +236,18 @@ TEST_CASE("findings: check with a bad config still writes JUnit and JSON, and ex
   CHECK(json.find("\"verdict\": \"ok\"") != std::string::npos);
 }
 
+TEST_CASE("findings: explain says when the job runs out of memory (--capacity)",
+          "[cli][findings]") {
+  ScratchDir dir("findings");
+  // The default config needs 12.55 GiB for its grad buffer on top of 12.59 GiB of parameters
+  // at init: 20 GiB cannot hold them.
+  const auto r = RunMemsim(dir, "explain --capacity 20GiB");
+  CheckNoSanitizerReport(r);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.rfind("*** OUT OF MEMORY predicted: stage 0, iteration 0, init\n", 0) == 0);
+  const auto fits = RunMemsim(dir, "explain");
+  CHECK(fits.out.find("OUT OF MEMORY") == std::string::npos);
+}
+
 }  // namespace
 }  // namespace memsim
