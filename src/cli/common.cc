@@ -19,7 +19,8 @@ std::string NonEmpty(const std::string& value) {
 
 void AddConfigOptions(CLI::App& sub, ConfigArgs& args, bool with_iterations) {
   sub.add_option("--model", args.model,
-                 "model file (Hugging Face config.json form), replaces the config's")
+                 "shipped model name (llama3-8b, ...) or model file (Hugging Face config.json "
+                 "form), replaces the config's")
       ->check(NonEmpty);
   sub.add_option("--device", args.device,
                  "device preset name or preset file, replaces the config's")
