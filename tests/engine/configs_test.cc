@@ -1,15 +1,15 @@
 // Issue 3's whole-run properties, for every shipped config (configs/*.json) and every pipeline
 // stage, through the real workload generator, allocator model and engine.
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
 #include <map>
 #include <set>
 
-#include <catch2/catch.hpp>
-
 #include "config/load.h"
 #include "engine/simulator.h"
+#include "shipped_configs.h"
 #include "timeline/recorder.h"
 #include "workload/build.h"
 
@@ -18,19 +18,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> ShippedConfigs() {
-  std::vector<std::string> paths;
-  for (const auto& e : fs::directory_iterator(fs::path(MEMSIM_SOURCE_DIR) / "configs")) {
-    if (e.is_regular_file() && e.path().extension() == ".json") paths.push_back(e.path().string());
-  }
-  std::sort(paths.begin(), paths.end());
-  return paths;
-}
+using testing::ShippedConfigs;
 
 // The tensors an iteration allocates and does not free within it, bytes by category (from the
 // Program itself, independent of the allocator).
 struct Kept {
-  Bytes bytes = 0;    // requested
+  Bytes bytes = 0;  // requested
   Bytes tensors = 0;
   std::vector<workload::TensorId> ids;
 };
@@ -55,7 +48,8 @@ class BlockSizes final : public Observer {
  public:
   explicit BlockSizes(timeline::Recorder& recorder) : recorder_(recorder) {}
   void OnOpBoundary(const OpBoundary& b) override { recorder_.OnOpBoundary(b); }
-  void OnTensorAllocated(const workload::Op&, const workload::TensorAlloc& t, Bytes block) override {
+  void OnTensorAllocated(const workload::Op&, const workload::TensorAlloc& t,
+                         Bytes block) override {
     block_bytes[t.id] = block;
   }
   std::map<workload::TensorId, Bytes> block_bytes;
@@ -131,7 +125,8 @@ TEST_CASE("every shipped config: reserved only grows, iterations converge, lazy 
         const timeline::SpanSummary& it1 = spans[1];
         const std::map<Category, Kept> kept = PersistentFirstMadeIn(program, 1);
         const workload::StaticSizes sizes = workload::ComputeStaticSizes(setup, r);
-        const Bytes states = kept.count(Category::kOptimizerStates) ? kept.at(Category::kOptimizerStates).bytes : 0;
+        const Bytes states =
+            kept.count(Category::kOptimizerStates) ? kept.at(Category::kOptimizerStates).bytes : 0;
         CHECK(states == sizes.optimizer_state_bytes);
         Bytes total_change = 0;
         for (int c = 0; c < kNumCategories; ++c) {
@@ -174,7 +169,8 @@ Bytes ActivationsAtPeak(const config::Setup& setup) {
 
 TEST_CASE("1F1B through the simulation: stage 0 of p = 4, m = 8 holds 4 micro-batches at peak",
           "[engine]") {
-  config::Setup setup = config::LoadSetup(std::string(MEMSIM_SOURCE_DIR) + "/configs/default.json", {});
+  config::Setup setup =
+      config::LoadSetup(std::string(MEMSIM_SOURCE_DIR) + "/configs/default.json", {});
   setup.training.pipeline_model_parallel_size = 4;
   setup.training.data_parallel_size = 1;
   setup.training.tensor_model_parallel_size = 2;

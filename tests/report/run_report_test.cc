@@ -1,36 +1,31 @@
 // The run report's per-iteration lines compare like with like (issue 15): a peak is set against
 // the previous iteration's peak of the same phase, or against the iteration's own start, never
 // against a peak of another phase. The shipped configs are walked on every stage.
+#include "report/run_report.h"
+
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <regex>
 #include <sstream>
 
-#include <catch2/catch.hpp>
-
 #include "config/load.h"
 #include "engine/stages.h"
 #include "report/format.h"
-#include "report/run_report.h"
+#include "shipped_configs.h"
 
 namespace memsim {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> ShippedConfigs() {
-  std::vector<std::string> paths;
-  for (const auto& e : fs::directory_iterator(fs::path(MEMSIM_SOURCE_DIR) / "configs")) {
-    if (e.is_regular_file() && e.path().extension() == ".json") paths.push_back(e.path().string());
-  }
-  std::sort(paths.begin(), paths.end());
-  return paths;
-}
+using testing::ShippedConfigs;
 
 // Checks every comparison line of `table` against the phase of the row above it. Returns the
 // offending lines ("" when all compare like with like) and counts the lines checked.
 std::string UnlikeComparisons(const std::string& table, int* checked) {
-  static const std::regex row(R"(^(init| +\d+) .*  (init|forward|backward|optimizer_step)( mb\d+)?$)");
+  static const std::regex row(
+      R"(^(init| +\d+) .*  (init|forward|backward|optimizer_step)( mb\d+)?$)");
   static const std::regex vs_prev(R"(^ +at (\w+) peak vs iter \d+'s (\w+) peak: )");
   static const std::regex vs_start(R"(^ +at (\w+) peak vs the start of the iteration: )");
   static const std::regex any_peak(R"(peak vs)");
@@ -53,7 +48,8 @@ std::string UnlikeComparisons(const std::string& table, int* checked) {
   return bad;
 }
 
-TEST_CASE("no shipped config, on any stage, compares peaks of different phases", "[report][configs]") {
+TEST_CASE("no shipped config, on any stage, compares peaks of different phases",
+          "[report][configs]") {
   const std::vector<std::string> configs = ShippedConfigs();
   REQUIRE(configs.size() >= 7);
   for (const std::string& path : configs) {
