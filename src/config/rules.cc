@@ -2,12 +2,12 @@
 // limits (estimates, docs/config.md "Limits").
 #include "config/rules.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <numeric>
-
-#include <fmt/core.h>
 
 namespace memsim::config::internal {
 namespace {
@@ -186,8 +186,8 @@ void CheckLayerPasses(const Setup& s, const Origin& origin) {
                      "{} × {} = {} layer passes in one stage exceed memsim's limit of {} (memory "
                      "of the simulation); reduce train_iters, global_batch_size (micro-batches) or "
                      "num_hidden_layers{}",
-                     c.train_iters, c.num_micro_batches,
-                     layers / c.pipeline_model_parallel_size, stage_passes, kMaxStageLayerPasses,
+                     c.train_iters, c.num_micro_batches, layers / c.pipeline_model_parallel_size,
+                     stage_passes, kMaxStageLayerPasses,
                      c.use_megatron_fsdp ? "" : ", or raise pipeline_model_parallel_size"));
   }
 }
@@ -238,24 +238,36 @@ void CheckFsdpPadding(const Setup& s, const Origin& origin, const RankParameters
   }
 }
 
+// The model's widths in double (products of them can pass int64): TP, hidden, FFN, the query
+// and key/value projection widths, and 2 for a gated MLP.
+struct Widths {
+  double tp, h, ffn, q, kv, gamma;
+};
+Widths WidthsOf(const Setup& s) {
+  const ModelConfig& m = s.model;
+  return {static_cast<double>(s.training.tensor_model_parallel_size),
+          static_cast<double>(m.hidden_size),
+          static_cast<double>(m.intermediate_size),
+          static_cast<double>(m.num_attention_heads) * m.head_dim,
+          static_cast<double>(m.num_key_value_heads) * m.head_dim,
+          m.gated_mlp ? 2.0 : 1.0};
+}
+
 // Largest activation of one micro-batch, at 4 bytes an element (fp32, the widest): attention
 // scores b × heads/TP × (seq/CP) × seq without flash attention, logits T × V/TP, the MLP's
 // T × γ ffn/TP, the QKV output T × (q + 2 kv)/TP, T = seq/CP × b tokens.
 void CheckActivation(const Setup& s, const Origin& origin) {
   const ModelConfig& m = s.model;
   const TrainingConfig& c = s.training;
-  const double tp = c.tensor_model_parallel_size;
-  const double h = m.hidden_size, ffn = m.intermediate_size;
-  const double q = static_cast<double>(m.num_attention_heads) * m.head_dim;
-  const double kv = static_cast<double>(m.num_key_value_heads) * m.head_dim;
-  const double gamma = m.gated_mlp ? 2 : 1;
+  const Widths w = WidthsOf(s);
+  const double tp = w.tp, h = w.h, ffn = w.ffn, q = w.q, kv = w.kv, gamma = w.gamma;
   const double tokens =
       static_cast<double>(c.seq_length) / c.context_parallel_size * c.micro_batch_size;
   double largest = std::max({tokens * static_cast<double>(m.padded_vocab_size) / tp,
                              tokens * gamma * ffn / tp, tokens * (q + 2 * kv) / tp, tokens * h});
   if (!c.use_flash_attn) {
-    largest = std::max(largest, tokens * (static_cast<double>(m.num_attention_heads) / tp) *
-                                    c.seq_length);
+    largest = std::max(largest,
+                       tokens * (static_cast<double>(m.num_attention_heads) / tp) * c.seq_length);
   }
   if (largest * 4 > kMaxRankBytes) {
     Fail(origin.Training("seq_length"),
@@ -271,11 +283,8 @@ void CheckActivation(const Setup& s, const Origin& origin) {
 RankParameters EstimateRankParameters(const Setup& s) {
   const ModelConfig& m = s.model;
   const TrainingConfig& c = s.training;
-  const double tp = c.tensor_model_parallel_size;
-  const double h = m.hidden_size, ffn = m.intermediate_size;
-  const double q = static_cast<double>(m.num_attention_heads) * m.head_dim;
-  const double kv = static_cast<double>(m.num_key_value_heads) * m.head_dim;
-  const double gamma = m.gated_mlp ? 2 : 1;
+  const Widths w = WidthsOf(s);
+  const double tp = w.tp, h = w.h, ffn = w.ffn, q = w.q, kv = w.kv, gamma = w.gamma;
   RankParameters p;
   p.layers_per_stage = m.num_hidden_layers / c.pipeline_model_parallel_size;
   p.per_layer = (h * (q + 2 * kv) + q * h + (gamma + 1) * h * ffn + 4 * h) / tp;
@@ -316,10 +325,11 @@ void CheckDerived(const Setup& s, const Origin& origin) {
   CheckActivation(s, origin);
   if (origin.gradient_accumulation_steps &&
       *origin.gradient_accumulation_steps != c.num_micro_batches) {
-    Fail(origin.Training("gradient_accumulation_steps"),
-         fmt::format("{} disagrees with global_batch_size / (micro_batch_size × data_parallel_size) "
-                     "= {}",
-                     *origin.gradient_accumulation_steps, c.num_micro_batches));
+    Fail(
+        origin.Training("gradient_accumulation_steps"),
+        fmt::format("{} disagrees with global_batch_size / (micro_batch_size × data_parallel_size) "
+                    "= {}",
+                    *origin.gradient_accumulation_steps, c.num_micro_batches));
   }
 }
 
