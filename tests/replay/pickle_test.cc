@@ -60,7 +60,7 @@ TEST_CASE("pickle: values, tuples, memo references and 64-bit integers", "[repla
 TEST_CASE("pickle: malformed and unsupported input is one message naming the byte",
           "[replay][pickle]") {
   CHECK(ErrorOf(std::string("\x80\x02}", 3)) == "p.pickle: pickle byte 3: ends before the STOP opcode");
-  CHECK(ErrorOf(std::string("\x80\x02X\xff\x00\x00\x00ab.", 10)) ==
+  CHECK(ErrorOf(std::string("\x80\x02X\xff\x00\x00\x00" "ab.", 10)) ==
         "p.pickle: pickle byte 2: a length runs past the end of the file");
   CHECK(ErrorOf(std::string("\x80\x02" "cos\nsystem\n.", 13)) ==
         "p.pickle: pickle byte 2: unsupported opcode 0x63; memsim reads pickles of dicts, lists, "
@@ -74,10 +74,10 @@ TEST_CASE("pickle: malformed and unsupported input is one message naming the byt
   CHECK(ErrorOf(std::string("\x80\x02\x8a\x0a\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00.", 15)) ==
         "p.pickle: pickle byte 2: an integer beyond 64 bits");
   // A list that contains itself: memo 0 is the list, appended to itself.
-  CHECK(ErrorOf(std::string("\x80\x02]q\x00h\x00" "a.", 8)) ==
+  CHECK(ErrorOf(std::string("\x80\x02]q\x00h\x00" "a.", 9)) ==
         "p.pickle: pickle byte 0: nested deeper than 200 levels (or a reference cycle)");
   // 30 nested pairs (x, x) of the one below: 2^30 values from 65 bytes.
-  std::string b = "\x80\x02K\x00";  // the innermost value
+  std::string b("\x80\x02K\x00", 4);  // the innermost value: 0
   for (int i = 0; i < 30; ++i) b += "2\x86";  // DUP, TUPLE2: (x, x)
   b += ".";
   CHECK(ErrorOf(b) == "p.pickle: pickle byte 0: shared references expand to too many values");
