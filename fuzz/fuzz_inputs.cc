@@ -16,6 +16,7 @@
 #include "alloc/allocator.h"
 #include "config/load.h"
 #include "core/error.h"
+#include "core/pickle.h"
 #include "profile/profile.h"
 #include "replay/trace.h"
 
@@ -88,6 +89,11 @@ const Target kTargets[] = {
     {"replay-snapshot", ".json",
      [](const std::string&, std::string_view text) {
        ReplayText(text, memsim::alloc::Backend::kCuda);
+     }},
+    {"replay-pickle", ".pickle",
+     [](const std::string&, std::string_view text) {
+       memsim::PickleToJson(text, "fuzz-pickle");  // the reader alone, then as a replay does
+       ReplayText(text, memsim::alloc::Backend::kNpu);
      }},
     {"torch-trace", ".json", [](const std::string& p, auto) { LoadProfileOf(Format::kTorchTrace, p); }},
     {"torch-snapshot", ".json",

@@ -87,6 +87,32 @@ struct AllocatorStats {
   bool operator==(const AllocatorStats&) const = default;
 };
 
+// What happened in the allocator, as PyTorch's TraceEntry records it for memory snapshots
+// (c10/cuda/CUDACachingAllocator.h `TraceEntry`; torch_npu NPUCachingAllocator.h the same): a
+// device allocation or mapping of a segment, a block handed out, a free requested by the caller,
+// the block back in its pool (at once, or after its stream events completed), a segment given
+// back. Addresses follow docs/allocator-rules.md, 'Convention: addresses'.
+enum class TraceAction : std::uint8_t {
+  kSegmentAlloc, kSegmentMap, kAlloc, kFreeRequested, kFreeCompleted, kSegmentUnmap, kSegmentFree
+};
+struct TraceEvent {
+  TraceAction action = TraceAction::kAlloc;
+  Bytes addr = 0;
+  // alloc / free_*: the caller's requested size (TraceEntry records orig_size / requested_size);
+  // segment_*: the bytes allocated, mapped, unmapped or freed.
+  Bytes size_bytes = 0;
+  Bytes block_bytes = 0;  // alloc / free_*: the block's size after rounding and splitting
+  StreamId stream = 0;
+  std::uint8_t pool = 0;  // 0 small, 1 large
+  bool operator==(const TraceEvent&) const = default;
+};
+// Receives TraceEvents as they happen (attachAllocatorTraceTracker in PyTorch).
+class TraceSink {
+ public:
+  virtual ~TraceSink() = default;
+  virtual void OnTrace(const TraceEvent& event) = 0;
+};
+
 class Allocator {
  public:
   virtual ~Allocator() = default;
@@ -113,6 +139,9 @@ class Allocator {
   // reset_peak_memory_stats(): every peak := current.
   virtual void ResetPeakStats() = 0;
   virtual const AllocatorStats& Stats() const = 0;
+  // Every later event goes to `sink` (nullptr: none). The sink must outlive its use. Default: the
+  // allocator records nothing.
+  virtual void SetTraceSink(TraceSink* /*sink*/) {}
   // Walks every segment and pool; returns "" iff all invariants hold, else a description.
   virtual std::string CheckInvariants() const = 0;
 };

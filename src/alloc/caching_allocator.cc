@@ -192,6 +192,7 @@ bool CachingAllocator::AllocBlock(AllocParams& p, bool is_retry) {
   Increase(stats_.reserved_bytes, p.alloc_bytes);
   if (p.alloc_bytes >= MaxSplit()) Increase(stats_.oversize_segments, 1);
   ++stats_.num_device_alloc;
+  Trace(TraceAction::kSegmentAlloc, blk.addr, p.alloc_bytes, p.alloc_bytes, p.stream, p.pool);
   p.block = b;
   return true;
 }
@@ -264,6 +265,7 @@ void CachingAllocator::ReleaseBlock(BlockIndex b) {
   Decrease(stats_.reserved_bytes, size);
   if (size >= MaxSplit()) Decrease(stats_.oversize_segments, 1);
   ++stats_.num_device_free;
+  Trace(TraceAction::kSegmentFree, blk.addr, size, size, blk.stream, blk.pool);
   segments_[blk.segment].live = false;
   DeleteBlock(b);
 }
@@ -366,6 +368,7 @@ BlockHandle CachingAllocator::AllocFoundBlock(const AllocParams& p, Bytes reques
   Increase(stats_.active_bytes, blk.size_bytes);
   Increase(stats_.requested_bytes, request_bytes);
   if (blk.size_bytes >= MaxSplit()) Increase(stats_.oversize_allocations, 1);
+  Trace(TraceAction::kAlloc, blk.addr, request_bytes, blk.size_bytes, blk.stream, blk.pool);
   handle_to_block_.push_back(b);
   return handle_to_block_.size();
 }
@@ -382,6 +385,8 @@ void CachingAllocator::Free(BlockHandle handle) {
   Decrease(stats_.allocation, 1);
   Decrease(stats_.allocated_bytes, blk.size_bytes);
   if (blk.size_bytes >= MaxSplit()) Decrease(stats_.oversize_allocations, 1);
+  Trace(TraceAction::kFreeRequested, blk.addr, blk.requested_bytes, blk.size_bytes, blk.stream,
+        blk.pool);
   if (!blk.stream_uses.empty()) {
     // insert_events: one event per used stream; the block stays active until all complete.
     for (StreamId s : blk.stream_uses) {
@@ -479,6 +484,8 @@ Bytes CachingAllocator::TryMergeBlocks(BlockIndex dst, BlockIndex src) {
 void CachingAllocator::FreeBlock(BlockIndex b) {
   const Bytes original_bytes = blocks_[b].size_bytes;
   const Bytes requested = blocks_[b].requested_bytes;
+  Trace(TraceAction::kFreeCompleted, blocks_[b].addr, requested, original_bytes, blocks_[b].stream,
+        blocks_[b].pool);
   std::int64_t net_blocks = 0;
   Bytes net_bytes = 0;
   const BlockIndex candidates[2] = {blocks_[b].prev, blocks_[b].next};

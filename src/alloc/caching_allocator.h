@@ -104,6 +104,7 @@ class CachingAllocator final : public Allocator {
   void ResetPeakStats() override;
   const AllocatorStats& Stats() const override { return stats_; }
   std::string CheckInvariants() const override;
+  void SetTraceSink(TraceSink* sink) override { trace_ = sink; }
 
  private:
   struct AllocParams {
@@ -142,6 +143,11 @@ class CachingAllocator final : public Allocator {
   Bytes AllowedMemoryMaximum() const;
   Bytes MaxSplit() const { return max_split_bytes_; }
   bool IsNpu() const { return options_.backend == Backend::kNpu; }
+  // Sends one event to the trace sink, if any.
+  void Trace(TraceAction action, Bytes addr, Bytes size_bytes, Bytes block_bytes, StreamId stream,
+             std::uint8_t pool) {
+    if (trace_ != nullptr) trace_->OnTrace({action, addr, size_bytes, block_bytes, stream, pool});
+  }
 
   // expandable.cc
   BlockIndex TryAllocateExpandableBlock(const AllocParams& p);
@@ -164,6 +170,7 @@ class CachingAllocator final : public Allocator {
   std::int64_t pending_events_ = 0;
   bool events_may_have_completed_ = false;
   std::vector<BlockIndex> handle_to_block_;  // index = handle - 1; kNoBlock once freed
+  TraceSink* trace_ = nullptr;               // not owned
 };
 
 inline void Increase(Gauge& g, Bytes v) {

@@ -99,6 +99,7 @@ bool CachingAllocator::MapBlock(BlockIndex b, Bytes size_bytes) {
   MEMSIM_CHECK(mapped_bytes <= blocks_[b].size_bytes);
   if (!CapacityAllows(mapped_bytes)) return false;
   EraseFromPool(b);
+  const Bytes mapped_addr = blocks_[b].addr;
   blocks_[b].mapped = true;
   if (mapped_bytes < blocks_[b].size_bytes) {
     const BlockIndex rest = NewBlock();
@@ -123,6 +124,8 @@ bool CachingAllocator::MapBlock(BlockIndex b, Bytes size_bytes) {
   InsertIntoPool(b);
   Increase(stats_.reserved_bytes, mapped_bytes);
   ++stats_.num_device_alloc;
+  Trace(TraceAction::kSegmentMap, mapped_addr, mapped_bytes, mapped_bytes, blocks_[b].stream,
+        blocks_[b].pool);
   return true;
 }
 
@@ -177,6 +180,8 @@ void CachingAllocator::UnmapBlock(BlockIndex b) {
   InsertIntoPool(b);
   Decrease(stats_.reserved_bytes, end - begin);
   ++stats_.num_device_free;
+  Trace(TraceAction::kSegmentUnmap, seg.base + begin, end - begin, end - begin, blocks_[b].stream,
+        blocks_[b].pool);
 }
 
 // release_expandable_segment: a wholly unmapped segment is destroyed.

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -13,8 +14,10 @@
 #include "config/load.h"
 #include "core/error.h"
 #include "engine/stages.h"
+#include "export/exports.h"
 #include "profile/profile.h"
 #include "report/format.h"
+#include "report/run_report.h"
 #include "workload/build.h"
 
 namespace memsim::cli {
@@ -30,6 +33,7 @@ struct CompareArgs {
   int profile_iterations = 0;
   std::string tolerance;
   std::string json;
+  std::string html;
   ConfigArgs load;
   int device_index = -1;
   int rank = -1;
@@ -58,6 +62,26 @@ compare::SimulatedSide SimulatedSideOf(const config::Setup& setup, const engine:
   return side;
 }
 
+// For the HTML overlay: the shift that puts the measured curve's first iteration on the simulated
+// one's (each side's first sample of the lowest iteration >= 1 they both label), or the starts of
+// both curves on each other when the profile labels none.
+double MeasuredOffsetUs(const timeline::Timeline& measured, const timeline::Timeline& simulated) {
+  auto first_of = [](const timeline::Timeline& t, int iteration) -> std::optional<double> {
+    for (const timeline::Sample& s : t.samples) {
+      if (s.iteration == iteration) return s.time_us;
+    }
+    return std::nullopt;
+  };
+  for (const timeline::Sample& s : measured.samples) {
+    if (s.iteration < 1) continue;
+    const std::optional<double> sim = first_of(simulated, s.iteration);
+    if (sim) return *sim - s.time_us;
+    break;
+  }
+  if (measured.samples.empty() || simulated.samples.empty()) return 0;
+  return simulated.samples.front().time_us - measured.samples.front().time_us;
+}
+
 int RunCompare(const CompareArgs& a) {
   auto format = profile::FormatFromName(a.format);
   if (!format) {
@@ -73,7 +97,8 @@ int RunCompare(const CompareArgs& a) {
   if (a.config.empty() == a.simulated.empty()) {
     throw InputError("expected either CONFIG or --simulated FILE (exactly one)");
   }
-  report::CheckOutputs({a.json}, {a.config, a.profile, a.simulated, a.load.model, a.load.device});
+  report::CheckOutputs({a.json, a.html},
+                       {a.config, a.profile, a.simulated, a.load.model, a.load.device});
   compare::CompareOptions options;
   options.skip = a.skip;
   options.profile_iterations = a.profile_iterations;
@@ -86,17 +111,27 @@ int RunCompare(const CompareArgs& a) {
   const int width = TerminalWidth(a.width);
   timeline::Timeline simulated;
   compare::SimulatedSide side;
+  exports::HtmlInput html;
   if (a.simulated.empty()) {
     const config::Setup setup = LoadSetupAndWarn(a.config, ToLoadOptions(a.load));
-    report::CheckOutputs({a.json}, {setup.model_path, setup.device_path});
+    report::CheckOutputs({a.json, a.html}, {setup.model_path, setup.device_path});
     engine::RunOptions run_options;
     run_options.pipeline_rank = CheckPipelineRank(a.pipeline_rank, setup);
     run_options.keep_timeline = true;
     engine::RunResult run = engine::RunAllStages(setup, run_options);
     side = SimulatedSideOf(setup, run);
+    if (!a.html.empty()) {
+      html.header = report::FormatRunHeader(run, setup);
+      html.stages = exports::CollectStageDetails(setup, run);
+      html.reported_stage = run.reported_stage;
+    }
     simulated = std::move(run.timeline);
   } else {
     simulated = profile::LoadProfile(a.simulated, profile::Format::kMemsimCsv);
+    if (!a.html.empty()) {
+      html.header = fmt::format("memsim compare: simulated {}\n", a.simulated);
+      html.stages.push_back(exports::DetailFromTimeline(simulated));
+    }
   }
   options.format = measured.source;
   const compare::Report report = compare::Compare(measured, simulated, options);
@@ -115,8 +150,17 @@ int RunCompare(const CompareArgs& a) {
     const std::string chart = compare::FormatChart(report, std::min(72, width - 12));
     if (!chart.empty()) out += "\n" + chart;
   }
-  // The file first, so a failed write (exit 2) leaves no report on stdout either.
-  if (!a.json.empty()) report::WriteFileAtomically(a.json, compare::FormatJson(report));
+  // The files first, so a failed write (exit 2) leaves no report on stdout either.
+  std::vector<std::pair<std::string, std::string>> files;
+  if (!a.json.empty()) files.emplace_back(a.json, compare::FormatJson(report));
+  if (!a.html.empty()) {
+    html.title = fmt::format("{} against {}", exports::TitleOf(html.header), a.profile);
+    html.table = compare::FormatTable(report, 100);
+    html.measured = exports::MeasuredCurve{fmt::format("{} ({})", a.profile, measured.source),
+                                           measured, MeasuredOffsetUs(measured, simulated)};
+    files.emplace_back(a.html, exports::HtmlReport(html));
+  }
+  report::WriteFilesAtomically(files);
   std::fputs(out.c_str(), stdout);
   return report.failed ? 1 : 0;
 }
@@ -142,6 +186,9 @@ Action AddCompareCommand(CLI::App& sub) {
       ->check(CLI::NonNegativeNumber);
   sub.add_option("--tolerance", a->tolerance, "exit 1 when an overall peak error exceeds PCT");
   sub.add_option("--json", a->json, "write the comparison as JSON (schema_version 1)")
+      ->check(NonEmpty);
+  sub.add_option("--html", a->html,
+                 "write a self-contained HTML report with the measured curves overlaid to FILE")
       ->check(NonEmpty);
   sub.add_option("--device-index", a->device_index,
                  "device in the profile (default: the lowest with data)");

@@ -11,6 +11,7 @@
 #include "config/megatron_args.h"
 #include "core/error.h"
 #include "engine/stages.h"
+#include "export/exports.h"
 #include "report/chart.h"
 #include "report/format.h"
 #include "report/run_report.h"
@@ -26,6 +27,9 @@ struct RunArgs {
   bool capacity_given = false;
   std::string json_path;
   std::string csv_path;
+  std::string html_path;
+  std::string trace_path;
+  std::string snapshot_path;
   bool no_chart = false;
   bool megatron_report = false;
   bool verbose = false;
@@ -53,10 +57,39 @@ config::Setup LoadMegatron(const RunArgs& a, const config::LoadOptions& load) {
   return config::LoadSetupFromMegatron(launch, load, {a.allow_unsupported});
 }
 
+// --csv, --trace, --snapshot, --html: the reported stage simulated once more with the detail
+// they need (export/detail.h); --html every stage again, for its stage selector.
+void AddExports(const RunArgs& a, const config::Setup& setup, const engine::RunResult& run,
+                std::vector<std::pair<std::string, std::string>>* files) {
+  if (!a.csv_path.empty() || !a.trace_path.empty() || !a.snapshot_path.empty()) {
+    exports::DetailOptions options;
+    options.simulate.usable_memory_bytes = run.usable_memory_bytes;
+    options.allocator_events = !a.snapshot_path.empty();
+    const exports::RunDetail detail =
+        exports::CollectRunDetail(setup, run.reported_stage, options);
+    if (!a.csv_path.empty()) files->emplace_back(a.csv_path, exports::CategoryCsv(detail));
+    if (!a.trace_path.empty()) {
+      files->emplace_back(a.trace_path, exports::ChromeTraceJson(detail));
+    }
+    if (!a.snapshot_path.empty()) {
+      files->emplace_back(a.snapshot_path, exports::MemorySnapshotPickle(detail));
+    }
+  }
+  if (a.html_path.empty()) return;
+  exports::HtmlInput html;
+  html.header = report::FormatRunHeader(run, setup);
+  html.title = exports::TitleOf(html.header);
+  html.table = report::FormatIterationTable(run, 100);
+  html.stages = exports::CollectStageDetails(setup, run);
+  html.reported_stage = run.reported_stage;
+  files->emplace_back(a.html_path, exports::HtmlReport(html));
+}
+
 int Run(const RunArgs& a) {
   // Every option is checked before the simulation, so a typo costs no waiting.
   const int width = TerminalWidth(a.width);
-  const std::vector<std::string> outputs = {a.json_path, a.csv_path};
+  const std::vector<std::string> outputs = {a.json_path, a.csv_path, a.html_path, a.trace_path,
+                                            a.snapshot_path};
   report::CheckOutputs(outputs, {a.config, a.load.model, a.load.device, a.megatron_file});
   config::LoadOptions load = ToLoadOptions(a.load);
   std::optional<Bytes> capacity;
@@ -97,7 +130,7 @@ int Run(const RunArgs& a) {
   // Files first, so a failed write (exit 2) leaves no partial report on stdout either.
   std::vector<std::pair<std::string, std::string>> files;
   if (!a.json_path.empty()) files.emplace_back(a.json_path, report::RunReportJson(run, setup));
-  if (!a.csv_path.empty()) files.emplace_back(a.csv_path, report::TimelineCsv(run.timeline));
+  AddExports(a, setup, run, &files);
   report::WriteFilesAtomically(files);
   std::fputs(out.c_str(), stdout);
   return 0;
@@ -115,7 +148,17 @@ Action AddRunCommand(CLI::App& sub) {
                  "usable device memory, e.g. 60GiB (replaces the preset's)");
   sub.add_option("--json", a->json_path, "write the JSON report (schema 1) to FILE")
       ->check(NonEmpty);
-  sub.add_option("--csv", a->csv_path, "write the timeline as CSV to FILE")->check(NonEmpty);
+  sub.add_option("--csv", a->csv_path,
+                 "write the timeline as CSV to FILE (totals and one column per category)")->check(NonEmpty);
+  sub.add_option("--html", a->html_path,
+                 "write a self-contained HTML report (zoomable curves, categories) to FILE")
+      ->check(NonEmpty);
+  sub.add_option("--trace", a->trace_path,
+                 "write a Chrome / Perfetto trace (JSON; ui.perfetto.dev) to FILE")
+      ->check(NonEmpty);
+  sub.add_option("--snapshot", a->snapshot_path,
+                 "write a PyTorch memory snapshot (pickle; pytorch.org/memory_viz) to FILE")
+      ->check(NonEmpty);
   sub.add_flag("--no-chart", a->no_chart, "do not print the terminal chart");
   sub.add_flag("--megatron-report", a->megatron_report,
                "print Megatron's report_memory line after each iteration");

@@ -36,6 +36,7 @@ class Engine {
     alloc::AllocatorOptions alloc_options = setup.allocator;
     alloc_options.capacity_bytes = device_.AllocatorCapacity(usable_);
     allocator_ = alloc::NewCachingAllocator(alloc_options);
+    allocator_->SetTraceSink(observer_.AllocatorTraceSink());
     by_category_.fill(0);
   }
 

@@ -68,6 +68,10 @@ class Observer {
   // and padded, plus any remainder the allocator did not split off).
   virtual void OnTensorAllocated(const workload::Op& /*op*/, const workload::TensorAlloc& /*tensor*/,
                                  Bytes /*block_bytes*/) {}
+  // Where the allocator's own events go (segments, blocks, frees; alloc::TraceEvent), asked once
+  // before the run; nullptr (default) records none. Events of an op arrive before its
+  // OnTensorAllocated / OnOpBoundary calls.
+  virtual alloc::TraceSink* AllocatorTraceSink() { return nullptr; }
 };
 
 struct SimulateOptions {

@@ -5,6 +5,7 @@
 #include <fmt/core.h>
 
 #include "core/error.h"
+#include "core/pickle.h"
 #include "profile/clock.h"
 #include "profile/importers.h"
 #include "profile/reader.h"
@@ -39,6 +40,12 @@ std::optional<Format> FormatFromName(std::string_view name) {
 
 Detection DetectFormatFromContent(std::string_view path, std::string_view head) {
   const std::string_view name = FileName(path);
+  if (LooksLikePickle(head)) {
+    if (Contains(head, "device_traces") || Contains(head, "segments")) {
+      return {Format::kTorchSnapshot, "pickle with segments / device_traces (memory snapshot)"};
+    }
+    return {Format::kAuto, ""};
+  }
   std::string_view body = internal::Trim(head);
   if (internal::StartsWith(body, "\xEF\xBB\xBF")) body.remove_prefix(3);
   // The first line that is not a '#' comment.

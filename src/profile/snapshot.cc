@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/pickle.h"
 #include "profile/importers.h"
 #include "profile/json_error.h"
 #include "profile/reader.h"
@@ -30,6 +31,26 @@ namespace memsim::profile::internal {
 namespace {
 
 using json = nlohmann::json;
+
+// A pickled snapshot is read whole into memory: at most this many bytes (an estimate, above the
+// largest snapshot torch's default ring buffer of 100,000 entries per device writes).
+constexpr size_t kMaxPickleBytes = size_t{4} << 30;
+
+// The whole (decompressed) file, refused beyond kMaxPickleBytes.
+std::string ReadWhole(const std::string& path) {
+  GzStreamBuf buf(path);
+  std::string out;
+  std::vector<char> chunk(1 << 16);
+  while (true) {
+    const std::streamsize n = buf.sgetn(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    if (n <= 0) break;
+    out.append(chunk.data(), static_cast<size_t>(n));
+    if (out.size() > kMaxPickleBytes) {
+      throw InputError(fmt::format("{}: a pickled snapshot larger than 4 GiB", path));
+    }
+  }
+  return out;
+}
 
 // REQUIRES: bytes <= kMaxInputBytes (every size is bounded as it is read).
 int64_t Round512(int64_t bytes) { return bytes <= 0 ? 0 : (bytes + 511) / 512 * 512; }
@@ -332,9 +353,15 @@ class Handler : public nlohmann::json_sax<json> {
 timeline::Timeline LoadSnapshot(const std::string& path, const LoadProfileOptions& options) {
   Handler h(path);
   {
+    // A pickle (torch.cuda.memory._dump_snapshot) is unpickled whole, then read as its JSON
+    // text by the same handler; a JSON file is streamed.
+    const bool pickled = LooksLikePickle(ReadHead(path, 2));
     GzStreamBuf buf(path);
     std::istream in(&buf);
-    const bool ok = json::sax_parse(in, &h, json::input_format_t::json, /*strict=*/true);
+    const bool ok =
+        pickled ? json::sax_parse(PickleToJson(ReadWhole(path), path).dump(), &h,
+                                  json::input_format_t::json, /*strict=*/true)
+                : json::sax_parse(in, &h, json::input_format_t::json, /*strict=*/true);
     if (h.semantic_failed()) throw InputError(h.error);
     if (!ok || h.error_position) {
       throw InputError(JsonErrorMessage(path, h.error_position.value_or(0), h.error,

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/json_pointer.h"
+#include "core/pickle.h"
 
 namespace memsim::replay {
 namespace {
@@ -215,7 +216,9 @@ std::optional<std::uint64_t> FreeCompletedAddress(const json& e) {
 
 }  // namespace
 
-Trace ParseSnapshot(std::string_view text, std::string_view file_name, int device_index) {
+namespace {
+
+json ParseSnapshotJson(std::string_view text, std::string_view file_name) {
   json doc;
   {
     Builder builder(doc);
@@ -231,6 +234,18 @@ Trace ParseSnapshot(std::string_view text, std::string_view file_name, int devic
                                    byte, builder.error_id == 406 ? ", number out of range" : ""));
     }
   }
+  return doc;
+}
+
+}  // namespace
+
+Trace ParseSnapshot(std::string_view text, std::string_view file_name, int device_index) {
+  const json doc =
+      LooksLikePickle(text) ? PickleToJson(text, file_name) : ParseSnapshotJson(text, file_name);
+  return TraceFromSnapshot(doc, file_name, device_index);
+}
+
+Trace TraceFromSnapshot(const nlohmann::json& doc, std::string_view file_name, int device_index) {
   const Reader r(file_name);
   Trace trace;
   trace.file_name = std::string(file_name);

@@ -1,4 +1,5 @@
-// PyTorch memory snapshots (torch.cuda.memory._snapshot() saved as JSON;
+// PyTorch memory snapshots (torch.cuda.memory._snapshot() saved as JSON, or pickled by
+// _dump_snapshot / torch_npu's twin, read by core/pickle.h;
 // docs/profile-formats.md, 'PyTorch memory snapshot') as allocator traces (docs/interfaces.md,
 // 'Snapshot replay'): the `device_traces` of one device
 // become malloc / free / record_stream / complete operations:
@@ -16,6 +17,8 @@
 
 #include <string_view>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "replay/trace.h"
 
 namespace memsim::replay {
@@ -27,6 +30,10 @@ namespace memsim::replay {
 // and stream handles integers in [0, 2^64), devices integers in [0, 2^31). No nlohmann
 // exception escapes; a key repeated in one object is an error ("<file>: /segments: duplicate
 // key"); parsing is iterative, so deep nesting costs heap, not stack.
+// A pickle (LooksLikePickle) is read by PickleToJson first, whose errors name the byte.
 Trace ParseSnapshot(std::string_view text, std::string_view file_name, int device_index);
+
+// The same from a document already parsed (JSON or unpickled).
+Trace TraceFromSnapshot(const nlohmann::json& doc, std::string_view file_name, int device_index);
 
 }  // namespace memsim::replay

@@ -8,6 +8,7 @@
 
 #include "alloc/rounding.h"
 #include "core/error.h"
+#include "core/pickle.h"
 #include "replay/snapshot.h"
 
 namespace memsim::replay {
@@ -153,6 +154,12 @@ Trace ParseCsvTrace(std::string_view text, std::string_view file_name) {
 }
 
 Trace ParseTrace(std::string_view text, std::string_view file_name, int device_index) {
+  if (LooksLikePickle(text)) return ParseSnapshot(text, file_name, device_index);
+  if (!text.empty() && static_cast<unsigned char>(text[0]) == 0x80) {
+    throw InputError(fmt::format("{}: a pickle of protocol {}; memsim reads pickled snapshots of "
+                                 "protocols 2 to 5",
+                                 file_name, text.size() > 1 ? static_cast<unsigned char>(text[1]) : 0));
+  }
   for (char c : text) {
     if (c == ' ' || c == '\t' || c == '\r' || c == '\n') continue;
     if (c == '{' || c == '[') return ParseSnapshot(text, file_name, device_index);

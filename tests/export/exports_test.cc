@@ -1,0 +1,198 @@
+// The file exports of `memsim run` (export/exports.h) on the default config: the Perfetto trace's
+// required fields, the per-category CSV, the snapshot's round trip through `memsim replay`'s
+// reader and replayer, and the HTML report's offline rule.
+#include "export/exports.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+#include <string>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "alloc/allocator.h"
+#include "cli/cli_test_util.h"
+#include "config/load.h"
+#include "engine/stages.h"
+#include "replay/trace.h"
+
+namespace memsim::exports {
+namespace {
+
+using nlohmann::json;
+
+// The default config (embedded configs/default.json), its worst stage, detail with allocator
+// events; computed once.
+struct Default {
+  config::Setup setup;
+  engine::RunResult run;
+  RunDetail detail;
+};
+const Default& DefaultRun() {
+  static const Default d = [] {
+    Default x;
+    x.setup = config::LoadSetup("", config::LoadOptions{});
+    x.run = engine::RunAllStages(x.setup, engine::RunOptions{});
+    DetailOptions options;
+    options.allocator_events = true;
+    x.detail = CollectRunDetail(x.setup, x.run.reported_stage, options);
+    return x;
+  }();
+  return d;
+}
+
+TEST_CASE("exports: the detail run is the run (same samples as the Timeline)", "[export]") {
+  const Default& d = DefaultRun();
+  REQUIRE(d.detail.samples.size() == d.run.timeline.samples.size());
+  for (size_t i = 0; i < d.detail.samples.size(); ++i) {
+    const CategorySample& s = d.detail.samples[i];
+    const timeline::Sample& t = d.run.timeline.samples[i];
+    CHECK(s.allocated_bytes == t.allocated_bytes);
+    CHECK(s.reserved_bytes == t.reserved_bytes);
+    CHECK(s.device_bytes == t.device_bytes);
+    std::int64_t sum = 0;
+    for (std::int64_t b : s.by_category) sum += b;
+    CHECK(sum == s.allocated_bytes);  // categories sum to allocated (docs/architecture.md)
+    if (sum != s.allocated_bytes) break;
+  }
+}
+
+TEST_CASE("exports: every Perfetto event has its required fields", "[export]") {
+  const json trace = json::parse(ChromeTraceJson(DefaultRun().detail));
+  REQUIRE(trace["traceEvents"].is_array());
+  std::set<std::string> counters;
+  int slices = 0;
+  for (const json& e : trace["traceEvents"]) {
+    INFO(e.dump());
+    REQUIRE(e.contains("ph"));
+    REQUIRE(e["ts"].is_number());
+    REQUIRE(e["pid"].is_number_integer());
+    REQUIRE(e["tid"].is_number_integer());
+    REQUIRE(e["name"].is_string());
+    const std::string ph = e["ph"];
+    if (ph == "C") {
+      REQUIRE(e["args"].is_object());
+      REQUIRE(!e["args"].empty());
+      for (const auto& [k, v] : e["args"].items()) REQUIRE(v.is_number());
+      counters.insert(e["name"].get<std::string>());
+    } else if (ph == "X") {
+      REQUIRE(e["dur"].is_number());
+      REQUIRE(e["dur"].get<double>() >= 0);
+      ++slices;
+    } else {
+      REQUIRE(ph == "M");
+    }
+  }
+  CHECK(counters.count("allocated") == 1);
+  CHECK(counters.count("reserved") == 1);
+  CHECK(counters.count("device") == 1);
+  CHECK(counters.count("category parameters") == 1);
+  CHECK(counters.count("category optimizer_states") == 1);
+  // One slice per op, one per span (init + 4 iterations), one per phase marker.
+  CHECK(slices == static_cast<int>(DefaultRun().detail.ops.size() + DefaultRun().detail.spans.size() +
+                                   DefaultRun().detail.markers.size()));
+}
+
+TEST_CASE("exports: the CSV has one column per category beside the totals", "[export]") {
+  const std::string csv = CategoryCsv(DefaultRun().detail);
+  const std::string header = csv.substr(0, csv.find('\n'));
+  CHECK(header ==
+        "time_us,iteration,phase,allocated_bytes,reserved_bytes,active_bytes,device_bytes,"
+        "parameters_bytes,gradients_bytes,main_parameters_bytes,optimizer_states_bytes,"
+        "activations_bytes,temporaries_bytes,communication_bytes,workspace_bytes,other_bytes");
+  CHECK(std::count(csv.begin(), csv.end(), '\n') ==
+        static_cast<long>(DefaultRun().detail.samples.size() + 1));
+}
+
+// The snapshot's device trace replayed by `memsim replay --backend npu` (ParseTrace + Replay on
+// the config's allocator options) passes through every simulated (allocated, reserved) state in
+// order: the simulated curves are a subsequence of the replayed ones, and the peaks and the
+// final state are equal.
+TEST_CASE("exports: the snapshot replays to the simulated curves exactly", "[export]") {
+  const Default& d = DefaultRun();
+  REQUIRE(d.setup.allocator.backend == alloc::Backend::kNpu);
+  const std::string pickle = MemorySnapshotPickle(d.detail);
+  const replay::Trace trace = replay::ParseTrace(pickle, "default.pickle", 0);
+  alloc::AllocatorOptions options = d.setup.allocator;
+  options.capacity_bytes.reset();  // replay's default: an unbounded device
+  auto allocator = alloc::NewCachingAllocator(options);
+  const replay::ReplayResult r = replay::Replay(trace, *allocator, /*keep_rows=*/true);
+  size_t row = 0;
+  size_t matched = 0;
+  for (const CategorySample& s : d.detail.samples) {
+    while (row < r.rows.size() && (r.rows[row].allocated_bytes != s.allocated_bytes ||
+                                   r.rows[row].reserved_bytes != s.reserved_bytes)) {
+      ++row;
+    }
+    if (row == r.rows.size()) break;
+    ++matched;
+  }
+  CHECK(matched == d.detail.samples.size());
+  const engine::StageResult& stage = d.run.Reported();
+  CHECK(r.stats.allocated_bytes.peak == stage.peak_allocated_bytes);
+  CHECK(r.stats.reserved_bytes.peak == stage.peak_reserved_bytes);
+  CHECK(r.stats.allocated_bytes.current == d.detail.samples.back().allocated_bytes);
+  CHECK(r.stats.reserved_bytes.current == d.detail.samples.back().reserved_bytes);
+  REQUIRE(trace.snapshot);
+  CHECK(trace.snapshot->reserved_end_bytes == d.detail.samples.back().reserved_bytes);
+  CHECK(trace.snapshot->skipped == 0);
+}
+
+TEST_CASE("exports: the HTML report holds no URL and inlines uPlot", "[export]") {
+  const Default& d = DefaultRun();
+  HtmlInput input;
+  input.title = "default";
+  input.stages = {d.detail};
+  const std::string html = HtmlReport(input);
+  CHECK(html.find("http://") == std::string::npos);
+  CHECK(html.find("https://") == std::string::npos);
+  CHECK(html.find("src=") == std::string::npos);
+  CHECK(html.find("href=") == std::string::npos);
+  CHECK(html.find("var uPlot=") != std::string::npos);
+  CHECK(html.find("const DATA = ") != std::string::npos);
+  CHECK(html.find("The MIT License") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace memsim::exports
+
+namespace memsim::exports {
+namespace {
+
+using memsim::testing::RunMemsim;
+using memsim::testing::ScratchDir;
+
+TEST_CASE("exports: run writes every file; replay reads its snapshot; bad pickles exit 2",
+          "[export][cli]") {
+  ScratchDir dir("exports");
+  const auto run = RunMemsim(dir, "run --no-chart --json r.json --csv c.csv --trace t.json "
+                                  "--snapshot s.pickle --html r.html");
+  REQUIRE(run.exit_code == 0);
+  for (const char* f : {"r.json", "c.csv", "t.json", "s.pickle", "r.html"}) {
+    CAPTURE(f);
+    CHECK(std::filesystem::file_size(dir.path() / f) > 0);
+  }
+  const auto replay = RunMemsim(dir, "replay s.pickle --backend npu --json replay.json");
+  REQUIRE(replay.exit_code == 0);
+  const json report = json::parse(memsim::testing::ReadAll(dir.path() / "r.json"));
+  const json replayed = json::parse(memsim::testing::ReadAll(dir.path() / "replay.json"));
+  INFO(replayed.dump().substr(0, 400));
+  // The run report's stage peaks against the replay's allocator peaks.
+  REQUIRE(report["stages"].size() == 1);  // the default config: PP1
+  CHECK(replayed["peak"]["allocated_bytes"] == report["stages"][0]["peak_allocated_bytes"]);
+  CHECK(replayed["peak"]["reserved_bytes"] == report["stages"][0]["peak_reserved_bytes"]);
+  // A pickle with a class reference (GLOBAL os.system): refused, nothing run.
+  dir.Write("evil.pickle", std::string("\x80\x02" "cos\nsystem\n.", 13));
+  const auto evil = RunMemsim(dir, "replay evil.pickle");
+  CHECK(evil.exit_code == 2);
+  CHECK(evil.err.find("evil.pickle: pickle byte 2: unsupported opcode 0x63") != std::string::npos);
+  dir.Write("old.pickle", std::string("\x80\x01}.", 4));
+  const auto old = RunMemsim(dir, "replay old.pickle");
+  CHECK(old.exit_code == 2);
+  CHECK(old.err.find("old.pickle: a pickle of protocol 1; memsim reads pickled snapshots of "
+                     "protocols 2 to 5") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace memsim::exports

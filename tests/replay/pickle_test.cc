@@ -1,0 +1,114 @@
+// Pickled memory snapshots (core/pickle.h; docs/profile-formats.md, 'PyTorch memory snapshot'):
+// the reader's opcodes and limits, and the synthetic fixtures of tools/make_pickle_fixture.py
+// replaying exactly as their JSON twins.
+#include "core/pickle.h"
+
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "alloc/allocator.h"
+#include "cli/cli_test_util.h"
+#include "core/error.h"
+#include "replay/trace.h"
+
+namespace memsim {
+namespace {
+
+using nlohmann::json;
+
+std::string Fixture(const std::string& name) {
+  return memsim::testing::ReadAll(std::string(MEMSIM_SOURCE_DIR) + "/tests/replay/data/" + name);
+}
+
+std::string ErrorOf(const std::string& bytes) {
+  try {
+    PickleToJson(bytes, "p.pickle");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST_CASE("pickle: values, tuples, memo references and 64-bit integers", "[replay][pickle]") {
+  // {"a": (1, -1, 2^63, 2^64 - 1), "b": [None, True, False, 0.5], "c": <memo 1, the tuple>}
+  std::string q;
+  q += "\x80\x04";                       // PROTO 4
+  q += "}\x94";                          // EMPTY_DICT, MEMOIZE -> memo 0
+  q += "(";                              // MARK (items of the dict)
+  q += std::string("\x8c\x01" "a", 3);  // SHORT_BINUNICODE "a"
+  q += "(";                              // MARK (the tuple)
+  q += std::string("K\x01", 2);          // BININT1 1
+  q += std::string("J\xff\xff\xff\xff", 5);                                      // BININT -1
+  q += std::string("\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x80\x00", 11);          // LONG1 2^63
+  q += std::string("\x8a\x09\xff\xff\xff\xff\xff\xff\xff\xff\x00", 11);          // LONG1 2^64-1
+  q += "t\x94";                          // TUPLE, MEMOIZE -> memo 1
+  q += std::string("\x8c\x01" "b", 3);
+  q += "](N\x88\x89";                    // EMPTY_LIST MARK NONE NEWTRUE NEWFALSE
+  q += std::string("G\x3f\xe0\x00\x00\x00\x00\x00\x00", 9);  // BINFLOAT 0.5 (big-endian)
+  q += "e";                              // APPENDS
+  q += std::string("\x8c\x01" "c", 3);
+  q += std::string("h\x01", 2);          // BINGET 1: the same tuple
+  q += "u.";                             // SETITEMS STOP
+  const json j = PickleToJson(q, "p.pickle");
+  const json tuple = {1, -1, std::uint64_t{1} << 63, ~std::uint64_t{0}};
+  CHECK(j["a"] == tuple);
+  CHECK(j["b"] == json({nullptr, true, false, 0.5}));
+  CHECK(j["c"] == tuple);
+}
+
+TEST_CASE("pickle: malformed and unsupported input is one message naming the byte",
+          "[replay][pickle]") {
+  CHECK(ErrorOf(std::string("\x80\x02}", 3)) == "p.pickle: pickle byte 3: ends before the STOP opcode");
+  CHECK(ErrorOf(std::string("\x80\x02X\xff\x00\x00\x00" "ab.", 10)) ==
+        "p.pickle: pickle byte 2: a length runs past the end of the file");
+  CHECK(ErrorOf(std::string("\x80\x02" "cos\nsystem\n.", 13)) ==
+        "p.pickle: pickle byte 2: unsupported opcode 0x63; memsim reads pickles of dicts, lists, "
+        "tuples, strings, numbers, None and booleans only (torch.cuda.memory._dump_snapshot)");
+  CHECK(ErrorOf(std::string("\x80\x02h\x05.", 5)) ==
+        "p.pickle: pickle byte 2: memo reference 5 never stored");
+  CHECK(ErrorOf(std::string("\x80\x02K\x01K\x02.", 7)) ==
+        "p.pickle: pickle byte 6: STOP with an unbalanced stack (a truncated or malformed pickle)");
+  CHECK(ErrorOf(std::string("\x80\x02K\x01" "a.", 6)) ==
+        "p.pickle: pickle byte 4: stack underflow");
+  CHECK(ErrorOf(std::string("\x80\x02\x8a\x0a\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00.", 15)) ==
+        "p.pickle: pickle byte 2: an integer beyond 64 bits");
+  // A list that contains itself: memo 0 is the list, appended to itself.
+  CHECK(ErrorOf(std::string("\x80\x02]q\x00h\x00" "a.", 9)) ==
+        "p.pickle: pickle byte 0: nested deeper than 200 levels (or a reference cycle)");
+  // 30 nested pairs (x, x) of the one below: 2^30 values from 65 bytes.
+  std::string b("\x80\x02K\x00", 4);  // the innermost value: 0
+  for (int i = 0; i < 30; ++i) b += "2\x86";  // DUP, TUPLE2: (x, x)
+  b += ".";
+  CHECK(ErrorOf(b) == "p.pickle: pickle byte 0: shared references expand to too many values");
+  CHECK(!LooksLikePickle(std::string("\x80\x01", 2)));
+  CHECK(LooksLikePickle(std::string("\x80\x05", 2)));
+}
+
+// The synthetic fixture (tools/make_pickle_fixture.py) replayed on CUDA: 4 MiB and 6 MiB blocks
+// from one 20 MiB segment (requests between 1 and 10 MiB get a kLargeBuffer segment;
+// docs/allocator-rules.md, 'Getting new memory'), so the allocated peak is 4 + 6 = 10 MiB; the
+// 1 MiB request (<= kSmallSize) takes a 2 MiB small-pool segment, so reserved ends at
+// 20 + 2 = 22 MiB. Pickle and JSON twin give the same trace and the same replay.
+TEST_CASE("pickle: the synthetic fixtures replay as their JSON twins", "[replay][pickle]") {
+  for (const std::string name : {"snapshot-synthetic", "snapshot-npu-synthetic"}) {
+    CAPTURE(name);
+    const replay::Trace from_pickle = replay::ParseTrace(Fixture(name + ".pickle"), "f", 0);
+    const replay::Trace from_json = replay::ParseTrace(Fixture(name + ".json"), "f", 0);
+    CHECK(from_pickle.ids == from_json.ids);
+    CHECK(from_pickle.records == from_json.records);
+    REQUIRE(from_pickle.snapshot);
+    CHECK(from_pickle.snapshot->reserved_end_bytes == from_json.snapshot->reserved_end_bytes);
+    CHECK(from_pickle.snapshot->segment_allocs == 1);
+    auto a = alloc::NewCachingAllocator({});
+    auto b = alloc::NewCachingAllocator({});
+    const replay::ReplayResult ra = replay::Replay(from_pickle, *a, true);
+    const replay::ReplayResult rb = replay::Replay(from_json, *b, true);
+    CHECK(ra.stats == rb.stats);
+    CHECK(ra.stats.allocated_bytes.peak == 10 * kMiB);
+    CHECK(ra.stats.reserved_bytes.current == 22 * kMiB);
+  }
+}
+
+}  // namespace
+}  // namespace memsim
