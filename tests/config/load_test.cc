@@ -171,7 +171,8 @@ TEST_CASE("Hugging Face defaults per model_type", "[config]") {
   SECTION("unknown model_type") {
     const std::string path = InlineConfig("lama.json", "{\"model_type\": \"lama\"}", training);
     CHECK(ErrorOf(path) == path + ": /model/model_type: unknown model_type \"lama\", expected one of "
-                                  "'llama', 'mistral', 'qwen2', 'qwen3', 'gpt2' (did you mean 'llama'?)");
+                                  "'llama', 'mistral', 'qwen2', 'qwen3', 'mixtral', 'qwen2_moe', "
+                                  "'qwen3_moe', 'gpt2' (did you mean 'llama'?)");
   }
 }
 
