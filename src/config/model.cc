@@ -112,9 +112,10 @@ const Family& FindFamily(ObjectReader& r) {
   for (std::string_view key : kExpertKeys) {
     if (declared && IsMoeModelType(*declared)) break;
     if (const Json* v = r.Get(key); v != nullptr && v->is_number() && v->get<double>() > 1) {
-      throw UnsupportedError(fmt::format("{}: mixture of experts ({} experts); memsim models dense "
-                                         "models only",
-                                         r.At(key), Describe(*v)));
+      throw UnsupportedError(fmt::format("{}: mixture of experts ({} experts) in a model_type "
+                                         "'{}' file; memsim reads the experts of 'mixtral', "
+                                         "'qwen2_moe' and 'qwen3_moe' files",
+                                         r.At(key), Describe(*v), Printable(declared.value_or(""))));
     }
   }
   std::vector<std::string> types;
