@@ -1,6 +1,8 @@
 // Mixture of experts: parameter counts of the shipped MoE models, and one MoE layer's tensors
 // derived by hand from Megatron-core's code (megatron/core/transformer/moe/).
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 
@@ -66,6 +68,42 @@ TEST_CASE("mixtral-8x7b: 46.70 B parameters, 12.88 B active", "[workload][moe]")
   const Counts c = CountParams(StageParams(s, 0));
   CHECK(c.total == 46'702'792'704);
   CHECK(c.total - c.expert + c.expert / 8 * 2 == 12'879'925'248);
+}
+
+TEST_CASE("qwen2_moe: shared expert and gate, decoder_sparse_step, mlp_only_layers",
+          "[workload][moe]") {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "memsim_moe_test";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "m.json")
+      << R"({"model_type": "qwen2_moe", "hidden_size": 64, "intermediate_size": 128,
+             "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
+             "vocab_size": 256, "num_experts": 4, "num_experts_per_tok": 2,
+             "moe_intermediate_size": 32, "shared_expert_intermediate_size": 64,
+             "decoder_sparse_step": 2, "mlp_only_layers": [3], "norm_topk_prob": false})";
+  std::ofstream(dir / "c.json")
+      << R"({"model": "m.json", "device": "h100-80g", "training": {"seq_length": 32}})";
+  const config::Setup s = config::LoadSetup((dir / "c.json").string(), {});
+  // Qwen2MoeDecoderLayer: sparse when (i + 1) % 2 == 0 and i not in mlp_only_layers: layer 1
+  // only (layer 3 is listed).
+  const ModelDims d = ComputeDims(s);
+  CHECK(!d.IsMoeLayer(0));
+  CHECK(d.IsMoeLayer(1));
+  CHECK(!d.IsMoeLayer(2));
+  CHECK(!d.IsMoeLayer(3));
+  std::map<std::string, std::int64_t> layer1;
+  for (const ParamTensor& p : StageParams(s, 0)) {
+    if (p.layer == 1) layer1[p.name] = p.numel;
+  }
+  // Router 4·64; 4 experts of fc1 2·32·64 and fc2 64·32; shared expert fc1 2·64·64, fc2 64·64
+  // and its gate [1, 64].
+  CHECK(layer1.at("layer1.mlp.router.weight") == 256);
+  CHECK(layer1.at("layer1.mlp.experts.3.fc1.weight") == 4096);
+  CHECK(layer1.at("layer1.mlp.experts.3.fc2.weight") == 2048);
+  CHECK(layer1.at("layer1.mlp.shared_experts.fc1.weight") == 8192);
+  CHECK(layer1.at("layer1.mlp.shared_experts.fc2.weight") == 4096);
+  CHECK(layer1.at("layer1.mlp.shared_experts.gate_weight") == 64);
+  // Builds and balances its books (every tensor of the shared experts freed in backward).
+  CHECK_NOTHROW(Build(s, 0));
 }
 
 // A small MoE model: TinyLlama's attention (h 64, 4 heads, 2 layers, seq 32, one micro-batch of
