@@ -3,6 +3,7 @@
 #   memsim run (embedded default)                       goal: well under 1 s
 #   memsim run <llama2-70b ... pp8, 64 micro-batches>   goal: under 2 s
 #   memsim check configs/*.json                         goal: under 5 s
+#   memsim run <qwen3-30b-a3b ... pp4 ep4>              goal: under 1 s (issue 12)
 # Usage: bench/cli_bench.sh [BUILD_DIR] [REPEATS]. Prints best and median wall seconds of
 # REPEATS runs each. Not a test: nothing is asserted.
 set -euo pipefail
@@ -12,6 +13,7 @@ repeats=${2:-5}
 memsim="$build/memsim"
 [ -x "$memsim" ] || { echo "build memsim first ($memsim not found)"; exit 2; }
 seventy=$(ls configs/*70b*pp8*.json | head -n 1)
+qwen_moe=$(ls configs/qwen3-30b-a3b*.json | head -n 1)
 
 measure() {
   local name=$1; shift
@@ -34,4 +36,5 @@ measure() {
 
 measure "run (embedded default)" "$memsim" run
 measure "run $seventy" "$memsim" run "$seventy"
+measure "run $qwen_moe" "$memsim" run "$qwen_moe"
 measure "check configs/*.json ($(ls configs/*.json | wc -l) configs)" "$memsim" check configs/*.json

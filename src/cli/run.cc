@@ -14,6 +14,7 @@
 #include "export/exports.h"
 #include "report/chart.h"
 #include "report/format.h"
+#include "report/moe_routing.h"
 #include "report/run_report.h"
 
 namespace memsim::cli {
@@ -118,6 +119,7 @@ int Run(const RunArgs& a) {
   const std::string oom = report::FormatOom(run);
   if (!oom.empty()) out += oom + "\n";
   out += report::FormatIterationTable(run, width);
+  out += report::FormatMoeRouting(setup, run, capacity);
   if (!a.no_chart) {
     report::ChartOptions chart;
     chart.width = width;

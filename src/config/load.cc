@@ -10,6 +10,7 @@
 #include "config/derive.h"
 #include "config/documents.h"
 #include "config/load_internal.h"
+#include "config/moe.h"
 #include "config/origin.h"
 #include "config/parts.h"
 #include "config/reader.h"
@@ -184,6 +185,9 @@ Setup LoadParsedConfig(const Document& config, const Json& root, const Source& s
   std::vector<std::string> known = internal::TrainingKeys();
   known.insert(known.end(), internal::MegatronArchitectureKeys().begin(),
                internal::MegatronArchitectureKeys().end());
+  known.insert(known.end(), internal::MegatronMoeArchitectureKeys().begin(),
+               internal::MegatronMoeArchitectureKeys().end());
+  known.insert(known.end(), internal::MoeTrainingKeys().begin(), internal::MoeTrainingKeys().end());
   t.RejectUnknown(known);
 
   internal::LocatedModel located = ReadModel(top, config, options, &s);

@@ -6,6 +6,7 @@
 
 #include <fmt/core.h>
 
+#include "config/moe.h"
 #include "config/parts.h"
 #include "core/error.h"
 
@@ -52,6 +53,19 @@ constexpr Family kFamilies[] = {
     // Qwen3Config: as Qwen2 plus head_dim 128 and per-head RMSNorm on q and k.
     {"qwen3", 151936, 4096, 22016, 32, 32, 32, 128, 32768, false, "silu", true, false, false,
      false, true, false, 0.0, 0.0, true},
+    // MixtralConfig: vocab 32000, hidden 4096, intermediate 14336 (each expert), 32 layers, 32
+    // heads, kv 8, max_position_embeddings 4096 * 32, untied (configuration_mixtral.py).
+    {"mixtral", 32000, 4096, 14336, 32, 32, 8, 0, 131072, false, "silu", true, false, false,
+     false, false, false, 0.0, 0.0, false},
+    // Qwen2MoeConfig: vocab 151936, hidden 2048, intermediate 5632, 24 layers, 16 heads, kv 16,
+    // max_position_embeddings 32768; q/k/v biases as Qwen2 (configuration_qwen2_moe.py).
+    {"qwen2_moe", 151936, 2048, 5632, 24, 16, 16, 0, 32768, false, "silu", true, false, false,
+     true, false, false, 0.0, 0.0, false},
+    // Qwen3MoeConfig: vocab 151936, hidden 2048, intermediate 6144, 24 layers, 32 heads, kv 4,
+    // head_dim 128 (as Qwen3: q/k norms), max_position_embeddings 32768
+    // (configuration_qwen3_moe.py).
+    {"qwen3_moe", 151936, 2048, 6144, 24, 32, 4, 128, 32768, false, "silu", true, false, false,
+     false, true, false, 0.0, 0.0, true},
     // GPT2Config: vocab 50257, n_embd 768, n_layer 12, n_head 12, n_positions 1024, n_inner None,
     // activation_function gelu_new, resid/attn/embd_pdrop 0.1, tied embeddings.
     {"gpt2", 50257, 768, 0, 12, 12, 0, 0, 1024, true, "gelu_new", false, true, true, false, false,
@@ -64,9 +78,6 @@ struct Unmodelled {
   std::string_view why;
 };
 constexpr Unmodelled kUnmodelled[] = {
-    {"mixtral", "mixture-of-experts model_type 'mixtral'"},
-    {"qwen2_moe", "mixture-of-experts model_type 'qwen2_moe'"},
-    {"qwen3_moe", "mixture-of-experts model_type 'qwen3_moe'"},
     {"deepseek_v2", "model_type 'deepseek_v2' (mixture of experts, multi-head latent attention)"},
     {"deepseek_v3", "model_type 'deepseek_v3' (mixture of experts, multi-head latent attention)"},
     {"bert", "encoder model_type 'bert'"},
@@ -94,14 +105,17 @@ std::string Known() {
   return out;
 }
 
-// The model_type's family. Throws UnsupportedError for mixture-of-experts files (whatever else
-// they say) and for the model types memsim recognises but does not model.
+// The model_type's family. Throws UnsupportedError for expert counts in files of a dense
+// model_type (whatever else they say) and for the model types memsim recognises but does not model.
 const Family& FindFamily(ObjectReader& r) {
+  const std::optional<std::string> declared = r.String("model_type");
   for (std::string_view key : kExpertKeys) {
+    if (declared && IsMoeModelType(*declared)) break;
     if (const Json* v = r.Get(key); v != nullptr && v->is_number() && v->get<double>() > 1) {
-      throw UnsupportedError(fmt::format("{}: mixture of experts ({} experts); memsim models dense "
-                                         "models only",
-                                         r.At(key), Describe(*v)));
+      throw UnsupportedError(fmt::format("{}: mixture of experts ({} experts) in a model_type "
+                                         "'{}' file; memsim reads the experts of 'mixtral', "
+                                         "'qwen2_moe' and 'qwen3_moe' files",
+                                         r.At(key), Describe(*v), Printable(declared.value_or(""))));
     }
   }
   std::vector<std::string> types;
@@ -184,7 +198,8 @@ void ReadSizes(ObjectReader& r, const Family& fam, LocatedModel& out,
 
 // The architecture the family's modeling code fixes, and the keys that vary it: tied embeddings,
 // activation, biases, positions, dropout.
-void ReadArchitecture(ObjectReader& r, const Family& fam, LocatedModel& out) {
+void ReadArchitecture(ObjectReader& r, const Family& fam, LocatedModel& out,
+                      std::vector<std::string>* notes) {
   ModelConfig& m = out.model;
   const bool gpt2 = m.model_type == "gpt2";
   m.tie_word_embeddings = r.Bool("tie_word_embeddings").value_or(fam.tie_word_embeddings);
@@ -222,6 +237,7 @@ void ReadArchitecture(ObjectReader& r, const Family& fam, LocatedModel& out) {
         r.Number("attention_dropout", 0, 1, false, true).value_or(fam.attention_dropout);
   }
   m.num_experts = 0;
+  if (IsMoeModelType(m.model_type)) ReadHfMoe(r, out, notes);
 }
 
 }  // namespace
@@ -233,7 +249,7 @@ LocatedModel ReadHfModel(const Source& source, const Json& object, const std::st
   const Family& fam = FindFamily(r);
   out.model.model_type = std::string(fam.model_type);
   ReadSizes(r, fam, out, notes);
-  ReadArchitecture(r, fam, out);
+  ReadArchitecture(r, fam, out, notes);
   for (const std::string& key : r.Unread()) {
     notes->push_back(fmt::format("{}: ignored (not used by memsim)", r.At(key)));
   }
@@ -263,11 +279,6 @@ void ApplyMegatronArchitecture(ObjectReader& t, LocatedModel* located,
       located->where[field] = t.At(key);
     }
   };
-  if (std::optional<int> e = t.NonNegativeInt("num_experts"); e && *e > 1) {
-    throw UnsupportedError(fmt::format("{}: mixture of experts ({} experts); memsim models dense "
-                                       "models only",
-                                       t.At("num_experts"), *e));
-  }
   const int old_hidden = m.hidden_size;
   const int old_heads = m.num_attention_heads;
   set_int("num_layers", "num_hidden_layers", &m.num_hidden_layers);
@@ -331,6 +342,7 @@ void ApplyMegatronArchitecture(ObjectReader& t, LocatedModel* located,
   if (std::optional<double> d = t.Number("attention_dropout", 0, 1, false, true)) {
     m.attention_dropout = *d;
   }
+  ApplyMegatronMoe(t, located, notes);
 }
 
 }  // namespace memsim::config::internal

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <numeric>
 
+#include "config/moe.h"
+
 namespace memsim::config::internal {
 namespace {
 
@@ -300,6 +302,7 @@ void CheckWritten(const Setup& s, const Origin& origin) {
   CheckShape(s, origin);
   CheckVirtualStages(s, origin);
   CheckBatch(s, origin);
+  CheckMoe(s, origin);
 }
 
 void CheckDerived(const Setup& s, const Origin& origin) {

@@ -50,7 +50,19 @@ struct ModelConfig {
   PositionEmbedding position_embedding_type = PositionEmbedding::kRope;
   double hidden_dropout = 0.0;
   double attention_dropout = 0.0;
+  // Mixture of experts (docs/config.md "Mixture of experts"; Megatron-core
+  // megatron/core/transformer/moe/). HF: MixtralConfig num_local_experts / num_experts_per_tok,
+  // Qwen2MoeConfig / Qwen3MoeConfig num_experts, moe_intermediate_size,
+  // shared_expert_intermediate_size, decoder_sparse_step, mlp_only_layers; Megatron: the
+  // training block's num_experts, moe_router_topk, moe_ffn_hidden_size,
+  // moe_shared_expert_intermediate_size, moe_layer_freq.
   int num_experts = 0;                // 0 or 1 = dense
+  int moe_router_topk = 2;            // experts per token (Megatron default 2)
+  int moe_ffn_hidden_size = 0;        // each routed expert's FFN width (0 = intermediate_size)
+  int moe_shared_expert_intermediate_size = 0;  // shared experts' total width; 0 = none
+  bool moe_shared_expert_gate = false;  // Qwen2-MoE's shared_expert_gate ([1, h] linear)
+  // Which layers are MoE layers, by global index; empty = every layer (with num_experts > 1).
+  std::vector<bool> moe_layer_pattern;
   int make_vocab_size_divisible_by = 128;
   // The rows of the embedding and output layer: PaddedVocabSize (below), stored by LoadSetup.
   std::int64_t padded_vocab_size = 0;
@@ -75,6 +87,20 @@ struct TrainingConfig {
   int data_parallel_size = 1;
   int context_parallel_size = 1;
   int expert_model_parallel_size = 1;
+  // Expert tensor parallelism; 0 = not given (Megatron: equal to tensor_model_parallel_size).
+  int expert_tensor_parallel_size = 0;
+  // Megatron MoE runtime arguments (megatron/training/arguments.py, TransformerConfig): the
+  // token dispatcher ("alltoall" | "allgather"), auxiliary-loss coefficient, fused permutation,
+  // capacity factor (0 = dropless) with padding to capacity, grouped GEMM experts.
+  std::string moe_token_dispatcher_type = "allgather";
+  double moe_aux_loss_coeff = 0.0;
+  bool moe_permute_fusion = false;
+  double moe_expert_capacity_factor = 0.0;
+  bool moe_pad_expert_input_to_capacity = false;
+  bool moe_grouped_gemm = false;
+  // memsim's imbalance knob (not a Megatron argument): the simulated rank receives this many
+  // times the mean number of routed tokens (>= 1; 1 = balanced routing).
+  double moe_imbalance_factor = 1.0;
   // Megatron num_layers_per_virtual_pipeline_stage; 0 = no interleaving.
   int num_layers_per_virtual_pipeline_stage = 0;
   bool sequence_parallel = false;

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string_view>
 
+#include "config/moe.h"
 #include "core/error.h"
 
 namespace memsim::config::internal {
@@ -34,9 +35,6 @@ const std::vector<std::string> kTrainingKeys = {
     // recognised; unsupported when set to what memsim does not model
     "zero_stage", "use_megatron_fsdp", "data_parallel_sharding_strategy", "load", "no_load_optim",
     "finetune", "enable_cuda_graph", "cuda_graph_impl", "fp8", "fp8_format",
-    // accepted; only meaningful for mixture-of-experts models (which are unsupported)
-    "moe_token_dispatcher_type", "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
-    "moe_grouped_gemm", "moe_enable_deepep", "moe_router_topk",
     // accepted; no effect on memory
     "ckpt_format", "save", "save_interval", "lr", "min_lr", "lr_decay_style", "lr_warmup_iters",
     "clip_grad", "adam_beta1", "adam_beta2", "adam_eps", "init_method_std", "seed", "log_interval",
@@ -49,9 +47,6 @@ const std::vector<std::string> kNoMemoryEffect = {
     "adam_beta1",     "adam_beta2",     "adam_eps",        "init_method_std",
     "seed",           "log_interval",   "eval_interval",   "eval_iters",
     "tokenizer_type", "norm_epsilon",   "rotary_base",     "attention_softmax_in_fp32"};
-const std::vector<std::string> kMoeOnly = {
-    "moe_token_dispatcher_type", "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
-    "moe_grouped_gemm",          "moe_enable_deepep",          "moe_router_topk"};
 
 // Megatron's --recompute-modules names, in the order of TransformerConfig.recompute_modules
 // (megatron/core/transformer/transformer_config.py; "mhc", "gdn" and "gdn_norm_out" are in
@@ -63,12 +58,12 @@ struct RecomputeModule {
 };
 constexpr RecomputeModule kRecomputeModules[] = {
     {"core_attn", ""},
-    {"moe_act", "the MoE MLP's activation; memsim models dense models only"},
+    {"moe_act", ""},
     {"layernorm", ""},
     {"mla_up_proj", "multi-latent attention's up projection, not modelled"},
     {"mlp", ""},
-    {"moe", "the MoE layer; memsim models dense models only"},
-    {"shared_experts", "the MoE layer's shared experts; memsim models dense models only"},
+    {"moe", ""},
+    {"shared_experts", "the MoE layer's shared experts: not modelled yet (use \"moe\")"},
     {"mhc", "hyper-connections, not modelled"},
     {"gdn", "the gated delta net attention variant, not modelled"},
     {"gdn_norm_out", "the gated delta net attention variant, not modelled"},
@@ -134,9 +129,9 @@ std::vector<int> Version(ObjectReader& t, std::string_view key, std::string_view
 // framework "pytorch": one rank, and none of Megatron's parallel or wrapper features. Read before
 // anything else of the block, so the message names the first key that asks for more.
 void CheckSingleDevice(ObjectReader& t) {
-  // expert_model_parallel_size > 1 is unsupported (RejectUnsupported) whatever the framework.
   for (const char* key : {"tensor_model_parallel_size", "pipeline_model_parallel_size",
-                          "data_parallel_size", "context_parallel_size"}) {
+                          "data_parallel_size", "context_parallel_size",
+                          "expert_model_parallel_size", "expert_tensor_parallel_size"}) {
     if (std::optional<int> v = t.PositiveInt(key); v && *v != 1) {
       Fail(t.At(key),
            fmt::format("framework \"pytorch\" runs on one device; expected 1, got {}", *v));
@@ -183,7 +178,6 @@ void ReadBatch(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* not
   c.pipeline_model_parallel_size = t.PositiveInt("pipeline_model_parallel_size").value_or(1);
   c.data_parallel_size = t.PositiveInt("data_parallel_size").value_or(1);
   c.context_parallel_size = t.PositiveInt("context_parallel_size").value_or(1);
-  c.expert_model_parallel_size = 1;
   if (std::optional<int> g = t.PositiveInt("global_batch_size")) {
     c.global_batch_size = *g;
   } else {
@@ -510,10 +504,6 @@ void ReadKernels(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* n
 
 // The keys accepted without effect, each with a note.
 void NoteAcceptedKeys(ObjectReader& t, std::vector<std::string>* notes) {
-  for (const std::string& key : kMoeOnly) {
-    if (t.Get(key) != nullptr)
-      notes->push_back(fmt::format("{}: ignored (dense model)", t.At(key)));
-  }
   for (const std::string& key : kNoMemoryEffect) {
     if (t.Get(key) != nullptr)
       notes->push_back(fmt::format("{}: accepted, no effect on memory", t.At(key)));
@@ -593,14 +583,6 @@ void RejectUnsupported(ObjectReader& t) {
                     "optim_grads)",
                     t.At("zero_stage"), *z));
   }
-  if (std::optional<int> ep = t.PositiveInt("expert_model_parallel_size"); ep && *ep > 1) {
-    throw UnsupportedError(fmt::format("{}: expert parallelism (mixture of experts)",
-                                       t.At("expert_model_parallel_size")));
-  }
-  if (std::optional<int> etp = t.PositiveInt("expert_tensor_parallel_size"); etp && *etp > 1) {
-    throw UnsupportedError(fmt::format("{}: expert tensor parallelism (mixture of experts)",
-                                       t.At("expert_tensor_parallel_size")));
-  }
   if (std::optional<bool> g = t.Bool("enable_cuda_graph"); g.value_or(false)) {
     throw UnsupportedError(fmt::format("{}: CUDA graphs", t.At("enable_cuda_graph")));
   }
@@ -637,6 +619,7 @@ TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes,
   ReadOverlap(t, c, notes);
   ReadRecompute(t, c, notes, warnings);
   ReadKernels(t, c, notes, warnings);
+  ReadMoeTraining(t, c);
   NoteAcceptedKeys(t, notes);
   ReadPlainPytorchKeys(t, c, notes, warnings);
   return c;

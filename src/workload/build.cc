@@ -40,7 +40,7 @@ Program Build(const config::Setup& setup, int pipeline_rank) {
 
 Program BuildWith(const config::Setup& setup, int pipeline_rank, const BuildParts& parts) {
   const ModelDims d = ComputeDims(setup);
-  DecoderLayer layer = parts.layer ? parts.layer() : DecoderLayer::Dense();
+  DecoderLayer layer = parts.layer ? parts.layer() : DecoderLayer::ForModel(setup.model);
   const RankParams params = MakeRankParams(setup, pipeline_rank, layer);
   const int iterations = setup.training.train_iters;
   Emitter em(setup, pipeline_rank, iterations);
@@ -62,7 +62,8 @@ Program BuildWith(const config::Setup& setup, int pipeline_rank, const BuildPart
 
 StaticSizes ComputeStaticSizes(const config::Setup& setup, int pipeline_rank) {
   const ModelDims d = ComputeDims(setup);
-  const RankParams params = MakeRankParams(setup, pipeline_rank, DecoderLayer::Dense());
+  const RankParams params =
+      MakeRankParams(setup, pipeline_rank, DecoderLayer::ForModel(setup.model));
   const std::unique_ptr<DataParallel> dp = NewDataParallel(setup, pipeline_rank, d, params);
   StaticSizes out;
   for (const ParamTensor& pt : params.params) out.parameter_count += pt.numel;

@@ -10,6 +10,34 @@ namespace memsim::workload {
 using config::OptimizerKind;
 using config::RecomputeGranularity;
 
+namespace {
+
+// Megatron-LM compute_weight_and_optimizer_memory for MoE layers, as since PR #4687
+// (megatron/training/theoretical_memory_usage.py): an MoE layer holds attention and shared
+// experts (TP-sharded), norms, router [E, h] (and the shared-expert gate) replicated, and the
+// routed experts 2·h·ffn_e·E·(3/2 if gated) split over etp·ep and costed with the expert
+// data-parallel size. dense_mlp_removed: the dense MLP the layer count above assumed for the
+// rank's MoE layers (2·h·ffn·(3/2 if gated) each). Zero for a dense model.
+struct MoeSplit {
+  double replicated = 0, expert = 0, dense_mlp_removed = 0;
+};
+MoeSplit MoeParameters(const ModelDims& d, int r) {
+  MoeSplit out;
+  if (d.experts <= 1) return out;
+  const double h = static_cast<double>(d.h), gated = d.gamma == 2 ? 1.5 : 1.0;
+  for (int c = 0; c < d.v; ++c) {
+    for (int i = 0; i < d.Lc; ++i) {
+      if (!d.IsMoeLayer(c * d.p * d.Lc + r * d.Lc + i)) continue;
+      out.dense_mlp_removed += 2 * h * d.ffn * gated - 2 * h * d.ffn_shared * gated;
+      out.replicated += h * d.experts + (d.shared_gate ? h : 0.0);
+      out.expert += 2 * h * d.ffn_e * d.experts * gated / (d.etp * d.ep);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 ClosedFormEstimate ComputeClosedFormEstimate(const config::Setup& setup, int pipeline_rank) {
   const ModelDims d = ComputeDims(setup);
   const config::TrainingConfig& tc = setup.training;
@@ -30,6 +58,8 @@ ClosedFormEstimate ComputeClosedFormEstimate(const config::Setup& setup, int pip
     if (!d.tied || d.p > 1) params += embedding;
   }
   e.parameters_on_rank = params / d.t;
+  const MoeSplit moe = MoeParameters(d, r);
+  e.parameters_on_rank += moe.replicated + moe.expert - moe.dense_mlp_removed / d.t;
   const bool dist = tc.use_distributed_optimizer;
   // Without mixed precision: weights and grads, and Adam's two moments in the weights' dtype
   // (fp32 under Megatron: 16, or 8 + 8/d distributed; a plain PyTorch run with bf16 weights: 8).
@@ -46,8 +76,13 @@ ClosedFormEstimate ComputeClosedFormEstimate(const config::Setup& setup, int pip
     e.bytes_per_parameter -=
         (tc.sgd_momentum > 0 ? state_elem : 2 * state_elem) / (dist ? d.dp_cp : 1);
   }
-  e.weight_and_optimizer_bytes =
-      static_cast<Bytes>(std::llround(e.parameters_on_rank * e.bytes_per_parameter));
+  // MoE (PR #4687): the expert parameters at the bytes of the expert data-parallel group.
+  const double expert_bytes =
+      d.edp == d.dp_cp || !dist ? e.bytes_per_parameter
+                                : e.bytes_per_parameter - 12.0 / d.dp_cp + 12.0 / d.edp;
+  e.weight_and_optimizer_bytes = static_cast<Bytes>(
+      std::llround((e.parameters_on_rank - moe.expert) * e.bytes_per_parameter +
+                   moe.expert * expert_bytes));
   // Activations per layer (Korthikanti et al. 2022 Table 2; theoretical_memory_usage.py), in
   // units of s·b·h with 16-bit activations, scaled to B_a.
   const double sbh = static_cast<double>(d.T) * h;

@@ -29,12 +29,13 @@ std::vector<ShardSlice> RankParams::Whole() const {
 }
 
 void ParamAllGather(Emitter& em, const ModelDims& d, const std::vector<GradBuffer>& buffers) {
-  if (d.dp_cp <= 1) return;
   for (const GradBuffer& buf : buffers) {
+    const int ranks = buf.ShardRanks(d);
+    if (ranks <= 1) continue;
     for (const auto& [start, end] : buf.buckets) {
       em.Begin("optim.param_all_gather", -1, kCommStream);
-      em.Collective("dp", d.dp_cp, static_cast<double>((end - start) * d.param_bytes),
-                    Coll::kGather);
+      em.Collective(buf.expert ? "edp" : "dp", ranks,
+                    static_cast<double>((end - start) * d.param_bytes), Coll::kGather);
     }
   }
 }

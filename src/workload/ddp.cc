@@ -25,7 +25,9 @@ std::vector<GradBuffer> LayoutDdpBuffers(const config::Setup& setup, int rank, c
   // param start padded to 64 elements and each bucket end to lcm(d·cp, 128); buckets close at
   // bucket_size = max(4e7, 1e6·d·cp) elements only with overlap_grad_reduce on pp rank 0,
   // chunk 0 (training.py get_model, disable_bucketing); the shared embedding gets its own
-  // bucket (_does_param_require_new_bucket, distributed optimizer only).
+  // bucket (_does_param_require_new_bucket, distributed optimizer only). Expert parameters get
+  // buffers of their own right after each chunk's (DistributedDataParallel.__init__:
+  // expert_parallel_buffers, over the expert data-parallel group, padded for its size).
   BucketRules rules;
   rules.registration_order = false;
   rules.start_align = distributed_optimizer ? 64 : 1;
@@ -35,7 +37,17 @@ std::vector<GradBuffer> LayoutDdpBuffers(const config::Setup& setup, int rank, c
     rules.first_chunk_bucket_size =
         std::max<std::int64_t>(40'000'000, std::int64_t{1'000'000} * d.dp_cp);
   }
-  return LayoutBuckets(d, params, rules);
+  std::vector<GradBuffer> dense = LayoutBuckets(d, params, rules);
+  if (d.experts <= 1) return dense;
+  rules.expert = true;
+  rules.end_align = distributed_optimizer ? std::lcm(std::int64_t{d.edp}, std::int64_t{128}) : 1;
+  std::vector<GradBuffer> expert = LayoutBuckets(d, params, rules);
+  std::vector<GradBuffer> out;
+  for (std::size_t c = 0; c < dense.size(); ++c) {
+    out.push_back(std::move(dense[c]));
+    if (expert[c].numel_padded > 0) out.push_back(std::move(expert[c]));
+  }
+  return out;
 }
 
 namespace {
@@ -55,12 +67,13 @@ class MegatronDdpWrapper final : public DataParallel {
   void Setup(Emitter& em, const std::vector<TensorId>& param_ids) override {
     for (const GradBuffer& buf : buffers_) {
       em.Begin("init.ddp.buffers");
+      const char* kind = buf.expert ? ".expert" : "";
       if (dist_) {
         em.Alloc(buf.numel_padded * d_.param_bytes, Category::kParameters,
-                 fmt::format("ddp.chunk{}.param_buffer", buf.chunk));
+                 fmt::format("ddp.chunk{}{}.param_buffer", buf.chunk, kind));
       }
       em.Alloc(buf.numel_padded * d_.grad_bytes, Category::kGradients,
-               fmt::format("ddp.chunk{}.grad_buffer", buf.chunk));
+               fmt::format("ddp.chunk{}{}.grad_buffer", buf.chunk, kind));
       if (dist_) {
         em.Begin("init.ddp.move_params");
         for (const GradBuffer::Entry& e : buf.entries) em.Free(param_ids[e.param]);
@@ -100,13 +113,18 @@ class MegatronDdpWrapper final : public DataParallel {
   }
 
  private:
-  // finish_grad_sync per bucket: in place on the communication stream, group "dp".
+  // finish_grad_sync per bucket: in place on the communication stream, group "dp" (expert
+  // buffers: "edp", the expert data-parallel group).
   void GradSync(Emitter& em, int chunk) {
-    if (d_.dp_cp <= 1) return;
-    for (const auto& [start, end] : buffers_[chunk].buckets) {
-      em.Begin(dist_ ? "ddp.grad_reduce_scatter" : "ddp.grad_all_reduce", -1, kCommStream);
-      em.Collective("dp", d_.dp_cp, static_cast<double>((end - start) * d_.grad_bytes),
-                    dist_ ? Coll::kGather : Coll::kAllReduce);
+    for (const GradBuffer& buf : buffers_) {
+      const int ranks = buf.ShardRanks(d_);
+      if (buf.chunk != chunk || ranks <= 1) continue;
+      for (const auto& [start, end] : buf.buckets) {
+        em.Begin(dist_ ? "ddp.grad_reduce_scatter" : "ddp.grad_all_reduce", -1, kCommStream);
+        em.Collective(buf.expert ? "edp" : "dp", ranks,
+                      static_cast<double>((end - start) * d_.grad_bytes),
+                      dist_ ? Coll::kGather : Coll::kAllReduce);
+      }
     }
   }
 

@@ -104,6 +104,32 @@ void SetScheduleDims(const config::TrainingConfig& tc, ModelDims* d) {
              : 1;
 }
 
+// The MoE shape and runtime (ModelDims, "Mixture of experts"). Expert data-parallel size:
+// megatron/core/parallel_state.py initialize_model_parallel builds the expert grid
+// etp × ep × edp over the t × d × cp ranks of a pipeline stage.
+void SetMoeDims(const config::Setup& setup, ModelDims* d) {
+  const config::ModelConfig& mc = setup.model;
+  const config::TrainingConfig& tc = setup.training;
+  if (mc.num_experts <= 1) return;
+  d->experts = mc.num_experts;
+  d->topk = mc.moe_router_topk;
+  d->ffn_e = mc.moe_ffn_hidden_size > 0 ? mc.moe_ffn_hidden_size : mc.intermediate_size;
+  d->ffn_shared = mc.moe_shared_expert_intermediate_size;
+  d->shared_gate = mc.moe_shared_expert_gate;
+  d->moe_layers = mc.moe_layer_pattern;
+  d->ep = tc.expert_model_parallel_size;
+  d->etp = tc.expert_tensor_parallel_size > 0 ? tc.expert_tensor_parallel_size : d->t;
+  d->edp = std::max(1, d->t * d->dp_cp / (d->ep * d->etp));
+  d->alltoall = tc.moe_token_dispatcher_type == "alltoall";
+  d->capacity_factor = tc.moe_expert_capacity_factor;
+  d->pad_to_capacity = tc.moe_pad_expert_input_to_capacity;
+  d->grouped_gemm = tc.moe_grouped_gemm;
+  d->permute_fusion = tc.moe_permute_fusion;
+  d->aux_loss = tc.moe_aux_loss_coeff > 0.0;
+  d->imbalance = tc.moe_imbalance_factor;
+  MEMSIM_CHECK(d->experts % d->ep == 0 && d->ffn_e % d->etp == 0);
+}
+
 }  // namespace
 
 ModelDims ComputeDims(const config::Setup& setup) {
@@ -149,6 +175,7 @@ ModelDims ComputeDims(const config::Setup& setup) {
   d.attention_dropout = mc.attention_dropout > 0.0;
   d.tied = mc.tie_word_embeddings;
   SetWeightGradRules(tc, &d);
+  SetMoeDims(setup, &d);
   return d;
 }
 
@@ -166,7 +193,7 @@ ParamTensor MakeParam(std::string name, std::int64_t numel, std::int64_t row_num
 }
 
 std::vector<ParamTensor> StageParams(const config::Setup& setup, int pipeline_rank) {
-  return StageParams(setup, pipeline_rank, DecoderLayer::Dense());
+  return StageParams(setup, pipeline_rank, DecoderLayer::ForModel(setup.model));
 }
 
 std::vector<ParamTensor> StageParams(const config::Setup& setup, int pipeline_rank,
@@ -192,6 +219,7 @@ std::vector<GradBuffer> LayoutBuckets(const ModelDims& d, const std::vector<Para
   for (int c = 0; c < d.v; ++c) {
     GradBuffer buf;
     buf.chunk = c;
+    buf.expert = rules.expert;
     const std::int64_t bucket_size = c == 0 ? rules.first_chunk_bucket_size : 0;
     std::int64_t param_start = 0, bucket_start = 0, last_end = 0, bucket_lcm = 1;
     int bucket = 0;
@@ -211,7 +239,7 @@ std::vector<GradBuffer> LayoutBuckets(const ModelDims& d, const std::vector<Para
     const int n = static_cast<int>(params.size());
     for (int k = 0; k < n; ++k) {
       const int i = rules.registration_order ? k : n - 1 - k;
-      if (params[i].chunk != c) continue;
+      if (params[i].chunk != c || params[i].expert != rules.expert) continue;
       param_start = RoundUp(param_start, rules.start_align);
       const bool own_bucket = params[i].shared_embedding && rules.shared_embedding_own_bucket;
       if (own_bucket && bucket_open) param_start = close_bucket(param_start);
@@ -254,7 +282,7 @@ std::vector<ShardSlice> ShardSlices(const ModelDims& dims, const std::vector<Par
   for (const GradBuffer& buf : buffers) {
     for (const GradBuffer::Entry& e : buf.entries) {
       const auto [bs, be] = buf.buckets[e.bucket];
-      const std::int64_t shard_end = bs + (be - bs) / dims.dp_cp;
+      const std::int64_t shard_end = bs + (be - bs) / buf.ShardRanks(dims);
       const std::int64_t lo = std::max(e.start, bs), hi = std::min(e.end, shard_end);
       if (hi > lo) owned[e.param] = hi - lo;
     }

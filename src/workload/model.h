@@ -61,6 +61,27 @@ struct ModelDims {
   bool grad_accum_fusion = true;     // gradient_accumulation_fusion (wgrad GEMM into main_grad)
   bool te_dummy_wgrad_cache = true;  // TE layers return a cached dummy wgrad (get_dummy_wgrad)
   bool megatron_dummy_wgrad_cache = true;  // Megatron's own linears return TE's cached dummy
+  // Mixture of experts (modules/moe.h; Megatron-core megatron/core/transformer/moe/). 0 experts:
+  // a dense model.
+  int experts = 0;                // E: routed experts of a MoE layer
+  int topk = 1;                   // k: experts per token
+  std::int64_t ffn_e = 0;         // a routed expert's FFN width (moe_ffn_hidden_size)
+  std::int64_t ffn_shared = 0;    // shared experts' total width; 0 = none
+  bool shared_gate = false;       // a [1, h] shared-expert gate (Qwen2-MoE)
+  std::vector<bool> moe_layers;   // by global layer: an MoE layer (empty: every layer)
+  int ep = 1;                     // expert parallel size
+  int etp = 1;                    // expert tensor parallel size
+  int edp = 1;                    // expert data-parallel size: t·d·cp / (ep·etp)
+  bool alltoall = false;          // the alltoall token dispatcher (else allgather)
+  double capacity_factor = 0;     // 0 = dropless
+  bool pad_to_capacity = false;   // moe_pad_expert_input_to_capacity
+  bool grouped_gemm = false;      // TEGroupedMLP (else SequentialMLP)
+  bool permute_fusion = false;    // TE fused permute / unpermute kernels
+  bool aux_loss = false;          // moe_aux_loss_coeff > 0
+  double imbalance = 1.0;         // the rank receives imbalance × the mean routed tokens
+  bool IsMoeLayer(int layer) const {
+    return experts > 1 && (moe_layers.empty() || moe_layers[layer]);
+  }
 };
 
 // REQUIRES: a Setup that config/ validated (positive sizes, divisibility of heads, layers and
@@ -78,6 +99,10 @@ struct ParamTensor {
   bool no_weight_decay = false;  // 1-D: biases and norm weights (Megatron `_get_param_groups`)
   bool shared_embedding = false;   // tied word embedding / output weight with p > 1
   bool sequence_parallel = false;  // replicated over TP and all-reduced with SP (norms, row biases)
+  // An expert parameter (routed experts of a MoE layer): in the expert-parallel buffers, its
+  // gradient reduced and its optimizer state sharded over the expert data-parallel group
+  // (megatron/core/distributed/distributed_data_parallel.py, `allreduce` false).
+  bool expert = false;
 };
 
 ParamTensor MakeParam(std::string name, std::int64_t numel, std::int64_t row_numel, int chunk,
@@ -105,6 +130,9 @@ struct GradBuffer {
   std::vector<Entry> entries;  // DDP: reverse registration order (≈ backward order);
                                // Megatron-FSDP: registration order
   std::vector<std::pair<std::int64_t, std::int64_t>> buckets;  // [start, end) in elements
+  bool expert = false;  // holds the expert parameters (sharded over the expert-DP group)
+  // Ranks the buffer's buckets are reduced and sharded over: d·cp, or the expert-DP size.
+  int ShardRanks(const ModelDims& d) const { return expert ? d.edp : d.dp_cp; }
 };
 
 // How a Megatron wrapper lays its parameters out in contiguous buffers and buckets; each
@@ -118,8 +146,10 @@ struct BucketRules {
   bool pad_to_row_widths = false;
   bool shared_embedding_own_bucket = false;  // the shared embedding gets a bucket of its own
   std::int64_t first_chunk_bucket_size = 0;  // bucket size of chunk 0 (0 = one bucket)
+  bool expert = false;  // lay out the expert parameters only (else the others)
 };
-// One GradBuffer per model chunk, params of each chunk in the rules' order; a bucket closes once
+// One GradBuffer per model chunk, params of each chunk in the rules' order (those whose `expert`
+// flag equals the rules'; the buffers marked alike); a bucket closes once
 // it holds first_chunk_bucket_size elements (chunk 0 only) or for a shared embedding.
 std::vector<GradBuffer> LayoutBuckets(const ModelDims& d, const std::vector<ParamTensor>& params,
                                       const BucketRules& rules);
@@ -129,7 +159,8 @@ std::vector<GradBuffer> LayoutGradBuffers(const config::Setup& setup, int pipeli
                                           const std::vector<ParamTensor>& params);
 
 // A slice of one parameter owned by this DP rank's optimizer shard (distributed optimizer,
-// `distrib_optimizer.py` `_build_model_gbuf_range`): the rank's 1/(d·cp) range of every bucket.
+// `distrib_optimizer.py` `_build_model_gbuf_range`): the rank's 1/(d·cp) range of every bucket,
+// 1/edp of an expert buffer's.
 struct ShardSlice {
   int param = 0;  // index into StageParams
   std::int64_t numel = 0;

@@ -29,6 +29,8 @@ SelectiveRecompute SelectiveModules(const config::TrainingConfig& tc, bool te_fu
     if (m == "core_attn") s.core_attn = true;
     if (m == "mlp") s.mlp = true;
     if (m == "layernorm") s.layernorm = !te_fused_norms;
+    if (m == "moe") s.moe = true;
+    if (m == "moe_act") s.moe_act = true;
   }
   return s;
 }

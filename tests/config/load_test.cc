@@ -171,7 +171,8 @@ TEST_CASE("Hugging Face defaults per model_type", "[config]") {
   SECTION("unknown model_type") {
     const std::string path = InlineConfig("lama.json", "{\"model_type\": \"lama\"}", training);
     CHECK(ErrorOf(path) == path + ": /model/model_type: unknown model_type \"lama\", expected one of "
-                                  "'llama', 'mistral', 'qwen2', 'qwen3', 'gpt2' (did you mean 'llama'?)");
+                                  "'llama', 'mistral', 'qwen2', 'qwen3', 'mixtral', 'qwen2_moe', "
+                                  "'qwen3_moe', 'gpt2' (did you mean 'llama'?)");
   }
 }
 
@@ -432,9 +433,11 @@ TEST_CASE("unsupported: recognised but not modelled", "[config]") {
                     ", \"use_megatron_fsdp\": true, "
                     "\"pipeline_model_parallel_size\": 2"));
   CHECK(unsupported("u3d.json", llama, ", \"use_megatron_fsdp\": true, \"precision\": \"fp32\""));
-  CHECK(unsupported("u4.json", llama, ", \"expert_model_parallel_size\": 2"));
-  CHECK(unsupported("u5.json", llama, ", \"num_experts\": 8"));
-  CHECK(unsupported("u6.json", "{\"model_type\": \"mixtral\"}", ""));
+  // MoE (docs/config.md, "Mixture of experts"): unsupported under Megatron-FSDP, with the flex
+  // dispatcher, and as expert counts in a dense model_type's file.
+  CHECK(unsupported("u4.json", "{\"model_type\": \"mixtral\"}", ", \"use_megatron_fsdp\": true"));
+  CHECK(unsupported("u5.json", llama, ", \"num_experts\": 8, \"moe_token_dispatcher_type\": \"flex\""));
+  CHECK_FALSE(unsupported("u6.json", "{\"model_type\": \"mixtral\"}", ""));
   CHECK(unsupported("u7.json", "{\"model_type\": \"llama\", \"num_local_experts\": 8}", ""));
   CHECK(unsupported("u8.json", llama, ", \"load\": \"ckpt/\""));
   CHECK(unsupported("u9.json", llama, ", \"enable_cuda_graph\": true"));

@@ -113,8 +113,10 @@ TEST_CASE("framework pytorch: every parallel size must be 1", "[config]") {
   CHECK_NOTHROW(LoadSetup(Config("pt1_" + key + ".json", kPytorch + ", \"" + key + "\": 1"), {}));
 }
 
-TEST_CASE("framework pytorch: expert parallelism is unsupported, as with megatron", "[config]") {
-  CHECK(IsUnsupported(Config("pt_ep.json", kPytorch + ", \"expert_model_parallel_size\": 2")));
+TEST_CASE("framework pytorch: expert parallel sizes must be 1", "[config]") {
+  const std::string path = Config("pt_ep.json", kPytorch + ", \"expert_model_parallel_size\": 2");
+  CHECK(ErrorOf(path) == path + ": /training/expert_model_parallel_size: framework \"pytorch\" "
+                                "runs on one device; expected 1, got 2");
 }
 
 TEST_CASE("framework pytorch: Megatron-only switches are errors naming the key", "[config]") {
@@ -194,7 +196,8 @@ TEST_CASE("the data-parallel wrapper of each Megatron setup", "[config]") {
   CHECK(DataParallelOf(s.training) == DataParallelWrapper{MegatronFsdp{FsdpSharding::kOptim}});
 }
 
-TEST_CASE("recompute_modules: Megatron's names; MoE and MLA ones unsupported", "[config]") {
+TEST_CASE("recompute_modules: Megatron's names; shared_experts and MLA ones unsupported",
+          "[config]") {
   const std::string selective = "\"seq_length\": 512, \"recompute_granularity\": \"selective\"";
   Setup s = LoadSetup(
       Config("r1.json",
@@ -214,15 +217,14 @@ TEST_CASE("recompute_modules: Megatron's names; MoE and MLA ones unsupported", "
   path = Config("r4.json", selective + ", \"recompute_modules\": [3]");
   CHECK(ErrorOf(path) ==
         path + ": /training/recompute_modules/0: expected one of " + names + ", got 3");
-  path = Config("r5.json", selective + ", \"recompute_modules\": [\"core_attn\", \"moe\"]");
-  CHECK(ErrorOf(path) == "unsupported: " + path +
-                             ": /training/recompute_modules/1: recompute module 'moe' (the MoE "
-                             "layer; memsim models dense models only)");
+  s = LoadSetup(Config("r5.json", selective + ", \"recompute_modules\": [\"moe\", \"moe_act\"]"),
+                {});
+  CHECK(s.training.recompute_modules == std::vector<std::string>{"moe", "moe_act"});
   path = Config("r6.json", selective + ", \"recompute_modules\": [\"mla_up_proj\"]");
   CHECK(ErrorOf(path) == "unsupported: " + path +
                              ": /training/recompute_modules/0: recompute module 'mla_up_proj' "
                              "(multi-latent attention's up projection, not modelled)");
-  for (const char* moe : {"moe_act", "shared_experts", "mhc", "gdn", "gdn_norm_out"}) {
+  for (const char* moe : {"shared_experts", "mhc", "gdn", "gdn_norm_out"}) {
     CHECK(IsUnsupported(Config(std::string("r7_") + moe + ".json",
                                selective + ", \"recompute_modules\": [\"" + moe + "\"]")));
   }

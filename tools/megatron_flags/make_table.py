@@ -36,6 +36,9 @@ MODELLED = """
 --hidden-dropout --attention-dropout --use-megatron-fsdp --data-parallel-sharding-strategy
 --load --no-load-optim --finetune --expert-model-parallel-size --expert-tensor-parallel-size
 --num-experts --fp8-format --enable-cuda-graph --cuda-graph-impl --no-position-embedding
+--moe-router-topk --moe-ffn-hidden-size --moe-shared-expert-intermediate-size --moe-layer-freq
+--moe-token-dispatcher-type --moe-aux-loss-coeff --moe-permute-fusion --moe-expert-capacity-factor
+--moe-pad-expert-input-to-capacity --moe-grouped-gemm
 """.split()
 
 # Accepted without effect on memory, by name (flags common in published launch scripts).
@@ -48,6 +51,8 @@ NEUTRAL = """
 --check-for-nan-in-loss-and-grad --use-fused-rotary-pos-emb --use-rotary-position-embeddings
 --no-shared-storage --use-fused-ring-attention-update --position-embedding-type
 --cross-entropy-loss-fusion --use-distributed-optimizer
+--moe-router-load-balancing-type --moe-per-layer-logging --moe-router-topk-scaling-factor
+--norm-topk-prob --moe-router-enable-expert-bias --moe-router-bias-update-rate
 """.split()
 
 # Not modelled, with what memsim's answer then is (MindSpeed features: mindspeed/features_manager/).
@@ -70,6 +75,17 @@ NOT_MODELLED = {
                           "keeps fp32, an upper bound",
     "--main-params-dtype": "the main parameters' dtype with --use-precision-aware-optimizer; "
                            "memsim keeps fp32, an upper bound",
+    "--moe-z-loss-coeff": "the router's z-loss: memsim omits its saved logits ([tokens, experts] "
+                          "per MoE layer)",
+    "--moe-router-dtype": "the router's fp32/fp64 logits: memsim keeps them in the activation "
+                          "dtype ([tokens, experts] per MoE layer)",
+    "--moe-router-score-function": "the router's score function: memsim models softmax "
+                                   "(sigmoid saves [tokens, experts] fp32 scores instead)",
+    "--moe-router-pre-softmax": "softmax before top-k: memsim models top-k first",
+    "--moe-shared-expert-overlap": "the shared experts overlapped with the dispatch: memsim runs "
+                                   "them before the router",
+    "--moe-input-jitter-eps": "router input jitter: one [tokens, hidden] copy per MoE layer",
+    "--moe-token-drop-policy": "which tokens a capacity factor drops: no effect on sizes",
 }
 
 UNSUPPORTED = [

@@ -3,6 +3,7 @@
 #include "core/check.h"
 #include "workload/modules/attention.h"
 #include "workload/modules/mlp.h"
+#include "workload/modules/moe.h"
 
 namespace memsim::workload {
 
@@ -15,6 +16,14 @@ DecoderLayer DecoderLayer::Dense() {
   std::vector<std::unique_ptr<LayerModule>> modules;
   modules.push_back(std::make_unique<AttentionModule>());
   modules.push_back(std::make_unique<MlpModule>());
+  return DecoderLayer(std::move(modules));
+}
+
+DecoderLayer DecoderLayer::ForModel(const config::ModelConfig& model) {
+  if (model.num_experts <= 1) return Dense();
+  std::vector<std::unique_ptr<LayerModule>> modules;
+  modules.push_back(std::make_unique<AttentionModule>());
+  modules.push_back(std::make_unique<MoeModule>());
   return DecoderLayer(std::move(modules));
 }
 

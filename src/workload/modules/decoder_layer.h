@@ -18,6 +18,9 @@ class DecoderLayer {
   explicit DecoderLayer(std::vector<std::unique_ptr<LayerModule>> modules);
   // Megatron-core's dense GPT layer: AttentionModule then MlpModule.
   static DecoderLayer Dense();
+  // The layer of `model`: Dense(), or attention then the MoE MLP (modules/moe.h; its dense
+  // layers run the dense MLP) when the model has experts.
+  static DecoderLayer ForModel(const config::ModelConfig& model);
 
   // What one layer's forward saved: each module's input and saved tensors.
   struct Saved {

@@ -29,6 +29,8 @@ struct SelectiveRecompute {
   bool core_attn = false;  // core attention (also: recompute_granularity "selective" alone)
   bool mlp = false;        // the whole MLP, its norm included when fused into fc1
   bool layernorm = false;  // a norm that is its own module (not fused into the next linear)
+  bool moe = false;        // the whole MoE branch (modules/moe.h)
+  bool moe_act = false;    // the routed experts' activation (modules/moe.h)
 };
 
 // What a module's forward and backward run under.

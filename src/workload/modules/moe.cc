@@ -1,0 +1,661 @@
+// The MoE MLP module (moe.h). Every tensor names the Megatron-core function that makes it; paths
+// are under megatron/core/transformer/moe/ unless stated.
+#include "workload/modules/moe.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "workload/modules/residual.h"
+
+namespace memsim::workload {
+namespace {
+
+constexpr ResidualNames kNames = {
+    "moe", "ln2", "moe_out", "mlp.residual", "attn.residual_bwd", "attn.d_residual"};
+
+// What the branch saves for backward.
+struct MoeSaved final : ModuleSaved {
+  NormSaved ln2;
+  TensorId bda_mask = 0;
+  // Router (router.py TopKRouter.routing -> moe_utils.py topk_routing_with_score_function):
+  // the top-k indices (scatter's backward), the fp32 softmax over the top-k scores, the
+  // fp32 softmax over all logits for the auxiliary loss (compute_routing_scores_for_aux_loss),
+  // and the routing map the dispatcher keeps (self.routing_map / self.local_map).
+  TensorId top_indices = 0, topk_probs = 0, aux_scores = 0, routing_map = 0;
+  // permute()'s sorted indices (or the fused kernel's row_id_map): the unpermute's map.
+  TensorId permutation_map = 0;
+  // Experts: fc1's input (the dispatched tokens), fc1's output, the activation's output (fc2's
+  // input) and the permuted probabilities the weighted activation saves, per expert with
+  // SequentialMLP (one entry with grouped GEMM).
+  std::vector<TensorId> expert_in, fc1_out, act_out;
+  TensorId expert_probs = 0;
+  // Shared experts (shared_experts.py SharedExpertMLP, a dense MLP): fc1 and activation outputs.
+  TensorId shared_fc1_out = 0, shared_act_out = 0, shared_gate = 0;
+};
+
+// The per-rank byte sizes of the branch's tensors.
+struct Sizes {
+  explicit Sizes(const ModelDims& dims) : d(dims), tok(ComputeMoeTokens(dims)) {}
+  const ModelDims& d;
+  const MoeTokens tok;
+  Bytes Hidden(std::int64_t tokens) const { return d.act_bytes * tokens * d.h; }
+  std::int64_t Fe() const { return d.ffn_e / d.etp; }
+  std::int64_t Fs() const { return d.ffn_shared / d.t; }
+  int Experts() const { return d.grouped_gemm ? 1 : tok.local_experts; }
+  // SequentialMLP: tokens of expert i (the N tokens split evenly; the last takes the rest).
+  std::int64_t ExpertTokens(int i) const {
+    if (d.grouped_gemm) return tok.expert;
+    const std::int64_t each = tok.expert / tok.local_experts;
+    return i + 1 < tok.local_experts ? each : tok.expert - each * (tok.local_experts - 1);
+  }
+};
+
+TensorId Act(Emitter& em, Bytes bytes, int l, std::string_view name) {
+  return em.Alloc(bytes, Category::kActivations, LayerLabel(l, name));
+}
+TensorId Tmp(Emitter& em, Bytes bytes, int l, std::string_view name) {
+  return em.Alloc(bytes, Category::kTemporaries, LayerLabel(l, name));
+}
+
+// router.py TopKRouter.forward on the norm output [n, h]: gating (router_gating_linear: logits
+// [n, E] in the input dtype), routing (topk over the logits, fp32 softmax of the top-k scores
+// cast back to the logits' dtype, scattered into dense probs [n, E] and a routing map [n, E]
+// bool via an int32 map), the aux-loss scores. Returns the dense probs (the dispatcher's input).
+TensorId RouterForward(ModuleContext& ctx, const Sizes& z, int l, bool nograd, MoeSaved* a) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  const std::int64_t n = z.tok.n, E = d.experts, k = d.topk;
+  em.Begin("moe.router", l);
+  const TensorId logits = Tmp(em, d.act_bytes * n * E, l, "moe.router.logits");
+  const TensorId scores = Tmp(em, d.act_bytes * n * k, l, "moe.router.topk_scores");
+  a->top_indices = Act(em, 8 * n * k, l, "moe.router.topk_indices");
+  a->topk_probs = Act(em, 4 * n * k, l, "moe.router.topk_probs_fp32");
+  const TensorId cast = Tmp(em, d.act_bytes * n * k, l, "moe.router.topk_probs");
+  const TensorId probs = Tmp(em, d.act_bytes * n * E, l, "moe.router.probs");
+  const TensorId map32 = Tmp(em, 4 * n * E, l, "moe.router.routing_map_int");
+  a->routing_map = Act(em, n * E, l, "moe.router.routing_map");
+  em.Flops(2.0 * n * d.h * E);
+  if (d.aux_loss) a->aux_scores = Act(em, 4 * n * E, l, "moe.router.aux_scores");
+  for (TensorId id : {logits, scores, cast, map32}) em.Free(id);
+  if (nograd) {
+    for (TensorId* id : {&a->top_indices, &a->topk_probs, &a->aux_scores}) {
+      em.Free(*id);
+      *id = 0;
+    }
+  }
+  return probs;
+}
+
+// Expert TP (etp > 1): gather_from_sequence_parallel_region over the expert-TP group makes a new
+// [etp·rows, h] tensor; the input is freed. Returns the (new) tensor.
+TensorId EtpGather(ModuleContext& ctx, const Sizes& z, int l, TensorId in, std::int64_t rows,
+                   const char* name) {
+  if (ctx.d.etp <= 1) return in;
+  const TensorId out = Tmp(ctx.em, z.Hidden(rows * ctx.d.etp), l, name);
+  ctx.em.Collective("etp", ctx.d.etp, static_cast<double>(z.Hidden(rows * ctx.d.etp)),
+                    Coll::kGather);
+  ctx.em.Free(in);
+  return out;
+}
+
+// Dispatch (token_dispatcher.py): from the norm output and dense probs to the tokens of the
+// local experts [N, h] and their probs [N]. Frees the dense probs.
+TensorId Dispatch(ModuleContext& ctx, const Sizes& z, int l, TensorId probs, MoeSaved* a,
+                  TensorId* expert_probs) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  const MoeTokens& t = z.tok;
+  if (!d.alltoall) {
+    // MoEAllGatherTokenDispatcher.token_dispatch: routing map and probs gathered over TP×EP
+    // (new tensors), the hidden states into the global "mpu" buffer (use_global_buffer).
+    em.Begin("moe.dispatch_allgather", l);
+    const std::int64_t g = std::int64_t{d.ep} * d.etp;
+    const TensorId map_all = Tmp(em, t.n * g * d.experts, l, "moe.routing_map_gathered");
+    const TensorId probs_all =
+        Tmp(em, d.act_bytes * t.n * g * d.experts, l, "moe.probs_gathered");
+    ctx.k.MpuBuffer(z.Hidden(t.n * g));
+    em.Collective("ep", static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)), Coll::kGather);
+    em.Free(probs);
+    // dispatch_postprocess: local_map [n·g, El] (kept for unpermute), local probs masked to
+    // [N], permute() of the gathered tokens into [N, h] with its sorted indices.
+    em.Begin("moe.permute", l);
+    const TensorId local_map = Act(em, t.n * g * t.local_experts, l, "moe.local_map");
+    *expert_probs = Tmp(em, d.act_bytes * t.expert, l, "moe.local_probs");
+    a->permutation_map = Act(em, 8 * t.expert, l, "moe.permutation_map");
+    const TensorId out = Tmp(em, z.Hidden(t.expert), l, "moe.dispatched_tokens");
+    em.Free(map_all);
+    em.Free(probs_all);
+    em.Free(a->routing_map);
+    a->routing_map = local_map;
+    return out;
+  }
+  // MoEAlltoAllTokenDispatcher.dispatch_preprocess -> moe_utils.py permute: the permuted copies
+  // [S, h] and probs [S]; sorted indices int64 [S] (fused: TE's row_id_map, int32 [n, E]).
+  em.Begin("moe.permute", l);
+  const TensorId sent = Tmp(em, z.Hidden(t.send), l, "moe.permuted_tokens");
+  const TensorId sent_probs = Tmp(em, d.act_bytes * t.send, l, "moe.permuted_probs");
+  a->permutation_map = Act(em, d.permute_fusion ? 4 * t.n * d.experts : 8 * t.send, l,
+                           "moe.permutation_map");
+  em.Free(probs);
+  // token_dispatch: all_to_all over the EP group into new [R, h] and [R] tensors
+  // (tensor_parallel/mappings.py _AllToAll, torch.empty of the output split sizes).
+  em.Begin("moe.dispatch_alltoall", l);
+  TensorId recv = Tmp(em, z.Hidden(t.receive), l, "moe.received_tokens");
+  TensorId recv_probs = Tmp(em, d.act_bytes * t.receive, l, "moe.received_probs");
+  em.Collective("ep", d.ep, static_cast<double>(z.Hidden(t.send)), Coll::kP2P);
+  em.Free(sent);
+  em.Free(sent_probs);
+  // dispatch_postprocess: the expert-TP gather, then sort_chunks_by_idxs by local expert
+  // (new tensors) when the rank holds more than one expert.
+  recv = EtpGather(ctx, z, l, recv, t.receive, "moe.received_tokens_etp");
+  if (d.etp > 1) {
+    const TensorId p = Tmp(em, d.act_bytes * t.expert, l, "moe.received_probs_etp");
+    em.Free(recv_probs);
+    recv_probs = p;
+  }
+  if (t.local_experts > 1) {
+    em.Begin("moe.sort_chunks", l);
+    const TensorId sorted = Tmp(em, z.Hidden(t.expert), l, "moe.dispatched_tokens");
+    const TensorId sorted_probs = Tmp(em, d.act_bytes * t.expert, l, "moe.dispatched_probs");
+    em.Free(recv);
+    em.Free(recv_probs);
+    recv = sorted;
+    recv_probs = sorted_probs;
+  }
+  *expert_probs = recv_probs;
+  return recv;
+}
+
+// The local experts (experts.py): fc1 (grouped linear, or one linear per expert), the weighted
+// activation (weighted_bias_swiglu_impl / activation × probs), fc2. Returns fc2's output [N, h]
+// (SequentialMLP: the per-expert outputs concatenated, torch.cat). Frees its input with nograd.
+TensorId ExpertsForward(ModuleContext& ctx, const Sizes& z, int l, TensorId in, TensorId probs,
+                        bool nograd, MoeSaved* a) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  const int experts = z.Experts();
+  a->expert_in.assign(experts, 0);
+  a->fc1_out.assign(experts, 0);
+  a->act_out.assign(experts, 0);
+  a->expert_in[0] = in;
+  std::vector<TensorId> outs(experts, 0);
+  for (int i = 0; i < experts; ++i) {
+    const std::int64_t n = z.ExpertTokens(i);
+    if (!d.grouped_gemm && i > 0) a->expert_in[i] = in;  // torch.split views of one tensor
+    em.Begin("moe.experts.fc1", l);
+    ctx.k.GemmWorkspace(false);
+    a->fc1_out[i] = Act(em, d.act_bytes * n * d.gamma * z.Fe(), l, "moe.experts.fc1_out");
+    em.Flops(2.0 * n * d.h * d.gamma * z.Fe());
+    em.Begin("moe.experts.act", l);
+    a->act_out[i] = Act(em, d.act_bytes * n * z.Fe(), l, "moe.experts.act_out");
+    if (nograd) em.Free(a->fc1_out[i]);
+    em.Begin("moe.experts.fc2", l);
+    outs[i] = Tmp(em, z.Hidden(n), l, "moe.experts.fc2_out");
+    em.Flops(2.0 * n * z.Fe() * d.h);
+    // moe_act recompute (CheckpointWithoutOutput.discard_output_and_register_recompute): the
+    // activation's output is released once fc2 ran.
+    if (nograd || ctx.selective.moe_act) {
+      em.Free(a->act_out[i]);
+      a->act_out[i] = 0;
+    }
+  }
+  if (nograd) em.Free(in);
+  a->expert_probs = probs;
+  if (nograd) {
+    em.Free(probs);
+    a->expert_probs = 0;
+  }
+  if (experts == 1) return outs[0];
+  em.Begin("moe.experts.cat", l);
+  const TensorId out = Tmp(em, z.Hidden(z.tok.expert), l, "moe.experts.output");
+  for (TensorId id : outs) em.Free(id);
+  return out;
+}
+
+void FreeMaps(Emitter& em, MoeSaved* a) {
+  em.Free(a->routing_map);
+  em.Free(a->permutation_map);
+  a->routing_map = a->permutation_map = 0;
+}
+
+// Combine (token_dispatcher.py): expert outputs back to [n, h] in token order. Frees `out`.
+TensorId Combine(ModuleContext& ctx, const Sizes& z, int l, TensorId out, bool nograd,
+                 MoeSaved* a) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  const MoeTokens& t = z.tok;
+  if (!d.alltoall) {
+    // combine_preprocess: unpermute into zeros [n·g, h]; token_combine: reduce-scatter over
+    // TP×EP into a new [n, h].
+    const std::int64_t g = std::int64_t{d.ep} * d.etp;
+    em.Begin("moe.unpermute", l);
+    const TensorId full = Tmp(em, z.Hidden(t.n * g), l, "moe.unpermuted_tokens");
+    em.Free(out);
+    em.Begin("moe.combine_reduce_scatter", l);
+    const TensorId res = Tmp(em, z.Hidden(t.n), l, "moe.output");
+    em.Collective("ep", static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)),
+                  Coll::kGather);
+    em.Free(full);
+    if (nograd) FreeMaps(em, a);
+    return res;
+  }
+  // combine_preprocess: sort back by source rank, the expert-TP reduce-scatter.
+  if (t.local_experts > 1) {
+    em.Begin("moe.unsort_chunks", l);
+    const TensorId u = Tmp(em, z.Hidden(t.expert), l, "moe.unsorted_tokens");
+    em.Free(out);
+    out = u;
+  }
+  if (d.etp > 1) {
+    const TensorId rs = Tmp(em, z.Hidden(t.receive), l, "moe.expert_output_etp");
+    em.Collective("etp", d.etp, static_cast<double>(z.Hidden(t.expert)), Coll::kGather);
+    em.Free(out);
+    out = rs;
+  }
+  // token_combine: all_to_all back into [S, h]; combine_postprocess: unpermute into zeros
+  // [n, h] (moe_utils.py unpermute, scatter_add).
+  em.Begin("moe.combine_alltoall", l);
+  const TensorId back = Tmp(em, z.Hidden(t.send), l, "moe.combined_tokens");
+  em.Collective("ep", d.ep, static_cast<double>(z.Hidden(t.send)), Coll::kP2P);
+  em.Free(out);
+  em.Begin("moe.unpermute", l);
+  const TensorId res = Tmp(em, z.Hidden(t.n), l, "moe.output");
+  em.Free(back);
+  if (nograd) FreeMaps(em, a);
+  return res;
+}
+
+// SharedExpertMLP: a dense MLP of width moe_shared_expert_intermediate_size (TP-split) on the
+// norm output; with Qwen2-MoE's gate, sigmoid(x·gate) scales it. Returns its output [n, h].
+TensorId SharedForward(ModuleContext& ctx, const Sizes& z, int l, bool nograd, MoeSaved* a) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  em.Begin("moe.shared_experts.fc1", l);
+  const TensorId g = ctx.k.SpGather(z.Hidden(d.T), LayerLabel(l, "moe.shared_fc1_gather"), false);
+  a->shared_fc1_out = Act(em, d.act_bytes * d.T * d.gamma * z.Fs(), l, "moe.shared_fc1_out");
+  em.Free(g);
+  em.Flops(2.0 * d.T * d.h * d.gamma * z.Fs());
+  em.Begin("moe.shared_experts.act", l);
+  a->shared_act_out = Act(em, d.act_bytes * d.T * z.Fs(), l, "moe.shared_act_out");
+  if (nograd) em.Free(a->shared_fc1_out);
+  em.Begin("moe.shared_experts.fc2", l);
+  TensorId out = ctx.k.RowParallelOutput(z.Hidden(d.T), LayerLabel(l, "moe.shared_fc2_out"));
+  em.Flops(2.0 * d.T * z.Fs() * d.h);
+  if (nograd) em.Free(a->shared_act_out);
+  if (d.shared_gate) {
+    em.Begin("moe.shared_experts.gate", l);
+    a->shared_gate = Act(em, d.act_bytes * z.tok.n, l, "moe.shared_gate");
+    const TensorId gated = Tmp(em, z.Hidden(z.tok.n), l, "moe.shared_gated_out");
+    em.Free(out);
+    out = gated;
+    if (nograd) em.Free(a->shared_gate);
+  }
+  return out;
+}
+
+// The branch after the norm: shared experts, router, dispatch, experts, combine, the shared
+// experts' sum (moe_layer.py MoELayer.forward). Returns the branch output [n, h].
+TensorId RoutedBranch(ModuleContext& ctx, const Sizes& z, int l, bool nograd, MoeSaved* a) {
+  Emitter& em = ctx.em;
+  const TensorId shared = z.d.ffn_shared > 0 ? SharedForward(ctx, z, l, nograd, a) : 0;
+  const TensorId probs = RouterForward(ctx, z, l, nograd, a);
+  TensorId expert_probs = 0;
+  const TensorId in = Dispatch(ctx, z, l, probs, a, &expert_probs);
+  const TensorId out = ExpertsForward(ctx, z, l, in, expert_probs, nograd, a);
+  TensorId res = Combine(ctx, z, l, out, nograd, a);
+  if (shared != 0) {
+    // MoELayer.postprocess: output + shared_expert_output, a new tensor.
+    em.Begin("moe.add_shared", l);
+    const TensorId sum = Tmp(em, z.Hidden(z.tok.n), l, "moe.output_with_shared");
+    em.Free(res);
+    em.Free(shared);
+    res = sum;
+  }
+  return res;
+}
+
+// Autograd's sum of two gradients of the norm output into a new [n, h] tensor (frees both).
+TensorId SumGrads(ModuleContext& ctx, const Sizes& z, int l, TensorId a, TensorId b) {
+  ctx.em.Begin("moe.d_ln2_out_sum", l);
+  const TensorId sum = Tmp(ctx.em, z.Hidden(z.tok.n), l, "moe.d_ln2_out");
+  ctx.em.Free(a);
+  ctx.em.Free(b);
+  return sum;
+}
+
+// Backward of the combine: the gradient of the output [n, h] back to the experts' output order
+// [N, h]. Frees dy unless keep_dy (the shared experts still need it).
+TensorId CombineBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dy, bool keep_dy) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  const MoeTokens& t = z.tok;
+  auto drop_dy = [&] {
+    if (!keep_dy) em.Free(dy);
+  };
+  if (!d.alltoall) {
+    // reduce-scatter's backward: all-gather [n·g, h]; unpermute's backward: index_select [N, h].
+    const std::int64_t g = std::int64_t{d.ep} * d.etp;
+    em.Begin("moe.combine_reduce_scatter_bwd", l);
+    const TensorId full = Tmp(em, z.Hidden(t.n * g), l, "moe.d_unpermuted_tokens");
+    em.Collective("ep", static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)), Coll::kGather);
+    drop_dy();
+    em.Begin("moe.unpermute_bwd", l);
+    const TensorId out = Tmp(em, z.Hidden(t.expert), l, "moe.d_expert_output");
+    em.Free(full);
+    return out;
+  }
+  em.Begin("moe.unpermute_bwd", l);
+  TensorId g = Tmp(em, z.Hidden(t.send), l, "moe.d_combined_tokens");
+  drop_dy();
+  em.Begin("moe.combine_alltoall_bwd", l);
+  TensorId r = Tmp(em, z.Hidden(t.receive), l, "moe.d_expert_output_ep");
+  em.Collective("ep", d.ep, static_cast<double>(z.Hidden(t.send)), Coll::kP2P);
+  em.Free(g);
+  r = EtpGather(ctx, z, l, r, t.receive, "moe.d_expert_output_etp");
+  if (t.local_experts > 1) {
+    em.Begin("moe.unsort_chunks_bwd", l);
+    g = Tmp(em, z.Hidden(t.expert), l, "moe.d_expert_output");
+    em.Free(r);
+    r = g;
+  }
+  return r;
+}
+
+// The experts' backward (fc2, activation, fc1 per expert; grouped: one pass): weight grads to
+// autograd, the gradient of the dispatched tokens [N, h] and of their probs [N] (*d_probs).
+// Frees what the experts saved and dy. moe_act recompute: the activation re-run first.
+TensorId ExpertsBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dy, MoeSaved* a,
+                         TensorId* d_probs) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  const int experts = z.Experts();
+  const int el = z.tok.local_experts;
+  std::vector<TensorId> d_in(experts, 0);
+  for (int i = experts; i-- > 0;) {
+    const std::int64_t n = z.ExpertTokens(i);
+    if (ctx.selective.moe_act) {
+      em.SetPrefix("recompute.");
+      em.Begin("moe.experts.act", l);
+      a->act_out[i] = Act(em, d.act_bytes * n * z.Fe(), l, "moe.experts.act_out");
+      em.SetPrefix("");
+    }
+    em.Begin("moe.experts.fc2_bwd", l);
+    ctx.k.GemmWorkspace(false);
+    const TensorId d_act = Tmp(em, d.act_bytes * n * z.Fe(), l, "moe.experts.d_act_out");
+    for (int e = d.grouped_gemm ? 0 : i; e < (d.grouped_gemm ? el : i + 1); ++e) {
+      ctx.k.WeightGradToAutograd(d.h, z.Fe(), d.te, LayerLabel(l, fmt::format("moe.fc2.wgrad{}", e)),
+                                 LayerLabel(l, fmt::format("mlp.experts.{}.fc2.weight", e)));
+    }
+    em.Free(a->act_out[i]);
+    em.Flops(4.0 * n * z.Fe() * d.h);
+    em.Begin("moe.experts.act_bwd", l);
+    const TensorId d_fc1 = Tmp(em, d.act_bytes * n * d.gamma * z.Fe(), l, "moe.experts.d_fc1_out");
+    em.Free(a->fc1_out[i]);
+    em.Free(d_act);
+    em.Begin("moe.experts.fc1_bwd", l);
+    d_in[i] = Tmp(em, z.Hidden(n), l, "moe.experts.d_input");
+    for (int e = d.grouped_gemm ? 0 : i; e < (d.grouped_gemm ? el : i + 1); ++e) {
+      ctx.k.WeightGradToAutograd(d.gamma * z.Fe(), d.h, d.te,
+                                 LayerLabel(l, fmt::format("moe.fc1.wgrad{}", e)),
+                                 LayerLabel(l, fmt::format("mlp.experts.{}.fc1.weight", e)));
+    }
+    em.Free(d_fc1);
+    em.Flops(4.0 * n * d.h * d.gamma * z.Fe());
+  }
+  // The probs' gradient from the weighted activation; SequentialMLP: torch.split's backward
+  // concatenates the per-expert input grads into one [N, h].
+  em.Begin("moe.experts.d_probs", l);
+  *d_probs = Tmp(em, d.act_bytes * z.tok.expert, l, "moe.experts.d_probs");
+  em.Free(a->expert_in[0]);
+  em.Free(a->expert_probs);
+  em.Free(dy);
+  if (experts == 1) return d_in[0];
+  em.Begin("moe.experts.cat_bwd", l);
+  const TensorId out = Tmp(em, z.Hidden(z.tok.expert), l, "moe.experts.d_inputs");
+  for (TensorId id : d_in) em.Free(id);
+  return out;
+}
+
+// The dispatch's backward: the tokens' gradient back to [n, h] in token order (returned) and the
+// dense probs' gradient [n, E] (*d_dense). Frees its inputs and the permutation maps.
+TensorId DispatchBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dx, TensorId dp,
+                          MoeSaved* a, TensorId* d_dense) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  const MoeTokens& t = z.tok;
+  if (!d.alltoall) {
+    // permute's backward (unpermute into zeros [n·g, h]); masked_select's backward (zeros
+    // [n·g, El] -> the gathered probs' grad [n·g, E]); the gathers' backward: reduce-scatters.
+    const std::int64_t g = std::int64_t{d.ep} * d.etp;
+    em.Begin("moe.permute_bwd", l);
+    const TensorId full = Tmp(em, z.Hidden(t.n * g), l, "moe.d_gathered_tokens");
+    const TensorId probs = Tmp(em, d.act_bytes * t.n * g * d.experts, l, "moe.d_gathered_probs");
+    for (TensorId id : {dx, dp}) em.Free(id);
+    FreeMaps(em, a);
+    em.Begin("moe.dispatch_allgather_bwd", l);
+    const TensorId out = Tmp(em, z.Hidden(t.n), l, "moe.d_routed_input");
+    *d_dense = Tmp(em, d.act_bytes * t.n * d.experts, l, "moe.d_probs");
+    em.Collective("ep", static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)), Coll::kGather);
+    em.Free(full);
+    em.Free(probs);
+    return out;
+  }
+  std::int64_t rows = t.expert;
+  if (t.local_experts > 1) {
+    em.Begin("moe.sort_chunks_bwd", l);
+    const TensorId x2 = Tmp(em, z.Hidden(rows), l, "moe.d_received_tokens");
+    const TensorId p2 = Tmp(em, d.act_bytes * rows, l, "moe.d_received_probs");
+    em.Free(dx);
+    em.Free(dp);
+    dx = x2;
+    dp = p2;
+  }
+  if (d.etp > 1) {
+    em.Begin("moe.etp_gather_bwd", l);
+    const TensorId x2 = Tmp(em, z.Hidden(t.receive), l, "moe.d_received_tokens_ep");
+    const TensorId p2 = Tmp(em, d.act_bytes * t.receive, l, "moe.d_received_probs_ep");
+    em.Collective("etp", d.etp, static_cast<double>(z.Hidden(rows)), Coll::kGather);
+    em.Free(dx);
+    em.Free(dp);
+    dx = x2;
+    dp = p2;
+  }
+  em.Begin("moe.dispatch_alltoall_bwd", l);
+  const TensorId sx = Tmp(em, z.Hidden(t.send), l, "moe.d_permuted_tokens");
+  const TensorId sp = Tmp(em, d.act_bytes * t.send, l, "moe.d_permuted_probs");
+  em.Collective("ep", d.ep, static_cast<double>(z.Hidden(t.send)), Coll::kP2P);
+  em.Free(dx);
+  em.Free(dp);
+  // permute's backward: unpermute into zeros [n, h]; the probs' index_select backward into
+  // zeros [n, E].
+  em.Begin("moe.permute_bwd", l);
+  const TensorId out = Tmp(em, z.Hidden(t.n), l, "moe.d_routed_input");
+  *d_dense = Tmp(em, d.act_bytes * t.n * d.experts, l, "moe.d_probs");
+  em.Free(sx);
+  em.Free(sp);
+  FreeMaps(em, a);
+  return out;
+}
+
+// The router's backward: scatter's and softmax's backward, topk's backward into zeros [n, E],
+// the aux-loss scores' backward, RouterGatingLinearFunction.backward (input grad [n, h] and the
+// weight grad [E, h]). Frees what the router saved and d_dense. Returns the input grad.
+TensorId RouterBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId d_dense, MoeSaved* a) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  const std::int64_t n = z.tok.n, E = d.experts, k = d.topk;
+  em.Begin("moe.router_bwd", l);
+  const TensorId d_topk = Tmp(em, d.act_bytes * n * k, l, "moe.router.d_topk_probs");
+  const TensorId d_soft = Tmp(em, 4 * n * k, l, "moe.router.d_topk_scores_fp32");
+  const TensorId d_logits = Tmp(em, d.act_bytes * n * E, l, "moe.router.d_logits");
+  const TensorId d_aux = d.aux_loss ? Tmp(em, 4 * n * E, l, "moe.router.d_aux_scores") : 0;
+  const TensorId d_in = Tmp(em, z.Hidden(n), l, "moe.router.d_input");
+  ctx.k.SmallWeightGrad(E * d.h, LayerLabel(l, "moe.router.wgrad"),
+                        LayerLabel(l, "mlp.router.weight"));
+  em.Flops(4.0 * n * d.h * E);
+  for (TensorId id : {d_topk, d_soft, d_logits, d_aux, d_dense, a->top_indices, a->topk_probs,
+                      a->aux_scores}) {
+    em.Free(id);
+  }
+  return d_in;
+}
+
+// The shared experts' backward on dy (the branch's gradient): the gate (Qwen2-MoE), fc2, the
+// activation, fc1 (dense MLP pattern, kernels.h). Frees what they saved; returns the input grad.
+TensorId SharedBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dy, MoeSaved* a) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  TensorId d_out = dy, d_gate_in = 0;
+  if (d.shared_gate) {
+    em.Begin("moe.shared_experts.gate_bwd", l);
+    d_out = Tmp(em, z.Hidden(z.tok.n), l, "moe.shared.d_fc2_out");
+    d_gate_in = Tmp(em, z.Hidden(z.tok.n), l, "moe.shared.d_gate_input");
+    ctx.k.SmallWeightGrad(d.h, LayerLabel(l, "moe.shared.gate_wgrad"),
+                          LayerLabel(l, "mlp.shared_experts.gate_weight"));
+    em.Free(a->shared_gate);
+  }
+  em.Begin("moe.shared_experts.fc2_bwd", l);
+  ctx.k.GemmWorkspace(false);
+  TensorId g = ctx.k.SpGather(z.Hidden(d.T), LayerLabel(l, "moe.shared.d_fc2_gather"), false);
+  const TensorId d_act = Tmp(em, d.act_bytes * d.T * z.Fs(), l, "moe.shared.d_act_out");
+  ctx.k.WeightGradToAutograd(d.h, z.Fs(), d.te, LayerLabel(l, "moe.shared.fc2.wgrad"),
+                             LayerLabel(l, "mlp.shared_experts.fc2.weight"));
+  em.Free(g);
+  em.Free(a->shared_act_out);
+  if (d_out != dy) em.Free(d_out);
+  em.Begin("moe.shared_experts.act_bwd", l);
+  const TensorId d_fc1 = Tmp(em, d.act_bytes * d.T * d.gamma * z.Fs(), l, "moe.shared.d_fc1_out");
+  em.Free(a->shared_fc1_out);
+  em.Free(d_act);
+  em.Begin("moe.shared_experts.fc1_bwd", l);
+  g = ctx.k.SpGather(z.Hidden(d.T), LayerLabel(l, "moe.shared.fc1_input_gather"), false);
+  TensorId d_in = ctx.k.ColumnParallelInputGrad(LayerLabel(l, "moe.shared.d_input"));
+  ctx.k.WeightGradToAutograd(d.gamma * z.Fs(), d.h, d.te, LayerLabel(l, "moe.shared.fc1.wgrad"),
+                             LayerLabel(l, "mlp.shared_experts.fc1.weight"));
+  em.Free(g);
+  em.Free(d_fc1);
+  em.Flops(8.0 * d.T * d.h * d.gamma * z.Fs());
+  if (d_gate_in != 0) d_in = SumGrads(ctx, z, l, d_in, d_gate_in);
+  return d_in;
+}
+}  // namespace
+
+MoeTokens ComputeMoeTokens(const ModelDims& d) {
+  MoeTokens t;
+  t.n = d.T / d.sigma;
+  t.local_experts = d.experts / d.ep;
+  const std::int64_t routed = t.n * d.topk;
+  if (d.capacity_factor > 0) {
+    // moe_utils.py get_capacity: ceil(tokens·k / E · factor).
+    t.capacity = static_cast<std::int64_t>(
+        std::ceil(static_cast<double>(routed) / d.experts * d.capacity_factor));
+  }
+  // All-gather: each rank sees every token of its TP×EP group, ~1/ep of them routed here.
+  t.send = d.pad_to_capacity ? t.capacity * d.experts
+           : t.capacity > 0  ? std::min(routed, t.capacity * d.experts)
+                             : routed;
+  if (d.pad_to_capacity) {
+    // Padded: every source rank sends `capacity` tokens to each local expert.
+    t.receive = t.capacity * t.local_experts * d.ep;
+  } else {
+    // The most loaded rank gets F × the mean (S), at most what the EP group can route to its
+    // experts: every token of every rank, min(k, El) times; at most El·capacity per source.
+    std::int64_t most = t.n * d.ep * std::min<std::int64_t>(d.topk, t.local_experts);
+    if (t.capacity > 0) most = std::min(most, t.capacity * t.local_experts * d.ep);
+    t.receive = std::min<std::int64_t>(
+        most, static_cast<std::int64_t>(std::llround(d.imbalance * static_cast<double>(t.send))));
+  }
+  t.expert = t.receive * d.etp;
+  return t;
+}
+
+void MoeModule::AppendParams(const config::ModelConfig& model, const ModelDims& d, int chunk,
+                             int layer, std::vector<ParamTensor>* out) const {
+  if (!d.IsMoeLayer(layer)) {
+    dense_.AppendParams(model, d, chunk, layer, out);
+    return;
+  }
+  auto add = [&](const std::string& name, std::int64_t numel, bool one_dim, bool sp,
+                 std::int64_t row, bool expert) {
+    out->push_back(MakeParam(LayerLabel(layer, name), numel, row, chunk, layer, one_dim, sp));
+    out->back().expert = expert;
+  };
+  // MoE layer spec: pre_mlp_layernorm (TENorm), then MoELayer.__init__: router (TopKRouter
+  // weight [E, h], sequence_parallel set), experts, shared experts.
+  add("ln2.weight", d.h, true, true, 1, false);
+  if (d.layernorm) add("ln2.bias", d.h, true, true, 1, false);
+  add("mlp.router.weight", std::int64_t{d.experts} * d.h, false, true, d.h, false);
+  const int el = d.experts / d.ep;
+  const std::int64_t fe = d.ffn_e / d.etp;
+  // TEGroupedMLP: linear_fc1 (TEColumnParallelGroupedLinear, weight0..El-1 [γ·Fe, h]) then
+  // linear_fc2 (weight0..El-1 [h, Fe]); SequentialMLP: expert by expert, fc1 and fc2.
+  for (int pass = 0; pass < (d.grouped_gemm ? 2 : 1); ++pass) {
+    for (int i = 0; i < el; ++i) {
+      if (!d.grouped_gemm || pass == 0) {
+        add(fmt::format("mlp.experts.{}.fc1.weight", i), d.gamma * fe * d.h, false, false, d.h,
+            true);
+      }
+      if (!d.grouped_gemm || pass == 1) {
+        add(fmt::format("mlp.experts.{}.fc2.weight", i), d.h * fe, false, false, fe, true);
+      }
+    }
+  }
+  if (d.ffn_shared > 0) {
+    const std::int64_t fs = d.ffn_shared / d.t;
+    add("mlp.shared_experts.fc1.weight", d.gamma * fs * d.h, false, false, d.h, false);
+    add("mlp.shared_experts.fc2.weight", d.h * fs, false, false, fs, false);
+    if (d.shared_gate) add("mlp.shared_experts.gate_weight", d.h, false, true, d.h, false);
+  }
+}
+
+TensorId MoeModule::Forward(ModuleContext& ctx, int l, TensorId x, const ForwardMode& mode,
+                            std::unique_ptr<ModuleSaved>* saved) {
+  if (!ctx.d.IsMoeLayer(l)) return dense_.Forward(ctx, l, x, mode, saved);
+  const Sizes z(ctx.d);
+  MoeSaved a;
+  // pre_mlp_layernorm, outside the MoE layer: with selective recompute of "moe" its output is
+  // the input tensor_parallel.checkpoint keeps; the layer itself runs under no_grad.
+  ctx.em.Begin("moe.ln", l);
+  a.ln2 = NormForward(ctx, l, "ln2");
+  const TensorId branch = RoutedBranch(ctx, z, l, mode.nograd || ctx.selective.moe, &a);
+  if (mode.nograd) FreeNorm(ctx, a.ln2);
+  const TensorId out = BiasDropoutAdd(ctx, l, kNames, x, branch, mode, &a.bda_mask);
+  if (!mode.nograd) *saved = std::make_unique<MoeSaved>(a);
+  return out;
+}
+
+TensorId MoeModule::Backward(ModuleContext& ctx, int l, ModuleSaved& saved, TensorId x, bool free_x,
+                             TensorId dy, bool free_dy) {
+  if (!ctx.d.IsMoeLayer(l)) return dense_.Backward(ctx, l, saved, x, free_x, dy, free_dy);
+  const Sizes z(ctx.d);
+  Emitter& em = ctx.em;
+  MoeSaved a = static_cast<const MoeSaved&>(saved);
+  const TensorId dbranch = BiasDropoutAddBackward(ctx, l, kNames, dy, a.bda_mask);
+  // CheckpointFunction.backward (tensor_parallel/random.py): the layer re-run with grad; its
+  // output stays referenced until the region's backward returns.
+  TensorId recomputed = 0;
+  if (ctx.selective.moe) {
+    em.SetPrefix("recompute.");
+    recomputed = RoutedBranch(ctx, z, l, false, &a);
+    em.SetPrefix("");
+  }
+  // The branch grad feeds the routed path and the shared experts' (MoELayer.postprocess's add).
+  const bool shared = ctx.d.ffn_shared > 0;
+  const TensorId d_routed = CombineBackward(ctx, z, l, dbranch, shared || dbranch == dy);
+  TensorId d_probs = 0;
+  const TensorId d_tokens = ExpertsBackward(ctx, z, l, d_routed, &a, &d_probs);
+  TensorId d_dense_probs = 0;
+  TensorId d_ln = DispatchBackward(ctx, z, l, d_tokens, d_probs, &a, &d_dense_probs);
+  d_ln = SumGrads(ctx, z, l, d_ln, RouterBackward(ctx, z, l, d_dense_probs, &a));
+  if (shared) {
+    d_ln = SumGrads(ctx, z, l, d_ln, SharedBackward(ctx, z, l, dbranch, &a));
+    if (dbranch != dy) em.Free(dbranch);
+  }
+  em.Free(a.ln2.out);
+  return NormAndResidualBackward(ctx, l, kNames, a.ln2, d_ln, x, free_x, dy, free_dy, recomputed);
+}
+
+}  // namespace memsim::workload

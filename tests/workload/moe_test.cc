@@ -1,0 +1,230 @@
+// Mixture of experts: parameter counts of the shipped MoE models, and one MoE layer's tensors
+// derived by hand from Megatron-core's code (megatron/core/transformer/moe/).
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "config/load.h"
+#include "test_setups.h"
+#include "workload/build.h"
+#include "workload/model.h"
+#include "workload/modules/moe.h"
+
+namespace memsim::workload {
+namespace {
+
+struct Counts {
+  std::int64_t total = 0, expert = 0;
+};
+Counts CountParams(const std::vector<ParamTensor>& params) {
+  Counts c;
+  for (const ParamTensor& p : params) {
+    c.total += p.numel;
+    if (p.expert) c.expert += p.numel;
+  }
+  return c;
+}
+
+// The shipped config with every parallel size 1, so one rank holds the whole model.
+config::Setup WholeModel(const std::string& config) {
+  config::LoadOptions o;
+  for (const char* key : {"tensor_model_parallel_size", "pipeline_model_parallel_size",
+                          "data_parallel_size", "expert_model_parallel_size"}) {
+    o.overrides.push_back(std::string("training.") + key + "=1");
+  }
+  o.overrides.emplace_back("training.global_batch_size=1");
+  return config::LoadSetup(std::string(MEMSIM_SOURCE_DIR) + "/configs/" + config, o);
+}
+
+TEST_CASE("qwen3-30b-a3b: 30.53 B parameters, 3.35 B active", "[workload][moe]") {
+  const config::Setup s = WholeModel("qwen3-30b-a3b-910b-pp4-ep4.json");
+  // models/qwen3-30b-a3b.json: h 2048, 48 layers, 32 heads of 128, 4 KV heads, 128 experts of
+  // width 768, top-8, vocab 151936 (= 1187·128, no padding), untied, every layer MoE.
+  // Per layer: q 2048·4096 = 8,388,608; k, v 2048·512 each = 2,097,152; o 4096·2048 =
+  //   8,388,608; q/k norms 2·128; ln1, ln2 2·2048: attention and norms 18,878,720.
+  //   Router 128·2048 = 262,144. Experts 128 · 3·2048·768 = 128 · 4,718,592 = 603,979,776.
+  //   Layer 623,120,640; ×48 = 29,909,790,720.
+  // Embedding and output layer 2·151936·2048 = 622,329,856; final norm 2048.
+  // Total 30,532,122,624 (30.53 B). Active: 8 of 128 experts, 8·4,718,592 = 37,748,736 a
+  // layer: 48·(18,878,720 + 262,144 + 37,748,736) + 622,331,904 = 3,353,032,704 (3.35 B).
+  const Counts c = CountParams(StageParams(s, 0));
+  CHECK(c.total == 30'532'122'624);
+  CHECK(c.expert == 48 * std::int64_t{603'979'776});
+  CHECK(c.total - c.expert + c.expert / 128 * 8 == 3'353'032'704);
+}
+
+TEST_CASE("mixtral-8x7b: 46.70 B parameters, 12.88 B active", "[workload][moe]") {
+  const config::Setup s = WholeModel("mixtral-8x7b-h100-pp4-ep8.json");
+  // models/mixtral-8x7b.json: h 4096, 32 layers, 32 heads, 8 KV heads (head 128), 8 experts of
+  // width 14336, top-2, vocab 32000 (= 250·128), untied.
+  // Per layer: q, o 4096² each = 33,554,432; k, v 4096·1024 each = 8,388,608; ln1, ln2 8192:
+  //   41,951,232. Router 8·4096 = 32,768. Experts 8 · 3·4096·14336 = 8 · 176,160,768 =
+  //   1,409,286,144. Layer 1,451,270,144; ×32 = 46,440,644,608.
+  // Embedding and output 2·32000·4096 = 262,144,000; final norm 4096.
+  // Total 46,702,792,704 (46.70 B). Active: 2 of 8 experts a layer:
+  // 32·(41,951,232 + 32,768 + 352,321,536) + 262,148,096 = 12,879,925,248 (12.88 B).
+  const Counts c = CountParams(StageParams(s, 0));
+  CHECK(c.total == 46'702'792'704);
+  CHECK(c.total - c.expert + c.expert / 8 * 2 == 12'879'925'248);
+}
+
+TEST_CASE("qwen2_moe: shared expert and gate, decoder_sparse_step, mlp_only_layers",
+          "[workload][moe]") {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "memsim_moe_test";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "m.json")
+      << R"({"model_type": "qwen2_moe", "hidden_size": 64, "intermediate_size": 128,
+             "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
+             "vocab_size": 256, "num_experts": 4, "num_experts_per_tok": 2,
+             "moe_intermediate_size": 32, "shared_expert_intermediate_size": 64,
+             "decoder_sparse_step": 2, "mlp_only_layers": [3], "norm_topk_prob": false})";
+  std::ofstream(dir / "c.json")
+      << R"({"model": "m.json", "device": "h100-80g", "training": {"seq_length": 32}})";
+  const config::Setup s = config::LoadSetup((dir / "c.json").string(), {});
+  // Qwen2MoeDecoderLayer: sparse when (i + 1) % 2 == 0 and i not in mlp_only_layers: layer 1
+  // only (layer 3 is listed).
+  const ModelDims d = ComputeDims(s);
+  CHECK(!d.IsMoeLayer(0));
+  CHECK(d.IsMoeLayer(1));
+  CHECK(!d.IsMoeLayer(2));
+  CHECK(!d.IsMoeLayer(3));
+  std::map<std::string, std::int64_t> layer1;
+  for (const ParamTensor& p : StageParams(s, 0)) {
+    if (p.layer == 1) layer1[p.name] = p.numel;
+  }
+  // Router 4·64; 4 experts of fc1 2·32·64 and fc2 64·32; shared expert fc1 2·64·64, fc2 64·64
+  // and its gate [1, 64].
+  CHECK(layer1.at("layer1.mlp.router.weight") == 256);
+  CHECK(layer1.at("layer1.mlp.experts.3.fc1.weight") == 4096);
+  CHECK(layer1.at("layer1.mlp.experts.3.fc2.weight") == 2048);
+  CHECK(layer1.at("layer1.mlp.shared_experts.fc1.weight") == 8192);
+  CHECK(layer1.at("layer1.mlp.shared_experts.fc2.weight") == 4096);
+  CHECK(layer1.at("layer1.mlp.shared_experts.gate_weight") == 64);
+  // Builds and balances its books (every tensor of the shared experts freed in backward).
+  CHECK_NOTHROW(Build(s, 0));
+}
+
+// A small MoE model: TinyLlama's attention (h 64, 4 heads, 2 layers, seq 32, one micro-batch of
+// 1: T = n = 32 tokens) with 4 experts of width 32 (SwiGLU), top-2, EP 2 over DP 2, the
+// alltoall dispatcher and grouped GEMM; no aux loss, no dropout.
+config::Setup SmallMoe(double imbalance) {
+  config::Setup s = testing::TinyLlama();
+  s.model.num_experts = 4;
+  s.model.moe_router_topk = 2;
+  s.model.moe_ffn_hidden_size = 32;
+  s.training.data_parallel_size = 2;
+  s.training.global_batch_size = 2;
+  s.training.expert_model_parallel_size = 2;
+  s.training.moe_token_dispatcher_type = "alltoall";
+  s.training.moe_grouped_gemm = true;
+  s.training.moe_imbalance_factor = imbalance;
+  return s;
+}
+
+// Sizes of the tensors labelled layer0.moe.* / layer0.ln2.* allocated by iteration 1's ops of
+// `phase` (label -> bytes, summed over tensors sharing a label), and those of them still alive
+// at the end of the phase's ops (saved for backward).
+struct PhaseBytes {
+  std::map<std::string, Bytes> allocated, alive;
+};
+PhaseBytes MoeLayerBytes(const Program& p, Phase phase) {
+  std::map<TensorId, const TensorAlloc*> live;
+  PhaseBytes out;
+  for (const Op& op : p.ops) {
+    if (op.iteration != 1 || op.phase != phase || op.layer != 0) continue;
+    for (const TensorAlloc& a : op.allocs) {
+      if (a.label.rfind("layer0.moe.", 0) != 0 && a.label.rfind("layer0.ln2.", 0) != 0) continue;
+      out.allocated[a.label] += a.size_bytes;
+      live[a.id] = &a;
+    }
+    for (TensorId id : op.frees) live.erase(id);
+  }
+  for (const auto& [id, a] : live) out.alive[a->label] += a->size_bytes;
+  return out;
+}
+
+Bytes Sum(const std::map<std::string, Bytes>& m) {
+  Bytes s = 0;
+  for (const auto& [label, bytes] : m) s += bytes;
+  return s;
+}
+
+TEST_CASE("one MoE layer, alltoall, EP 2: forward and backward bytes by hand", "[workload][moe]") {
+  // n = 32 local tokens, h = 64, E = 4, k = 2, El = E/ep = 2, Fe = 32, bf16 (2 B).
+  // Sent S = n·k = 64 (token_dispatcher.py preprocess, num_out_tokens dropless).
+  // Received R = S under balanced routing, 2·S = 128 at imbalance 2 (at most n·ep·min(k, El)
+  // = 128); the experts see N = R (etp 1).
+  const ModelDims d1 = ComputeDims(SmallMoe(1.0));
+  const MoeTokens t1 = ComputeMoeTokens(d1);
+  CHECK(t1.send == 64);
+  CHECK(t1.receive == 64);
+  CHECK(ComputeMoeTokens(ComputeDims(SmallMoe(2.0))).receive == 128);
+
+  const Program p1 = Build(SmallMoe(1.0), 0);
+  const Program p2 = Build(SmallMoe(2.0), 0);
+  const PhaseBytes f1 = MoeLayerBytes(p1, Phase::kForward);
+  const PhaseBytes f2 = MoeLayerBytes(p2, Phase::kForward);
+  // The receive buffer (_AllToAll output, token_dispatch): R·h·2 = 64·64·2 = 8192 B; 16384 B at
+  // imbalance 2.
+  CHECK(f1.allocated.at("layer0.moe.received_tokens") == 8192);
+  CHECK(f2.allocated.at("layer0.moe.received_tokens") == 16384);
+  // The permuted copies sent (permute): S·h·2 = 8192 B, whatever the imbalance.
+  CHECK(f2.allocated.at("layer0.moe.permuted_tokens") == 8192);
+
+  // Saved for backward, balanced:
+  //   ln2 rstd fp32 [n] 128 + output [n, h] 4096 (the router's and permute's input)
+  //   router: top-k indices int64 [n, k] 512, fp32 softmax of the top-k [n, k] 256,
+  //           routing map bool [n, E] 128
+  //   permute's sorted indices int64 [S] 512
+  //   experts: fc1 input [N, h] 8192, fc1 output [N, 2·Fe] 8192, activation output [N, Fe]
+  //            4096, permuted probs [N] 128
+  //   = 4224 + 896 + 512 + 20608 = 26,240 B.
+  CHECK(f1.alive.at("layer0.moe.experts.fc1_out") == 8192);
+  CHECK(Sum(f1.alive) == 26'240);
+  // Imbalance 2: N = 128 doubles the expert tensors (20608 -> 41216): 46,848 B.
+  CHECK(Sum(f2.alive) == 46'848);
+
+  // Backward allocations of the branch, balanced (each freed within the backward):
+  //   [.., h] and [N, 2·Fe] tensors of 8192 B: unpermute's backward [S, h], the alltoall back
+  //     [R, h], the unsort's backward [N, h], the activation's backward [N, 2·Fe], fc1's dgrad
+  //     [N, h], the sort's backward [N, h], the dispatch alltoall back [S, h]: 7·8192 = 57,344
+  //   4096 B: fc2's dgrad [N, Fe], permute's backward [n, h], the router's input grad [n, h],
+  //     the sum of the two input grads [n, h], the norm's input grad [n, h]: 5·4096 = 20,480
+  //   128 B: the probs' grad [N], its sort back [N], its alltoall back [S], the top-k grad
+  //     [n, k] bf16, the norm's weight grad [h]: 5·128 = 640
+  //   256 B: the dense probs' grad [n, E], the fp32 softmax grad [n, k], the logits' grad
+  //     [n, E]: 768
+  //   512 B: the router's weight grad [E, h]
+  //   total 57,344 + 20,480 + 640 + 768 + 512 = 79,744 B.
+  const PhaseBytes b1 = MoeLayerBytes(p1, Phase::kBackward);
+  CHECK(Sum(b1.allocated) == 79'744);
+  CHECK(b1.alive.empty());
+}
+
+TEST_CASE("expert parameters: own DDP buffers, optimizer shards over the expert-DP group",
+          "[workload][moe]") {
+  config::Setup s = SmallMoe(1.0);
+  s.training.use_distributed_optimizer = true;
+  const ModelDims d = ComputeDims(s);
+  // Expert-DP = t·d·cp / (ep·etp) = 2/2 = 1.
+  CHECK(d.edp == 1);
+  const std::vector<ParamTensor> params = StageParams(s, 0);
+  const std::vector<GradBuffer> bufs = LayoutGradBuffers(s, 0, params);
+  REQUIRE(bufs.size() == 2);
+  CHECK(!bufs[0].expert);
+  CHECK(bufs[1].expert);
+  // Expert buffer: 2 layers × 2 local experts × (fc1 64·64 + fc2 64·32) = 4·6144 = 24,576
+  // elements, each param start aligned to 64, the bucket end to lcm(1, 128) = 128: 24,576.
+  CHECK(bufs[1].numel_padded == 24'576);
+  // The optimizer's slices: every expert element (edp 1), half of the dense buffer (d·cp 2).
+  std::int64_t expert_owned = 0;
+  for (const ShardSlice& sl : ShardSlices(d, params, bufs)) {
+    if (params[sl.param].expert) expert_owned += sl.numel;
+  }
+  CHECK(expert_owned == 24'576);
+}
+
+}  // namespace
+}  // namespace memsim::workload
