@@ -28,10 +28,9 @@ TEST_CASE("memsim run: the embedded default runs from any directory and writes i
   CHECK(json.find("\"schema_version\": 1") != std::string::npos);
   CHECK(json.find("\"oom\": null") != std::string::npos);
   const std::string csv = ReadAll(dir.path() / "t.csv");
-  // The memsim-csv columns, then one per category (docs/interfaces.md, 'CSV timeline').
+  // The totals first, then one column per category (issue 16; docs/profile-formats.md).
   CHECK(csv.rfind("time_us,iteration,phase,allocated_bytes,reserved_bytes,active_bytes,device_bytes,"
-                  "parameters_bytes,",
-                  0) == 0);
+                  "parameters_bytes,", 0) == 0);
 }
 
 TEST_CASE("memsim run: a predicted OOM is reported, recorded in JSON, and exits 0", "[cli]") {
