@@ -163,7 +163,7 @@ namespace {
 using memsim::testing::RunMemsim;
 using memsim::testing::ScratchDir;
 
-TEST_CASE("exports: run writes every file; replay reads its snapshot; bad pickles exit 2",
+TEST_CASE("exports: run writes every file, replay reads its snapshot, bad pickles exit 2",
           "[export][cli]") {
   ScratchDir dir("exports");
   const auto run = RunMemsim(dir, "run --no-chart --json r.json --csv c.csv --trace t.json "

@@ -10,6 +10,7 @@
 #include "alloc/allocator.h"
 #include "cli/cli_test_util.h"
 #include "core/error.h"
+#include "profile/profile.h"
 #include "replay/trace.h"
 
 namespace memsim {
@@ -107,6 +108,24 @@ TEST_CASE("pickle: the synthetic fixtures replay as their JSON twins", "[replay]
     CHECK(ra.stats == rb.stats);
     CHECK(ra.stats.allocated_bytes.peak == 10 * kMiB);
     CHECK(ra.stats.reserved_bytes.current == 22 * kMiB);
+  }
+}
+
+// `compare` reads the same fixtures through the profile importer (detected by content): the
+// pickle and its JSON twin give the same Timeline.
+TEST_CASE("pickle: compare's snapshot importer reads the fixtures as their JSON twins",
+          "[replay][pickle]") {
+  for (const std::string name : {"snapshot-synthetic", "snapshot-npu-synthetic"}) {
+    CAPTURE(name);
+    const std::string dir = std::string(MEMSIM_SOURCE_DIR) + "/tests/replay/data/";
+    const timeline::Timeline a =
+        profile::LoadProfile(dir + name + ".pickle", profile::Format::kAuto, {});
+    const timeline::Timeline b =
+        profile::LoadProfile(dir + name + ".json", profile::Format::kAuto, {});
+    CHECK(a.samples == b.samples);
+    CHECK(a.source == "torch-snapshot");
+    REQUIRE(!a.samples.empty());
+    CHECK(a.samples.back().reserved_bytes == 20 * kMiB);  // the fixture's one segment
   }
 }
 
