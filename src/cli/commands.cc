@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <vector>
 
@@ -21,6 +22,33 @@ constexpr Subcommand kSubcommands[] = {
     {"validate", "parse, check and resolve configs without simulating", &AddValidateCommand},
     {"dump-program", "print the per-rank Program (one op a line)", &AddDumpProgramCommand},
 };
+
+// "unknown option '--iteration' (did you mean '--iterations'?)" for the first "--name" of the
+// subcommand's words (before a bare "--") that it does not define; "" when there is none.
+std::string UnknownOption(CLI::App& app, int argc, char** argv) {
+  if (argc < 2) return "";
+  CLI::App* sub = nullptr;
+  for (const Subcommand& s : kSubcommands) {
+    if (s.name == argv[1]) sub = app.get_subcommand(std::string(s.name));
+  }
+  if (sub == nullptr) return "";
+  std::vector<std::string> names = {"--help"};
+  for (const CLI::Option* o : sub->get_options()) {
+    for (const std::string& l : o->get_lnames()) names.push_back("--" + l);
+  }
+  for (int i = 2; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "--") break;
+    if (!word.starts_with("--")) continue;
+    const std::string name = word.substr(0, word.find('='));
+    if (std::find(names.begin(), names.end(), name) != names.end()) continue;
+    std::string message = fmt::format("unknown option '{}'", name);
+    const std::string guess = ClosestMatch(name, names);
+    if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
+    return message + fmt::format("; 'memsim {} --help' lists the options", sub->get_name());
+  }
+  return "";
+}
 
 }  // namespace
 
@@ -43,6 +71,9 @@ int Main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::string message = e.what();
+    if (const std::string option = UnknownOption(app, argc, argv); !option.empty()) {
+      message = option;
+    }
     // "did you mean" for a mistyped subcommand.
     if (argc > 1 && argv[1][0] != '-') {
       std::vector<std::string> names;

@@ -17,6 +17,13 @@ std::string NonEmpty(const std::string& value) {
   return value.empty() ? "expected a path or a name, got an empty string" : "";
 }
 
+std::string NotSentinel(const std::string& value) {
+  std::string_view v = value;
+  while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
+  while (!v.empty() && v.back() == ' ') v.remove_suffix(1);
+  return v == "-2147483648" ? "-2147483648 is out of range" : "";
+}
+
 void AddConfigOptions(CLI::App& sub, ConfigArgs& args, bool with_iterations) {
   sub.add_option("--model", args.model,
                  "shipped model name (llama3-8b, ...) or model file (Hugging Face config.json "
@@ -25,11 +32,13 @@ void AddConfigOptions(CLI::App& sub, ConfigArgs& args, bool with_iterations) {
   sub.add_option("--device", args.device,
                  "device preset name or preset file, replaces the config's")
       ->check(NonEmpty);
-  sub.add_option("--set", args.sets, "override KEY=VALUE (training.<key> or allocator.<key>)")
+  sub.add_option("--set", args.sets,
+                 "override KEY=VALUE (training.<key> or allocator.<key>); one per --set, "
+                 "repeat --set for more")
       ->allow_extra_args(false);
   if (with_iterations) {
-    sub.add_option("--iterations", args.iterations,
-                   "training iterations to simulate (train_iters)");
+    sub.add_option("--iterations", args.iterations, "training iterations to simulate (train_iters)")
+        ->check(NotSentinel);
   }
 }
 

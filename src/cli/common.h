@@ -37,6 +37,9 @@ std::string NonEmpty(const std::string& value);
 
 // The value of an int option the user did not give.
 inline constexpr int kNotGiven = -2147483647 - 1;
+// A CLI11 validator for the int options that default to kNotGiven: the value itself
+// (-2147483648) is refused, so that giving it is never taken as "not given".
+std::string NotSentinel(const std::string& value);
 
 // "80GiB", "512MiB", "1000000" (bytes), "80GB" (10^9), from 1 MiB to 1 PiB (2^50). Throws
 // InputError naming `option`.

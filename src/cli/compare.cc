@@ -178,7 +178,8 @@ Action AddCompareCommand(CLI::App& sub) {
   sub.add_option("--simulated", a->simulated,
                  "a simulated timeline (memsim-csv from `memsim run --csv`) instead of CONFIG");
   sub.add_option("--pipeline-rank", a->pipeline_rank, "simulated stage to compare with (default 0)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)
+      ->check(NotSentinel);
   sub.add_option("--skip", a->skip, "drop the profile's first N iterations")
       ->check(CLI::NonNegativeNumber);
   sub.add_option("--profile-iterations", a->profile_iterations,
@@ -196,7 +197,8 @@ Action AddCompareCommand(CLI::App& sub) {
   AddConfigOptions(sub, a->load, /*with_iterations=*/false);
   sub.add_flag("--no-chart", a->no_chart, "omit the overlay chart");
   sub.add_option("--width", a->width,
-                 "fit the output to N columns (default: the terminal's, 80 when not a terminal)");
+                 "fit the output to N columns (default: the terminal's, 80 when not a terminal)")
+      ->check(NotSentinel);
   return [a]() -> int { return RunCompare(*a); };
 }
 

@@ -32,7 +32,8 @@ Action AddDumpProgramCommand(CLI::App& sub) {
   auto a = std::make_shared<DumpArgs>();
   sub.add_option("config", a->config, "training config (JSON); the embedded default if omitted");
   AddConfigOptions(sub, a->load, /*with_iterations=*/true);
-  sub.add_option("--pipeline-rank", a->pipeline_rank, "the pipeline stage to print (default 0)");
+  sub.add_option("--pipeline-rank", a->pipeline_rank, "the pipeline stage to print (default 0)")
+      ->check(NotSentinel);
   return [a] { return Dump(*a); };
 }
 

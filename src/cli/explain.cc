@@ -62,11 +62,13 @@ Action AddExplainCommand(CLI::App& sub) {
   sub.add_option("config", a->config, "training config (JSON); the embedded default if omitted");
   AddConfigOptions(sub, a->load, /*with_iterations=*/true);
   sub.add_option("--pipeline-rank", a->pipeline_rank,
-                 "explain this pipeline stage (default: the one `run` reports)");
+                 "explain this pipeline stage (default: the one `run` reports)")
+      ->check(NotSentinel);
   sub.add_option("--capacity", a->capacity,
                  "usable device memory, e.g. 60GiB (replaces the preset's)");
   sub.add_flag("--verbose", a->verbose, "list ignored keys and defaults taken");
-  sub.add_option("--width", a->width, "wrap lines at N columns (default $COLUMNS or 80)");
+  sub.add_option("--width", a->width, "wrap lines at N columns (default $COLUMNS or 80)")
+      ->check(NotSentinel);
   CLI::Option* capacity = sub.get_option("--capacity");
   return [a, capacity] {
     a->capacity_given = capacity->count() > 0;

@@ -145,7 +145,8 @@ Action AddRunCommand(CLI::App& sub) {
   sub.add_option("config", a->config, "training config (JSON); the embedded default if omitted");
   AddConfigOptions(sub, a->load, /*with_iterations=*/true);
   sub.add_option("--pipeline-rank", a->pipeline_rank,
-                 "report this pipeline stage (default: the worst)");
+                 "report this pipeline stage (default: the worst)")
+      ->check(NotSentinel);
   sub.add_option("--capacity", a->capacity,
                  "usable device memory, e.g. 60GiB (replaces the preset's)");
   sub.add_option("--json", a->json_path, "write the JSON report (schema 1) to FILE")
@@ -166,7 +167,8 @@ Action AddRunCommand(CLI::App& sub) {
                "print Megatron's report_memory line after each iteration");
   sub.add_flag("--verbose", a->verbose, "list ignored keys and defaults taken");
   sub.add_option("--width", a->width,
-                 "terminal width for the table and chart (default $COLUMNS or 80)");
+                 "terminal width for the table and chart (default $COLUMNS or 80)")
+      ->check(NotSentinel);
   sub.add_option("args", a->trailing, "with --megatron-args: the training arguments after --");
   CLI::Option* megatron =
       sub.add_option("--megatron-args", a->megatron_file,

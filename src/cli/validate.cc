@@ -43,7 +43,9 @@ Action AddValidateCommand(CLI::App& sub) {
       ->check(NonEmpty);
   sub.add_option("--device", args->device, "device preset name or file replacing \"device\"")
       ->check(NonEmpty);
-  sub.add_option("--set", args->sets, "override a training or allocator key: KEY=VALUE")
+  sub.add_option(
+         "--set", args->sets,
+         "override a training or allocator key: KEY=VALUE; one per --set, repeat --set for more")
       ->allow_extra_args(false);
   sub.add_flag("--verbose", args->verbose, "list what was ignored or defaulted");
   return [args]() -> int {

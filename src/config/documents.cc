@@ -116,6 +116,14 @@ Document ReadConfigDocument(const std::string& config_path, bool use_embedded_de
   }
   Document config{config_path, "", false, ""};
   if (!ReadFile(config_path, &config.text)) {
+    std::error_code ec;
+    if (config_path.find('=') != std::string::npos && !fs::exists(config_path, ec)) {
+      // `--set a=1 b=2`: the second pair lands where the config is expected.
+      throw InputError(
+          fmt::format("unexpected argument '{}' (--set takes one KEY=VALUE and is "
+                      "repeated for more: --set a=1 --set b=2)",
+                      Printable(config_path)));
+    }
     throw InputError(fmt::format("{}: cannot read the config file", config_path));
   }
   return config;
@@ -144,6 +152,22 @@ Document FindDeviceDocument(const std::string& ref, const std::string& location,
 
 Document FindModelDocument(const std::string& ref, const std::string& location, const Document* from) {
   if (ref.empty()) Fail(location, "expected a path to a model file or a shipped model name");
+  // A Hugging Face model directory: its config.json. A directory wins over a shipped model of
+  // the same spelling (what is on disk is what the user points at).
+  if (from == nullptr || !from->embedded) {
+    fs::path dir(ref);
+    if (from != nullptr && dir.is_relative()) dir = fs::path(from->label).parent_path() / dir;
+    std::error_code ec;
+    if (fs::is_directory(dir, ec)) {
+      const std::string file = Normal(dir / "config.json");
+      Document d{file, "", false, ""};
+      if (!ReadFile(file, &d.text)) {
+        Fail(location,
+             fmt::format("directory '{}' has no readable config.json", Printable(Normal(dir))));
+      }
+      return d;
+    }
+  }
   if (!LooksLikePath(ref)) {
     std::optional<Document> doc = FindEmbeddedDocument("models/" + ref + ".json");
     if (doc) return *doc;

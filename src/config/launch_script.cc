@@ -39,10 +39,16 @@ std::optional<std::int64_t> ParseInt(std::string_view s) {
   return v;
 }
 
+// The source line of each character of a field: where it was written, through variables (so
+// that an argument of `ARGS=( ... )` or `ARGS="..."` expanded on the launch line keeps the line
+// of the group it is written in).
+using CharLines = std::vector<int>;
+
 // One word of a command after expansion: its fields (word splitting and "${A[@]}" can make
 // several, an empty unquoted expansion none) and the line it started on.
 struct Word {
   std::vector<std::string> fields;
+  std::vector<CharLines> field_lines;  // per field; may be shorter (then `line`)
   int line = 0;
   std::string assign_name;  // set for NAME=value / NAME+=value / NAME=(...)
   bool append = false;
@@ -50,37 +56,74 @@ struct Word {
 };
 
 // Accumulates the fields of one word: unquoted expansions split at blanks, quoted text never.
+// Each character carries its source line: `lines` when given (a variable's value), else the
+// reader's current line.
 class FieldBuilder {
  public:
-  void Quoted(std::string_view s) {
+  explicit FieldBuilder(const int& current_line) : current_line_(current_line) {}
+  void Quoted(std::string_view s, const CharLines* lines = nullptr) {
+    for (size_t i = 0; i < s.size(); ++i) cur_lines_.push_back(LineOf(lines, i));
     cur_ += s;
     open_ = true;
   }
-  void Unquoted(std::string_view s) {
-    for (char c : s) {
-      if (IsBlank(c) || c == '\n') {
+  void Unquoted(std::string_view s, const CharLines* lines = nullptr) {
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (IsBlank(s[i]) || s[i] == '\n') {
         Close();
       } else {
-        cur_ += c;
+        cur_ += s[i];
+        cur_lines_.push_back(LineOf(lines, i));
         open_ = true;
       }
     }
   }
   void Close() {
-    if (open_) fields_.push_back(cur_);
+    if (open_) {
+      fields_.push_back(cur_);
+      lines_.push_back(cur_lines_);
+    }
     cur_.clear();
+    cur_lines_.clear();
     open_ = false;
   }
   std::vector<std::string> Take() {
     Close();
     return std::move(fields_);
   }
+  // The lines of the fields Take returned.
+  std::vector<CharLines> TakeLines() { return std::move(lines_); }
 
  private:
+  int LineOf(const CharLines* lines, size_t i) const {
+    return lines != nullptr && i < lines->size() ? (*lines)[i] : current_line_;
+  }
+
+  const int& current_line_;
   std::string cur_;
+  CharLines cur_lines_;
   bool open_ = false;
   std::vector<std::string> fields_;
+  std::vector<CharLines> lines_;
 };
+
+// Joins fields with single blanks, as an assignment's value is one string; the lines follow.
+std::pair<std::string, CharLines> JoinFields(const std::vector<std::string>& fields,
+                                             const std::vector<CharLines>& lines) {
+  std::string text;
+  CharLines out;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (i > 0) {
+      text += ' ';
+      out.push_back(out.empty() ? 0 : out.back());
+    }
+    text += fields[i];
+    const CharLines& l = i < lines.size() ? lines[i] : CharLines();
+    for (size_t c = 0; c < fields[i].size(); ++c) {
+      out.push_back(c < l.size() ? l[c] : (out.empty() ? 0 : out.back()));
+    }
+  }
+  return {text, out};
+}
 
 class ScriptReader {
  public:
@@ -210,15 +253,25 @@ class ScriptReader {
       if (!k || *k < 0 || static_cast<size_t>(*k) >= v->size()) return {};
       return {(*v)[static_cast<size_t>(*k)]};
     }
-    if (i >= body.size()) return v != nullptr ? *v : UnsetValue(name, line);
+    if (i >= body.size()) {
+      if (v == nullptr) return UnsetValue(name, line);
+      SetLastLines(name);
+      return *v;
+    }
     const std::string op = body.substr(i, body[i] == ':' && i + 1 < body.size() ? 2 : 1);
     const std::string word = body.substr(i + op.size());
     const bool empty = v == nullptr || (v->size() == 1 && (*v)[0].empty()) || v->empty();
     const bool unset = op[0] == ':' ? empty : v == nullptr;
     if (op == ":-" || op == "-" || op == ":=" || op == "=") {
-      if (!unset) return *v;
+      if (!unset) {
+        SetLastLines(name);
+        return *v;
+      }
       const std::string value = ExpandString(word, line);
-      if (op.back() == '=') vars_[name] = {value};
+      if (op.back() == '=') {
+        vars_[name] = {value};
+        var_lines_.erase(name);
+      }
       out_.notes.push_back(fmt::format("{}:{}: ${} not set in the script, its default '{}' taken",
                                        out_.label, line, name, Printable(value)));
       return {value};
@@ -234,7 +287,7 @@ class ScriptReader {
     ScriptReader sub(out_.label, s);
     sub.vars_ = vars_;
     sub.line_ = line;
-    FieldBuilder b;
+    FieldBuilder b(sub.line_);
     while (sub.pos_ < s.size()) {
       if (EndsWord(sub.Peek())) {
         b.Quoted(std::string(1, sub.Peek()));
@@ -253,6 +306,7 @@ class ScriptReader {
   // $NAME, ${...}, $((...)), $(...) at pos_ ('$' not yet consumed).
   std::vector<std::string> Dollar() {
     const int line = line_;
+    last_lines_.clear();
     Advance();  // $
     if (Peek() == '(' && Peek(1) == '(') {
       Advance();
@@ -281,7 +335,19 @@ class ScriptReader {
       return {"$"};
     }
     const std::vector<std::string>* v = Lookup(name);
-    return v != nullptr ? *v : UnsetValue(name, line);
+    if (v == nullptr) return UnsetValue(name, line);
+    SetLastLines(name);
+    return *v;
+  }
+  // The lines of variable `name`'s elements, for the expansion Dollar returns.
+  void SetLastLines(const std::string& name) {
+    auto it = var_lines_.find(name);
+    const std::vector<std::string>* v = Lookup(name);
+    if (it != var_lines_.end() && v != nullptr && it->second.size() == v->size()) {
+      last_lines_ = it->second;
+    } else {
+      last_lines_.clear();
+    }
   }
 
   // ---- arithmetic: + - * / % and parentheses over integers and variable names ----
@@ -379,17 +445,17 @@ class ScriptReader {
   void QuotedExpansion(FieldBuilder& b) {
     all_elements_ = Peek(1) == '@';
     std::vector<std::string> v = Dollar();
+    const std::vector<CharLines> lines = std::move(last_lines_);
     if (all_elements_) {
       for (size_t k = 0; k < v.size(); ++k) {
         if (k > 0) b.Close();
-        b.Quoted(v[k]);
+        b.Quoted(v[k], k < lines.size() ? &lines[k] : nullptr);
       }
       if (v.empty()) b.Quoted("");
       return;
     }
-    std::string joined;
-    for (const std::string& x : v) joined += (joined.empty() ? "" : " ") + x;
-    b.Quoted(joined);
+    const auto [joined, joined_lines] = JoinFields(v, lines);
+    b.Quoted(joined, &joined_lines);
   }
 
   // One word at pos_ (not blank). Sets w.assign_name for an assignment when `allow_assign`.
@@ -399,17 +465,18 @@ class ScriptReader {
     if (allow_assign && IsNameStart(Peek())) ReadAssignmentName(w);
     if (!w.assign_name.empty() && Peek() == '(') {
       w.is_array = true;
-      w.fields = ReadArray();
+      w.fields = ReadArray(w.field_lines);
       return w;
     }
-    FieldBuilder b;
+    FieldBuilder b(line_);
     if (!w.assign_name.empty()) b.Quoted("");  // NAME= is an empty value, not no value
     while (pos_ < text_.size() && !EndsWord(Peek())) ReadWordPart(b);
     w.fields = b.Take();
+    w.field_lines = b.TakeLines();
     if (!w.assign_name.empty()) {  // assignments do not split
-      std::string joined;
-      for (const std::string& x : w.fields) joined += (joined.empty() ? "" : " ") + x;
-      w.fields = {joined};
+      auto [joined, lines] = JoinFields(w.fields, w.field_lines);
+      w.fields = {std::move(joined)};
+      w.field_lines = {std::move(lines)};
     }
     return w;
   }
@@ -447,9 +514,10 @@ class ScriptReader {
       ReadQuotedBody(b, '"');
     } else if (c == '$') {
       const std::vector<std::string> v = Dollar();
+      const std::vector<CharLines> lines = std::move(last_lines_);
       for (size_t k = 0; k < v.size(); ++k) {
         if (k > 0) b.Close();  // array elements are separate fields
-        b.Unquoted(v[k]);
+        b.Unquoted(v[k], k < lines.size() ? &lines[k] : nullptr);
       }
     } else if (c == '`') {
       Balanced('`', '`');
@@ -460,7 +528,7 @@ class ScriptReader {
     }
   }
   // NAME=( ... ): words up to the matching ')', across lines, comments allowed.
-  std::vector<std::string> ReadArray() {
+  std::vector<std::string> ReadArray(std::vector<CharLines>& elem_lines) {
     const int start = line_;
     Advance();  // (
     std::vector<std::string> elems;
@@ -475,9 +543,10 @@ class ScriptReader {
         Advance();
         continue;
       }
-      FieldBuilder b;
+      FieldBuilder b(line_);
       while (pos_ < text_.size() && !EndsWord(Peek())) ReadWordPart(b);
       for (std::string& f : b.Take()) elems.push_back(std::move(f));
+      for (CharLines& l : b.TakeLines()) elem_lines.push_back(std::move(l));
       if (pos_ < text_.size() && EndsWord(Peek()) && !IsBlank(Peek()) && Peek() != '\n' &&
           Peek() != ')') {
         Advance();  // stray operator inside an array: skipped
@@ -606,11 +675,19 @@ class ScriptReader {
 
   void Assign(const Word& w) {
     std::vector<std::string>& v = vars_[w.assign_name];
+    std::vector<CharLines>& lines = var_lines_[w.assign_name];
     if (!w.append) v.clear();
+    if (lines.size() != v.size()) lines.assign(v.size(), CharLines());
     if (w.append && !w.is_array && !v.empty()) {
       v.back() += w.fields.empty() ? "" : w.fields[0];
+      if (!w.field_lines.empty()) {
+        lines.back().insert(lines.back().end(), w.field_lines[0].begin(), w.field_lines[0].end());
+      }
     } else {
       v.insert(v.end(), w.fields.begin(), w.fields.end());
+      for (size_t i = 0; i < w.fields.size(); ++i) {
+        lines.push_back(i < w.field_lines.size() ? w.field_lines[i] : CharLines());
+      }
     }
   }
 
@@ -637,7 +714,12 @@ class ScriptReader {
     }
     std::vector<std::pair<std::string, int>> fields;
     for (size_t k = i; k < words.size(); ++k) {
-      for (const std::string& f : words[k].fields) fields.emplace_back(f, words[k].line);
+      // Each field on the line it is written on (inside an argument group, not the launch line).
+      const Word& w = words[k];
+      for (size_t j = 0; j < w.fields.size(); ++j) {
+        const bool known = j < w.field_lines.size() && !w.field_lines[j].empty();
+        fields.emplace_back(w.fields[j], known ? w.field_lines[j][0] : w.line);
+      }
     }
     MaybeTrainingCommand(fields);
   }
@@ -741,6 +823,8 @@ class ScriptReader {
   size_t pos_ = 0;
   int line_ = 1;
   std::map<std::string, std::vector<std::string>> vars_;
+  std::map<std::string, std::vector<CharLines>> var_lines_;  // per element of vars_
+  std::vector<CharLines> last_lines_;  // of the elements the last Dollar() returned, or empty
   std::vector<Block> blocks_;
   bool found_ = false;
   bool all_elements_ = false;  // the last expansion was "${A[@]}" or "$@": one field each

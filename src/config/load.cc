@@ -175,6 +175,14 @@ Setup LoadParsedConfig(const Document& config, const Json& root, const Source& s
   Setup s;
   s.config_path = config.label;
   ObjectReader top(source, root, "");
+  if (!top.Has("training") && (top.Has("model_type") || top.Has("architectures"))) {
+    // A Hugging Face config.json where a training config is expected.
+    throw InputError(fmt::format(
+        "{}: a model file (Hugging Face config.json: it has \"{}\"), not a training config; give "
+        "it with --model {} and a training config (or --megatron-args for a launch script)",
+        config.label, top.Has("model_type") ? "model_type" : "architectures",
+        Printable(config.label)));
+  }
   top.RejectUnknown({"model", "device", "training", "allocator"});
   if (!top.Has("training")) Fail(top.At("training"), "missing key, expected the training settings");
   ObjectReader t(source, *top.Get("training"), "/training");

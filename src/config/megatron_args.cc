@@ -48,7 +48,8 @@ constexpr Modelled kModelled[] = {
     {"--context-parallel-size", "context_parallel_size", Kind::kInt},
     {"--expert-model-parallel-size", "expert_model_parallel_size", Kind::kInt},
     {"--expert-tensor-parallel-size", "expert_tensor_parallel_size", Kind::kInt},
-    {"--num-layers-per-virtual-pipeline-stage", "num_layers_per_virtual_pipeline_stage", Kind::kInt},
+    {"--num-layers-per-virtual-pipeline-stage", "num_layers_per_virtual_pipeline_stage",
+     Kind::kInt},
     {"--num-virtual-stages-per-pipeline-rank", "num_virtual_stages_per_pipeline_rank", Kind::kInt},
     {"--sequence-parallel", "sequence_parallel", Kind::kTrue},
     {"--fp16", "fp16", Kind::kTrue},
@@ -56,6 +57,10 @@ constexpr Modelled kModelled[] = {
     {"--accumulate-allreduce-grads-in-fp32", "accumulate_allreduce_grads_in_fp32", Kind::kTrue},
     {"--grad-reduce-in-bf16", "grad_reduce_in_bf16", Kind::kTrue},
     {"--main-grads-dtype", "main_grads_dtype", Kind::kSpecial},
+    {"--use-precision-aware-optimizer", "use_precision_aware_optimizer", Kind::kTrue},
+    {"--main-params-dtype", "main_params_dtype", Kind::kString},
+    {"--exp-avg-dtype", "exp_avg_dtype", Kind::kString},
+    {"--exp-avg-sq-dtype", "exp_avg_sq_dtype", Kind::kString},
     {"--optimizer", "optimizer", Kind::kString},
     {"--weight-decay", "weight_decay", Kind::kNumber},
     {"--sgd-momentum", "sgd_momentum", Kind::kNumber},
@@ -253,6 +258,13 @@ class Translator {
         Set(m.key, Number(a), label);
         return;
       case Kind::kString:
+        if (m.key == "load" && a.values.size() != 1) {
+          // `--load $1` with the script's argument unknown here, or a placeholder with blanks
+          // (`CKPT_LOAD_DIR="your model ckpt path"`): a checkpoint directory all the same
+          // (CheckpointLoad says what that means).
+          Set(m.key, "", label);
+          return;
+        }
         Set(m.key, One(a), label);
         return;
       case Kind::kList:
@@ -328,6 +340,13 @@ class Translator {
     std::string v = a.values.empty() ? "" : a.values[0];
     if (v == "None") return;
     if (const size_t dot = v.find("AttnBackend."); dot == 0) v = v.substr(12);
+    // validate_args maps the dtype flags to torch dtypes before printing (map_dtype; fp8 is
+    // torch.uint8).
+    for (const auto& [torch_name, flag_value] :
+         {std::pair{"torch.float32", "fp32"}, std::pair{"torch.float16", "fp16"},
+          std::pair{"torch.bfloat16", "bf16"}, std::pair{"torch.uint8", "fp8"}}) {
+      if (v == torch_name) v = flag_value;
+    }
     std::string flag = "--" + a.name;
     std::replace(flag.begin(), flag.end(), '_', '-');
     for (const Modelled& m : kModelled) {

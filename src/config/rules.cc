@@ -190,21 +190,26 @@ void CheckLayerPasses(const Setup& s, const Origin& origin) {
                      "num_hidden_layers{}",
                      c.train_iters, c.num_micro_batches, layers / c.pipeline_model_parallel_size,
                      stage_passes, kMaxStageLayerPasses,
-                     c.use_megatron_fsdp ? "" : ", or raise pipeline_model_parallel_size"));
+                     c.use_megatron_fsdp || c.framework == "pytorch"
+                         ? ""
+                         : ", or raise pipeline_model_parallel_size"));
   }
 }
 
 // Weights, gradients and optimizer state of the largest pipeline stage within kMaxRankBytes.
-void CheckRankParameters(const Origin& origin, const RankParameters& p) {
+void CheckRankParameters(const Setup& s, const Origin& origin, const RankParameters& p) {
+  // Plain PyTorch runs on one device: no model parallelism to suggest.
+  const char* more = s.training.framework == "pytorch"
+                         ? ""
+                         : ", or raise tensor_model_parallel_size or pipeline_model_parallel_size";
   if (p.total * kStateBytesPerParameter > kMaxRankBytes) {
     Fail(origin.Model("hidden_size"),
          fmt::format("model too large for memsim: about {:.3g} parameters per rank ({} layers per "
                      "stage × {:.3g} + {:.3g} embedding), {:.3g} bytes of weights, gradients and "
                      "optimizer state at {} bytes each, over memsim's limit of 2^50 bytes (1 PiB); "
-                     "reduce hidden_size, intermediate_size, num_hidden_layers or vocab_size, or "
-                     "raise tensor_model_parallel_size or pipeline_model_parallel_size",
+                     "reduce hidden_size, intermediate_size, num_hidden_layers or vocab_size{}",
                      p.total, p.layers_per_stage, p.per_layer, p.embedding,
-                     p.total * kStateBytesPerParameter, kStateBytesPerParameter));
+                     p.total * kStateBytesPerParameter, kStateBytesPerParameter, more));
   }
 }
 
@@ -323,7 +328,7 @@ void CheckDerived(const Setup& s, const Origin& origin) {
   }
   CheckLayerPasses(s, origin);
   const RankParameters p = EstimateRankParameters(s);
-  CheckRankParameters(origin, p);
+  CheckRankParameters(s, origin, p);
   CheckFsdpPadding(s, origin, p);
   CheckActivation(s, origin);
   if (origin.gradient_accumulation_steps &&

@@ -17,6 +17,9 @@
 namespace memsim::config {
 
 enum class Precision { kFp32, kFp16, kBf16 };
+// The dtype of one of Adam's moments under Megatron's precision-aware optimizer; kFp8 is
+// Transformer Engine's Float8Tensor (one byte per element, E4M3).
+enum class StateDtype { kFp32, kFp16, kBf16, kFp8 };
 enum class Normalization { kLayerNorm, kRMSNorm };
 enum class PositionEmbedding { kRope, kLearnedAbsolute, kNone };
 enum class OptimizerKind { kAdam, kSgd };
@@ -151,7 +154,23 @@ struct TrainingConfig {
   std::vector<int> transformer_engine_version;
   std::vector<int> megatron_core_version;
   int train_iters = 4;
+  // fp16 only: the first iterations whose step the loss scaler skips (an inf/nan in the
+  // gradients). Megatron's MixedPrecisionOptimizer.step returns after prepare_grads when it finds
+  // one (megatron/core/optimizer/optimizer.py), torch.amp.GradScaler.step does not call
+  // optimizer.step() (torch/amp/grad_scaler.py GradScaler._maybe_opt_step): no update, so the lazy
+  // optimizer state is created by the first step that is not skipped.
+  int skipped_iterations = 0;
   int empty_unused_memory_level = 0;
+  // Megatron --use-precision-aware-optimizer (distributed optimizer with Transformer Engine's
+  // FusedAdam): the main parameters and Adam's moments live in FusedAdam's state, created by its
+  // first step, in these dtypes (--main-params-dtype fp32|fp16, --exp-avg-dtype and
+  // --exp-avg-sq-dtype fp32|fp16|bf16|fp8). megatron/core/optimizer/__init__.py
+  // (_get_megatron_optimizer_based_on_param_groups), transformer_engine/pytorch/optimizers/
+  // fused_adam.py (FusedAdam.initialize_state).
+  bool use_precision_aware_optimizer = false;
+  Precision main_params_dtype = Precision::kFp32;
+  StateDtype exp_avg_dtype = StateDtype::kFp32;
+  StateDtype exp_avg_sq_dtype = StateDtype::kFp32;
   // Derived by LoadSetup: global_batch_size / (micro_batch_size × data_parallel_size), the
   // micro-batches of one iteration (Megatron get_num_microbatches(),
   // megatron/core/num_microbatches_calculator.py); with framework "pytorch" the gradient

@@ -28,8 +28,9 @@ const std::vector<std::string> kTrainingKeys = {
     "use_distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather",
     "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules",
     "use_flash_attn", "transformer_impl", "gradient_accumulation_fusion",
-    "transformer_engine_version", "megatron_core_version", "train_iters",
-    "empty_unused_memory_level", "gradient_accumulation_steps",
+    "transformer_engine_version", "megatron_core_version", "train_iters", "skipped_iterations",
+    "empty_unused_memory_level", "gradient_accumulation_steps", "use_precision_aware_optimizer",
+    "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
     // framework "pytorch" only
     "torch_dtype", "zero_grad_set_to_none",
     // recognised; unsupported when set to what memsim does not model
@@ -358,6 +359,64 @@ void ReadOptimizer(ObjectReader& t, TrainingConfig& c, std::vector<std::string>*
   }
 }
 
+// skipped_iterations: the fp16 loss scaler's skipped steps (TrainingConfig::skipped_iterations).
+void ReadSkippedIterations(ObjectReader& t, TrainingConfig& c) {
+  c.skipped_iterations = t.NonNegativeInt("skipped_iterations").value_or(0);
+  if (c.skipped_iterations > 0 && c.precision != Precision::kFp16) {
+    // Megatron builds a grad scaler for fp16 (DynamicGradScaler) and, in bf16, only with an
+    // explicit --loss-scale (megatron/core/optimizer/__init__.py); memsim's bf16 and fp32 have
+    // none, and torch.amp's GradScaler is an fp16 device.
+    Fail(t.At("skipped_iterations"),
+         fmt::format("{} needs precision \"fp16\" (only the fp16 loss scaler skips steps)",
+                     c.skipped_iterations));
+  }
+}
+
+// The precision-aware optimizer and its dtypes (TrainingConfig::use_precision_aware_optimizer).
+// Megatron's rules: OptimizerConfig.__post_init__ (megatron/core/optimizer/optimizer_config.py)
+// asserts the dtypes stay fp32 without it and Adam with it; get_megatron_optimizer
+// (megatron/core/optimizer/__init__.py) needs the distributed optimizer.
+void ReadPrecisionAware(ObjectReader& t, TrainingConfig& c) {
+  c.use_precision_aware_optimizer = t.Bool("use_precision_aware_optimizer").value_or(false);
+  if (t.Choice("main_params_dtype", {"fp32", "fp16"}) == "fp16") {
+    c.main_params_dtype = Precision::kFp16;
+  }
+  const std::vector<std::string> moments = {"fp32", "fp16", "bf16", "fp8"};
+  auto moment = [&](const char* key) {
+    const std::optional<std::string> v = t.Choice(key, moments);
+    return !v || *v == "fp32" ? StateDtype::kFp32
+           : *v == "fp16"     ? StateDtype::kFp16
+           : *v == "bf16"     ? StateDtype::kBf16
+                              : StateDtype::kFp8;
+  };
+  c.exp_avg_dtype = moment("exp_avg_dtype");
+  c.exp_avg_sq_dtype = moment("exp_avg_sq_dtype");
+  if (!c.use_precision_aware_optimizer) {
+    for (const char* key : {"main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"}) {
+      if (t.Has(key) && t.String(key) != "fp32") {
+        Fail(t.At(key), fmt::format("{} needs use_precision_aware_optimizer true (Megatron keeps "
+                                    "it fp32 otherwise)",
+                                    Printable(*t.String(key))));
+      }
+    }
+    return;
+  }
+  const char* refusal = c.framework == kPytorch               ? "framework \"megatron\""
+                        : c.optimizer != OptimizerKind::kAdam ? "optimizer \"adam\""
+                        : c.use_megatron_fsdp                 ? "Megatron's DDP, not Megatron-FSDP"
+                        : !c.use_distributed_optimizer        ? "use_distributed_optimizer true"
+                                                              : nullptr;
+  if (refusal != nullptr) {
+    Fail(t.At("use_precision_aware_optimizer"), fmt::format("true needs {}", refusal));
+  }
+  if (c.precision == Precision::kFp32) {
+    throw UnsupportedError(
+        fmt::format("{}: with fp32 parameters (memsim models it for bf16 and "
+                    "fp16 training)",
+                    t.At("use_precision_aware_optimizer")));
+  }
+}
+
 // overlap_grad_reduce and overlap_param_gather, and what memsim assumes of them.
 void ReadOverlap(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
   c.overlap_grad_reduce = t.Bool("overlap_grad_reduce").value_or(false);
@@ -399,12 +458,16 @@ void ReadRecomputeModules(ObjectReader& t, TrainingConfig& c, std::vector<std::s
     Fail(t.At("recompute_modules"),
          fmt::format("expected a list of module names, got {}", Describe(*mods)));
   }
+  // The choices offered are the modelled modules; the others are Megatron's too (a name of
+  // theirs is "unsupported", not "unknown"), listed after them.
   std::vector<std::string> names;
-  std::string list;
+  std::string list, others;
   for (const RecomputeModule& m : kRecomputeModules) {
     names.emplace_back(m.name);
-    list += (list.empty() ? "'" : ", '") + std::string(m.name) + "'";
+    std::string& to = m.unsupported.empty() ? list : others;
+    to += (to.empty() ? "'" : ", '") + std::string(m.name) + "'";
   }
+  list += " (Megatron's " + others + " are not modelled)";
   c.recompute_modules.clear();
   for (size_t i = 0; i < mods->size(); ++i) {
     const Json& m = (*mods)[i];
@@ -576,6 +639,13 @@ void RejectUnsupported(ObjectReader& t) {
                     "optim and optim_grads)",
                     t.At("data_parallel_sharding_strategy")));
   }
+  const bool pytorch = t.String("framework") == kPytorch;
+  if (std::optional<int> z = t.IntInRange("zero_stage", 0, 3); pytorch && z && *z >= 2) {
+    // Sharding across data-parallel devices (DeepSpeed ZeRO); not "models ZeRO-1", which is a
+    // Megatron feature.
+    throw UnsupportedError(fmt::format("{}: ZeRO stage {} with framework \"pytorch\" ({})",
+                                       t.At("zero_stage"), *z, kSingleDevice));
+  }
   if (std::optional<int> z = t.IntInRange("zero_stage", 0, 3); !fsdp && z && *z >= 2) {
     throw UnsupportedError(
         fmt::format("{}: ZeRO stage {} (memsim models ZeRO-1, Megatron's "
@@ -616,6 +686,8 @@ TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes,
   ReadBatch(t, c, notes);
   ReadPrecision(t, c, notes);
   ReadOptimizer(t, c, notes);
+  ReadSkippedIterations(t, c);
+  ReadPrecisionAware(t, c);
   ReadOverlap(t, c, notes);
   ReadRecompute(t, c, notes, warnings);
   ReadKernels(t, c, notes, warnings);

@@ -27,6 +27,20 @@ std::string_view PrecisionName(config::Precision p) {
   return "?";
 }
 
+const char* StateDtypeName(config::StateDtype d) {
+  switch (d) {
+    case config::StateDtype::kFp32:
+      return "fp32";
+    case config::StateDtype::kFp16:
+      return "fp16";
+    case config::StateDtype::kBf16:
+      return "bf16";
+    case config::StateDtype::kFp8:
+      return "fp8";
+  }
+  return "fp32";
+}
+
 std::string_view RecomputeName(config::RecomputeGranularity g) {
   switch (g) {
     case config::RecomputeGranularity::kNone:
@@ -179,6 +193,13 @@ json SetupJson(const config::Setup& setup) {
     j["training"]["torch_dtype"] = PrecisionName(t.torch_dtype);
     j["training"]["zero_grad_set_to_none"] = t.zero_grad_set_to_none;
   }
+  if (t.skipped_iterations > 0) j["training"]["skipped_iterations"] = t.skipped_iterations;
+  if (t.use_precision_aware_optimizer) {  // absent otherwise (reports without it are unchanged)
+    j["training"]["use_precision_aware_optimizer"] = true;
+    j["training"]["main_params_dtype"] = PrecisionName(t.main_params_dtype);
+    j["training"]["exp_avg_dtype"] = StateDtypeName(t.exp_avg_dtype);
+    j["training"]["exp_avg_sq_dtype"] = StateDtypeName(t.exp_avg_sq_dtype);
+  }
   if (t.use_megatron_fsdp) {
     j["training"]["use_megatron_fsdp"] = true;
     j["training"]["data_parallel_sharding_strategy"] = FsdpShardingName(t.fsdp_sharding);
@@ -200,6 +221,45 @@ json DeviceJson(const config::DevicePreset& d) {
           {"idle_baseline_bytes", d.idle_baseline_bytes},
           {"context_bytes", d.context_bytes},
           {"communicator_buffer_bytes", d.communicator_buffer_bytes}};
+}
+
+// "8030261248 (8.03 B)": a parameter count, exact and rounded.
+std::string ParameterCount(std::int64_t n) {
+  const double x = static_cast<double>(n);
+  if (x >= 1e9) return fmt::format("{} ({:.2f} B)", n, x / 1e9);
+  if (x >= 1e6) return fmt::format("{} ({:.1f} M)", n, x / 1e6);
+  return fmt::format("{}", n);
+}
+
+// The optimizer's wrapper, as the header's third line names it.
+std::string OptimizerDetail(const config::TrainingConfig& t) {
+  if (t.use_megatron_fsdp) {
+    return fmt::format(" (Megatron-FSDP {})", FsdpShardingName(t.fsdp_sharding));
+  }
+  if (!t.use_distributed_optimizer) return "";
+  if (!t.use_precision_aware_optimizer) return " (distributed optimizer)";
+  return fmt::format(" (distributed, precision-aware: main params {}, exp_avg {}, exp_avg_sq {})",
+                     PrecisionName(t.main_params_dtype), StateDtypeName(t.exp_avg_dtype),
+                     StateDtypeName(t.exp_avg_sq_dtype));
+}
+
+// "selective (core_attn, mlp)", "full", "none".
+std::string RecomputeDetail(const config::TrainingConfig& t) {
+  std::string out(RecomputeName(t.recompute_granularity));
+  if (t.recompute_granularity != config::RecomputeGranularity::kSelective) return out;
+  std::string modules;
+  for (const std::string& m : t.recompute_modules) modules += (modules.empty() ? "" : ", ") + m;
+  return out + " (" + modules + ")";
+}
+
+// fp16 only: what the loss scaler's skipped steps change (TrainingConfig::skipped_iterations).
+std::string SkippedStepsLines(const config::TrainingConfig& t) {
+  if (t.precision != config::Precision::kFp16) return "";
+  return fmt::format(
+      "  fp16: the loss scaler may skip the first steps (inf/nan gradients at the initial loss\n"
+      "  scale); a skipped step creates no optimizer state, so the state appears at the first\n"
+      "  step taken: {} skipped here (training.skipped_iterations)\n",
+      t.skipped_iterations);
 }
 
 }  // namespace
@@ -226,11 +286,13 @@ std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& s
       : t.adam_coupled_weight_decay              ? "Adam (L2 weight decay)"
       : t.framework == "pytorch"                 ? "AdamW"
                                                  : "Adam",
-      t.use_megatron_fsdp ? fmt::format(" (Megatron-FSDP {})", FsdpShardingName(t.fsdp_sharding))
-      : t.use_distributed_optimizer ? std::string(" (distributed optimizer)")
-                                    : std::string(),
-      RecomputeName(t.recompute_granularity));
+      OptimizerDetail(t), RecomputeDetail(t));
+  out += SkippedStepsLines(t);
   const engine::StageResult& stage = run.Reported();
+  out += fmt::format(
+      "  parameters: {} total, {} on this rank\n",
+      ParameterCount(workload::TotalParameterCount(setup)),
+      ParameterCount(workload::ComputeStaticSizes(setup, stage.pipeline_rank).parameter_count));
   const bool npu = setup.device.allocator_backend == alloc::Backend::kNpu;
   out +=
       fmt::format("  reported: pipeline stage {} of {}{}\n", stage.pipeline_rank, run.stages.size(),

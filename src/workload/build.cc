@@ -71,19 +71,35 @@ StaticSizes ComputeStaticSizes(const config::Setup& setup, int pipeline_rank) {
   const WrapperSizes w = dp->StaticSizes();
   out.parameter_bytes = w.parameter_bytes;
   out.gradient_bytes = w.gradient_bytes;
-  // fp32 main copies: the optimizer's clones of its slices, or the wrapper's own buffer.
+  // fp32 main copies: the optimizer's clones of its slices, or the wrapper's own buffer, or
+  // FusedAdam's master weights (precision-aware optimizer).
+  const StateLayout layout = OptimizerStateLayout(setup, d);
+  const bool aware = setup.training.use_precision_aware_optimizer;
   out.main_param_bytes = !d.mixed                ? 0
+                         : aware                 ? layout.master_param * out.main_param_count
                          : dp->HoldsMainParams() ? w.main_param_bytes
                                                  : 4 * out.main_param_count;
-  // Adam exp_avg + exp_avg_sq, SGD momentum, in the optimizer's state dtype.
-  const Bytes state_bytes = PlainPyTorch(setup) ? d.param_bytes : 4;
+  // Adam exp_avg + exp_avg_sq, SGD momentum, in the optimizer's state dtypes.
   if (setup.training.optimizer == config::OptimizerKind::kAdam) {
-    out.optimizer_state_bytes = 2 * state_bytes * out.main_param_count;
+    out.optimizer_state_bytes = (layout.exp_avg + layout.exp_avg_sq) * out.main_param_count;
   } else if (setup.training.sgd_momentum > 0.0) {
-    out.optimizer_state_bytes = state_bytes * out.main_param_count;
+    out.optimizer_state_bytes = layout.exp_avg * out.main_param_count;
   }
-  out.main_grad_copy_bytes = d.mixed && d.grad_bytes == 2 ? 4 * out.main_param_count : 0;
+  out.main_grad_copy_bytes = d.mixed && d.grad_bytes == 2 && !aware ? 4 * out.main_param_count : 0;
   return out;
+}
+
+std::int64_t TotalParameterCount(const config::Setup& setup) {
+  config::Setup one = setup;
+  config::TrainingConfig& t = one.training;
+  t.tensor_model_parallel_size = 1;
+  t.pipeline_model_parallel_size = 1;
+  t.context_parallel_size = 1;
+  t.num_layers_per_virtual_pipeline_stage = 0;
+  t.sequence_parallel = false;
+  std::int64_t n = 0;
+  for (const ParamTensor& pt : StageParams(one, 0, DecoderLayer::Dense())) n += pt.numel;
+  return n;
 }
 
 }  // namespace memsim::workload

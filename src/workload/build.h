@@ -76,6 +76,11 @@ struct StaticSizes {
 };
 StaticSizes ComputeStaticSizes(const config::Setup& setup, int pipeline_rank);
 
+// The model's parameters, all of them once (the model built with every parallel size 1, so the
+// vocabulary is padded as at TP 1; tied embeddings counted once). For the run header; the
+// parameters of one rank are ComputeStaticSizes(...).parameter_count.
+std::int64_t TotalParameterCount(const config::Setup& setup);
+
 // Megatron's closed-form estimate for this rank, shown next to the simulation. Sources:
 // Megatron-LM `megatron/training/theoretical_memory_usage.py`
 // (`compute_weight_and_optimizer_memory`, `compute_activation_memory`), Korthikanti et al. 2022

@@ -8,7 +8,53 @@ namespace {
 // A [1]-element optimizer scalar (found_inf, _scale_one, grad-scaler state): 4 bytes.
 constexpr Bytes kScalarBytes = 4;
 
+Bytes MomentBytes(config::StateDtype t) {
+  switch (t) {
+    case config::StateDtype::kFp32:
+      return 4;
+    case config::StateDtype::kFp16:
+    case config::StateDtype::kBf16:
+      return 2;
+    case config::StateDtype::kFp8:
+      return 1;
+  }
+  return 4;
+}
+
+// FusedAdam's layout under Megatron's precision-aware optimizer (StateLayout).
+StateLayout PrecisionAwareLayout(const config::TrainingConfig& tc, Bytes param_bytes) {
+  StateLayout s;
+  s.exp_avg = MomentBytes(tc.exp_avg_dtype);
+  s.exp_avg_sq = MomentBytes(tc.exp_avg_sq_dtype);
+  // OptimizerConfig.__post_init__ turns store_param_remainders off before TE 2.1; FusedAdam
+  // applies it to bf16 parameters with an fp32 master only.
+  const std::vector<int>& te = tc.transformer_engine_version;
+  const bool te_2_1 = te.empty() || te[0] > 2 || (te[0] == 2 && te.size() > 1 && te[1] >= 1);
+  const bool remainders = te_2_1 && tc.precision == config::Precision::kBf16 &&
+                          tc.main_params_dtype == config::Precision::kFp32;
+  s.master_param = remainders || tc.main_params_dtype == config::Precision::kFp16 ? 2 : 4;
+  s.master_clone = remainders ? 0 : param_bytes;
+  const bool fuse_unscale = tc.exp_avg_dtype == config::StateDtype::kBf16 &&
+                            tc.exp_avg_sq_dtype == config::StateDtype::kBf16;
+  for (config::StateDtype m : {tc.exp_avg_dtype, tc.exp_avg_sq_dtype}) {
+    const bool copied = m == config::StateDtype::kFp16 || m == config::StateDtype::kFp8 ||
+                        (m == config::StateDtype::kBf16 && !fuse_unscale);
+    s.unscaled_copies += copied ? 4 : 0;
+  }
+  s.unscaled_copies += tc.main_params_dtype == config::Precision::kFp16 ? 4 : 0;
+  return s;
+}
+
 }  // namespace
+
+StateLayout OptimizerStateLayout(const config::Setup& setup, const ModelDims& d) {
+  const config::TrainingConfig& tc = setup.training;
+  if (tc.framework == "pytorch") {
+    return {d.param_bytes, d.param_bytes, 0, 0, 0, d.param_bytes};
+  }
+  if (tc.use_precision_aware_optimizer) return PrecisionAwareLayout(tc, d.param_bytes);
+  return {};
+}
 
 std::vector<MainTensor> MainTensors(const RankParams& params,
                                     const std::vector<ShardSlice>& slices) {
@@ -22,8 +68,8 @@ std::vector<MainTensor> MainTensors(const RankParams& params,
 }
 
 TorchOptimizer::TorchOptimizer(const config::TrainingConfig& tc, const RankParams& params,
-                               std::vector<MainTensor> main, Bytes state_bytes)
-    : tc_(tc), params_(params), main_(std::move(main)), state_bytes_(state_bytes) {}
+                               std::vector<MainTensor> main, const StateLayout& layout)
+    : tc_(tc), params_(params), main_(std::move(main)), layout_(layout) {}
 
 void TorchOptimizer::Step(Emitter& em) {
   for (int gi = 0; gi < static_cast<int>(params_.groups.size()); ++gi) {
@@ -39,15 +85,42 @@ void TorchOptimizer::Step(Emitter& em) {
   has_state_ = true;
 }
 
+// The first step's state, per tensor of the group in order (Adam._init_group; FusedAdam.step's
+// `if len(state) == 0: self.initialize_state(p, ...)`).
+void TorchOptimizer::AdamState(Emitter& em, int gi) {
+  for (const MainTensor& mt : main_) {
+    if (mt.group != gi) continue;
+    const std::string& name = params_.params[mt.param].name;
+    em.Alloc(mt.numel * layout_.exp_avg, Category::kOptimizerStates, "optim.exp_avg." + name);
+    em.Alloc(mt.numel * layout_.exp_avg_sq, Category::kOptimizerStates, "optim.exp_avg_sq." + name);
+    if (layout_.master_param == 0) continue;
+    em.Alloc(mt.numel * layout_.master_param, Category::kMainParameters,
+             "optim.master_param." + name);
+    if (layout_.master_clone > 0) {  // param.clone().detach().float(), copied into the state
+      const TensorId clone = em.Alloc(mt.numel * layout_.master_clone, Category::kTemporaries,
+                                      "optim.master_clone." + name);
+      const TensorId f32 =
+          em.Alloc(mt.numel * 4, Category::kTemporaries, "optim.master_float." + name);
+      em.Free(clone);
+      em.Free(f32);
+    }
+  }
+}
+
 void TorchOptimizer::AdamGroup(Emitter& em, int gi, std::int64_t group_numel) {
   em.Begin(fmt::format("optim.adam.group{}", gi));
-  if (!has_state_) {
+  if (!has_state_) AdamState(em, gi);
+  if (layout_.unscaled_copies > 0) {
+    // FusedAdam.step: get_unscaled_state's fp32 copies, kept in unscaled_lists until the update
+    // has run and the states are scaled back.
+    em.Begin(fmt::format("optim.adam.group{}.unscaled_states", gi));
+    std::vector<TensorId> tmp;
     for (const MainTensor& mt : main_) {
       if (mt.group != gi) continue;
-      const std::string& name = params_.params[mt.param].name;
-      em.Alloc(mt.numel * state_bytes_, Category::kOptimizerStates, "optim.exp_avg." + name);
-      em.Alloc(mt.numel * state_bytes_, Category::kOptimizerStates, "optim.exp_avg_sq." + name);
+      tmp.push_back(em.Alloc(mt.numel * layout_.unscaled_copies, Category::kTemporaries,
+                             "optim.unscaled." + params_.params[mt.param].name));
     }
+    for (TensorId id : tmp) em.Free(id);
   }
   const bool foreach = tc_.optimizer_impl == config::OptimizerImpl::kForeach;
   if (foreach && tc_.adam_coupled_weight_decay && tc_.weight_decay != 0.0) {
@@ -57,7 +130,7 @@ void TorchOptimizer::AdamGroup(Emitter& em, int gi, std::int64_t group_numel) {
     std::vector<TensorId> tmp;
     for (const MainTensor& mt : main_) {
       if (mt.group != gi) continue;
-      tmp.push_back(em.Alloc(mt.numel * state_bytes_, Category::kTemporaries,
+      tmp.push_back(em.Alloc(mt.numel * layout_.temporary, Category::kTemporaries,
                              "optim.decayed_grad." + params_.params[mt.param].name));
     }
     for (TensorId id : tmp) em.Free(id);
@@ -69,7 +142,7 @@ void TorchOptimizer::AdamGroup(Emitter& em, int gi, std::int64_t group_numel) {
     std::vector<TensorId> tmp;
     for (const MainTensor& mt : main_) {
       if (mt.group != gi) continue;
-      tmp.push_back(em.Alloc(mt.numel * state_bytes_, Category::kTemporaries,
+      tmp.push_back(em.Alloc(mt.numel * layout_.temporary, Category::kTemporaries,
                              "optim.exp_avg_sq_sqrt." + params_.params[mt.param].name));
     }
     for (TensorId id : tmp) em.Free(id);
@@ -89,14 +162,14 @@ void TorchOptimizer::SgdGroup(Emitter& em, int gi, std::int64_t group_numel) {
   if (foreach && decays && tc_.weight_decay != 0.0) {
     for (const MainTensor& mt : main_) {
       if (mt.group != gi) continue;
-      tmp.push_back(em.Alloc(mt.numel * state_bytes_, Category::kTemporaries,
+      tmp.push_back(em.Alloc(mt.numel * layout_.temporary, Category::kTemporaries,
                              "optim.decayed_grad." + params_.params[mt.param].name));
     }
   }
   if (!has_state_ && tc_.sgd_momentum > 0.0) {
     for (const MainTensor& mt : main_) {
       if (mt.group != gi) continue;
-      em.Alloc(mt.numel * state_bytes_, Category::kOptimizerStates,
+      em.Alloc(mt.numel * layout_.exp_avg, Category::kOptimizerStates,
                "optim.momentum_buffer." + params_.params[mt.param].name);
     }
   }
@@ -104,13 +177,14 @@ void TorchOptimizer::SgdGroup(Emitter& em, int gi, std::int64_t group_numel) {
   em.MovedBytes(16.0 * static_cast<double>(group_numel));
 }
 
-MegatronOptimizer::MegatronOptimizer(const config::TrainingConfig& tc, const ModelDims& d,
+MegatronOptimizer::MegatronOptimizer(const config::Setup& setup, const ModelDims& d,
                                      const RankParams& params, DataParallel& dp)
-    : tc_(tc),
+    : tc_(setup.training),
       d_(d),
       params_(params),
       dp_(dp),
-      inner_(tc, params, MainTensors(params, dp.OptimizerSlices()), 4) {}
+      inner_(setup.training, params, MainTensors(params, dp.OptimizerSlices()),
+             OptimizerStateLayout(setup, d)) {}
 
 void MegatronOptimizer::Init(Emitter& em) {
   // Scalars: fp16 grad scaler state (DynamicGradScaler: scale, min_scale, growth/backoff
@@ -127,8 +201,10 @@ void MegatronOptimizer::Init(Emitter& em) {
     em.Alloc(kScalarBytes, Category::kOther, d_.mixed ? "optimizer.scale_one" : "optimizer.scale");
   }
   // fp32 main copies: `clone().float()` per param (Float16OptimizerWithFloat16Params) or per
-  // shard slice (DistributedOptimizer); the 16-bit clone is transient.
-  if (!d_.mixed || dp_.HoldsMainParams()) return;
+  // shard slice (DistributedOptimizer); the 16-bit clone is transient. The precision-aware
+  // optimizer makes none (distrib_optimizer.py _build_model_and_main_param_groups: FusedAdam
+  // holds the master weights, created by its first step).
+  if (!d_.mixed || dp_.HoldsMainParams() || tc_.use_precision_aware_optimizer) return;
   for (const MainTensor& mt : inner_.main()) {
     const std::string& name = params_.params[mt.param].name;
     em.Begin("init.optimizer.main_param");
@@ -144,34 +220,42 @@ void MegatronOptimizer::ZeroGrad(Emitter& em) {
   grad_copies_.clear();
 }
 
-// clip_grads.py get_grad_norm_fp32: multi_tensor_l2norm output and total_norm, tiny. The
-// grad-stats group is the model-parallel group (tp·pp), or tp·dp·cp with a sharded optimizer.
+// _unscale_main_grads_and_check_for_nan: _amp_foreach_non_finite_check_and_unscale_ in place,
+// found_inf all-reduced (MAX) over the grad-stats group: the model-parallel group (tp·pp), or
+// tp·dp·cp with a sharded optimizer.
+void MegatronOptimizer::UnscaleAndCheck(Emitter& em) {
+  const bool sharded = dp_.ShardsOptimizer();
+  em.Begin("optim.unscale_and_check");
+  em.Collective(sharded ? "tp_dp_cp" : "mp", sharded ? d_.t * d_.dp_cp : d_.t * d_.p, 4,
+                Coll::kAllReduce);
+}
+
+// clip_grads.py get_grad_norm_fp32: multi_tensor_l2norm output and total_norm, tiny; over the
+// grad-stats group, as UnscaleAndCheck.
 void MegatronOptimizer::GradNorm(Emitter& em) {
   const bool sharded = dp_.ShardsOptimizer();
-  const char* stats_group = sharded ? "tp_dp_cp" : "mp";
-  const int stats_size = sharded ? d_.t * d_.dp_cp : d_.t * d_.p;
-  if (tc_.precision == config::Precision::kFp16) {
-    em.Begin("optim.unscale_and_check");  // _amp_foreach_non_finite_check_and_unscale_, in place
-    em.Collective(stats_group, stats_size, 4, Coll::kAllReduce);
-  }
   em.Begin("optim.grad_norm");
   const TensorId norm_out = em.Alloc(kScalarBytes, Category::kTemporaries, "optim.l2norm_out");
   const TensorId total = em.Alloc(kScalarBytes, Category::kTemporaries, "optim.total_norm");
-  em.Collective(stats_group, stats_size, 4, Coll::kAllReduce);
+  em.Collective(sharded ? "tp_dp_cp" : "mp", sharded ? d_.t * d_.dp_cp : d_.t * d_.p, 4,
+                Coll::kAllReduce);
   em.Free(norm_out);
   em.Free(total);
 }
 
-void MegatronOptimizer::Step(Emitter& em) {
-  // main_grad.float() allocates only when the grad buffer is 16-bit (optimizer.py
-  // _collect_main_grad_data_for_unscaling / _copy_model_grads_to_main_grads).
-  if (d_.mixed && d_.grad_bytes == 2) {
+void MegatronOptimizer::Step(Emitter& em, bool skipped) {
+  // prepare_grads. main_grad.float() allocates only when the grad buffer is 16-bit (optimizer.py
+  // _collect_main_grad_data_for_unscaling / _copy_model_grads_to_main_grads); the
+  // precision-aware optimizer reads the buffer itself (distrib_optimizer.py: decoupled_grad).
+  if (d_.mixed && d_.grad_bytes == 2 && !tc_.use_precision_aware_optimizer) {
     em.Begin("optim.copy_main_grads");
     for (const MainTensor& mt : inner_.main()) {
       grad_copies_.push_back(em.Alloc(mt.numel * 4, Category::kGradients,
                                       "optim.main_grad." + params_.params[mt.param].name));
     }
   }
+  if (tc_.precision == config::Precision::kFp16) UnscaleAndCheck(em);
+  if (skipped) return;
   GradNorm(em);
   inner_.Step(em);
   if (d_.mixed) {

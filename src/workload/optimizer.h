@@ -28,41 +28,73 @@ struct MainTensor {
 std::vector<MainTensor> MainTensors(const RankParams& params,
                                     const std::vector<ShardSlice>& slices);
 
-// torch.optim's update over the main tensors, with state of `state_bytes` per element (fp32
-// for Megatron's main params; the parameter dtype for plain PyTorch, zeros_like(param)).
+// Bytes per element of what the optimizer's first step creates for each tensor it updates, and
+// of the step's temporaries.
+// - Megatron: fp32 state (zeros_like of the fp32 main params), master weights outside the
+//   optimizer (MegatronOptimizer::Init or the wrapper).
+// - plain PyTorch: the parameter dtype (torch/optim/adam.py Adam._init_group, zeros_like(param)).
+// - Megatron's precision-aware optimizer: TE FusedAdam holds the master weights too
+//   (megatron/core/optimizer/__init__.py passes master_weights=True, master_weight_dtype,
+//   exp_avg_dtype, exp_avg_sq_dtype, store_param_remainders); FusedAdam.initialize_state
+//   (transformer_engine/pytorch/optimizers/fused_adam.py) creates exp_avg, exp_avg_sq and
+//   master_param in those dtypes (fp8: a 1-byte Float8Tensor), the master as int16 remainders of
+//   a bf16 parameter when store_param_remainders (Megatron's OptimizerConfig default, TE >= 2.1),
+//   else filled from param.clone().float(). Each step, get_unscaled_state gives an fp32 copy of
+//   every fp16 / fp8 state (and of bf16 moments unless both are bf16: fuse_unscale), all held
+//   until the group's update has run (`del unscaled_lists`). Not modelled: the [1]-element scale
+//   tensors and _apply_scale's per-tensor temporaries (one tensor at a time).
+struct StateLayout {
+  Bytes exp_avg = 4;       // Adam's exp_avg, or SGD's momentum buffer
+  Bytes exp_avg_sq = 4;    // Adam only
+  Bytes master_param = 0;  // FusedAdam's master weight; 0: held outside the optimizer
+  // initialize_state's param.clone().detach().float(): the clone's bytes (the parameter dtype),
+  // then 4 for the float copy, both transient; 0: no clone (remainders start at zero).
+  Bytes master_clone = 0;
+  Bytes unscaled_copies = 0;  // fp32 copies of the non-fp32 states in each step
+  Bytes temporary = 4;        // torch.optim's foreach temporaries, in the state dtype
+  bool operator==(const StateLayout&) const = default;
+};
+StateLayout OptimizerStateLayout(const config::Setup& setup, const ModelDims& d);
+
+// torch.optim's update over the main tensors, with state as `layout` says.
 class TorchOptimizer {
  public:
   TorchOptimizer(const config::TrainingConfig& tc, const RankParams& params,
-                 std::vector<MainTensor> main, Bytes state_bytes);
+                 std::vector<MainTensor> main, const StateLayout& layout);
   const std::vector<MainTensor>& main() const { return main_; }
   // One step; creates the state on the first call.
   void Step(Emitter& em);
 
  private:
   void AdamGroup(Emitter& em, int group, std::int64_t group_numel);
+  void AdamState(Emitter& em, int group);
   void SgdGroup(Emitter& em, int group, std::int64_t group_numel);
 
   const config::TrainingConfig& tc_;
   const RankParams& params_;
   const std::vector<MainTensor> main_;
-  const Bytes state_bytes_;
+  const StateLayout layout_;
   bool has_state_ = false;
 };
 
 // Megatron-core's optimizer around TorchOptimizer.
 class MegatronOptimizer {
  public:
-  MegatronOptimizer(const config::TrainingConfig& tc, const ModelDims& d, const RankParams& params,
+  MegatronOptimizer(const config::Setup& setup, const ModelDims& d, const RankParams& params,
                     DataParallel& dp);
   // At setup, after the wrapper's buffers: the scalars and (16-bit training, unless the wrapper
   // holds them) the fp32 main parameters.
   void Init(Emitter& em);
   // Inside train_step's zero_grad: drops the previous step's fp32 grad copies.
   void ZeroGrad(Emitter& em);
-  // optimizer.step(); the phase and micro-batch of `em` are the caller's.
-  void Step(Emitter& em);
+  // optimizer.step(); the phase and micro-batch of `em` are the caller's. `skipped`: the fp16
+  // loss scaler found an inf/nan, and MixedPrecisionOptimizer.step returns after prepare_grads
+  // (the grad copies and the unscale-and-check; megatron/core/optimizer/optimizer.py): no grad
+  // norm, no update (so no optimizer state yet), no copy back, no parameter all-gather.
+  void Step(Emitter& em, bool skipped);
 
  private:
+  void UnscaleAndCheck(Emitter& em);
   void GradNorm(Emitter& em);
 
   const config::TrainingConfig& tc_;

@@ -53,7 +53,7 @@ namespace {
 class MegatronLoop final : public TrainingLoop {
  public:
   explicit MegatronLoop(const LoopParts& parts)
-      : TrainingLoop(parts), optimizer_(parts.setup.training, parts.d, parts.params, parts.dp) {}
+      : TrainingLoop(parts), optimizer_(parts.setup, parts.d, parts.params, parts.dp) {}
 
   void Init() override {
     Emitter& em = p_.em;
@@ -85,7 +85,7 @@ class MegatronLoop final : public TrainingLoop {
     p_.exchange.ScheduleReturn();
     if (level >= 1) em.EmptyCache();
     em.SetContext(k, Phase::kOptimizerStep, -1);
-    optimizer_.Step(em);
+    optimizer_.Step(em, k <= p_.setup.training.skipped_iterations);
     em.Begin("optim.done");  // logging; the iteration's loss-reporting tensors dropped
     em.Synchronize();
     for (TensorId id : p_.runner.TakeReportLosses()) em.Free(id);
@@ -129,7 +129,8 @@ class PyTorchLoop final : public TrainingLoop {
       : TrainingLoop(parts),
         // torch.optim keeps its state in the parameters' dtype (zeros_like(param)).
         optimizer_(parts.setup.training, parts.params,
-                   MainTensors(parts.params, parts.dp.OptimizerSlices()), parts.d.param_bytes) {}
+                   MainTensors(parts.params, parts.dp.OptimizerSlices()),
+                   OptimizerStateLayout(parts.setup, parts.d)) {}
 
   void Init() override {
     p_.em.SetContext(0, Phase::kInit, -1);
@@ -143,7 +144,9 @@ class PyTorchLoop final : public TrainingLoop {
     p_.dp.ZeroGrad(em);
     RunSchedule();
     em.SetContext(k, Phase::kOptimizerStep, -1);
-    optimizer_.Step(em);
+    // torch.amp.GradScaler.step calls optimizer.step() only when no inf/nan was found
+    // (torch/amp/grad_scaler.py GradScaler._maybe_opt_step).
+    if (k > p_.setup.training.skipped_iterations) optimizer_.Step(em);
     em.Begin("step_done");  // the loss the loop logged (loss.item()) is dropped
     for (TensorId id : p_.runner.TakeReportLosses()) em.Free(id);
   }

@@ -8,6 +8,9 @@
 //   torch.optim step.
 // Both build the model the same way at init (one tensor per parameter, construction order,
 // one op per module) and hand the parameters to the data-parallel wrapper.
+// fp16 loss scaling: iterations 1..training.skipped_iterations skip the update (the loss scaler
+// found inf/nan): no optimizer state is created before iteration skipped_iterations + 1, the
+// first iteration from which the program can settle into repeating itself.
 #pragma once
 
 #include <memory>

@@ -563,5 +563,44 @@ TEST_CASE("Megatron-FSDP: strategy, ZeRO label and the optimizer flag", "[config
   }
 }
 
+TEST_CASE("a model directory given with --model: its config.json, before a shipped name",
+          "[config]") {
+  // A directory spelt like a shipped model ("llama2-7b") wins: what is on disk is meant.
+  const auto root = std::filesystem::temp_directory_path() / "memsim_model_dir_test";
+  const auto dir = root / "llama2-7b";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "config.json")
+      << R"({"model_type": "llama", "hidden_size": 256, "intermediate_size": 688,
+             "num_attention_heads": 8, "num_hidden_layers": 2, "vocab_size": 1000})";
+  const std::string training =
+      TempFile("model_dir.json", R"({"device": "a100-80g", "training": {"seq_length": 128}})");
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  std::filesystem::current_path(root);
+  LoadOptions o;
+  o.model_path = "llama2-7b";
+  Setup s;
+  const std::string error = ErrorOf(training, o);
+  if (error == "(no error)") s = LoadSetup(training, o);
+  std::filesystem::current_path(cwd);
+  CHECK(error == "(no error)");
+  CHECK(s.model.hidden_size == 256);
+  CHECK(s.model_path == "llama2-7b/config.json");
+  o.model_path = (root / "empty").string();
+  std::filesystem::create_directories(root / "empty");
+  CHECK(ErrorOf(training, o).find("directory '" + o.model_path + "' has no readable config.json") !=
+        std::string::npos);
+}
+
+TEST_CASE("a config.json given as the training config gets a hint to use --model", "[config]") {
+  const std::string path =
+      TempFile("hf_config.json", R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                                     "hidden_size": 256})");
+  CHECK(ErrorOf(path) == path +
+                             ": a model file (Hugging Face config.json: it has \"model_type\"), "
+                             "not a training config; give it with --model " +
+                             path +
+                             " and a training config (or --megatron-args for a launch script)");
+}
+
 }  // namespace
 }  // namespace memsim::config

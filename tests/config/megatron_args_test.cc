@@ -1,18 +1,22 @@
 // Launch scripts, training logs and the flag table (config/launch_script.h, megatron_args.h,
 // megatron_flags.h; issue 14). The fixtures under data/launch/ are written for these tests with
 // the constructs of the published MindSpeed-LLM and Megatron-LM launch scripts.
+#include "config/megatron_args.h"
+
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <sstream>
 
-#include <catch2/catch.hpp>
-
 #include "config/launch_script.h"
-#include "config/megatron_args.h"
 #include "config/megatron_flags.h"
 #include "config/test_util.h"
 #include "core/error.h"
+#include "engine/stages.h"
 #include "workload/build.h"
 
 namespace memsim::config {
@@ -60,6 +64,11 @@ python pretrain_gpt.py $S --seq-length ${A}0 '--x y' --z=5 \
   CHECK(Args(l) == std::vector<std::string>{"--num-layers=8", "--hidden-size=64",
                                             "--seq-length=20", "--x y", "--z=5", "--list=a b"});
   CHECK(l.launch_line == 7);
+  // Each argument on the line it is written on: the string group's lines 5 and 6, then the
+  // training command's lines 7 and 8.
+  CHECK(l.arguments[0].line == 5);
+  CHECK(l.arguments[1].line == 6);
+  CHECK(l.arguments[2].line == 7);
   CHECK(l.arguments[5].line == 8);
   CHECK(l.warnings.empty());
   CHECK(l.notes == std::vector<std::string>{
@@ -77,6 +86,9 @@ M+=(--c)
 torchrun ${D[@]} train.py "${M[@]}" ${M[@]}
 )");
   CHECK(Args(l) == std::vector<std::string>{"--a=1", "--b 2", "--c", "--a=1", "--b=2", "--c"});
+  std::vector<int> lines;
+  for (const LaunchArgument& a : l.arguments) lines.push_back(a.line);
+  CHECK(lines == std::vector<int>{4, 5, 7, 4, 5, 7});  // where each is written in M
   CHECK(l.nproc_per_node == 4);
   CHECK(l.nnodes == 2);
 }
@@ -166,15 +178,20 @@ TEST_CASE("the MindSpeed-LLM Llama-2-7B script, field by field") {
   CHECK_FALSE(s.model.add_bias_linear);
   CHECK_FALSE(s.model.tie_word_embeddings);
   CHECK(s.model.normalization == Normalization::kRMSNorm);
-  // Arguments expanded from a group carry the line of the training command (line 90).
-  const std::string at = Data("launch/mindspeed_llama2_7b.sh") + ":90: ";
-  CHECK(s.warnings == std::vector<std::string>{
-      at + "--train-iters: 2000 iterations; memsim simulates the first 4 (later ones repeat the "
-           "last unless something is scheduled; --iterations N for more)",
-      at + "--use-fused-rmsnorm: not modelled (MindSpeed's fused RMSNorm kernel: it changes one "
-           "norm's temporaries)",
-      at + "--use-fused-swiglu: not modelled (MindSpeed's fused SwiGLU kernel: it changes one "
-           "MLP's temporaries)"});
+  // Arguments expanded from a group (the training command is line 89) carry the line where
+  // they are written inside the group.
+  const std::string at = Data("launch/mindspeed_llama2_7b.sh") + ":";
+  CHECK(
+      s.warnings ==
+      std::vector<std::string>{
+          at +
+              "46: --train-iters: 2000 iterations; memsim simulates the first 4 (later ones repeat "
+              "the last unless something is scheduled; --iterations N for more)",
+          at + "55: --use-fused-rmsnorm: not modelled (MindSpeed's fused RMSNorm kernel "
+               "(mindspeed/core/fusions/fused_rms_norm.py): it changes one norm's temporaries)",
+          at + "71: --use-fused-swiglu: not modelled (MindSpeed's fused SwiGLU kernel "
+               "(mindspeed/core/fusions/fused_bias_swiglu.py): it changes one MLP's "
+               "temporaries)"});
 }
 
 TEST_CASE("the NVIDIA Llama-3-8B H200 recipe, field by field") {
@@ -220,6 +237,30 @@ TEST_CASE("Megatron's --grad-reduce-in-bf16 halves the gradient buffer") {
   const workload::StaticSizes a = workload::ComputeStaticSizes(bf16_grads, 0);
   const workload::StaticSizes b = workload::ComputeStaticSizes(fp32_grads, 0);
   CHECK(2 * a.gradient_bytes == b.gradient_bytes);
+}
+
+TEST_CASE("the NVIDIA Llama-3-8B H200 recipe fits; fused attention peaks as flash") {
+  // --attention-backend fused (cuDNN) keeps no s x s scores, like flash: the two configs are one
+  // Setup, so the fused peak is within 5% of flash (here: equal), and it fits the H200's
+  // usable memory with no out-of-memory event. Two iterations: the second holds the optimizer
+  // state created by the first step, so it is the steady state's peak.
+  const MegatronLaunch l = ReadMegatronArgsFile(Data("launch/nvidia_llama3_8b_h200.sh"));
+  LoadOptions o = OnDevice("h200-141g");
+  o.iterations = 2;
+  const Setup fused = LoadSetupFromMegatron(l, o, {});
+  LoadOptions flash_options = o;
+  flash_options.overrides = {"training.use_flash_attn=true"};
+  const Setup flash = LoadSetupFromMegatron(l, flash_options, {});
+  CHECK(fused.training == flash.training);
+  engine::RunOptions run_options;
+  run_options.keep_timeline = false;
+  const engine::RunResult run = engine::RunAllStages(fused, run_options);
+  CHECK_FALSE(run.first_oom.has_value());
+  CHECK(run.Reported().peak_device_bytes <= fused.device.total_memory_bytes);
+  const engine::RunResult run_flash = engine::RunAllStages(flash, run_options);
+  const double a = static_cast<double>(run.Reported().peak_device_bytes);
+  const double b = static_cast<double>(run_flash.Reported().peak_device_bytes);
+  CHECK(std::abs(a - b) <= 0.05 * b);
 }
 
 TEST_CASE("a wrong value names the script, its line and the flag") {
@@ -296,6 +337,193 @@ TEST_CASE("a training log's arguments block") {
   CHECK(s.training.recompute_modules == std::vector<std::string>{"core_attn", "mlp"});
   CHECK(s.model.num_key_value_heads == 8);
   CHECK(s.model.vocab_size == 5000);
+}
+
+// Counts the warnings that contain `text`.
+long Warned(const Setup& s, const std::string& text) {
+  return std::count_if(s.warnings.begin(), s.warnings.end(),
+                       [&](const std::string& w) { return w.find(text) != std::string::npos; });
+}
+
+TEST_CASE("a Megatron-LM GPT example in fp16, unedited", "[config]") {
+  const std::string path = Data("launch/megatron_gpt_fp16.sh");
+  const MegatronLaunch l = ReadMegatronArgsFile(path);
+  // The GPT-2 BPE vocabulary comes from --vocab-file: 50257 tokens, given with --set.
+  LoadOptions o = OnDevice("h100-80g");
+  o.overrides = {"model.vocab_size=50257"};
+  const Setup s = LoadSetupFromMegatron(l, o, {});
+  const TrainingConfig& t = s.training;
+  // torchrun --nproc_per_node 8 --nnodes 2: 16 ranks / (TP 4 × PP 2) = DP 2.
+  CHECK(t.tensor_model_parallel_size == 4);
+  CHECK(t.pipeline_model_parallel_size == 2);
+  CHECK(t.data_parallel_size == 2);
+  CHECK_FALSE(t.sequence_parallel);
+  CHECK(t.seq_length == 2048);
+  CHECK(t.micro_batch_size == 1);
+  CHECK(t.global_batch_size == 256);
+  CHECK(t.num_micro_batches == 128);  // 256 / (1 × 2)
+  CHECK(t.precision == Precision::kFp16);
+  CHECK(t.skipped_iterations == 0);
+  CHECK(t.use_flash_attn);  // --attention-backend auto
+  CHECK_FALSE(t.use_distributed_optimizer);
+  CHECK(t.train_iters == 4);
+  CHECK(t.weight_decay == 0.1);
+  CHECK(s.model.num_hidden_layers == 40);
+  CHECK(s.model.hidden_size == 5120);
+  CHECK(s.model.num_attention_heads == 40);
+  CHECK(s.model.num_key_value_heads == 40);      // no --group-query-attention
+  CHECK(s.model.intermediate_size == 4 * 5120);  // Megatron's default ffn_hidden_size 4h
+  CHECK(s.model.vocab_size == 50257);
+  // _vocab_size_with_padding: a multiple of 128 × TP 4 = 512: ceil(50257 / 512) = 99 → 50688.
+  CHECK(s.model.padded_vocab_size == 50688);
+  CHECK(s.model.tie_word_embeddings);
+  CHECK(s.model.normalization == Normalization::kLayerNorm);
+  // The five script arguments ($1..$5, lines 17-21), the 500000 iterations (line 42 of the
+  // TRAINING_ARGS array), the unknown checkpoint (line 73 of EVAL_AND_LOGGING_ARGS).
+  for (int line = 17; line <= 21; ++line) {
+    CHECK(Warned(s, fmt::format("{}:{}: ${} is a script argument", path, line, line - 16)) == 1);
+  }
+  CHECK(Warned(s, path + ":42: --train-iters: 500000 iterations") == 1);
+  CHECK(Warned(s, path + ":73: --load: a resumed run") == 1);
+}
+
+TEST_CASE("a MindSpeed-LLM Qwen3-14B-shaped dense recipe, unedited", "[config]") {
+  const std::string path = Data("launch/mindspeed_qwen3_14b.sh");
+  const MegatronLaunch l = ReadMegatronArgsFile(path);
+  const Setup s = LoadSetupFromMegatron(l, OnDevice("ascend-910b-64g"), {});
+  const TrainingConfig& t = s.training;
+  // NPUS_PER_NODE 8 × NNODES 2 = 16 ranks / (TP 4 × PP 2 × CP 1) = DP 2.
+  CHECK(t.tensor_model_parallel_size == 4);
+  CHECK(t.pipeline_model_parallel_size == 2);
+  CHECK(t.context_parallel_size == 1);
+  CHECK(t.data_parallel_size == 2);
+  CHECK(t.sequence_parallel);
+  CHECK(t.seq_length == 4096);
+  CHECK(t.global_batch_size == 64);
+  CHECK(t.num_micro_batches == 32);  // 64 / (1 × 2)
+  CHECK(t.precision == Precision::kBf16);
+  CHECK(t.accumulate_allreduce_grads_in_fp32);  // Megatron's bf16 default
+  CHECK(t.use_distributed_optimizer);
+  CHECK(t.overlap_grad_reduce);
+  CHECK(t.overlap_param_gather);
+  CHECK(t.use_flash_attn);
+  CHECK(t.transformer_impl == "local");
+  CHECK_FALSE(t.gradient_accumulation_fusion);
+  CHECK(t.train_iters == 4);
+  CHECK(s.model.num_hidden_layers == 40);
+  CHECK(s.model.hidden_size == 5120);
+  CHECK(s.model.num_attention_heads == 40);
+  CHECK(s.model.num_key_value_heads == 8);
+  CHECK(s.model.head_dim == 128);
+  CHECK(s.model.intermediate_size == 17408);
+  CHECK(s.model.qk_layernorm);
+  CHECK(s.model.gated_mlp);
+  CHECK_FALSE(s.model.add_bias_linear);
+  CHECK_FALSE(s.model.tie_word_embeddings);
+  CHECK(s.model.normalization == Normalization::kRMSNorm);
+  CHECK(s.model.position_embedding_type == PositionEmbedding::kRope);
+  CHECK(s.model.vocab_size == 151936);
+  CHECK(s.model.padded_vocab_size == 151936);  // --padded-vocab-size
+  // The one warning of a flag in a string group names the group's line (TRAIN_ARGS, line 60);
+  // --no-load-optim: the checkpoint brings weights only, no warning.
+  CHECK(Warned(s, path + ":60: --train-iters: 1000 iterations") == 1);
+  CHECK(Warned(s, "--load") == 0);
+}
+
+TEST_CASE("a MindSpeed-LLM script with --reuse-fp32-param and --swap-attention, unedited",
+          "[config]") {
+  const std::string path = Data("launch/mindspeed_reuse_swap.sh");
+  const MegatronLaunch l = ReadMegatronArgsFile(path);
+  const Setup s = LoadSetupFromMegatron(l, OnDevice("ascend-910b-64g"), {});
+  const TrainingConfig& t = s.training;
+  // --nproc_per_node=8 --nnodes=1 (values joined by '='): 8 ranks / TP 8 = DP 1.
+  CHECK(t.tensor_model_parallel_size == 8);
+  CHECK(t.pipeline_model_parallel_size == 1);
+  CHECK(t.data_parallel_size == 1);
+  CHECK(t.sequence_parallel);
+  CHECK(t.seq_length == 4096);  // ${SEQ:-4096}
+  CHECK(t.micro_batch_size == 2);
+  CHECK(t.num_micro_batches == 128);  // 256 / (2 × 1)
+  CHECK(t.use_distributed_optimizer);
+  CHECK(t.use_flash_attn);
+  CHECK(t.train_iters == 3);
+  CHECK(s.model.num_hidden_layers == 40);
+  CHECK(s.model.intermediate_size == 13824);
+  CHECK(s.model.vocab_size == 32000);
+  CHECK(s.model.padded_vocab_size == 32000);
+  // Each MindSpeed memory feature: one warning, on its line in MEMORY_ARGS (19-23), saying its
+  // source and which way memsim's estimate errs; `source` (line 7) is not followed.
+  CHECK(s.warnings ==
+        std::vector<std::string>{
+            path + ":7: 'source' not followed (memsim reads only this file)",
+            path +
+                ":19: --reuse-fp32-param: not modelled (MindSpeed's fp32 main parameters sharing "
+                "storage with the bf16 ones (mindspeed/core/memory/reuse_param/adaptor.py, "
+                "reuse_fp32_param_distrib_optimizer_init): memsim's estimate is high by up to 2 "
+                "bytes per parameter after setup)",
+            path + ":20: --swap-attention: not modelled (MindSpeed's swap of attention activations "
+                   "to host memory (mindspeed/core/memory/swap_attention/swap_attention_apply.py): "
+                   "memsim's estimate is high by up to the attention activations each layer keeps)",
+            path + ":21: --recompute-activation-function: not modelled (MindSpeed's "
+                   "activation-function recompute (mindspeed/core/memory/recompute/activation/): "
+                   "memsim's estimate is high by the MLP activation's output)",
+            path + ":22: --use-fused-rmsnorm: not modelled (MindSpeed's fused RMSNorm kernel "
+                   "(mindspeed/core/fusions/fused_rms_norm.py): it changes one norm's temporaries)",
+            path + ":23: --use-fused-swiglu: not modelled (MindSpeed's fused SwiGLU kernel "
+                   "(mindspeed/core/fusions/fused_bias_swiglu.py): it changes one MLP's "
+                   "temporaries)"});
+}
+
+TEST_CASE("the precision-aware optimizer's flags, from a script and from a log", "[config]") {
+  const std::vector<std::string> words = {"--nproc_per_node",
+                                          "2",
+                                          "pretrain_gpt.py",
+                                          "--num-layers",
+                                          "2",
+                                          "--hidden-size",
+                                          "64",
+                                          "--num-attention-heads",
+                                          "4",
+                                          "--seq-length",
+                                          "128",
+                                          "--vocab-size",
+                                          "1000",
+                                          "--bf16",
+                                          "--use-distributed-optimizer",
+                                          "--use-precision-aware-optimizer",
+                                          "--exp-avg-dtype",
+                                          "bf16",
+                                          "--exp-avg-sq-dtype",
+                                          "fp8",
+                                          "--main-params-dtype",
+                                          "fp16"};
+  const MegatronLaunch l =
+      ReadCommandLineArguments(std::vector<std::string>(words.begin() + 3, words.end()));
+  const Setup s = LoadSetupFromMegatron(l, OnDevice("h100-80g"), {});
+  CHECK(s.training.use_precision_aware_optimizer);
+  CHECK(s.training.exp_avg_dtype == StateDtype::kBf16);
+  CHECK(s.training.exp_avg_sq_dtype == StateDtype::kFp8);
+  CHECK(s.training.main_params_dtype == Precision::kFp16);
+  // validate_args prints the dtypes mapped to torch's (fp8 is torch.uint8).
+  const Setup g = LoadSetupFromMegatron(ReadArgumentsLog("train.log", R"(
+------------------------ arguments ------------------------
+  bf16 ............................................ True
+  exp_avg_dtype ................................... torch.uint8
+  exp_avg_sq_dtype ................................ torch.bfloat16
+  hidden_size ..................................... 64
+  main_params_dtype ............................... torch.float32
+  num_attention_heads ............................. 4
+  num_layers ...................................... 2
+  seq_length ...................................... 128
+  use_distributed_optimizer ....................... True
+  use_precision_aware_optimizer ................... True
+  vocab_size ...................................... 1000
+-------------------- end of arguments ---------------------
+)"),
+                                        OnDevice("h100-80g"), {});
+  CHECK(g.training.exp_avg_dtype == StateDtype::kFp8);
+  CHECK(g.training.exp_avg_sq_dtype == StateDtype::kBf16);
+  CHECK(g.training.main_params_dtype == Precision::kFp32);
 }
 
 }  // namespace

@@ -208,8 +208,8 @@ TEST_CASE("recompute_modules: Megatron's names; shared_experts and MLA ones unsu
   CHECK(s.training.recompute_modules ==
         std::vector<std::string>{"core_attn"});  // Megatron's default
   const std::string names =
-      "'core_attn', 'moe_act', 'layernorm', 'mla_up_proj', 'mlp', 'moe', 'shared_experts', "
-      "'mhc', 'gdn', 'gdn_norm_out'";
+      "'core_attn', 'layernorm', 'mlp' (Megatron's 'moe_act', 'mla_up_proj', 'moe', "
+      "'shared_experts', 'mhc', 'gdn', 'gdn_norm_out' are not modelled)";
   std::string path =
       Config("r3.json", selective + ", \"recompute_modules\": [\"core_attn\", \"mlpp\"]");
   CHECK(ErrorOf(path) == path + ": /training/recompute_modules/1: expected one of " + names +
@@ -254,6 +254,68 @@ TEST_CASE("overlap_param_gather says what memsim assumes", "[config]") {
   CHECK(HasNote(LoadSetup(fsdp, {}), fsdp + ": /training/overlap_param_gather: true, no effect: "
                                             "Megatron-FSDP \"no_shard\" shards no parameters, so "
                                             "there is no all-gather to overlap"));
+}
+
+TEST_CASE("skipped_iterations: fp16 only, default 0", "[config]") {
+  const std::string fp16 = "\"seq_length\": 512, \"precision\": \"fp16\"";
+  CHECK(LoadSetup(Config("s0.json", fp16), {}).training.skipped_iterations == 0);
+  CHECK(LoadSetup(Config("s1.json", fp16 + ", \"skipped_iterations\": 3"), {})
+            .training.skipped_iterations == 3);
+  // Pure PyTorch: torch.amp.GradScaler skips the same way.
+  CHECK(LoadSetup(Config("s2.json", kPytorch + ", \"precision\": \"fp16\", "
+                                               "\"skipped_iterations\": 2"),
+                  {})
+            .training.skipped_iterations == 2);
+  std::string path = Config("s3.json", "\"seq_length\": 512, \"skipped_iterations\": 1");
+  CHECK(ErrorOf(path) == path +
+                             ": /training/skipped_iterations: 1 needs precision \"fp16\" "
+                             "(only the fp16 loss scaler skips steps)");
+  path = Config("s4.json", fp16 + ", \"skipped_iterations\": -1");
+  CHECK(ErrorOf(path).find(path + ": /training/skipped_iterations: ") == 0);
+}
+
+TEST_CASE("the precision-aware optimizer and its dtypes follow Megatron's rules", "[config]") {
+  const std::string dist =
+      "\"seq_length\": 512, \"data_parallel_size\": 2, \"global_batch_size\": 2, "
+      "\"use_distributed_optimizer\": true";
+  const Setup s = LoadSetup(
+      Config("pa1.json",
+             dist + ", \"use_precision_aware_optimizer\": true, \"main_params_dtype\": "
+                    "\"fp16\", \"exp_avg_dtype\": \"bf16\", \"exp_avg_sq_dtype\": \"fp8\""),
+      {});
+  CHECK(s.training.use_precision_aware_optimizer);
+  CHECK(s.training.main_params_dtype == Precision::kFp16);
+  CHECK(s.training.exp_avg_dtype == StateDtype::kBf16);
+  CHECK(s.training.exp_avg_sq_dtype == StateDtype::kFp8);
+  // OptimizerConfig.__post_init__: the dtypes stay fp32 without it.
+  std::string path = Config("pa2.json", dist + ", \"exp_avg_dtype\": \"bf16\"");
+  CHECK(ErrorOf(path) == path +
+                             ": /training/exp_avg_dtype: bf16 needs "
+                             "use_precision_aware_optimizer true (Megatron keeps it fp32 "
+                             "otherwise)");
+  CHECK_NOTHROW(LoadSetup(Config("pa3.json", dist + ", \"exp_avg_dtype\": \"fp32\""), {}));
+  // get_megatron_optimizer: only with the distributed optimizer.
+  path = Config("pa4.json", "\"seq_length\": 512, \"use_precision_aware_optimizer\": true");
+  CHECK(ErrorOf(path) == path +
+                             ": /training/use_precision_aware_optimizer: true needs "
+                             "use_distributed_optimizer true");
+  path = Config("pa5.json", dist +
+                                ", \"use_precision_aware_optimizer\": true, \"optimizer\": "
+                                "\"sgd\"");
+  CHECK(ErrorOf(path) == path +
+                             ": /training/use_precision_aware_optimizer: true needs "
+                             "optimizer \"adam\"");
+  CHECK(IsUnsupported(Config("pa6.json", dist + ", \"use_precision_aware_optimizer\": true, "
+                                                "\"precision\": \"fp32\"")));
+}
+
+TEST_CASE("framework pytorch: ZeRO-2/3 is unsupported without naming Megatron's ZeRO-1",
+          "[config]") {
+  const std::string path = Config("pt_zero2.json", kPytorch + ", \"zero_stage\": 2");
+  CHECK(ErrorOf(path) == "unsupported: " + path +
+                             ": /training/zero_stage: ZeRO stage 2 with framework \"pytorch\" "
+                             "(framework \"pytorch\" is one device without a data-parallel "
+                             "wrapper)");
 }
 
 }  // namespace

@@ -39,6 +39,7 @@ MODELLED = """
 --moe-router-topk --moe-ffn-hidden-size --moe-shared-expert-intermediate-size --moe-layer-freq
 --moe-token-dispatcher-type --moe-aux-loss-coeff --moe-permute-fusion --moe-expert-capacity-factor
 --moe-pad-expert-input-to-capacity --moe-grouped-gemm
+--use-precision-aware-optimizer --main-params-dtype --exp-avg-dtype --exp-avg-sq-dtype
 """.split()
 
 # Accepted without effect on memory, by name (flags common in published launch scripts).
@@ -57,24 +58,20 @@ NEUTRAL = """
 
 # Not modelled, with what memsim's answer then is (MindSpeed features: mindspeed/features_manager/).
 NOT_MODELLED = {
-    "--reuse-fp32-param": "MindSpeed's fp32 main parameters sharing storage with the 16-bit "
-                          "ones (features_manager/memory/reuse_fp32_param.py): memsim's estimate "
-                          "is high by up to 4 bytes per parameter",
+    "--reuse-fp32-param": "MindSpeed's fp32 main parameters sharing storage with the bf16 ones "
+                          "(mindspeed/core/memory/reuse_param/adaptor.py, "
+                          "reuse_fp32_param_distrib_optimizer_init): memsim's estimate is high "
+                          "by up to 2 bytes per parameter after setup",
     "--swap-attention": "MindSpeed's swap of attention activations to host memory "
-                        "(features_manager/memory/swap_attention.py): memsim's estimate is high",
-    "--use-fused-rmsnorm": "MindSpeed's fused RMSNorm kernel: it changes one norm's temporaries",
-    "--use-fused-swiglu": "MindSpeed's fused SwiGLU kernel: it changes one MLP's temporaries",
-    "--recompute-activation-function": "MindSpeed's activation-function recompute: memsim's "
+                        "(mindspeed/core/memory/swap_attention/swap_attention_apply.py): memsim's "
+                        "estimate is high by up to the attention activations each layer keeps",
+    "--use-fused-rmsnorm": "MindSpeed's fused RMSNorm kernel (mindspeed/core/fusions/"
+                           "fused_rms_norm.py): it changes one norm's temporaries",
+    "--use-fused-swiglu": "MindSpeed's fused SwiGLU kernel (mindspeed/core/fusions/"
+                          "fused_bias_swiglu.py): it changes one MLP's temporaries",
+    "--recompute-activation-function": "MindSpeed's activation-function recompute "
+                                       "(mindspeed/core/memory/recompute/activation/): memsim's "
                                        "estimate is high by the MLP activation's output",
-    "--use-precision-aware-optimizer": "Megatron's precision-aware optimizer (main parameters "
-                                       "and Adam state in --main-params-dtype / --exp-avg-dtype): "
-                                       "memsim keeps them fp32, an upper bound",
-    "--exp-avg-dtype": "Adam's exp_avg dtype with --use-precision-aware-optimizer; memsim keeps "
-                       "fp32, an upper bound",
-    "--exp-avg-sq-dtype": "Adam's exp_avg_sq dtype with --use-precision-aware-optimizer; memsim "
-                          "keeps fp32, an upper bound",
-    "--main-params-dtype": "the main parameters' dtype with --use-precision-aware-optimizer; "
-                           "memsim keeps fp32, an upper bound",
     "--moe-z-loss-coeff": "the router's z-loss: memsim omits its saved logits ([tokens, experts] "
                           "per MoE layer)",
     "--moe-router-dtype": "the router's fp32/fp64 logits: memsim keeps them in the activation "
@@ -88,7 +85,12 @@ NOT_MODELLED = {
     "--moe-token-drop-policy": "which tokens a capacity factor drops: no effect on sizes",
 }
 
+# Inference-only flags (text generation servers, RL rollouts' inference engine): they do not act
+# in a training run, so a keyword below (cuda-graph, moe, mamba) must not make them unsupported.
+INFERENCE_ONLY = r"^--(no-|disable-)?(inference-|decode-only-)"
+
 UNSUPPORTED = [
+    (r"dsa-indexer|(^|-)index-(topk|skip|share)|moba", "a sparse-attention indexer (DSA, MoBA)"),
     (r"moe|expert|num-experts|router|topk|shared-expert|deepep|grouped-gemm|token-dispatcher",
      "mixture of experts (not modelled yet)"),
     (r"fp8|fp4|fp6|mxfp|nvfp|quantiz", "low-precision (FP8/FP4) training"),
@@ -104,7 +106,7 @@ UNSUPPORTED = [
      r"^encoder-",
      "a model or training mode other than dense decoder pretraining"),
     (r"torch-fsdp2|use-custom-fsdp|fsdp2|layerzero|zero3|reuse-fp32-param|"
-     r"use-precision-aware-optimizer|exp-avg|main-params-dtype|optimizer-cpu|hetero",
+     r"optimizer-cpu|hetero|megatron-fsdp-main-params",
      "a parameter / optimizer-state layout memsim does not model"),
     (r"dualpipe|schedules-method|noop-layers|pipeline-model-parallel-layout|"
      r"decoder-first-pipeline|decoder-last-pipeline|account-for|num-layer-list|"
@@ -165,6 +167,8 @@ def classify(flag):
     if flag in NOT_MODELLED:
         return "kNotModelled", NOT_MODELLED[flag]
     body = flag[2:]
+    if re.search(INFERENCE_ONLY, flag):
+        return "kNeutral", ""
     for pattern, why in UNSUPPORTED:
         if re.search(pattern, body):
             return "kUnsupported", why
