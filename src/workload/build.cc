@@ -4,6 +4,7 @@
 
 #include "workload/data_parallel.h"
 #include "workload/emitter.h"
+#include "workload/hf_peft.h"
 #include "workload/kernels.h"
 #include "workload/modules/decoder_layer.h"
 #include "workload/optimizer.h"
@@ -16,16 +17,24 @@
 namespace memsim::workload {
 namespace {
 
-bool PlainPyTorch(const config::Setup& setup) { return setup.training.framework == "pytorch"; }
+bool PlainPyTorch(const config::Setup& setup) { return config::PyTorchLoop(setup.training); }
 
 // The optimizer's param groups: Megatron's (weight decay or not, model.h ParamGroups), or the
 // single group of torch.optim.AdamW(model.parameters()) in a plain PyTorch loop.
-RankParams MakeRankParams(const config::Setup& setup, int rank, const DecoderLayer& layer) {
+// With PEFT (hf_peft.h) the list is get_peft_model's and the optimizer gets the trainable
+// parameters only (Trainer.create_optimizer: those with requires_grad).
+RankParams MakeRankParams(const config::Setup& setup, int rank, const DecoderLayer& layer,
+                          PeftKernels* peft) {
   RankParams rp;
   rp.params = StageParams(setup, rank, layer);
+  if (UsesPeft(setup.training)) {
+    rp.params = ApplyPeft(setup, ComputeDims(setup), std::move(rp.params), peft);
+  }
   if (PlainPyTorch(setup)) {
     rp.groups.emplace_back();
-    for (int i = 0; i < static_cast<int>(rp.params.size()); ++i) rp.groups[0].push_back(i);
+    for (int i = 0; i < static_cast<int>(rp.params.size()); ++i) {
+      if (!rp.params[i].frozen) rp.groups[0].push_back(i);
+    }
   } else {
     rp.groups = ParamGroups(rp.params);
   }
@@ -41,13 +50,15 @@ Program Build(const config::Setup& setup, int pipeline_rank) {
 Program BuildWith(const config::Setup& setup, int pipeline_rank, const BuildParts& parts) {
   const ModelDims d = ComputeDims(setup);
   DecoderLayer layer = parts.layer ? parts.layer() : DecoderLayer::Dense();
-  const RankParams params = MakeRankParams(setup, pipeline_rank, layer);
+  PeftKernels peft;
+  const RankParams params = MakeRankParams(setup, pipeline_rank, layer, &peft);
   const int iterations = setup.training.train_iters;
   Emitter em(setup, pipeline_rank, iterations);
   std::unique_ptr<DataParallel> dp = parts.data_parallel
                                          ? parts.data_parallel(d, params)
                                          : NewDataParallel(setup, pipeline_rank, d, params);
   Kernels kernels(em, d, *dp);
+  if (peft.Active()) kernels.SetPeft(&peft);
   ModuleContext ctx{setup.model, d, em, kernels, SelectiveModules(setup.training, d.te)};
   PipelineExchange exchange(em, d);
   StageRunner runner(ctx, setup.training, pipeline_rank, layer, *dp, exchange);
@@ -62,10 +73,14 @@ Program BuildWith(const config::Setup& setup, int pipeline_rank, const BuildPart
 
 StaticSizes ComputeStaticSizes(const config::Setup& setup, int pipeline_rank) {
   const ModelDims d = ComputeDims(setup);
-  const RankParams params = MakeRankParams(setup, pipeline_rank, DecoderLayer::Dense());
+  PeftKernels peft;
+  const RankParams params = MakeRankParams(setup, pipeline_rank, DecoderLayer::Dense(), &peft);
   const std::unique_ptr<DataParallel> dp = NewDataParallel(setup, pipeline_rank, d, params);
   StaticSizes out;
-  for (const ParamTensor& pt : params.params) out.parameter_count += pt.numel;
+  for (const ParamTensor& pt : params.params) {
+    out.parameter_count += pt.numel;
+    if (!pt.frozen) out.trainable_parameter_count += pt.numel;
+  }
   for (const ShardSlice& s : dp->OptimizerSlices()) out.main_param_count += s.numel;
   const WrapperSizes w = dp->StaticSizes();
   out.parameter_bytes = w.parameter_bytes;
@@ -76,10 +91,17 @@ StaticSizes ComputeStaticSizes(const config::Setup& setup, int pipeline_rank) {
                                                  : 4 * out.main_param_count;
   // Adam exp_avg + exp_avg_sq, SGD momentum, in the optimizer's state dtype.
   const Bytes state_bytes = PlainPyTorch(setup) ? d.param_bytes : 4;
+  // One state tensor's bytes per updated slice (an adapter with its own fp32 storage keeps it).
+  Bytes one_state = 0;
+  for (const ShardSlice& s : dp->OptimizerSlices()) {
+    const ParamTensor& pt = params.params[s.param];
+    one_state += pt.storage_bytes > 0 && s.numel == pt.numel ? pt.storage_bytes
+                                                             : s.numel * state_bytes;
+  }
   if (setup.training.optimizer == config::OptimizerKind::kAdam) {
-    out.optimizer_state_bytes = 2 * state_bytes * out.main_param_count;
+    out.optimizer_state_bytes = 2 * one_state;
   } else if (setup.training.sgd_momentum > 0.0) {
-    out.optimizer_state_bytes = state_bytes * out.main_param_count;
+    out.optimizer_state_bytes = one_state;
   }
   out.main_grad_copy_bytes = d.mixed && d.grad_bytes == 2 ? 4 * out.main_param_count : 0;
   return out;

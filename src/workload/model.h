@@ -48,6 +48,9 @@ struct ModelDims {
   // Plain PyTorch under autocast to a dtype other than the weights': linears cast their weights
   // (kernels.h CastWeight) and weight grads are cast back (never under Megatron).
   bool weight_cast = false;
+  // framework "hf-trainer": the Transformers modelling code runs the model ([b, s, h]
+  // activations without Megatron's transpose, eager attention without Megatron's global buffer).
+  bool hf = false;
   bool layernorm = false;  // LayerNorm (mean + rstd, weight + bias) vs RMSNorm
   bool flash = true;       // flash/fused attention; false = Megatron unfused DotProductAttention
   bool te = true;          // transformer_impl == "transformer_engine"
@@ -78,6 +81,10 @@ struct ParamTensor {
   bool no_weight_decay = false;  // 1-D: biases and norm weights (Megatron `_get_param_groups`)
   bool shared_embedding = false;   // tied word embedding / output weight with p > 1
   bool sequence_parallel = false;  // replicated over TP and all-reduced with SP (norms, row biases)
+  // PEFT (hf_peft.h): a frozen parameter gets no .grad and no optimizer state; storage_bytes,
+  // when > 0, replaces numel × param_bytes (a 4-bit weight with its quantisation state).
+  bool frozen = false;
+  Bytes storage_bytes = 0;
 };
 
 ParamTensor MakeParam(std::string name, std::int64_t numel, std::int64_t row_numel, int chunk,

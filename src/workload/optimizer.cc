@@ -25,6 +25,12 @@ TorchOptimizer::TorchOptimizer(const config::TrainingConfig& tc, const RankParam
                                std::vector<MainTensor> main, Bytes state_bytes)
     : tc_(tc), params_(params), main_(std::move(main)), state_bytes_(state_bytes) {}
 
+Bytes TorchOptimizer::StateBytes(const MainTensor& mt) const {
+  const ParamTensor& pt = params_.params[mt.param];
+  if (pt.storage_bytes > 0 && pt.numel > 0 && mt.numel == pt.numel) return pt.storage_bytes;
+  return mt.numel * state_bytes_;
+}
+
 void TorchOptimizer::Step(Emitter& em) {
   for (int gi = 0; gi < static_cast<int>(params_.groups.size()); ++gi) {
     std::int64_t group_numel = 0;
@@ -45,8 +51,8 @@ void TorchOptimizer::AdamGroup(Emitter& em, int gi, std::int64_t group_numel) {
     for (const MainTensor& mt : main_) {
       if (mt.group != gi) continue;
       const std::string& name = params_.params[mt.param].name;
-      em.Alloc(mt.numel * state_bytes_, Category::kOptimizerStates, "optim.exp_avg." + name);
-      em.Alloc(mt.numel * state_bytes_, Category::kOptimizerStates, "optim.exp_avg_sq." + name);
+      em.Alloc(StateBytes(mt), Category::kOptimizerStates, "optim.exp_avg." + name);
+      em.Alloc(StateBytes(mt), Category::kOptimizerStates, "optim.exp_avg_sq." + name);
     }
   }
   const bool foreach = tc_.optimizer_impl == config::OptimizerImpl::kForeach;
@@ -57,7 +63,7 @@ void TorchOptimizer::AdamGroup(Emitter& em, int gi, std::int64_t group_numel) {
     std::vector<TensorId> tmp;
     for (const MainTensor& mt : main_) {
       if (mt.group != gi) continue;
-      tmp.push_back(em.Alloc(mt.numel * state_bytes_, Category::kTemporaries,
+      tmp.push_back(em.Alloc(StateBytes(mt), Category::kTemporaries,
                              "optim.decayed_grad." + params_.params[mt.param].name));
     }
     for (TensorId id : tmp) em.Free(id);
@@ -69,7 +75,7 @@ void TorchOptimizer::AdamGroup(Emitter& em, int gi, std::int64_t group_numel) {
     std::vector<TensorId> tmp;
     for (const MainTensor& mt : main_) {
       if (mt.group != gi) continue;
-      tmp.push_back(em.Alloc(mt.numel * state_bytes_, Category::kTemporaries,
+      tmp.push_back(em.Alloc(StateBytes(mt), Category::kTemporaries,
                              "optim.exp_avg_sq_sqrt." + params_.params[mt.param].name));
     }
     for (TensorId id : tmp) em.Free(id);
@@ -89,14 +95,14 @@ void TorchOptimizer::SgdGroup(Emitter& em, int gi, std::int64_t group_numel) {
   if (foreach && decays && tc_.weight_decay != 0.0) {
     for (const MainTensor& mt : main_) {
       if (mt.group != gi) continue;
-      tmp.push_back(em.Alloc(mt.numel * state_bytes_, Category::kTemporaries,
+      tmp.push_back(em.Alloc(StateBytes(mt), Category::kTemporaries,
                              "optim.decayed_grad." + params_.params[mt.param].name));
     }
   }
   if (!has_state_ && tc_.sgd_momentum > 0.0) {
     for (const MainTensor& mt : main_) {
       if (mt.group != gi) continue;
-      em.Alloc(mt.numel * state_bytes_, Category::kOptimizerStates,
+      em.Alloc(StateBytes(mt), Category::kOptimizerStates,
                "optim.momentum_buffer." + params_.params[mt.param].name);
     }
   }

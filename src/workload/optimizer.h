@@ -41,6 +41,10 @@ class TorchOptimizer {
  private:
   void AdamGroup(Emitter& em, int group, std::int64_t group_numel);
   void SgdGroup(Emitter& em, int group, std::int64_t group_numel);
+  // Bytes of one state tensor of `mt`: state_bytes per element, or the parameter's own element
+  // size where it has its own storage (PEFT's fp32 adapters on a 16-bit model; torch.optim
+  // makes the state zeros_like(param)).
+  Bytes StateBytes(const MainTensor& mt) const;
 
   const config::TrainingConfig& tc_;
   const RankParams& params_;

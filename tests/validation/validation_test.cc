@@ -27,9 +27,6 @@ TEST_CASE("validation: unmodelled cases are reported unsupported, the rest run",
   const std::vector<std::string> unsupported = {
       "alcf-polaris-llama7b-tp2-zero2-dp4",                // DeepSpeed ZeRO-2
       "dgxc-llama3.1-8b-bf16-8gpu-mbs4-seq8192-ckptload",  // CUDA graphs + checkpoint resume
-      "hf-bert-large-v100-bs1-ga4-gradckpt-fp32",          // Hugging Face Trainer
-      "hf-bert-large-v100-bs4-fp16amp",
-      "hf-bert-large-v100-bs4-fp32",
       "mcore-doc-dsv3proxy-14L-pp4-ep16-baseline",  // MoE (expert parallelism)
       "sseo-dmoe64-top1-ep4-groupedgemm",           // MoE
       "sseo-moe64-top1-ep4-capacity1.0",
