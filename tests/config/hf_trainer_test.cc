@@ -199,5 +199,40 @@ TEST_CASE("hf-trainer: a LoRA run builds", "[config][hf]") {
   CHECK_NOTHROW(workload::Build(s, 0));
 }
 
+// A TrainingArguments JSON as trainer.args.to_json_string() prints it (a few of its fields, one
+// this memsim does not know) and an adapter_config.json, both referenced by path.
+TEST_CASE("hf-trainer: training_args and adapter_config files", "[config][hf]") {
+  Write("args.json", "{\"output_dir\": \"out\", \"per_device_train_batch_size\": 4, "
+                     "\"gradient_accumulation_steps\": 2, \"bf16\": true, \"optim\": "
+                     "\"adamw_torch_fused\", \"max_steps\": 5, \"learning_rate\": 2e-05, "
+                     "\"some_future_field\": 1}");
+  Write("adapter.json", "{\"peft_type\": \"LORA\", \"r\": 16, \"lora_alpha\": 32, "
+                        "\"target_modules\": [\"q_proj\", \"k_proj\"], \"task_type\": "
+                        "\"CAUSAL_LM\", \"base_model_name_or_path\": \"x\"}");
+  const std::string path = Write(
+      "t1.json", "{\"model\": \"llama3-8b\", \"device\": \"l40s-48g\", \"training\": "
+                 "{\"framework\": \"hf-trainer\", \"training_args\": \"args.json\", "
+                 "\"max_seq_length\": 256, \"torch_dtype\": \"bfloat16\", "
+                 "\"adapter_config\": \"adapter.json\"}}");
+  const Setup s = LoadSetup(path, {});
+  CHECK(s.training.micro_batch_size == 4);
+  CHECK(s.training.num_micro_batches == 2);
+  CHECK(s.training.train_iters == 5);
+  CHECK(s.training.optimizer_impl == OptimizerImpl::kFused);
+  CHECK(s.training.lora_r == 16);
+  CHECK(std::any_of(s.warnings.begin(), s.warnings.end(), [](const std::string& w) {
+    return w.find("args.json: TrainingArguments fields memsim does not know, ignored: "
+                  "some_future_field") != std::string::npos;
+  }));
+  // A TrainingArguments field inline next to training_args is refused (the file holds them).
+  const std::string both = Write(
+      "t2.json", "{\"model\": \"llama3-8b\", \"device\": \"l40s-48g\", \"training\": "
+                 "{\"framework\": \"hf-trainer\", \"training_args\": \"args.json\", "
+                 "\"max_seq_length\": 256, \"fp16\": true}}");
+  CHECK(ErrorOf(both).find("/training/fp16: unknown key") != std::string::npos);
+  // LoRA r = 16 on q_proj and k_proj: 32 × 16 × ((4096 + 4096) + (4096 + 1024)) = 6,815,744.
+  CHECK(workload::ComputeStaticSizes(s, 0).trainable_parameter_count == 6815744);
+}
+
 }  // namespace
 }  // namespace memsim::config
