@@ -107,6 +107,14 @@ std::string CommaList(const std::vector<std::string>& names) {
 
 }  // namespace
 
+Document FindReferencedDocument(const std::string& ref, const std::string& location,
+                                const Document& from, const std::string& what) {
+  std::string label;
+  std::optional<Document> d = ReadByPath(ref, &from, &label);
+  if (!d) throw InputError(fmt::format("{}: cannot read {} {}", location, what, Printable(label)));
+  return *d;
+}
+
 Document ReadConfigDocument(const std::string& config_path, bool use_embedded_default) {
   if (config_path.empty()) {
     if (!use_embedded_default) throw InputError("no config file given");

@@ -34,6 +34,11 @@ Document FindModelDocument(const std::string& ref, const std::string& location, 
 // resolved as FindModelDocument does.
 Document FindDeviceDocument(const std::string& ref, const std::string& location, const Document* from);
 
+// Another JSON file a document refers to by path (a TrainingArguments JSON, an
+// adapter_config.json), relative to `from`. Error: "<location>: cannot read <what> <path>".
+Document FindReferencedDocument(const std::string& ref, const std::string& location,
+                                const Document& from, const std::string& what);
+
 // The embedded preset names, comma-separated ("a100-40g, a100-80g, ..."), for messages.
 std::string KnownDevices();
 

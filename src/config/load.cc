@@ -9,6 +9,7 @@
 
 #include "config/derive.h"
 #include "config/documents.h"
+#include "config/hf_trainer.h"
 #include "config/load_internal.h"
 #include "config/moe.h"
 #include "config/origin.h"
@@ -189,19 +190,39 @@ Setup LoadParsedConfig(const Document& config, const Json& root, const Source& s
   // Unsupported features first, so that a config for another stack says "unsupported" rather
   // than naming its first unknown key; then unknown keys, before any value is read (a misspelt
   // key is reported as such, not as a missing one).
-  internal::RejectUnsupported(t);
-  std::vector<std::string> known = internal::TrainingKeys();
-  known.insert(known.end(), internal::MegatronArchitectureKeys().begin(),
-               internal::MegatronArchitectureKeys().end());
-  known.insert(known.end(), internal::MegatronMoeArchitectureKeys().begin(),
-               internal::MegatronMoeArchitectureKeys().end());
-  known.insert(known.end(), internal::MoeTrainingKeys().begin(), internal::MoeTrainingKeys().end());
-  t.RejectUnknown(known);
+  // framework "hf-trainer" has its own key set (TrainingArguments names, hf_trainer.h).
+  const bool hf_trainer = internal::IsHfTrainer(t);
+  if (hf_trainer) {
+    s.training = internal::ReadHfTrainer(t, config, &s.notes, &s.warnings);
+  } else {
+    internal::RejectUnsupported(t);
+    std::vector<std::string> known = internal::TrainingKeys();
+    known.insert(known.end(), internal::MegatronArchitectureKeys().begin(),
+                 internal::MegatronArchitectureKeys().end());
+    known.insert(known.end(), internal::MegatronMoeArchitectureKeys().begin(),
+                 internal::MegatronMoeArchitectureKeys().end());
+    known.insert(known.end(), internal::MoeTrainingKeys().begin(),
+                 internal::MoeTrainingKeys().end());
+    t.RejectUnknown(known);
+  }
 
   internal::LocatedModel located = ReadModel(top, config, options, &s);
-  internal::ApplyMegatronArchitecture(t, &located, &s.notes);
+  if (!hf_trainer) internal::ApplyMegatronArchitecture(t, &located, &s.notes);
   s.model = located.model;
-  s.training = internal::ReadTraining(t, &s.notes, &s.warnings);
+  if (!hf_trainer) s.training = internal::ReadTraining(t, &s.notes, &s.warnings);
+  if (s.training.lora_r > 0 && s.model.model_type != "llama" && s.model.model_type != "mistral" &&
+      s.model.model_type != "qwen2" && s.model.model_type != "qwen3") {
+    throw UnsupportedError(fmt::format("{}: LoRA on model_type '{}' (memsim maps target_modules onto "
+                                       "llama-family layers: llama, mistral, qwen2, qwen3)",
+                                       (s.model_path.empty() ? std::string("model") : s.model_path), s.model.model_type));
+  }
+  if (s.model.type_vocab_size > 0 && !PyTorchLoop(s.training)) {
+    throw UnsupportedError(fmt::format(
+        "{}: encoder model_type '{}' under framework \"{}\" (memsim models encoders with "
+        "framework \"hf-trainer\" or \"pytorch\")",
+        located.where.count("model_type") ? located.where["model_type"] : s.model_path,
+        s.model.model_type, s.training.framework));
+  }
   internal::Origin origin{source, located.where,
                           t.PositiveInt("num_virtual_stages_per_pipeline_rank"),
                           t.PositiveInt("gradient_accumulation_steps")};

@@ -70,6 +70,19 @@ constexpr Family kFamilies[] = {
     // activation_function gelu_new, resid/attn/embd_pdrop 0.1, tied embeddings.
     {"gpt2", 50257, 768, 0, 12, 12, 0, 0, 1024, true, "gelu_new", false, true, true, false, false,
      true, 0.1, 0.1, false},
+    // BertConfig (transformers/models/bert/configuration_bert.py): vocab 30522, hidden 768,
+    // 12 layers, 12 heads, intermediate 3072, gelu, hidden_dropout_prob and
+    // attention_probs_dropout_prob 0.1, max_position_embeddings 512; modeling_bert.py: LayerNorm,
+    // biases on every nn.Linear, absolute learned positions. The encoder pieces (token types,
+    // embedding LayerNorm, classification head) are read by ReadEncoder.
+    {"bert", 30522, 768, 3072, 12, 12, 0, 0, 512, true, "gelu", false, true, true, false, false,
+     true, 0.1, 0.1, false},
+    // RobertaConfig: vocab 50265 in roberta-base's config.json (the class default is BertConfig's
+    // 30522), max_position_embeddings 514; modeling_roberta.py is BERT's code with a
+    // RobertaClassificationHead (dense + tanh + out_proj) instead of pooler + classifier, the
+    // same parameters.
+    {"roberta", 50265, 768, 3072, 12, 12, 0, 0, 514, true, "gelu", false, true, true, false, false,
+     true, 0.1, 0.1, false},
 };
 
 // Model types memsim recognises but does not model.
@@ -80,8 +93,6 @@ struct Unmodelled {
 constexpr Unmodelled kUnmodelled[] = {
     {"deepseek_v2", "model_type 'deepseek_v2' (mixture of experts, multi-head latent attention)"},
     {"deepseek_v3", "model_type 'deepseek_v3' (mixture of experts, multi-head latent attention)"},
-    {"bert", "encoder model_type 'bert'"},
-    {"roberta", "encoder model_type 'roberta'"},
     {"t5", "encoder-decoder model_type 't5'"},
 };
 
@@ -240,6 +251,40 @@ void ReadArchitecture(ObjectReader& r, const Family& fam, LocatedModel& out,
   if (IsMoeModelType(m.model_type)) ReadHfMoe(r, out, notes);
 }
 
+// The encoder pieces of model_type bert / roberta (modeling_bert.py BertEmbeddings,
+// BertForSequenceClassification): hidden_dropout_prob and attention_probs_dropout_prob,
+// token types, and the head named by `architectures` (only *ForSequenceClassification is
+// modelled; num_labels from num_labels or id2label, PretrainedConfig's default 2).
+void ReadEncoder(ObjectReader& r, LocatedModel& out) {
+  ModelConfig& m = out.model;
+  if (m.model_type != "bert" && m.model_type != "roberta") return;
+  m.hidden_dropout = r.Number("hidden_dropout_prob", 0, 1, false, true).value_or(0.1);
+  m.attention_dropout = r.Number("attention_probs_dropout_prob", 0, 1, false, true).value_or(0.1);
+  (void)r.Number("classifier_dropout", 0, 1, false, true);  // a [b, h] mask: not emitted
+  if (std::optional<std::string> p = r.String("position_embedding_type"); p && *p != "absolute") {
+    throw UnsupportedError(fmt::format("{}: position_embedding_type \"{}\" (memsim models "
+                                       "\"absolute\")",
+                                       r.At("position_embedding_type"), Printable(*p)));
+  }
+  m.type_vocab_size = r.PositiveInt("type_vocab_size").value_or(2);
+  m.sequence_classification = true;
+  if (const Json* a = r.Get("architectures"); a != nullptr && a->is_array() && !a->empty() &&
+                                              (*a)[0].is_string()) {
+    const std::string arch = (*a)[0].get<std::string>();
+    if (arch.find("ForSequenceClassification") == std::string::npos) {
+      throw UnsupportedError(fmt::format("{}: head '{}' (memsim models the encoder with a "
+                                         "*ForSequenceClassification head)",
+                                         r.At("architectures"), Printable(arch)));
+    }
+  }
+  if (std::optional<int> n = r.PositiveInt("num_labels")) {
+    m.num_labels = *n;
+  } else if (const Json* ids = r.Get("id2label"); ids != nullptr && ids->is_object() && !ids->empty()) {
+    m.num_labels = static_cast<int>(ids->size());
+  }
+  (void)r.Get("label2id");
+}
+
 }  // namespace
 
 LocatedModel ReadHfModel(const Source& source, const Json& object, const std::string& pointer,
@@ -250,6 +295,7 @@ LocatedModel ReadHfModel(const Source& source, const Json& object, const std::st
   out.model.model_type = std::string(fam.model_type);
   ReadSizes(r, fam, out, notes);
   ReadArchitecture(r, fam, out, notes);
+  ReadEncoder(r, out);
   for (const std::string& key : r.Unread()) {
     notes->push_back(fmt::format("{}: ignored (not used by memsim)", r.At(key)));
   }

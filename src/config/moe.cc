@@ -204,10 +204,10 @@ void CheckMoe(const Setup& s, const Origin& origin) {
     }
     return;
   }
-  if (c.framework == "pytorch") {
+  if (PyTorchLoop(c)) {
     throw UnsupportedError(fmt::format("{}: a mixture-of-experts model under framework "
-                                       "\"pytorch\" (memsim models Megatron-core's MoE layer)",
-                                       origin.Model("num_experts")));
+                                       "\"{}\" (memsim models Megatron-core's MoE layer)",
+                                       origin.Model("num_experts"), c.framework));
   }
   if (c.use_megatron_fsdp) {
     throw UnsupportedError(fmt::format("{}: Megatron-FSDP with a mixture-of-experts model",

@@ -190,7 +190,7 @@ void CheckLayerPasses(const Setup& s, const Origin& origin) {
                      "num_hidden_layers{}",
                      c.train_iters, c.num_micro_batches, layers / c.pipeline_model_parallel_size,
                      stage_passes, kMaxStageLayerPasses,
-                     c.use_megatron_fsdp || c.framework == "pytorch"
+                     c.use_megatron_fsdp || PyTorchLoop(c)
                          ? ""
                          : ", or raise pipeline_model_parallel_size"));
   }
@@ -199,7 +199,7 @@ void CheckLayerPasses(const Setup& s, const Origin& origin) {
 // Weights, gradients and optimizer state of the largest pipeline stage within kMaxRankBytes.
 void CheckRankParameters(const Setup& s, const Origin& origin, const RankParameters& p) {
   // Plain PyTorch runs on one device: no model parallelism to suggest.
-  const char* more = s.training.framework == "pytorch"
+  const char* more = PyTorchLoop(s.training)
                          ? ""
                          : ", or raise tensor_model_parallel_size or pipeline_model_parallel_size";
   if (p.total * kStateBytesPerParameter > kMaxRankBytes) {

@@ -3,14 +3,18 @@
 
 namespace memsim::config {
 
+bool PyTorchLoop(const TrainingConfig& c) {
+  return c.framework == "pytorch" || c.framework == "hf-trainer";
+}
+
 DataParallelWrapper DataParallelOf(const TrainingConfig& c) {
-  if (c.framework == "pytorch") return SingleDevice{c.zero_grad_set_to_none};
+  if (PyTorchLoop(c)) return SingleDevice{c.zero_grad_set_to_none};
   if (c.use_megatron_fsdp) return MegatronFsdp{c.fsdp_sharding};
   return MegatronDdp{c.use_distributed_optimizer};
 }
 
 std::int64_t PaddedVocabSize(const ModelConfig& m, const TrainingConfig& c) {
-  if (c.framework == "pytorch") return m.vocab_size;
+  if (PyTorchLoop(c)) return m.vocab_size;
   const std::int64_t multiple =
       std::int64_t{m.make_vocab_size_divisible_by} * c.tensor_model_parallel_size;
   return (m.vocab_size + multiple - 1) / multiple * multiple;

@@ -66,6 +66,15 @@ struct ModelConfig {
   bool moe_shared_expert_gate = false;  // Qwen2-MoE's shared_expert_gate ([1, h] linear)
   // Which layers are MoE layers, by global index; empty = every layer (with num_experts > 1).
   std::vector<bool> moe_layer_pattern;
+  // What sits on top of the last layer: a language-model head (the *ForCausalLM classes), or
+  // BertForSequenceClassification's pooler (dense [h, h] + tanh on the first token), dropout and
+  // classifier [num_labels, h] (transformers/models/bert/modeling_bert.py BertPooler,
+  // BertForSequenceClassification). Encoder models (model_type "bert") only.
+  bool sequence_classification = false;
+  int num_labels = 2;                 // BertConfig / PretrainedConfig default 2
+  // BertEmbeddings: token_type_embeddings [type_vocab_size, h] and a LayerNorm after the sum;
+  // 0 for decoder models (no token types, no embedding norm).
+  int type_vocab_size = 0;
   int make_vocab_size_divisible_by = 128;
   // The rows of the embedding and output layer: PaddedVocabSize (below), stored by LoadSetup.
   std::int64_t padded_vocab_size = 0;
@@ -79,8 +88,10 @@ struct ModelConfig {
 enum class FsdpSharding { kNoShard, kOptim, kOptimGrads };
 
 struct TrainingConfig {
-  // The training stack: "megatron" (Megatron-core with its DDP or Megatron-FSDP) or "pytorch"
-  // (plain PyTorch on one device, no data-parallel wrapper: all parallel sizes 1).
+  // The training stack: "megatron" (Megatron-core with its DDP or Megatron-FSDP), "pytorch"
+  // (plain PyTorch on one device, no data-parallel wrapper: all parallel sizes 1) or
+  // "hf-trainer" (the Hugging Face Trainer on one device, read from TrainingArguments names by
+  // config/hf_trainer.cc into the same fields: a plain PyTorch loop, PyTorchLoop below).
   std::string framework = "megatron";
   int seq_length = 0;
   int micro_batch_size = 1;
@@ -176,6 +187,26 @@ struct TrainingConfig {
   // megatron/core/num_microbatches_calculator.py); with framework "pytorch" the gradient
   // accumulation steps.
   int num_micro_batches = 1;
+  // hf-trainer: TrainingArguments.eval_steps (0 = no evaluation inside training). Read and
+  // reported; the evaluation pass itself is not modelled yet (a warning says so).
+  int eval_steps = 0;
+  // hf-trainer: a PEFT LoRA adapter (adapter_config.json; peft/tuners/lora/config.py LoraConfig
+  // and tuners/lora/layer.py LoraLayer.update_layer). r = 0: no adapter, every parameter
+  // trained. With an adapter the base model is frozen (no .grad, no optimizer state) except
+  // modules_to_save, and each targeted linear gains lora_A [r, in] and lora_B [out, r].
+  int lora_r = 0;
+  double lora_alpha = 8;
+  double lora_dropout = 0.0;
+  // Transformers module names of the decoder's linears: q_proj, k_proj, v_proj, o_proj,
+  // gate_proj, up_proj, down_proj ("all-linear" expands to these).
+  std::vector<std::string> lora_target_modules;
+  std::vector<std::string> lora_modules_to_save;
+  // bitsandbytes 4-bit base weights (BitsAndBytesConfig load_in_4bit, bnb_4bit_quant_type nf4):
+  // the decoder layers' linear weights stored packed, two values a byte, with their
+  // quantisation state (bitsandbytes/functional.py quantize_4bit: an fp32 absmax per 64-value
+  // block; with double quantisation a uint8 absmax per block plus fp32 absmax per 256 blocks).
+  bool load_in_4bit = false;
+  bool bnb_4bit_use_double_quant = false;
   bool operator==(const TrainingConfig&) const = default;
 };
 
@@ -189,20 +220,25 @@ struct MegatronFsdp {  // Megatron-FSDP (--use-megatron-fsdp)
   FsdpSharding sharding = FsdpSharding::kNoShard;
   bool operator==(const MegatronFsdp&) const = default;
 };
-struct SingleDevice {  // framework "pytorch": no wrapper, one device
+struct SingleDevice {  // framework "pytorch" or "hf-trainer": no wrapper, one device
   bool zero_grad_set_to_none = true;
   bool operator==(const SingleDevice&) const = default;
 };
 using DataParallelWrapper = std::variant<MegatronDdp, MegatronFsdp, SingleDevice>;
 
-// The wrapper `c` describes: SingleDevice for framework "pytorch", MegatronFsdp when
+// Whether `c` runs a plain PyTorch training loop (framework "pytorch" or "hf-trainer", whose
+// Trainer.training_step is forward, loss.backward, and optimizer.step every
+// gradient_accumulation_steps micro-batches: transformers/trainer.py _inner_training_loop).
+bool PyTorchLoop(const TrainingConfig& c);
+
+// The wrapper `c` describes: SingleDevice for a PyTorch loop, MegatronFsdp when
 // use_megatron_fsdp, else MegatronDdp. A pure function of the loaded TrainingConfig.
 DataParallelWrapper DataParallelOf(const TrainingConfig& c);
 
 // The vocabulary rows of the embedding and output layer, the one definition every module uses.
 // framework "megatron": vocab_size rounded up to a multiple of make_vocab_size_divisible_by × TP
 // (Megatron _vocab_size_with_padding, megatron/training/tokenizer/tokenizer.py). framework
-// "pytorch": vocab_size (a Hugging Face model keeps config.vocab_size rows). int64: the product
+// "pytorch" / "hf-trainer": vocab_size (a Hugging Face model keeps config.vocab_size rows). int64: the product
 // can pass 2^31 (config/rules.h bounds it at 2^27).
 std::int64_t PaddedVocabSize(const ModelConfig& m, const TrainingConfig& c);
 

@@ -625,7 +625,8 @@ void RejectUnsupported(ObjectReader& t) {
   if (std::optional<std::string> fw = t.String("framework");
       fw && *fw != "megatron" && *fw != kPytorch) {
     throw UnsupportedError(
-        fmt::format("{}: framework '{}' (memsim models \"megatron\" and \"pytorch\")",
+        fmt::format("{}: framework '{}' (memsim models \"megatron\", \"pytorch\" and "
+                    "\"hf-trainer\")",
                     t.At("framework"), Printable(*fw)));
   }
   const bool fsdp = t.Bool("use_megatron_fsdp").value_or(false);

@@ -189,7 +189,7 @@ json SetupJson(const config::Setup& setup) {
       {"recompute_granularity", RecomputeName(t.recompute_granularity)},
       {"use_flash_attn", t.use_flash_attn},
       {"train_iters", t.train_iters}};
-  if (t.framework == "pytorch") {  // absent from Megatron reports (their schema is unchanged)
+  if (config::PyTorchLoop(t)) {  // absent from Megatron reports (their schema is unchanged)
     j["training"]["torch_dtype"] = PrecisionName(t.torch_dtype);
     j["training"]["zero_grad_set_to_none"] = t.zero_grad_set_to_none;
   }
@@ -276,15 +276,17 @@ std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& s
       t.tensor_model_parallel_size, t.pipeline_model_parallel_size, t.data_parallel_size,
       t.context_parallel_size, t.sequence_parallel ? " SP" : "", t.seq_length, t.micro_batch_size,
       m,
-      t.framework == "pytorch"
-          ? fmt::format("plain PyTorch, {} weights, {}", PrecisionName(t.torch_dtype),
+      config::PyTorchLoop(t)
+          ? fmt::format("{}, {} weights, {}",
+                        t.framework == "hf-trainer" ? "HF Trainer" : "plain PyTorch",
+                        PrecisionName(t.torch_dtype),
                         t.precision == config::Precision::kFp32
                             ? std::string("no autocast")
                             : fmt::format("{} autocast", PrecisionName(t.precision)))
           : std::string(PrecisionName(t.precision)),
       t.optimizer == config::OptimizerKind::kSgd ? "SGD"
       : t.adam_coupled_weight_decay              ? "Adam (L2 weight decay)"
-      : t.framework == "pytorch"                 ? "AdamW"
+      : config::PyTorchLoop(t)                   ? "AdamW"
                                                  : "Adam",
       OptimizerDetail(t), RecomputeDetail(t));
   out += SkippedStepsLines(t);

@@ -4,6 +4,7 @@
 
 #include "workload/data_parallel.h"
 #include "workload/emitter.h"
+#include "workload/hf_peft.h"
 #include "workload/kernels.h"
 #include "workload/modules/decoder_layer.h"
 #include "workload/optimizer.h"
@@ -16,16 +17,24 @@
 namespace memsim::workload {
 namespace {
 
-bool PlainPyTorch(const config::Setup& setup) { return setup.training.framework == "pytorch"; }
+bool PlainPyTorch(const config::Setup& setup) { return config::PyTorchLoop(setup.training); }
 
 // The optimizer's param groups: Megatron's (weight decay or not, model.h ParamGroups), or the
 // single group of torch.optim.AdamW(model.parameters()) in a plain PyTorch loop.
-RankParams MakeRankParams(const config::Setup& setup, int rank, const DecoderLayer& layer) {
+// With PEFT (hf_peft.h) the list is get_peft_model's and the optimizer gets the trainable
+// parameters only (Trainer.create_optimizer: those with requires_grad).
+RankParams MakeRankParams(const config::Setup& setup, int rank, const DecoderLayer& layer,
+                          PeftKernels* peft) {
   RankParams rp;
   rp.params = StageParams(setup, rank, layer);
+  if (UsesPeft(setup.training)) {
+    rp.params = ApplyPeft(setup, ComputeDims(setup), std::move(rp.params), peft);
+  }
   if (PlainPyTorch(setup)) {
     rp.groups.emplace_back();
-    for (int i = 0; i < static_cast<int>(rp.params.size()); ++i) rp.groups[0].push_back(i);
+    for (int i = 0; i < static_cast<int>(rp.params.size()); ++i) {
+      if (!rp.params[i].frozen) rp.groups[0].push_back(i);
+    }
   } else {
     rp.groups = ParamGroups(rp.params);
   }
@@ -41,13 +50,15 @@ Program Build(const config::Setup& setup, int pipeline_rank) {
 Program BuildWith(const config::Setup& setup, int pipeline_rank, const BuildParts& parts) {
   const ModelDims d = ComputeDims(setup);
   DecoderLayer layer = parts.layer ? parts.layer() : DecoderLayer::ForModel(setup.model);
-  const RankParams params = MakeRankParams(setup, pipeline_rank, layer);
+  PeftKernels peft;
+  const RankParams params = MakeRankParams(setup, pipeline_rank, layer, &peft);
   const int iterations = setup.training.train_iters;
   Emitter em(setup, pipeline_rank, iterations);
   std::unique_ptr<DataParallel> dp = parts.data_parallel
                                          ? parts.data_parallel(d, params)
                                          : NewDataParallel(setup, pipeline_rank, d, params);
   Kernels kernels(em, d, *dp);
+  if (peft.Active()) kernels.SetPeft(&peft);
   ModuleContext ctx{setup.model, d, em, kernels, SelectiveModules(setup.training, d.te)};
   PipelineExchange exchange(em, d);
   StageRunner runner(ctx, setup.training, pipeline_rank, layer, *dp, exchange);
@@ -62,11 +73,15 @@ Program BuildWith(const config::Setup& setup, int pipeline_rank, const BuildPart
 
 StaticSizes ComputeStaticSizes(const config::Setup& setup, int pipeline_rank) {
   const ModelDims d = ComputeDims(setup);
+  PeftKernels peft;
   const RankParams params =
-      MakeRankParams(setup, pipeline_rank, DecoderLayer::ForModel(setup.model));
+      MakeRankParams(setup, pipeline_rank, DecoderLayer::ForModel(setup.model), &peft);
   const std::unique_ptr<DataParallel> dp = NewDataParallel(setup, pipeline_rank, d, params);
   StaticSizes out;
-  for (const ParamTensor& pt : params.params) out.parameter_count += pt.numel;
+  for (const ParamTensor& pt : params.params) {
+    out.parameter_count += pt.numel;
+    if (!pt.frozen) out.trainable_parameter_count += pt.numel;
+  }
   for (const ShardSlice& s : dp->OptimizerSlices()) out.main_param_count += s.numel;
   const WrapperSizes w = dp->StaticSizes();
   out.parameter_bytes = w.parameter_bytes;
@@ -79,11 +94,21 @@ StaticSizes ComputeStaticSizes(const config::Setup& setup, int pipeline_rank) {
                          : aware                 ? layout.master_param * out.main_param_count
                          : dp->HoldsMainParams() ? w.main_param_bytes
                                                  : 4 * out.main_param_count;
-  // Adam exp_avg + exp_avg_sq, SGD momentum, in the optimizer's state dtypes.
+  // Adam exp_avg + exp_avg_sq, SGD momentum, in the optimizer's state dtypes; a parameter with
+  // its own storage (PEFT's fp32 adapter on a 16-bit model) keeps its state that size
+  // (torch.optim makes the state zeros_like(param)).
+  const auto state_of = [&](Bytes per_element) {
+    Bytes sum = 0;
+    for (const ShardSlice& s : dp->OptimizerSlices()) {
+      const ParamTensor& pt = params.params[s.param];
+      sum += pt.storage_bytes > 0 && s.numel == pt.numel ? pt.storage_bytes : s.numel * per_element;
+    }
+    return sum;
+  };
   if (setup.training.optimizer == config::OptimizerKind::kAdam) {
-    out.optimizer_state_bytes = (layout.exp_avg + layout.exp_avg_sq) * out.main_param_count;
+    out.optimizer_state_bytes = state_of(layout.exp_avg) + state_of(layout.exp_avg_sq);
   } else if (setup.training.sgd_momentum > 0.0) {
-    out.optimizer_state_bytes = layout.exp_avg * out.main_param_count;
+    out.optimizer_state_bytes = state_of(layout.exp_avg);
   }
   out.main_grad_copy_bytes = d.mixed && d.grad_bytes == 2 && !aware ? 4 * out.main_param_count : 0;
   return out;

@@ -61,6 +61,9 @@ Program BuildWith(const config::Setup& setup, int pipeline_rank, const BuildPart
 struct StaticSizes {
   std::int64_t parameter_count = 0;   // Ψ: parameters held by this rank (unpadded)
   std::int64_t main_param_count = 0;  // elements the optimizer updates (Ψ or its 1/d shard)
+  // Elements with requires_grad (PEFT's print_trainable_parameters "trainable params"); = Ψ
+  // without PEFT.
+  std::int64_t trainable_parameter_count = 0;
   Bytes parameter_bytes = 0;          // model params (the padded param buffer with dist-opt)
   Bytes gradient_bytes = 0;           // DDP grad buffers (padded)
   Bytes main_param_bytes = 0;         // fp32 master copies (full, or shards); 0 for fp32

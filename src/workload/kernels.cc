@@ -1,5 +1,8 @@
 #include "workload/kernels.h"
 
+#include "core/check.h"
+#include "workload/hf_peft.h"
+
 #include <fmt/format.h>
 
 namespace memsim::workload {
@@ -70,7 +73,67 @@ TensorId Kernels::ColumnParallelInputGrad(const std::string& label) {
 
 void Kernels::SmallWeightGrad(std::int64_t numel, const std::string& label,
                               const std::string& param) {
-  sink_.TakeParamGrad(em_, em_.Alloc(numel * d_.param_bytes, Category::kGradients, label), param);
+  const std::string target = GradTarget(param);
+  if (target.empty()) return;
+  sink_.TakeParamGrad(em_, em_.Alloc(numel * d_.param_bytes, Category::kGradients, label), target);
+}
+
+std::string Kernels::GradTarget(const std::string& param) const {
+  if (peft_ == nullptr || peft_->frozen.count(param) == 0) return param;
+  if (peft_->saved_modules.count(param) != 0) return "modules_to_save." + param;
+  return "";
+}
+
+void Kernels::AdaptersForward(const std::string& param, bool saved) {
+  auto it = peft_->adapters.find(param);
+  if (it == peft_->adapters.end()) return;
+  std::vector<TensorId>& keep = adapter_saved_[param];
+  MEMSIM_CHECK(keep.empty());
+  std::vector<TensorId> tmp;
+  for (const LoraAdapter& a : it->second) {
+    // LoraLayer forward (peft/tuners/lora/layer.py Linear.forward): result = result +
+    // lora_B(lora_A(dropout(x))) * scaling.
+    if (peft_->dropout) {
+      keep.push_back(em_.Alloc(d_.T * a.in, Category::kActivations, a.a_name + ".dropout_mask"));
+      keep.push_back(em_.Alloc(d_.act_bytes * d_.T * a.in, Category::kActivations,
+                               a.a_name + ".dropout_out"));
+    }
+    keep.push_back(em_.Alloc(d_.act_bytes * d_.T * peft_->r, Category::kActivations,
+                             a.a_name + ".out"));
+    tmp.push_back(em_.Alloc(d_.act_bytes * d_.T * a.out, Category::kTemporaries, a.b_name + ".out"));
+    tmp.push_back(
+        em_.Alloc(d_.act_bytes * d_.T * a.out, Category::kTemporaries, a.b_name + ".scaled"));
+    em_.Flops(2.0 * d_.T * peft_->r * (a.in + a.out));
+  }
+  for (TensorId id : tmp) em_.Free(id);
+  if (!saved) {
+    for (TensorId id : keep) em_.Free(id);
+    keep.clear();
+  }
+}
+
+void Kernels::AdaptersBackward(const std::string& param) {
+  auto it = peft_->adapters.find(param);
+  if (it == peft_->adapters.end()) return;
+  std::vector<TensorId> tmp;
+  for (const LoraAdapter& a : it->second) {
+    tmp.push_back(em_.Alloc(d_.act_bytes * d_.T * a.out, Category::kTemporaries, a.b_name + ".d_out"));
+    sink_.TakeParamGrad(em_, em_.Alloc(a.out * peft_->r * peft_->adapter_bytes,
+                                       Category::kGradients, a.b_name + ".grad"),
+                        a.b_name);
+    tmp.push_back(em_.Alloc(d_.act_bytes * d_.T * peft_->r, Category::kTemporaries,
+                            a.a_name + ".d_out"));
+    sink_.TakeParamGrad(em_, em_.Alloc(peft_->r * a.in * peft_->adapter_bytes,
+                                       Category::kGradients, a.a_name + ".grad"),
+                        a.a_name);
+    tmp.push_back(em_.Alloc(d_.act_bytes * d_.T * a.in, Category::kTemporaries, a.a_name + ".d_in"));
+    em_.Flops(4.0 * d_.T * peft_->r * (a.in + a.out));
+  }
+  for (TensorId id : tmp) em_.Free(id);
+  auto saved = adapter_saved_.find(param);
+  if (saved == adapter_saved_.end()) return;
+  for (TensorId id : saved->second) em_.Free(id);
+  adapter_saved_.erase(saved);
 }
 
 void Kernels::NormWeightGrads(int layer, const char* norm) {
@@ -84,6 +147,14 @@ void Kernels::NormWeightGrads(int layer, const char* norm) {
 
 void Kernels::WeightGradToAutograd(std::int64_t rows, std::int64_t cols, bool te_layer,
                                    const std::string& label, const std::string& param) {
+  if (peft_ != nullptr) {
+    AdaptersBackward(param);
+    if (peft_->four_bit.count(param) != 0) {  // MatMul4Bit.backward dequantises for dgrad
+      em_.Free(em_.Alloc(rows * cols * peft_->compute_bytes, Category::kTemporaries,
+                         param + ".dequantized"));
+    }
+    if (GradTarget(param).empty()) return;
+  }
   const bool cached =
       d_.grad_accum_fusion && (te_layer ? d_.te_dummy_wgrad_cache : d_.megatron_dummy_wgrad_cache);
   if (cached) {
@@ -104,11 +175,19 @@ void Kernels::WeightGradToAutograd(std::int64_t rows, std::int64_t cols, bool te
     em_.Free(g);
     g = cast;
   }
-  sink_.TakeParamGrad(em_, g, param);
+  sink_.TakeParamGrad(em_, g, GradTarget(param));
 }
 
 TensorId Kernels::CastWeight(std::int64_t rows, std::int64_t cols, const std::string& param,
                              bool saved) {
+  if (peft_ != nullptr) {
+    AdaptersForward(param, saved);
+    if (peft_->four_bit.count(param) != 0) {  // MatMul4Bit.forward: a transient dequantised copy
+      em_.Free(em_.Alloc(rows * cols * peft_->compute_bytes, Category::kTemporaries,
+                         param + ".dequantized"));
+      return 0;
+    }
+  }
   if (!d_.weight_cast) return 0;
   const bool cache = !on_autograd_thread_;
   TensorId copy = 0;

@@ -10,11 +10,14 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "workload/emitter.h"
 #include "workload/model.h"
 
 namespace memsim::workload {
+
+struct PeftKernels;  // hf_peft.h
 
 // Receives every weight gradient a backward hands to autograd (AccumulateGrad). The tensor is
 // allocated in the current op; the sink frees it or keeps it as the parameter's .grad.
@@ -87,6 +90,16 @@ class Kernels {
   void ReleaseWeightCopy(TensorId copy) { em_.Unref(copy); }
   void EndAutocastRegion();
 
+  // PEFT (hf_peft.h), set once before the first op; null = none. Then a frozen parameter gets
+  // no gradient (SmallWeightGrad, WeightGradToAutograd emit nothing for it), a 4-bit weight is
+  // dequantised into a transient copy at each use in forward (CastWeight) and backward
+  // (WeightGradToAutograd) instead of an autocast copy, and a weight with LoRA adapters runs
+  // them next to its GEMM: forward (CastWeight) saves lora_A's output [T, r] (and the dropout
+  // mask and output [T, in] with lora_dropout) and makes lora_B's output and its scaled copy
+  // [T, out] as transients; backward (WeightGradToAutograd) hands the adapters' grads to the
+  // sink and frees what forward saved. `peft` must outlive the Kernels.
+  void SetPeft(const PeftKernels* peft) { peft_ = peft; }
+
  private:
   Emitter& em_;
   const ModelDims& d_;
@@ -98,6 +111,13 @@ class Kernels {
   Bytes mpu_bytes_ = 0;
   std::map<std::pair<std::int64_t, std::int64_t>, TensorId> dummy_wgrads_;  // by (rows, cols)
   std::map<std::string, TensorId> autocast_cache_;  // param -> its cast copy, this region
+  const PeftKernels* peft_ = nullptr;
+  std::map<std::string, std::vector<TensorId>> adapter_saved_;  // base weight -> saved tensors
+
+  // PEFT helpers (kernels.cc): the sink's name for `param`'s grad, "" when it gets none.
+  std::string GradTarget(const std::string& param) const;
+  void AdaptersForward(const std::string& param, bool saved);
+  void AdaptersBackward(const std::string& param);
 };
 
 // "layer{l}.{name}", the label of a tensor of transformer layer l.

@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "workload/modules/decoder_layer.h"
 #include "workload/modules/embedding.h"
+#include "workload/modules/hf_encoder.h"
 #include "workload/modules/output_loss.h"
 
 namespace memsim::workload {
@@ -46,7 +47,7 @@ namespace {
 void SetElementSizes(const config::TrainingConfig& tc, ModelDims* d) {
   auto bytes = [](Precision p) -> Bytes { return p == Precision::kFp32 ? 4 : 2; };
   d->act_bytes = bytes(tc.precision);
-  if (tc.framework == "pytorch") {
+  if (config::PyTorchLoop(tc)) {
     // precision fp32 = no autocast: everything runs in the weights' dtype.
     const bool autocast = tc.precision != Precision::kFp32;
     d->param_bytes = bytes(tc.torch_dtype);
@@ -163,6 +164,7 @@ ModelDims ComputeDims(const config::Setup& setup) {
   d.sigma = d.sp ? d.t : 1;
   SetElementSizes(tc, &d);
   d.layernorm = mc.normalization == config::Normalization::kLayerNorm;
+  d.hf = tc.framework == "hf-trainer";
   d.flash = tc.use_flash_attn;
   d.te = tc.transformer_impl == "transformer_engine";
   d.npu = setup.device.allocator_backend == alloc::Backend::kNpu;
@@ -208,7 +210,11 @@ std::vector<ParamTensor> StageParams(const config::Setup& setup, int pipeline_ra
     for (int i = 0; i < d.Lc; ++i) {
       layer.AppendParams(setup.model, d, c, c * d.p * d.Lc + pipeline_rank * d.Lc + i, &out);
     }
-    if (post) OutputAndLoss::AppendParams(d, c, pre, &out);
+    if (post && setup.model.sequence_classification) {
+      ClassificationHead::AppendParams(setup.model, d, c, &out);
+    } else if (post) {
+      OutputAndLoss::AppendParams(d, c, pre, &out);
+    }
   }
   return out;
 }

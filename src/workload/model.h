@@ -48,6 +48,9 @@ struct ModelDims {
   // Plain PyTorch under autocast to a dtype other than the weights': linears cast their weights
   // (kernels.h CastWeight) and weight grads are cast back (never under Megatron).
   bool weight_cast = false;
+  // framework "hf-trainer": the Transformers modelling code runs the model ([b, s, h]
+  // activations without Megatron's transpose, eager attention without Megatron's global buffer).
+  bool hf = false;
   bool layernorm = false;  // LayerNorm (mean + rstd, weight + bias) vs RMSNorm
   bool flash = true;       // flash/fused attention; false = Megatron unfused DotProductAttention
   bool te = true;          // transformer_impl == "transformer_engine"
@@ -103,6 +106,10 @@ struct ParamTensor {
   // gradient reduced and its optimizer state sharded over the expert data-parallel group
   // (megatron/core/distributed/distributed_data_parallel.py, `allreduce` false).
   bool expert = false;
+  // PEFT (hf_peft.h): a frozen parameter gets no .grad and no optimizer state; storage_bytes,
+  // when > 0, replaces numel × param_bytes (a 4-bit weight with its quantisation state).
+  bool frozen = false;
+  Bytes storage_bytes = 0;
 };
 
 ParamTensor MakeParam(std::string name, std::int64_t numel, std::int64_t row_numel, int chunk,

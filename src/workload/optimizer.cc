@@ -49,7 +49,7 @@ StateLayout PrecisionAwareLayout(const config::TrainingConfig& tc, Bytes param_b
 
 StateLayout OptimizerStateLayout(const config::Setup& setup, const ModelDims& d) {
   const config::TrainingConfig& tc = setup.training;
-  if (tc.framework == "pytorch") {
+  if (config::PyTorchLoop(tc)) {
     return {d.param_bytes, d.param_bytes, 0, 0, 0, d.param_bytes};
   }
   if (tc.use_precision_aware_optimizer) return PrecisionAwareLayout(tc, d.param_bytes);
@@ -71,6 +71,12 @@ TorchOptimizer::TorchOptimizer(const config::TrainingConfig& tc, const RankParam
                                std::vector<MainTensor> main, const StateLayout& layout)
     : tc_(tc), params_(params), main_(std::move(main)), layout_(layout) {}
 
+Bytes TorchOptimizer::StateBytes(const MainTensor& mt, Bytes per_element) const {
+  const ParamTensor& pt = params_.params[mt.param];
+  if (pt.storage_bytes > 0 && pt.numel > 0 && mt.numel == pt.numel) return pt.storage_bytes;
+  return mt.numel * per_element;
+}
+
 void TorchOptimizer::Step(Emitter& em) {
   for (int gi = 0; gi < static_cast<int>(params_.groups.size()); ++gi) {
     std::int64_t group_numel = 0;
@@ -91,8 +97,10 @@ void TorchOptimizer::AdamState(Emitter& em, int gi) {
   for (const MainTensor& mt : main_) {
     if (mt.group != gi) continue;
     const std::string& name = params_.params[mt.param].name;
-    em.Alloc(mt.numel * layout_.exp_avg, Category::kOptimizerStates, "optim.exp_avg." + name);
-    em.Alloc(mt.numel * layout_.exp_avg_sq, Category::kOptimizerStates, "optim.exp_avg_sq." + name);
+    em.Alloc(StateBytes(mt, layout_.exp_avg), Category::kOptimizerStates,
+             "optim.exp_avg." + name);
+    em.Alloc(StateBytes(mt, layout_.exp_avg_sq), Category::kOptimizerStates,
+             "optim.exp_avg_sq." + name);
     if (layout_.master_param == 0) continue;
     em.Alloc(mt.numel * layout_.master_param, Category::kMainParameters,
              "optim.master_param." + name);
@@ -130,7 +138,7 @@ void TorchOptimizer::AdamGroup(Emitter& em, int gi, std::int64_t group_numel) {
     std::vector<TensorId> tmp;
     for (const MainTensor& mt : main_) {
       if (mt.group != gi) continue;
-      tmp.push_back(em.Alloc(mt.numel * layout_.temporary, Category::kTemporaries,
+      tmp.push_back(em.Alloc(StateBytes(mt, layout_.temporary), Category::kTemporaries,
                              "optim.decayed_grad." + params_.params[mt.param].name));
     }
     for (TensorId id : tmp) em.Free(id);
@@ -142,7 +150,7 @@ void TorchOptimizer::AdamGroup(Emitter& em, int gi, std::int64_t group_numel) {
     std::vector<TensorId> tmp;
     for (const MainTensor& mt : main_) {
       if (mt.group != gi) continue;
-      tmp.push_back(em.Alloc(mt.numel * layout_.temporary, Category::kTemporaries,
+      tmp.push_back(em.Alloc(StateBytes(mt, layout_.temporary), Category::kTemporaries,
                              "optim.exp_avg_sq_sqrt." + params_.params[mt.param].name));
     }
     for (TensorId id : tmp) em.Free(id);
@@ -162,14 +170,14 @@ void TorchOptimizer::SgdGroup(Emitter& em, int gi, std::int64_t group_numel) {
   if (foreach && decays && tc_.weight_decay != 0.0) {
     for (const MainTensor& mt : main_) {
       if (mt.group != gi) continue;
-      tmp.push_back(em.Alloc(mt.numel * layout_.temporary, Category::kTemporaries,
+      tmp.push_back(em.Alloc(StateBytes(mt, layout_.temporary), Category::kTemporaries,
                              "optim.decayed_grad." + params_.params[mt.param].name));
     }
   }
   if (!has_state_ && tc_.sgd_momentum > 0.0) {
     for (const MainTensor& mt : main_) {
       if (mt.group != gi) continue;
-      em.Alloc(mt.numel * layout_.exp_avg, Category::kOptimizerStates,
+      em.Alloc(StateBytes(mt, layout_.exp_avg), Category::kOptimizerStates,
                "optim.momentum_buffer." + params_.params[mt.param].name);
     }
   }

@@ -69,6 +69,10 @@ class TorchOptimizer {
   void AdamGroup(Emitter& em, int group, std::int64_t group_numel);
   void AdamState(Emitter& em, int group);
   void SgdGroup(Emitter& em, int group, std::int64_t group_numel);
+  // Bytes of one state-sized tensor of `mt`: `per_element` bytes per element (the layout's
+  // dtype), or the parameter's own storage where it has one (PEFT's fp32 adapters on a 16-bit
+  // model; torch.optim makes the state zeros_like(param)).
+  Bytes StateBytes(const MainTensor& mt, Bytes per_element) const;
 
   const config::TrainingConfig& tc_;
   const RankParams& params_;

@@ -42,11 +42,14 @@ class SingleDeviceWrapper final : public DataParallel {
   }
 
   WrapperSizes StaticSizes() const override {
-    std::int64_t count = 0;
-    for (const ParamTensor& pt : params_.params) count += pt.numel;
     WrapperSizes s;
-    s.parameter_bytes = count * d_.param_bytes;
-    s.gradient_bytes = count * d_.grad_bytes;  // the .grad tensors after a backward
+    for (const ParamTensor& pt : params_.params) {
+      const Bytes bytes = pt.storage_bytes > 0 ? pt.storage_bytes : pt.numel * d_.param_bytes;
+      s.parameter_bytes += bytes;
+      // The .grad tensors after a backward; none for a frozen (PEFT) parameter; an adapter's
+      // grad has the adapter's dtype.
+      if (!pt.frozen) s.gradient_bytes += pt.storage_bytes > 0 ? bytes : pt.numel * d_.grad_bytes;
+    }
     return s;
   }
 

@@ -1,6 +1,7 @@
 #include "workload/stage_runner.h"
 
 #include "core/check.h"
+#include "workload/modules/hf_encoder.h"
 
 namespace memsim::workload {
 
@@ -80,8 +81,11 @@ void StageRunner::Forward(int mb, int chunk, const ScheduleStep* next) {
   x = LayersForward(u, chunk, x);
   if (post) {
     dp_.BeforeForward(ctx_.em, GradSite::kHead, -1);
-    report_losses_.push_back(OutputAndLoss::Forward(
-        ctx_, x, OutputAndLoss::OutputWeight(d_, /*has_embedding=*/d_.p == 1), &u.head));
+    report_losses_.push_back(
+        ctx_.model.sequence_classification
+            ? ClassificationHead::Forward(ctx_, x, &u.head)
+            : OutputAndLoss::Forward(
+                  ctx_, x, OutputAndLoss::OutputWeight(d_, /*has_embedding=*/d_.p == 1), &u.head));
     dp_.AfterForward(ctx_.em, GradSite::kHead, -1);
   }
   DropBatch(u);
@@ -127,8 +131,10 @@ void StageRunner::Backward(int mb, int chunk, const ScheduleStep* next) {
   TensorId dy;
   if (post) {
     dp_.BeforeBackward(em, GradSite::kHead, -1);
-    dy = OutputAndLoss::Backward(ctx_, u.batch, u.head,
-                                 OutputAndLoss::OutputWeight(d_, /*has_embedding=*/d_.p == 1));
+    dy = ctx_.model.sequence_classification
+             ? ClassificationHead::Backward(ctx_, u.batch, u.head)
+             : OutputAndLoss::Backward(ctx_, u.batch, u.head,
+                                       OutputAndLoss::OutputWeight(d_, /*has_embedding=*/d_.p == 1));
     dp_.AfterBackward(em, GradSite::kHead, -1);
   } else {
     dy = exchange_.ReceiveBackward();

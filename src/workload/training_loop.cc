@@ -18,7 +18,8 @@ std::vector<TensorId> TrainingLoop::BuildModel() {
       em.Begin(name, pt.layer);
       prev_layer = pt.layer;
     }
-    ids[i] = em.Alloc(pt.numel * p_.d.param_bytes, Category::kParameters, pt.name);
+    const Bytes bytes = pt.storage_bytes > 0 ? pt.storage_bytes : pt.numel * p_.d.param_bytes;
+    ids[i] = em.Alloc(bytes, Category::kParameters, pt.name);
   }
   return ids;
 }

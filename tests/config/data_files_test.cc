@@ -9,6 +9,7 @@
 
 #include "config/embedded.h"
 #include "config/load.h"
+#include "workload/build.h"
 #include "core/error.h"
 
 namespace memsim::config {
@@ -28,8 +29,13 @@ std::vector<std::string> JsonFilesIn(const std::string& dir) {
 // Bytes of weights + gradients + Adam states per rank as in Korthikanti et al. / ZeRO: bf16/fp16
 // weights 2 B, fp32 main grads 4 B, fp32 master weights + 2 moments 12 B (the last sharded over
 // DP with the distributed optimizer). Parameters per rank ~ 12·L·h² (+ embeddings) / (TP·PP).
-// A rough fit check, not the model: static bytes must stay under the usable memory.
+// A rough fit check, not the model: static bytes must stay under the usable memory. A PyTorch
+// loop (plain or the Hugging Face Trainer, possibly with frozen or 4-bit weights) keeps no fp32
+// master copies: there the workload's own static sizes are taken.
 double StaticBytesPerRank(const Setup& s) {
+  if (PyTorchLoop(s.training)) {
+    return static_cast<double>(workload::ComputeStaticSizes(s, 0).total_bytes());
+  }
   const ModelConfig& m = s.model;
   const TrainingConfig& t = s.training;
   const double h = m.hidden_size;
@@ -96,6 +102,14 @@ TEST_CASE("every model file loads", "[config]") {
     LoadOptions o;
     o.model_path = path;
     o.overrides = {"training.seq_length=1024"};  // within every model's positions
+    if (path.find("bert") != std::string::npos) {
+      // Encoders run only in a PyTorch loop (one device): the default config's TP, DP, SP and
+      // distributed optimizer are switched off; seq 512 = BERT's positions.
+      o.overrides = {"training.framework=pytorch", "training.seq_length=512",
+                     "training.tensor_model_parallel_size=1", "training.data_parallel_size=1",
+                     "training.sequence_parallel=false", "training.use_distributed_optimizer=false",
+                     "training.global_batch_size=1"};
+    }
     const Setup s = LoadSetup("", o);
     CHECK(s.model.num_hidden_layers > 0);
   }

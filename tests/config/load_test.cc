@@ -172,7 +172,7 @@ TEST_CASE("Hugging Face defaults per model_type", "[config]") {
     const std::string path = InlineConfig("lama.json", "{\"model_type\": \"lama\"}", training);
     CHECK(ErrorOf(path) == path + ": /model/model_type: unknown model_type \"lama\", expected one of "
                                   "'llama', 'mistral', 'qwen2', 'qwen3', 'mixtral', 'qwen2_moe', "
-                                  "'qwen3_moe', 'gpt2' (did you mean 'llama'?)");
+                                  "'qwen3_moe', 'gpt2', 'bert', 'roberta' (did you mean 'llama'?)");
   }
 }
 
@@ -448,7 +448,8 @@ TEST_CASE("unsupported: recognised but not modelled", "[config]") {
                                             "\"moe_grouped_gemm\": true, \"zero_stage\": 1"));
   const std::string path = InlineConfig("u12.json", llama, base + ", \"framework\": \"deepspeed\"");
   CHECK(ErrorOf(path) == "unsupported: " + path +
-                             ": /training/framework: framework 'deepspeed' (memsim models \"megatron\" and \"pytorch\")");
+                             ": /training/framework: framework 'deepspeed' (memsim models \"megatron\", \"pytorch\" and "
+            "\"hf-trainer\")");
 }
 
 TEST_CASE("precision: explicit false flags", "[config]") {

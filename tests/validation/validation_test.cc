@@ -27,9 +27,6 @@ TEST_CASE("validation: unmodelled cases are reported unsupported, the rest run",
   const std::vector<std::string> unsupported = {
       "alcf-polaris-llama7b-tp2-zero2-dp4",                // DeepSpeed ZeRO-2
       "dgxc-llama3.1-8b-bf16-8gpu-mbs4-seq8192-ckptload",  // CUDA graphs + checkpoint resume
-      "hf-bert-large-v100-bs1-ga4-gradckpt-fp32",          // Hugging Face Trainer
-      "hf-bert-large-v100-bs4-fp16amp",
-      "hf-bert-large-v100-bs4-fp32",
       "mcore-doc-dsv3proxy-14L-pp4-ep16-baseline",  // MoE with the flex (DeepEP) dispatcher
       "torchtitan-llama3.1-8b-fsdp8-h100-lbs2",  // torchtitan FSDP2
   };
@@ -52,7 +49,8 @@ TEST_CASE("validation: table lists every case", "[validation]") {
 // included), and memsim closer to the measurements than the closed form on the median.
 TEST_CASE("validation: acceptance thresholds", "[validation]") {
   const Summary s = Summarize(Results());
-  CHECK(s.supported_measured == 13);
+  // 11 dense cases + the two sseo MoE cases (issue 12) + the three hf-bert cases (issue 13).
+  CHECK(s.supported_measured == 16);
   CHECK(s.worst_paper_subtotal_error_pct <= 2.0);
   CHECK(s.median_abs_error_pct < s.median_abs_closed_form_error_pct);
   CHECK(s.median_abs_error_pct <= 3.0);

@@ -70,9 +70,20 @@ CoreAttn UnfusedForward(ModuleContext& ctx, int l, bool keep) {
   }
   em.Begin("attn.scores", l);
   ctx.k.GemmWorkspace(/*torch_gemm=*/true);
-  ctx.k.MpuBuffer(d.act_bytes * s2);
-  const TensorId scores =
-      em.Alloc(d.act_bytes * s2, Category::kTemporaries, LayerLabel(l, "attn.scores"));
+  TensorId scores;
+  if (d.hf) {
+    // Transformers eager attention (modeling_bert.py BertSelfAttention.forward; llama's
+    // eager_attention_forward): matmul(q, k^T), then the scale and the additive mask, each a
+    // new [b, a, s, s] tensor while the previous one is alive.
+    scores = em.Alloc(d.act_bytes * s2, Category::kTemporaries, LayerLabel(l, "attn.scores"));
+    const TensorId scaled =
+        em.Alloc(d.act_bytes * s2, Category::kTemporaries, LayerLabel(l, "attn.scores_scaled"));
+    em.Free(scores);
+    scores = scaled;
+  } else {
+    ctx.k.MpuBuffer(d.act_bytes * s2);
+    scores = em.Alloc(d.act_bytes * s2, Category::kTemporaries, LayerLabel(l, "attn.scores"));
+  }
   em.Flops(2.0 * d.b * d.s * d.s * d.q / d.t);
   em.Begin("attn.softmax", l);
   c.probs = em.Alloc(d.act_bytes * s2, Category::kActivations, LayerLabel(l, "attn.probs"));

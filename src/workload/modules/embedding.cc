@@ -1,5 +1,7 @@
 #include "workload/modules/embedding.h"
 
+#include "workload/modules/hf_encoder.h"
+
 namespace memsim::workload {
 
 bool LearnedPositions(const config::ModelConfig& model) {
@@ -35,6 +37,7 @@ void Embedding::AppendParams(const config::ModelConfig& model, const ModelDims& 
     out->push_back(MakeParam("embedding.position_embeddings.weight", d.max_positions * d.h, d.h,
                              chunk, -1, false, false));
   }
+  if (model.type_vocab_size > 0) AppendEncoderEmbeddingParams(model, d, chunk, out);
 }
 
 TensorId Embedding::Forward(ModuleContext& ctx, const Batch& batch, EmbeddingSaved* saved) {
@@ -51,7 +54,9 @@ TensorId Embedding::Forward(ModuleContext& ctx, const Batch& batch, EmbeddingSav
   }
   TensorId x = em.Alloc(full, Category::kTemporaries, "embedding.word_out");
   if (!d.sp) em.Collective("tp", d.t, static_cast<double>(full), Coll::kAllReduce);
-  if (LearnedPositions(ctx.model)) {
+  if (ctx.model.type_vocab_size > 0) {
+    x = EncoderEmbeddingForward(ctx, x, saved);
+  } else if (LearnedPositions(ctx.model)) {
     em.Begin("embedding.position");
     const TensorId pos = em.Alloc(full, Category::kTemporaries, "embedding.position_out");
     const TensorId sum = em.Alloc(full, Category::kTemporaries, "embedding.sum");
@@ -60,11 +65,14 @@ TensorId Embedding::Forward(ModuleContext& ctx, const Batch& batch, EmbeddingSav
     x = sum;
   }
   const bool last_is_transpose = !d.sp && !d.hidden_dropout;
-  em.Begin("embedding.transpose");  // [b, s, h] -> [s, b, h] .contiguous()
-  TensorId y = em.Alloc(full, last_is_transpose ? Category::kActivations : Category::kTemporaries,
-                        last_is_transpose ? "embedding.out" : "embedding.transposed");
-  em.Free(x);
-  x = y;
+  TensorId y = 0;
+  if (!d.hf) {  // Megatron's LanguageModelEmbedding; Transformers models stay [b, s, h]
+    em.Begin("embedding.transpose");  // [b, s, h] -> [s, b, h] .contiguous()
+    y = em.Alloc(full, last_is_transpose ? Category::kActivations : Category::kTemporaries,
+                 last_is_transpose ? "embedding.out" : "embedding.transposed");
+    em.Free(x);
+    x = y;
+  }
   if (d.sp) {
     em.Begin("embedding.scatter");
     y = em.Alloc(full / d.t, d.hidden_dropout ? Category::kTemporaries : Category::kActivations,
@@ -103,6 +111,7 @@ void Embedding::Backward(ModuleContext& ctx, const Batch& batch, const Embedding
     em.Free(dx);
     dx = g;
   }
+  if (ctx.model.type_vocab_size > 0) dx = EncoderEmbeddingBackward(ctx, saved, dx);
   if (LearnedPositions(ctx.model)) {
     em.Begin("embedding.position_bwd");
     ctx.k.SmallWeightGrad(d.max_positions * d.h, "embedding.position_embeddings.grad",

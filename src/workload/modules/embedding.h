@@ -22,6 +22,8 @@ Batch GetBatch(ModuleContext& ctx, bool first_stage, bool last_stage);
 struct EmbeddingSaved {
   TensorId indices = 0;       // the masked input (TP > 1) or the tokens themselves
   TensorId dropout_mask = 0;  // embedding dropout
+  // Encoders (hf_encoder.h): the embedding LayerNorm's saved input and statistics.
+  TensorId norm_in = 0, norm_mean = 0, norm_rstd = 0;
 };
 
 class Embedding {

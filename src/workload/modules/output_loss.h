@@ -16,6 +16,9 @@ struct HeadSaved {
   TensorId final_mean = 0, final_rstd = 0, final_out = 0;
   TensorId logits_fp32 = 0, target_mask = 0, masked_target = 0, loss = 0;
   TensorId weight_copy = 0;  // the output weight's autocast copy (kernels.h CastWeight)
+  // Sequence classification (hf_encoder.h): tanh output, dropout mask and output, log-softmax.
+  TensorId pooled = 0, pooled_mask = 0, pooled_dropped = 0, log_probs = 0;
+  TensorId pooler_copy = 0, classifier_copy = 0;
 };
 
 class OutputAndLoss {

@@ -1,0 +1,364 @@
+// The training block of framework "hf-trainer" (hf_trainer.h) -> TrainingConfig. Field names and
+// defaults are those of transformers/training_args.py (class TrainingArguments); what the Trainer
+// does with them is transformers/trainer.py (Trainer.create_optimizer, get_optimizer_cls_and_kwargs,
+// _inner_training_loop, training_step).
+#include "config/hf_trainer.h"
+
+#include <fmt/core.h>
+
+#include <cstdlib>
+#include <string_view>
+
+#include "config/documents.h"
+#include "core/error.h"
+#include "config/hf_peft_config.h"
+
+namespace memsim::config::internal {
+namespace {
+
+constexpr std::string_view kFramework = "hf-trainer";
+
+// The TrainingArguments fields memsim reads, with an effect on memory.
+const std::vector<std::string> kModelled = {
+    "per_device_train_batch_size", "gradient_accumulation_steps", "fp16", "bf16",
+    "gradient_checkpointing", "gradient_checkpointing_kwargs", "optim", "weight_decay",
+    "max_steps", "eval_steps", "eval_strategy", "evaluation_strategy",
+    "per_device_eval_batch_size", "ddp_bucket_cap_mb",
+    // recognised; unsupported when set to what memsim does not model
+    "deepspeed", "fsdp", "torch_compile", "optim_args"};
+
+// memsim's own keys of the block: what a Trainer run fixes outside TrainingArguments.
+const std::vector<std::string> kOwnKeys = {
+    "framework",     "training_args",  "max_seq_length",     "torch_dtype",
+    "attn_implementation", "world_size", "adapter_config", "quantization_config",
+    "torch_version"};
+
+// TrainingArguments fields without an effect on device memory in a Trainer run on one device
+// (schedules, logging, saving, seeds, the data loader's host side): accepted with a note.
+const std::vector<std::string> kNoMemoryEffect = {
+    "output_dir", "overwrite_output_dir", "do_train", "do_eval", "do_predict", "learning_rate",
+    "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "num_train_epochs",
+    "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_ratio", "warmup_steps", "log_level",
+    "logging_dir", "logging_strategy", "logging_first_step", "logging_steps", "save_strategy",
+    "save_steps", "save_total_limit", "save_safetensors", "seed", "data_seed", "run_name",
+    "report_to", "disable_tqdm", "remove_unused_columns", "label_names", "load_best_model_at_end",
+    "metric_for_best_model", "greater_is_better", "dataloader_num_workers",
+    "dataloader_pin_memory", "dataloader_drop_last", "push_to_hub", "hub_model_id",
+    "label_smoothing_factor", "group_by_length", "length_column_name", "ddp_find_unused_parameters",
+    "ddp_backend", "ddp_timeout", "local_rank", "tf32", "use_cpu", "no_cuda", "prediction_loss_only",
+    "eval_delay", "include_num_input_tokens_seen", "logging_nan_inf_filter", "skip_memory_metrics"};
+
+// Keys of the other frameworks' training block and what "hf-trainer" reads instead.
+struct Foreign {
+  std::string_view key;
+  std::string_view instead;
+};
+constexpr Foreign kForeign[] = {
+    {"micro_batch_size", "per_device_train_batch_size"},
+    {"global_batch_size",
+     "per_device_train_batch_size and gradient_accumulation_steps (the global batch is their "
+     "product times world_size)"},
+    {"seq_length", "max_seq_length (the length the data collator pads or truncates to)"},
+    {"precision", "fp16 or bf16 (autocast), and torch_dtype for the weights"},
+    {"recompute_granularity", "gradient_checkpointing"},
+    {"recompute_method", "gradient_checkpointing"},
+    {"recompute_num_layers", "gradient_checkpointing (every decoder layer)"},
+    {"optimizer", "optim (adamw_torch, adamw_torch_fused, adamw_hf, sgd)"},
+    {"optimizer_impl", "optim (adamw_torch is foreach, adamw_torch_fused is fused)"},
+    {"train_iters", "max_steps"},
+    {"data_parallel_size", "world_size"},
+    {"use_flash_attn", "attn_implementation"},
+    {"zero_grad_set_to_none", "nothing (Trainer calls model.zero_grad(), which sets to None)"},
+    {"sgd_momentum", "nothing (optim sgd is torch.optim.SGD without momentum)"},
+    {"tensor_model_parallel_size", "nothing (the Trainer runs data parallel only)"},
+    {"pipeline_model_parallel_size", "nothing (the Trainer runs data parallel only)"},
+    {"context_parallel_size", "nothing (the Trainer runs data parallel only)"},
+    {"sequence_parallel", "nothing (the Trainer runs data parallel only)"},
+    {"use_distributed_optimizer", "deepspeed or fsdp (not modelled)"},
+    {"transformer_impl", "nothing (Transformers modelling code, no Transformer Engine)"},
+    {"num_layers", "num_hidden_layers in the model file (config.json)"},
+    {"ffn_hidden_size", "intermediate_size in the model file (config.json)"},
+    {"hidden_size", "hidden_size in the model file (config.json)"},
+    {"num_attention_heads", "num_attention_heads in the model file (config.json)"},
+    {"per_gpu_train_batch_size", "per_device_train_batch_size (the deprecated name)"},
+};
+
+// The TrainingArguments fields memsim knows (kOwnKeys added for an inline block).
+std::vector<std::string> KnownKeys(bool own) {
+  std::vector<std::string> k = kModelled;
+  k.insert(k.end(), kNoMemoryEffect.begin(), kNoMemoryEffect.end());
+  if (own) k.insert(k.end(), kOwnKeys.begin(), kOwnKeys.end());
+  return k;
+}
+
+// The block's readers: `args` holds the TrainingArguments fields (the block itself, or the file
+// named by training_args), `own` memsim's own keys (always the block).
+struct Readers {
+  ObjectReader& args;
+  ObjectReader& own;
+  const Document& config;
+};
+
+Precision DtypeOf(const std::string& name) {
+  return name == "bfloat16" ? Precision::kBf16 : name == "float16" ? Precision::kFp16 : Precision::kFp32;
+}
+
+// Batch, sequence, steps and processes.
+void ReadBatch(const Readers& r, TrainingConfig& c, std::vector<std::string>* notes) {
+  ObjectReader& t = r.args;
+  ObjectReader& own = r.own;
+  // TrainingArguments.per_device_train_batch_size default 8, gradient_accumulation_steps 1.
+  c.micro_batch_size = t.PositiveInt("per_device_train_batch_size").value_or(8);
+  if (!t.Has("per_device_train_batch_size")) {
+    notes->push_back(fmt::format("{}: absent, 8 taken (TrainingArguments' default)",
+                                 t.At("per_device_train_batch_size")));
+  }
+  const int ga = t.PositiveInt("gradient_accumulation_steps").value_or(1);
+  if (std::optional<int> s = own.PositiveInt("max_seq_length")) {
+    c.seq_length = *s;
+  } else {
+    Fail(own.At("max_seq_length"),
+         "missing key, expected a positive integer (the length the data collator pads or "
+         "truncates every sample to)");
+  }
+  if (std::optional<int> w = own.PositiveInt("world_size"); w && *w > 1) {
+    throw UnsupportedError(fmt::format(
+        "{}: {} processes (PyTorch DistributedDataParallel under the Trainer is not modelled yet; "
+        "memsim models one device)",
+        own.At("world_size"), *w));
+  }
+  c.global_batch_size = c.micro_batch_size * ga;  // world_size 1
+  // TrainingArguments.max_steps default -1 (epochs decide); memsim simulates a few steps.
+  if (std::optional<int> m = t.IntInRange("max_steps", -1, 1 << 30); m && *m > 0) {
+    c.train_iters = *m;
+  } else {
+    c.train_iters = 4;
+    notes->push_back(fmt::format("{}: absent or -1, 4 optimizer steps simulated (memory repeats "
+                                 "from step 2 on)",
+                                 t.At("max_steps")));
+  }
+  for (const char* key : {"ddp_bucket_cap_mb"}) {
+    if (t.Has(key)) {
+      (void)t.Number(key, 0, 1e6, true, false);
+      notes->push_back(fmt::format("{}: no effect on one device (PyTorch DDP's bucket size)", t.At(key)));
+    }
+  }
+}
+
+// fp16 / bf16 (torch.autocast through accelerate, GradScaler with fp16) and from_pretrained's
+// torch_dtype.
+void ReadPrecision(const Readers& r, TrainingConfig& c, std::vector<std::string>* notes) {
+  ObjectReader& t = r.args;
+  ObjectReader& own = r.own;
+  const bool fp16 = t.Bool("fp16").value_or(false);
+  const bool bf16 = t.Bool("bf16").value_or(false);
+  // TrainingArguments.__post_init__ refuses both.
+  if (fp16 && bf16) Fail(t.At("bf16"), "fp16 and bf16 are both true (TrainingArguments refuses this)");
+  c.precision = fp16 ? Precision::kFp16 : bf16 ? Precision::kBf16 : Precision::kFp32;
+  if (std::optional<std::string> d =
+          own.Choice("torch_dtype", {"float32", "bfloat16", "float16"})) {
+    c.torch_dtype = DtypeOf(*d);
+  } else {
+    c.torch_dtype = Precision::kFp32;
+    notes->push_back(fmt::format("{}: absent, float32 taken (from_pretrained without torch_dtype "
+                                 "loads float32 weights)",
+                                 own.At("torch_dtype")));
+  }
+  if (fp16 && c.torch_dtype == Precision::kFp16) {
+    // Trainer raises "Attempting to unscale FP16 gradients." through GradScaler.unscale_
+    // (torch/amp/grad_scaler.py _unscale_grads_ refuses fp16 gradients).
+    Fail(own.At("torch_dtype"), "\"float16\" with fp16 true: GradScaler cannot unscale fp16 "
+                              "gradients (load the weights in float32)");
+  }
+  if (c.precision != Precision::kFp32 && c.precision == c.torch_dtype) {
+    notes->push_back(fmt::format("{}: autocast to the weights' own dtype: no weight copies",
+                                 t.At(fp16 ? "fp16" : "bf16")));
+  }
+  if (fp16) {
+    // torch/amp/grad_scaler.py: _scale and _growth_tracker (one element each), found_inf per
+    // device in unscale_: a few bytes, below the allocator's 512-byte block; not emitted.
+    notes->push_back(fmt::format("{}: GradScaler's scale, growth tracker and found_inf (one "
+                                 "element each) are not emitted",
+                                 t.At("fp16")));
+  }
+}
+
+// optim (TrainingArguments.optim; Trainer.get_optimizer_cls_and_kwargs).
+void ReadOptim(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
+  static const std::vector<std::string> kKnown = {
+      "adamw_torch", "adamw_torch_fused", "adamw_hf", "sgd", "adafactor", "adamw_bnb_8bit",
+      "adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit", "adamw_apex_fused", "adagrad",
+      "rmsprop", "lion_32bit", "lion_8bit", "galore_adamw", "lomo", "adalomo", "schedule_free_adamw"};
+  const std::string optim = t.Choice("optim", kKnown).value_or("adamw_torch");
+  if (!t.Has("optim")) {
+    notes->push_back(fmt::format("{}: absent, \"adamw_torch\" taken (TrainingArguments' default "
+                                 "before torch 2.8; from 2.8 on the default is adamw_torch_fused)",
+                                 t.At("optim")));
+  }
+  c.optimizer = OptimizerKind::kAdam;
+  c.adam_coupled_weight_decay = false;  // AdamW: decoupled decay, in place
+  if (optim == "adamw_torch") {
+    // torch.optim.AdamW with foreach unset: _default_to_fused_or_foreach picks foreach on CUDA.
+    c.optimizer_impl = OptimizerImpl::kForeach;
+  } else if (optim == "adamw_torch_fused") {
+    c.optimizer_impl = OptimizerImpl::kFused;  // torch.optim.AdamW(fused=True)
+  } else if (optim == "adamw_hf") {
+    // transformers.optimization.AdamW.step: a loop over parameters; exp_avg and exp_avg_sq
+    // created at the first step (zeros_like), denom = exp_avg_sq.sqrt().add_(eps) one
+    // parameter-sized temporary at a time. Modelled as the per-parameter (fused) update: the
+    // state is the same; the one transient denom is not emitted.
+    c.optimizer_impl = OptimizerImpl::kFused;
+    notes->push_back(fmt::format("{}: \"adamw_hf\" modelled as a per-parameter AdamW; its "
+                                 "transient denom (one parameter's size) is not emitted",
+                                 t.At("optim")));
+  } else if (optim == "sgd") {
+    // Trainer passes only lr: torch.optim.SGD's momentum 0, no momentum buffer.
+    c.optimizer = OptimizerKind::kSgd;
+    c.sgd_momentum = 0.0;
+    c.optimizer_impl = OptimizerImpl::kForeach;
+  } else {
+    throw UnsupportedError(fmt::format(
+        "{}: optim \"{}\" (memsim models adamw_torch, adamw_torch_fused, adamw_hf and sgd; the "
+        "state layout of this optimizer is not modelled)",
+        t.At("optim"), optim));
+  }
+  c.weight_decay = t.Number("weight_decay", 0, 1e6, false, false).value_or(0.0);
+  if (t.Has("optim_args")) {
+    throw UnsupportedError(fmt::format("{}: optimizer arguments (not modelled)", t.At("optim_args")));
+  }
+}
+
+// gradient_checkpointing: PreTrainedModel.gradient_checkpointing_enable wraps every decoder layer
+// in torch.utils.checkpoint (transformers/modeling_utils.py; modeling_layers.py
+// GradientCheckpointingLayer): only each layer's input is kept, the layer re-runs in backward.
+void ReadCheckpointing(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
+  const bool on = t.Bool("gradient_checkpointing").value_or(false);
+  c.recompute_granularity = on ? RecomputeGranularity::kFull : RecomputeGranularity::kNone;
+  c.recompute_method = RecomputeMethod::kUniform;
+  c.recompute_num_layers = 1;
+  if (const Json* kw = t.Get("gradient_checkpointing_kwargs"); kw != nullptr && !kw->is_null()) {
+    ObjectReader k(t.source(), *kw, t.PointerOf("gradient_checkpointing_kwargs"));
+    k.RejectUnknown({"use_reentrant", "preserve_rng_state", "determinism_check", "debug"});
+    const bool reentrant = k.Bool("use_reentrant").value_or(true);
+    (void)k.Bool("preserve_rng_state");
+    // Both variants keep the layer input and re-run the layer in backward; the non-reentrant
+    // one (torch/utils/checkpoint.py _checkpoint_without_reentrant) saves through hooks and
+    // may free recomputed tensors earlier, which memsim does not distinguish.
+    notes->push_back(fmt::format("{}: use_reentrant {}: modelled as the layer input kept and the "
+                                 "layer re-run in backward",
+                                 k.At("use_reentrant"), reentrant ? "true" : "false"));
+    if (!on) notes->push_back(fmt::format("{}: no effect without gradient_checkpointing",
+                                          t.At("gradient_checkpointing_kwargs")));
+  }
+}
+
+// Model-loading and kernel choices, evaluation and the stacks memsim does not model.
+void ReadRest(const Readers& r, TrainingConfig& c, std::vector<std::string>* notes,
+              std::vector<std::string>* warnings) {
+  ObjectReader& t = r.args;
+  // from_pretrained(attn_implementation=...): "sdpa" is the default where the model supports
+  // it (modeling_utils.py _check_and_adjust_attn_implementation). SDPA's flash and
+  // memory-efficient backends, like flash_attention_2, save the output and the logsumexp;
+  // "eager" materialises the [b, a, s, s] scores and probabilities.
+  const std::string attn =
+      r.own.Choice("attn_implementation", {"eager", "sdpa", "flash_attention_2"}).value_or("sdpa");
+  c.use_flash_attn = attn != "eager";
+  c.transformer_impl = "local";
+  c.gradient_accumulation_fusion = false;
+  // Trainer calls model.zero_grad(): nn.Module.zero_grad's set_to_none defaults to True since
+  // PyTorch 2.0 and to False before (torch/nn/modules/module.py), when the .grad tensors are
+  // zeroed in place and stay allocated. torch_version "MAJOR.MINOR" says which; absent: 2.x.
+  c.zero_grad_set_to_none = true;
+  if (std::optional<std::string> v = r.own.String("torch_version")) {
+    const int major = std::atoi(v->c_str());
+    if (major < 1 || v->find_first_not_of("0123456789.") != std::string::npos) {
+      Fail(r.own.At("torch_version"),
+           fmt::format("expected a version such as \"2.5\", got \"{}\"", Printable(*v)));
+    }
+    c.zero_grad_set_to_none = major >= 2;
+  }
+  c.eval_steps = 0;
+  if (std::optional<int> e = t.PositiveInt("eval_steps")) c.eval_steps = *e;
+  const std::string strategy =
+      t.Choice("eval_strategy", {"no", "steps", "epoch"})
+          .value_or(t.Choice("evaluation_strategy", {"no", "steps", "epoch"}).value_or("no"));
+  (void)t.PositiveInt("per_device_eval_batch_size");
+  if (strategy == "steps" || c.eval_steps > 0) {
+    warnings->push_back(fmt::format("{}: the evaluation pass inside training is not modelled yet "
+                                    "(its forward under no_grad, kept logits)",
+                                    t.At(t.Has("eval_steps") ? "eval_steps" : "eval_strategy")));
+  }
+  for (const char* key : {"deepspeed", "fsdp"}) {
+    const Json* v = t.Get(key);
+    const bool set = v != nullptr && !v->is_null() && !(v->is_string() && v->get<std::string>().empty()) &&
+                     !(v->is_array() && v->empty()) && !(v->is_boolean() && !v->get<bool>());
+    if (set) {
+      throw UnsupportedError(fmt::format("{}: {} under the Trainer (not modelled)", t.At(key),
+                                         std::string_view(key) == "fsdp" ? "FSDP" : "DeepSpeed"));
+    }
+  }
+  if (t.Bool("torch_compile").value_or(false)) {
+    throw UnsupportedError(fmt::format("{}: torch.compile (its fused kernels save other tensors; "
+                                       "not modelled)",
+                                       t.At("torch_compile")));
+  }
+  for (const std::string& key : kNoMemoryEffect) {
+    if (t.Get(key) != nullptr) notes->push_back(fmt::format("{}: accepted, no effect on memory", t.At(key)));
+  }
+}
+
+TrainingConfig ReadFromArgs(const Readers& r, std::vector<std::string>* notes,
+                            std::vector<std::string>* warnings) {
+  TrainingConfig c;
+  c.framework = std::string(kFramework);
+  ReadBatch(r, c, notes);
+  ReadPrecision(r, c, notes);
+  ReadOptim(r.args, c, notes);
+  ReadCheckpointing(r.args, c, notes);
+  ReadRest(r, c, notes, warnings);
+  ReadPeft(r.own, r.config, c, notes, warnings);
+  return c;
+}
+
+}  // namespace
+
+bool IsHfTrainer(ObjectReader& t) {
+  const Json* fw = t.Get("framework");
+  return fw != nullptr && fw->is_string() && fw->get<std::string>() == kFramework;
+}
+
+TrainingConfig ReadHfTrainer(ObjectReader& t, const Document& config,
+                             std::vector<std::string>* notes, std::vector<std::string>* warnings) {
+  for (const Foreign& f : kForeign) {
+    if (t.Has(f.key)) {
+      Fail(t.At(f.key), fmt::format("not a framework \"hf-trainer\" key (it is a Megatron / "
+                                    "\"pytorch\" training key); write {}",
+                                    f.instead));
+    }
+  }
+  std::optional<std::string> args_ref = t.String("training_args");
+  if (!args_ref) {
+    t.RejectUnknown(KnownKeys(true));
+    return ReadFromArgs(Readers{t, t, config}, notes, warnings);
+  }
+  // A TrainingArguments JSON (trainer.args.to_json_string()): its fields come from the file,
+  // memsim's own keys from the block.
+  t.RejectUnknown(kOwnKeys);
+  const Document doc =
+      FindReferencedDocument(*args_ref, t.At("training_args"), config, "the TrainingArguments JSON");
+  const Json json = ParseJson(doc.text, doc.label);
+  if (!json.is_object()) Fail(doc.label, fmt::format("expected an object, got {}", Describe(json)));
+  Source source{doc.label, {}};
+  ObjectReader args(source, json, "");
+  TrainingConfig c = ReadFromArgs(Readers{args, t, config}, notes, warnings);
+  // Fields of a newer or older transformers than memsim's list: one warning naming them.
+  std::string unknown;
+  for (const std::string& key : args.Unread()) unknown += (unknown.empty() ? "" : ", ") + key;
+  if (!unknown.empty()) {
+    warnings->push_back(fmt::format("{}: TrainingArguments fields memsim does not know, ignored: {}",
+                                    doc.label, unknown));
+  }
+  return c;
+}
+
+}  // namespace memsim::config::internal

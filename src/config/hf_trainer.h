@@ -1,0 +1,33 @@
+// Internal to config/: the training block of framework "hf-trainer" (docs/config.md "Hugging Face
+// Trainer"). Its keys are the Hugging Face TrainingArguments field names
+// (transformers/training_args.py, class TrainingArguments), inline or in a JSON file as
+// trainer.args.to_json_string() prints it (training_args: its path), plus the few things a Trainer run
+// fixes elsewhere: the padded sequence length of the data collator (max_seq_length, the name of
+// run_glue.py's and TRL's argument), the dtype and attention implementation of from_pretrained
+// (torch_dtype, attn_implementation) and the number of processes (world_size). The result is a
+// TrainingConfig that runs a plain PyTorch loop (setup.h PyTorchLoop). A key of the Megatron /
+// "pytorch" set is an error naming the TrainingArguments key to use instead.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "config/documents.h"
+#include "config/reader.h"
+#include "config/setup.h"
+
+namespace memsim::config::internal {
+
+// Whether the training block asks for framework "hf-trainer".
+bool IsHfTrainer(ObjectReader& t);
+
+// Rejects unknown and foreign keys, then reads the block. Throws InputError (a bad or foreign
+// key, naming it and what to write instead) or UnsupportedError (a setting memsim recognises and
+// does not model: DeepSpeed, FSDP, torch.compile, several processes, optimizers without a model).
+// `notes` collects defaults taken and keys without effect; `warnings` what the user should see.
+// `config` is the document holding the block (a training_args or adapter_config path is
+// relative to it).
+TrainingConfig ReadHfTrainer(ObjectReader& t, const Document& config,
+                             std::vector<std::string>* notes, std::vector<std::string>* warnings);
+
+}  // namespace memsim::config::internal

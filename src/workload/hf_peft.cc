@@ -1,0 +1,130 @@
+// PEFT parameter rewrite and kernel rules (hf_peft.h).
+#include "workload/hf_peft.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace memsim::workload {
+namespace {
+
+// A targeted Transformers linear: the memsim parameter (suffix after "layer{l}.") that holds
+// it and its [in, out] width.
+struct Target {
+  const char* hf_name;
+  const char* memsim_weight;
+};
+constexpr Target kTargets[] = {
+    {"q_proj", "attn.qkv.weight"},   {"k_proj", "attn.qkv.weight"},
+    {"v_proj", "attn.qkv.weight"},   {"o_proj", "attn.proj.weight"},
+    {"gate_proj", "mlp.fc1.weight"}, {"up_proj", "mlp.fc1.weight"},
+    {"down_proj", "mlp.fc2.weight"},
+};
+
+// in and out features of the HF linear `name` (LlamaAttention / LlamaMLP __init__).
+std::pair<std::int64_t, std::int64_t> Widths(const std::string& name, const ModelDims& d) {
+  if (name == "q_proj") return {d.h, d.q};
+  if (name == "k_proj" || name == "v_proj") return {d.h, d.kv};
+  if (name == "o_proj") return {d.q, d.h};
+  if (name == "down_proj") return {d.ffn, d.h};
+  return {d.h, d.ffn};  // gate_proj, up_proj
+}
+
+bool Contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+// The memsim parameters a modules_to_save name covers: lm_head, embed_tokens, classifier,
+// score, pooler.
+bool SavedModule(const std::vector<std::string>& modules, const std::string& param) {
+  auto starts = [&](const char* p) { return param.rfind(p, 0) == 0; };
+  for (const std::string& m : modules) {
+    if (m == "lm_head" && starts("output_layer.")) return true;
+    if (m == "embed_tokens" && starts("embedding.word_embeddings.")) return true;
+    if ((m == "classifier" || m == "score") && starts("classifier.")) return true;
+    if (m == "pooler" && starts("pooler.")) return true;
+  }
+  return false;
+}
+
+// The linear weights of a decoder layer: what bitsandbytes replaces with Linear4bit
+// (transformers/integrations/bitsandbytes.py replace_with_bnb_linear: every nn.Linear except
+// the modules it keeps, lm_head by default).
+bool LayerLinearWeight(const ParamTensor& pt) {
+  if (pt.layer < 0) return false;
+  for (const char* w : {"attn.qkv.weight", "attn.proj.weight", "mlp.fc1.weight", "mlp.fc2.weight"}) {
+    const std::string suffix = std::string(".") + w;
+    if (pt.name.size() > suffix.size() &&
+        pt.name.compare(pt.name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+bool UsesPeft(const config::TrainingConfig& tc) { return tc.lora_r > 0 || tc.load_in_4bit; }
+
+Bytes FourBitBytes(std::int64_t numel, bool double_quant) {
+  const std::int64_t blocks = (numel + 63) / 64;
+  const Bytes packed = (numel + 1) / 2;
+  if (!double_quant) return packed + 4 * blocks;
+  return packed + blocks + 4 * ((blocks + 255) / 256);
+}
+
+std::vector<ParamTensor> ApplyPeft(const config::Setup& setup, const ModelDims& d,
+                                   std::vector<ParamTensor> params, PeftKernels* k) {
+  const config::TrainingConfig& tc = setup.training;
+  k->r = tc.lora_r;
+  k->dropout = tc.lora_dropout > 0.0;
+  k->adapter_bytes = 4;
+  k->compute_bytes = d.act_bytes;
+  std::vector<ParamTensor> out;
+  std::vector<ParamTensor> saved_copies;
+  for (size_t i = 0; i < params.size(); ++i) {
+    ParamTensor pt = params[i];
+    if (tc.load_in_4bit && LayerLinearWeight(pt)) {
+      pt.storage_bytes = FourBitBytes(pt.numel, tc.bnb_4bit_use_double_quant);
+      k->four_bit.insert(pt.name);
+    }
+    const bool save = SavedModule(tc.lora_modules_to_save, pt.name);
+    if (tc.lora_r > 0 || tc.load_in_4bit) {
+      pt.frozen = true;
+      k->frozen.insert(pt.name);
+    }
+    out.push_back(pt);
+    if (save) {
+      // ModulesToSaveWrapper: the original frozen, a trainable deep copy used in its place.
+      ParamTensor copy = params[i];
+      k->saved_modules.insert(copy.name);
+      copy.name = "modules_to_save." + copy.name;
+      saved_copies.push_back(copy);
+    }
+    // After a layer's last parameter, that layer's adapters (construction order of
+    // update_layer: lora_A then lora_B of each targeted module, in the layer's module order).
+    const bool layer_ends =
+        pt.layer >= 0 && (i + 1 == params.size() || params[i + 1].layer != pt.layer);
+    if (!layer_ends || tc.lora_r <= 0) continue;
+    for (const Target& t : kTargets) {
+      if (!Contains(tc.lora_target_modules, t.hf_name)) continue;
+      const auto [in, o] = Widths(t.hf_name, d);
+      LoraAdapter a{fmt::format("layer{}.{}.lora_A.weight", pt.layer, t.hf_name),
+                    fmt::format("layer{}.{}.lora_B.weight", pt.layer, t.hf_name), in, o};
+      const std::int64_t r = tc.lora_r;
+      ParamTensor lora_a = MakeParam(a.a_name, r * in, in, pt.chunk, pt.layer, false, false);
+      ParamTensor lora_b = MakeParam(a.b_name, o * r, r, pt.chunk, pt.layer, false, false);
+      for (ParamTensor* ap : {&lora_a, &lora_b}) {
+        ap->storage_bytes = ap->numel * k->adapter_bytes;
+        out.push_back(*ap);
+      }
+      k->adapters[fmt::format("layer{}.{}", pt.layer, t.memsim_weight)].push_back(a);
+    }
+  }
+  out.insert(out.end(), saved_copies.begin(), saved_copies.end());
+  return out;
+}
+
+}  // namespace memsim::workload

@@ -1,0 +1,59 @@
+// PEFT on a Transformers decoder (framework "hf-trainer" with an adapter_config.json; and
+// QLoRA's bitsandbytes 4-bit base weights). Two pure parts:
+// - ApplyPeft rewrites the rank's parameter list as get_peft_model leaves the model
+//   (peft/tuners/lora/model.py LoraModel._create_and_replace, tuners/lora/layer.py
+//   LoraLayer.update_layer: lora_A = nn.Linear(in, r, bias=False), lora_B = nn.Linear(r, out,
+//   bias=False) per targeted linear; _mark_only_adapters_as_trainable freezes the rest;
+//   utils/other.py ModulesToSaveWrapper adds a trainable copy of each module in
+//   modules_to_save). With a 16-bit base, get_peft_model(autocast_adapter_dtype=True) keeps the
+//   adapters in fp32 (peft/tuners/tuners_utils.py cast_adapter_dtype).
+// - PeftKernels is what the kernels (kernels.h) need at each linear: which weights are frozen
+//   (no .grad), which are 4-bit (a dequantised copy made and freed per use,
+//   bitsandbytes/autograd/_functions.py MatMul4Bit forward and backward:
+//   F.dequantize_4bit(B, quant_state)), and the adapters hanging off each base weight.
+// The fused projections of the modules (attn.qkv = q_proj, k_proj, v_proj; mlp.fc1 = gate_proj,
+// up_proj) carry the adapters of their parts.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "config/setup.h"
+#include "workload/model.h"
+
+namespace memsim::workload {
+
+struct LoraAdapter {
+  std::string a_name, b_name;  // "layer3.attn.q_proj.lora_A.weight", ...
+  std::int64_t in = 0, out = 0;
+};
+
+struct PeftKernels {
+  std::int64_t r = 0;
+  bool dropout = false;        // lora_dropout > 0: nn.Dropout on the adapter's input
+  Bytes adapter_bytes = 4;     // element size of the adapters and their grads
+  Bytes compute_bytes = 2;     // bnb_4bit_compute_dtype: the dequantised weight's element
+  std::set<std::string> frozen;
+  std::set<std::string> four_bit;
+  // modules_to_save originals: their grads go to the trainable copy "modules_to_save.<name>".
+  std::set<std::string> saved_modules;
+  std::map<std::string, std::vector<LoraAdapter>> adapters;  // base weight -> its adapters
+  bool Active() const { return !frozen.empty() || !four_bit.empty(); }
+};
+
+// Whether the setup asks for PEFT (an adapter or 4-bit weights).
+bool UsesPeft(const config::TrainingConfig& tc);
+
+// The parameter list after get_peft_model (and 4-bit loading); the kernels' rules to match.
+// REQUIRES: a Setup config/ validated (target modules exist for the model type).
+std::vector<ParamTensor> ApplyPeft(const config::Setup& setup, const ModelDims& d,
+                                   std::vector<ParamTensor> params, PeftKernels* kernels);
+
+// Bytes of a 4-bit weight of `numel` elements with its quantisation state
+// (bitsandbytes/functional.py quantize_4bit, blocksize 64: numel / 2 packed bytes; absmax fp32
+// per block, or with double quantisation uint8 per block plus an fp32 absmax per 256 blocks).
+Bytes FourBitBytes(std::int64_t numel, bool double_quant);
+
+}  // namespace memsim::workload

@@ -1,0 +1,238 @@
+// framework "hf-trainer" (config/hf_trainer.h): TrainingArguments names into a plain PyTorch
+// loop, the errors that name the right key, and the encoder model types (bert, roberta).
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "config/load.h"
+#include "test_util.h"
+#include "workload/build.h"
+
+namespace memsim::config {
+namespace {
+
+using testing::ErrorOf;
+using testing::IsUnsupported;
+
+std::string Write(const std::string& name, const std::string& text) {
+  const auto dir = std::filesystem::temp_directory_path() / "memsim_hf_trainer_test";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / name).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+// A small llama inline on an a100-80g with the given training members.
+std::string Config(const std::string& name, const std::string& training) {
+  return Write(name,
+               "{\"model\": {\"model_type\": \"llama\", \"hidden_size\": 256, "
+               "\"intermediate_size\": 688, \"num_attention_heads\": 32, "
+               "\"num_key_value_heads\": 8, \"num_hidden_layers\": 2, \"vocab_size\": 32001}, "
+               "\"device\": \"a100-80g\", \"training\": {\"framework\": \"hf-trainer\", " +
+                   training + "}}");
+}
+
+const std::string kBase = "\"max_seq_length\": 512, \"per_device_train_batch_size\": 2";
+
+TEST_CASE("hf-trainer: TrainingArguments names into the plain PyTorch loop", "[config][hf]") {
+  const Setup s = LoadSetup(Config("hf1.json", kBase + ", \"gradient_accumulation_steps\": 4, "
+                                                       "\"bf16\": true, \"gradient_checkpointing\""
+                                                       ": true, \"max_steps\": 3"),
+                            {});
+  CHECK(PyTorchLoop(s.training));
+  CHECK(s.training.framework == "hf-trainer");
+  CHECK(s.training.micro_batch_size == 2);
+  CHECK(s.training.seq_length == 512);
+  // per_device_train_batch_size × gradient_accumulation_steps = 2 × 4 on one process.
+  CHECK(s.training.global_batch_size == 8);
+  CHECK(s.training.num_micro_batches == 4);
+  CHECK(s.training.train_iters == 3);
+  CHECK(s.training.precision == Precision::kBf16);     // autocast dtype
+  CHECK(s.training.torch_dtype == Precision::kFp32);   // from_pretrained's default
+  CHECK(s.training.recompute_granularity == RecomputeGranularity::kFull);
+  CHECK(s.training.recompute_num_layers == 1);         // one checkpoint per decoder layer
+  // optim default adamw_torch: torch.optim.AdamW, foreach on CUDA, decoupled decay.
+  CHECK(s.training.optimizer == OptimizerKind::kAdam);
+  CHECK(s.training.optimizer_impl == OptimizerImpl::kForeach);
+  CHECK_FALSE(s.training.adam_coupled_weight_decay);
+  CHECK(s.training.use_flash_attn);                    // attn_implementation sdpa
+  CHECK(s.model.padded_vocab_size == 32001);           // no Megatron padding
+}
+
+TEST_CASE("hf-trainer: optim names", "[config][hf]") {
+  auto load = [](const std::string& name, const std::string& optim) {
+    return LoadSetup(Config(name, kBase + ", \"optim\": \"" + optim + "\""), {}).training;
+  };
+  CHECK(load("o1.json", "adamw_torch_fused").optimizer_impl == OptimizerImpl::kFused);
+  const TrainingConfig sgd = load("o2.json", "sgd");
+  CHECK(sgd.optimizer == OptimizerKind::kSgd);
+  CHECK(sgd.sgd_momentum == 0.0);  // Trainer passes lr only: torch.optim.SGD momentum 0
+  CHECK(IsUnsupported(Config("o3.json", kBase + ", \"optim\": \"adafactor\"")));
+}
+
+TEST_CASE("hf-trainer: a key of another framework names the right one", "[config][hf]") {
+  CHECK(ErrorOf(Config("f1.json", kBase + ", \"micro_batch_size\": 2")) ==
+        Config("f1.json", kBase + ", \"micro_batch_size\": 2") +
+            ": /training/micro_batch_size: not a framework \"hf-trainer\" key (it is a Megatron / "
+            "\"pytorch\" training key); write per_device_train_batch_size");
+  CHECK(ErrorOf(Config("f2.json", kBase + ", \"recompute_granularity\": \"full\""))
+            .find("write gradient_checkpointing") != std::string::npos);
+  CHECK(ErrorOf(Config("f3.json", "\"per_device_train_batch_size\": 2"))
+            .find("/training/max_seq_length: missing key") != std::string::npos);
+  CHECK(ErrorOf(Config("f4.json", kBase + ", \"fp16\": true, \"bf16\": true"))
+            .find("/training/bf16: fp16 and bf16 are both true") != std::string::npos);
+  CHECK(IsUnsupported(Config("f5.json", kBase + ", \"world_size\": 8")));
+  CHECK(IsUnsupported(Config("f6.json", kBase + ", \"deepspeed\": \"ds.json\"")));
+}
+
+// bert-large-uncased with BertForSequenceClassification and 2 labels (the hf-bert-* validation
+// cases' model). model.num_parameters(), from modeling_bert.py's modules:
+//   embeddings: word 30522·1024 = 31,254,528 + position 512·1024 = 524,288 + token type 2·1024
+//     = 2,048 + LayerNorm 2·1024 = 2,048 -> 31,782,912
+//   per layer: query, key, value, attention output dense 4·(1024² + 1024) = 4,198,400;
+//     2 LayerNorms 4·1024 = 4,096; intermediate 1024·4096 + 4096 = 4,198,400; output
+//     4096·1024 + 1024 = 4,195,328 -> 12,596,224; 24 layers -> 302,309,376
+//   pooler 1024² + 1024 = 1,049,600; classifier 2·1024 + 2 = 2,050
+//   total 31,782,912 + 302,309,376 + 1,049,600 + 2,050 = 335,143,938
+TEST_CASE("hf-trainer: BERT-large classification parameter count", "[config][hf]") {
+  const std::string model = Write(
+      "bert.json",
+      "{\"architectures\": [\"BertForSequenceClassification\"], \"model_type\": \"bert\", "
+      "\"hidden_size\": 1024, \"intermediate_size\": 4096, \"num_attention_heads\": 16, "
+      "\"num_hidden_layers\": 24, \"vocab_size\": 30522, \"max_position_embeddings\": 512, "
+      "\"type_vocab_size\": 2, \"hidden_act\": \"gelu\"}");
+  const Setup s = LoadSetup(Write("b1.json", "{\"model\": \"bert.json\", \"device\": "
+                                             "\"v100-16g\", \"training\": {\"framework\": "
+                                             "\"hf-trainer\", " + kBase + "}}"),
+                            {});
+  CHECK(s.model.sequence_classification);
+  CHECK(s.model.num_labels == 2);
+  CHECK(workload::ComputeStaticSizes(s, 0).parameter_count == 335143938);
+  (void)model;
+  // Under framework megatron an encoder is refused.
+  CHECK(IsUnsupported(Write("b2.json", "{\"model\": \"bert.json\", \"device\": \"v100-16g\", "
+                                       "\"training\": {\"seq_length\": 512}}")));
+}
+
+TEST_CASE("hf-trainer: unknown model_type names the closest known ones", "[config][hf]") {
+  const std::string path = Write(
+      "u1.json", "{\"model\": {\"model_type\": \"bart\"}, \"device\": \"v100-16g\", "
+                 "\"training\": {\"framework\": \"hf-trainer\", " + kBase + "}}");
+  CHECK(ErrorOf(path).find("unknown model_type \"bart\"") != std::string::npos);
+  CHECK(ErrorOf(path).find("did you mean 'bert'?") != std::string::npos);
+}
+
+// Meta-Llama-3-8B (the shipped models/llama3-8b.json) with a LoRA adapter.
+// model.num_parameters() of LlamaForCausalLM, from modeling_llama.py's modules:
+//   embed_tokens 128256·4096 = 525,336,576; lm_head the same (untied)
+//   per layer: q_proj 4096·4096 = 16,777,216; k_proj, v_proj 1024·4096 = 4,194,304 each;
+//     o_proj 16,777,216; gate_proj, up_proj, down_proj 14336·4096 = 58,720,256 each; two
+//     RMSNorms 2·4096 = 8,192 -> 218,112,000; 32 layers -> 6,979,584,000
+//   final norm 4,096
+//   total 525,336,576 · 2 + 6,979,584,000 + 4,096 = 8,030,261,248
+// LoRA r = 8 on q_proj, v_proj (peft tuners/lora/layer.py update_layer: lora_A [r, in],
+// lora_B [out, r]): per layer q 8·4096 + 4096·8 = 65,536, v 8·4096 + 1024·8 = 40,960;
+// 32 × (65,536 + 40,960) = 3,407,872 trainable = 32 × 8 × ((4096 + 4096) + (4096 + 1024)), and
+// print_trainable_parameters' "all params" 8,030,261,248 + 3,407,872 = 8,033,669,120.
+std::string Llama8b(const std::string& name, const std::string& extra) {
+  return Write(name, "{\"model\": \"llama3-8b\", \"device\": \"rtx-4090-24g\", \"training\": "
+                     "{\"framework\": \"hf-trainer\", \"max_seq_length\": 512, "
+                     "\"per_device_train_batch_size\": 1, \"bf16\": true, \"torch_dtype\": "
+                     "\"bfloat16\", \"adapter_config\": {\"peft_type\": \"LORA\", \"r\": 8, "
+                     "\"lora_alpha\": 16, \"target_modules\": [\"q_proj\", \"v_proj\"]}" +
+                         extra + "}}");
+}
+
+TEST_CASE("hf-trainer: LoRA parameter counts (print_trainable_parameters)", "[config][hf]") {
+  const Setup s = LoadSetup(Llama8b("l1.json", ""), {});
+  CHECK(s.training.lora_r == 8);
+  const workload::StaticSizes z = workload::ComputeStaticSizes(s, 0);
+  CHECK(z.parameter_count == 8033669120);
+  CHECK(z.trainable_parameter_count == 3407872);
+  // Adapters in fp32 (get_peft_model autocast_adapter_dtype=True on a bf16 model): grads
+  // 3,407,872 · 4 = 13,631,488 B, AdamW state twice that; the frozen base has neither.
+  CHECK(z.gradient_bytes == 13631488);
+  CHECK(z.optimizer_state_bytes == 2 * 13631488);
+  // Weights: bf16 base 8,030,261,248 · 2 = 16,060,522,496 + fp32 adapters 13,631,488.
+  CHECK(z.parameter_bytes == 16060522496 + 13631488);
+}
+
+// QLoRA: the decoder layers' linear weights in 4-bit NF4 with double quantisation
+// (bitsandbytes functional.py quantize_4bit, blocksize 64; compress_statistics quantises the
+// fp32 absmax per 256 blocks). Per layer the linear weights hold 218,112,000 - 8,192 =
+// 218,103,808 values: packed 109,051,904 B; 3,407,872 blocks -> uint8 absmax 3,407,872 B;
+// 13,312 second-level blocks -> fp32 absmax 53,248 B; 112,513,024 B a layer, 32 layers
+// 3,600,416,768 B. The rest stays bf16: (525,336,576 · 2 + 32 · 8,192 + 4,096) · 2 =
+// 2,101,878,784 B; the adapters 13,631,488 B.
+TEST_CASE("hf-trainer: QLoRA 4-bit weights and their quantisation state", "[config][hf]") {
+  const Setup s = LoadSetup(
+      Llama8b("q1.json", ", \"quantization_config\": {\"load_in_4bit\": true, "
+                         "\"bnb_4bit_quant_type\": \"nf4\", \"bnb_4bit_use_double_quant\": true, "
+                         "\"bnb_4bit_compute_dtype\": \"bfloat16\"}"),
+      {});
+  CHECK(s.training.load_in_4bit);
+  const workload::StaticSizes z = workload::ComputeStaticSizes(s, 0);
+  CHECK(z.parameter_count == 8033669120);  // PEFT counts a 4-bit weight's full numel
+  CHECK(z.trainable_parameter_count == 3407872);
+  CHECK(z.parameter_bytes == 3600416768 + 2101878784 + 13631488);
+}
+
+TEST_CASE("hf-trainer: adapter_config errors", "[config][hf]") {
+  const std::string bad = Write(
+      "a1.json", "{\"model\": \"llama3-8b\", \"device\": \"rtx-4090-24g\", \"training\": "
+                 "{\"framework\": \"hf-trainer\", \"max_seq_length\": 512, \"adapter_config\": "
+                 "{\"r\": 8, \"target_modules\": [\"q_prj\"]}}}");
+  CHECK(ErrorOf(bad).find("/training/adapter_config/target_modules: 'q_prj' is not a linear of a "
+                          "llama-family decoder layer") != std::string::npos);
+  CHECK(ErrorOf(bad).find("did you mean 'q_proj'?") != std::string::npos);
+  CHECK(IsUnsupported(Write(
+      "a2.json", "{\"model\": \"llama3-8b\", \"device\": \"rtx-4090-24g\", \"training\": "
+                 "{\"framework\": \"hf-trainer\", \"max_seq_length\": 512, \"adapter_config\": "
+                 "{\"r\": 8, \"target_modules\": \"all-linear\", \"use_dora\": true}}}")));
+}
+
+// The whole run builds and simulates (no check of the numbers here; see the decoder-layer test).
+TEST_CASE("hf-trainer: a LoRA run builds", "[config][hf]") {
+  const Setup s = LoadSetup(Llama8b("r1.json", ", \"max_steps\": 2, \"gradient_checkpointing\": true"), {});
+  CHECK_NOTHROW(workload::Build(s, 0));
+}
+
+// A TrainingArguments JSON as trainer.args.to_json_string() prints it (a few of its fields, one
+// this memsim does not know) and an adapter_config.json, both referenced by path.
+TEST_CASE("hf-trainer: training_args and adapter_config files", "[config][hf]") {
+  Write("args.json", "{\"output_dir\": \"out\", \"per_device_train_batch_size\": 4, "
+                     "\"gradient_accumulation_steps\": 2, \"bf16\": true, \"optim\": "
+                     "\"adamw_torch_fused\", \"max_steps\": 5, \"learning_rate\": 2e-05, "
+                     "\"some_future_field\": 1}");
+  Write("adapter.json", "{\"peft_type\": \"LORA\", \"r\": 16, \"lora_alpha\": 32, "
+                        "\"target_modules\": [\"q_proj\", \"k_proj\"], \"task_type\": "
+                        "\"CAUSAL_LM\", \"base_model_name_or_path\": \"x\"}");
+  const std::string path = Write(
+      "t1.json", "{\"model\": \"llama3-8b\", \"device\": \"l40s-48g\", \"training\": "
+                 "{\"framework\": \"hf-trainer\", \"training_args\": \"args.json\", "
+                 "\"max_seq_length\": 256, \"torch_dtype\": \"bfloat16\", "
+                 "\"adapter_config\": \"adapter.json\"}}");
+  const Setup s = LoadSetup(path, {});
+  CHECK(s.training.micro_batch_size == 4);
+  CHECK(s.training.num_micro_batches == 2);
+  CHECK(s.training.train_iters == 5);
+  CHECK(s.training.optimizer_impl == OptimizerImpl::kFused);
+  CHECK(s.training.lora_r == 16);
+  CHECK(std::any_of(s.warnings.begin(), s.warnings.end(), [](const std::string& w) {
+    return w.find("args.json: TrainingArguments fields memsim does not know, ignored: "
+                  "some_future_field") != std::string::npos;
+  }));
+  // A TrainingArguments field inline next to training_args is refused (the file holds them).
+  const std::string both = Write(
+      "t2.json", "{\"model\": \"llama3-8b\", \"device\": \"l40s-48g\", \"training\": "
+                 "{\"framework\": \"hf-trainer\", \"training_args\": \"args.json\", "
+                 "\"max_seq_length\": 256, \"fp16\": true}}");
+  CHECK(ErrorOf(both).find("/training/fp16: unknown key") != std::string::npos);
+  // LoRA r = 16 on q_proj and k_proj: 32 × 16 × ((4096 + 4096) + (4096 + 1024)) = 6,815,744.
+  CHECK(workload::ComputeStaticSizes(s, 0).trainable_parameter_count == 6815744);
+}
+
+}  // namespace
+}  // namespace memsim::config
