@@ -104,6 +104,7 @@ class CachingAllocator final : public Allocator {
   void ResetPeakStats() override;
   const AllocatorStats& Stats() const override { return stats_; }
   std::string CheckInvariants() const override;
+  std::vector<std::int64_t> CanonicalState(const std::vector<BlockHandle>& handles) const override;
 
  private:
   struct AllocParams {

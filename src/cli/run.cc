@@ -76,8 +76,19 @@ int Run(const RunArgs& a) {
   engine::RunOptions options;
   options.usable_memory_bytes = capacity;
   options.pipeline_rank = CheckPipelineRank(a.pipeline_rank, setup);
-  options.keep_timeline = !a.no_chart || !a.csv_path.empty();
+  options.keep_timeline = !a.no_chart;
+  if (!a.csv_path.empty()) {  // full resolution, streamed to the file as the engine runs
+    options.sample_sink = [&a](int) { return std::make_shared<report::CsvTimelineFile>(a.csv_path); };
+  }
+  ProgressLine progress;
+  options.progress = [&progress](const engine::RunProgress& p) {
+    const double fraction = (p.stage + p.stage_fraction) / p.stages;
+    progress.Update(fmt::format("simulating {} iterations, stage {} of {}", p.iterations,
+                                p.stage + 1, p.stages),
+                    fraction);
+  };
   const engine::RunResult run = engine::RunAllStages(setup, options);
+  progress.Done();
 
   std::string out = report::FormatRunHeader(run, setup);
   if (a.verbose) out += FormatVerboseNotes(setup);
@@ -90,15 +101,17 @@ int Run(const RunArgs& a) {
     chart.width = width;
     chart.height = width >= 120 ? 16 : 12;
     chart.title = fmt::format("\nmemory of pipeline stage {} over init and {} iterations (GiB)",
-                              run.Reported().pipeline_rank, setup.training.train_iters);
+                              run.Reported().pipeline_rank, run.simulated_iterations);
     out += report::FormatChart(run.timeline, chart);
   }
   if (a.megatron_report) out += "\n" + report::FormatMegatronLines(run, setup);
   // Files first, so a failed write (exit 2) leaves no partial report on stdout either.
   std::vector<std::pair<std::string, std::string>> files;
   if (!a.json_path.empty()) files.emplace_back(a.json_path, report::RunReportJson(run, setup));
-  if (!a.csv_path.empty()) files.emplace_back(a.csv_path, report::TimelineCsv(run.timeline));
-  report::WriteFilesAtomically(files);
+  std::vector<report::StreamedFile*> streamed;
+  const auto csv = std::static_pointer_cast<report::CsvTimelineFile>(run.sample_sink);
+  if (csv) streamed.push_back(&csv->file());
+  report::WriteFilesAtomically(files, streamed);
   std::fputs(out.c_str(), stdout);
   return 0;
 }
