@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/units.h"
 
@@ -144,6 +145,19 @@ class Allocator {
   virtual void SetTraceSink(TraceSink* /*sink*/) {}
   // Walks every segment and pool; returns "" iff all invariants hold, else a description.
   virtual std::string CheckInvariants() const = 0;
+  // The allocator's state up to where its segments lie: two allocators with equal canonical
+  // states answer every later sequence of calls alike (same sizes, splits, stats, failures),
+  // with the blocks of `handles` (live blocks, in the caller's order) at the same places. The
+  // encoding: the current value of every gauge (peaks and monotone counters left out), then
+  // each live segment in address order (sizes, stream, pool, kind) with its blocks in address
+  // order (offset in the segment, size, requested size, stream, allocated, mapped, pending
+  // events, record_stream targets, age for garbage collection), each stream's outstanding
+  // events (their blocks' places), then the places of `handles`. Segments are named by their
+  // rank in address order, so a segment released and allocated again at a new address compares
+  // equal: new segments always lie above every existing one (allocator-rules.md 'Convention:
+  // addresses'), so only the order of addresses, which this keeps, decides anything. Used by the
+  // engine to detect a steady state (engine/simulator.h). Cost: O(blocks log blocks).
+  virtual std::vector<std::int64_t> CanonicalState(const std::vector<BlockHandle>& handles) const = 0;
 };
 
 // REQUIRES: ValidateOptions(options) does not throw.

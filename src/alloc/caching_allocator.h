@@ -105,6 +105,7 @@ class CachingAllocator final : public Allocator {
   const AllocatorStats& Stats() const override { return stats_; }
   std::string CheckInvariants() const override;
   void SetTraceSink(TraceSink* sink) override { trace_ = sink; }
+  std::vector<std::int64_t> CanonicalState(const std::vector<BlockHandle>& handles) const override;
 
  private:
   struct AllocParams {

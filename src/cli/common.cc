@@ -4,6 +4,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -131,6 +132,32 @@ config::Setup LoadSetupAndWarn(const std::string& config_path, const config::Loa
   config::Setup setup = config::LoadSetup(config_path, load);
   PrintWarnings(setup);
   return setup;
+}
+
+ProgressLine::ProgressLine()
+    : enabled_(isatty(STDERR_FILENO) != 0), start_(std::chrono::steady_clock::now()), last_(start_) {}
+
+ProgressLine::~ProgressLine() { Done(); }
+
+void ProgressLine::Update(std::string_view what, double fraction) {
+  if (!enabled_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - start_ < std::chrono::seconds(1) || now - last_ < std::chrono::milliseconds(100)) {
+    return;
+  }
+  last_ = now;
+  shown_ = true;
+  const double seconds = std::chrono::duration<double>(now - start_).count();
+  std::fprintf(stderr, "\r\033[Kmemsim: %.*s, %3.0f%% (%.0f s)", static_cast<int>(what.size()),
+               what.data(), 100.0 * std::clamp(fraction, 0.0, 1.0), seconds);
+  std::fflush(stderr);
+}
+
+void ProgressLine::Done() {
+  if (!shown_) return;
+  std::fputs("\r\033[K", stderr);
+  std::fflush(stderr);
+  shown_ = false;
 }
 
 }  // namespace memsim::cli

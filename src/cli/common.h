@@ -2,6 +2,7 @@
 // name, and terminal width.
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -55,5 +56,26 @@ int CheckIterations(int iterations);
 int TerminalWidth(int requested);
 // The loader's notes (ignored model keys, defaults taken), one per line, for --verbose.
 std::string FormatVerboseNotes(const config::Setup& setup);
+
+// A progress line on standard error for work longer than about a second, shown only when
+// standard error is a terminal (never in CI logs or redirected output), redrawn at most ten
+// times a second and erased when the work is done (or the object destroyed).
+class ProgressLine {
+ public:
+  ProgressLine();
+  ~ProgressLine();
+  ProgressLine(const ProgressLine&) = delete;
+  ProgressLine& operator=(const ProgressLine&) = delete;
+
+  // `what` ("stage 2 of 8") and the fraction done in [0, 1].
+  void Update(std::string_view what, double fraction);
+  void Done();
+
+ private:
+  bool enabled_;
+  bool shown_ = false;
+  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point last_;
+};
 
 }  // namespace memsim::cli

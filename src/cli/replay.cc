@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,16 +50,22 @@ std::string ReadFile(const std::string& path) {
     throw InputError(fmt::format("cannot read trace '{}': {}", path, std::strerror(errno)));
   }
   std::string out;
-  char buf[1 << 16];
+  // Read in place, into a string sized from the file when it has a size (no regrowth: peak
+  // memory is the file itself); a pipe or device grows it in 1 MiB steps.
+  const auto known = std::filesystem::file_size(path, ec);
+  if (!ec && known < kMaxTraceBytes) out.reserve(static_cast<std::size_t>(known) + 1);
+  constexpr std::size_t kChunk = std::size_t{1} << 20;
   while (true) {
-    const std::size_t n = std::fread(buf, 1, sizeof buf, f);
-    out.append(buf, n);
+    const std::size_t at = out.size();
+    out.resize(at + kChunk);
+    const std::size_t n = std::fread(out.data() + at, 1, kChunk, f);
+    out.resize(at + n);
     if (out.size() >= kMaxTraceBytes) {
       std::fclose(f);
       throw InputError(
           fmt::format("cannot read trace '{}': 2 GiB or larger (the limit is 2^31 bytes)", path));
     }
-    if (n < sizeof buf) break;
+    if (n < kChunk) break;
   }
   const bool failed = std::ferror(f) != 0;
   const int err = errno;
@@ -85,6 +93,32 @@ std::string JsonStats(const alloc::AllocatorStats& stats, bool peak) {
   return out + "}";
 }
 
+// The --csv timeline, one row per operation counted from 1, written as the replay goes.
+class CsvRows final : public replay::ReplayRowSink {
+ public:
+  explicit CsvRows(const std::string& path)
+      : file_(path), buffer_("op_index,op,allocated_bytes,reserved_bytes,active_bytes\n") {}
+  void OnRow(const replay::ReplayRow& r) override {
+    fmt::format_to(std::back_inserter(buffer_), "{},{},{},{},{}\n", ++index_,
+                   replay::TraceOpName(r.op), r.allocated_bytes, r.reserved_bytes,
+                   r.active_bytes);
+    if (buffer_.size() >= (std::size_t{1} << 16)) {
+      file_.Append(buffer_);
+      buffer_.clear();
+    }
+  }
+  report::StreamedFile& file() {
+    file_.Append(buffer_);
+    buffer_.clear();
+    return file_;
+  }
+
+ private:
+  report::StreamedFile file_;
+  std::string buffer_;
+  std::int64_t index_ = 0;
+};
+
 int RunReplay(const ReplayArgs& args) {
   const alloc::Backend backend =
       args.backend == "npu" ? alloc::Backend::kNpu : alloc::Backend::kCuda;
@@ -105,7 +139,9 @@ int RunReplay(const ReplayArgs& args) {
                     args.trace));
   }
   auto allocator = alloc::NewCachingAllocator(options);
-  const replay::ReplayResult result = replay::Replay(trace, *allocator, !args.csv.empty());
+  std::unique_ptr<CsvRows> csv;
+  if (!args.csv.empty()) csv = std::make_unique<CsvRows>(args.csv);
+  const replay::ReplayResult result = replay::Replay(trace, *allocator, csv.get());
   const alloc::AllocatorStats& stats = result.stats;
 
   std::string out = fmt::format("memsim replay: {} operations from {} ({} backend)\n",
@@ -156,17 +192,9 @@ int RunReplay(const ReplayArgs& args) {
                      MEMSIM_VERSION, alloc::BackendName(backend), result.operations,
                      JsonStats(stats, false), JsonStats(stats, true), fidelity_json)});
   }
-  if (!args.csv.empty()) {
-    std::string csv = "op_index,op,allocated_bytes,reserved_bytes,active_bytes\n";
-    csv.reserve(result.rows.size() * 40 + csv.size());
-    for (std::size_t i = 0; i < result.rows.size(); ++i) {
-      const replay::ReplayRow& r = result.rows[i];
-      csv += fmt::format("{},{},{},{},{}\n", i + 1, replay::TraceOpName(r.op), r.allocated_bytes,
-                         r.reserved_bytes, r.active_bytes);
-    }
-    outputs.push_back({args.csv, std::move(csv)});
-  }
-  report::WriteFilesAtomically(outputs);
+  std::vector<report::StreamedFile*> streamed;
+  if (csv) streamed.push_back(&csv->file());
+  report::WriteFilesAtomically(outputs, streamed);
   std::fputs(out.c_str(), stdout);
   return 0;
 }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <limits>
 #include <map>
 
 #include <fmt/core.h>
@@ -120,10 +121,6 @@ constexpr Modelled kModelled[] = {
     {"--enable-cuda-graph", "enable_cuda_graph", Kind::kTrue},
     {"--cuda-graph-impl", "cuda_graph_impl", Kind::kString},
 };
-
-// Iterations simulated when the script trains longer: what follows the first few repeats the
-// last simulated one unless something is scheduled (docs/config.md, "Megatron arguments").
-constexpr int kSimulatedIterations = 4;
 
 const Modelled* FindModelled(std::string_view flag) {
   for (const Modelled& m : kModelled) {
@@ -324,12 +321,10 @@ class Translator {
  public:
   void TrainIters(std::int64_t n, const std::string& label) {
     if (n < 1) throw InputError(fmt::format("{}: expected a positive number of iterations, got {}", label, n));
-    if (n > kSimulatedIterations) {
-      warnings_.push_back(fmt::format(
-          "{}: {} iterations; memsim simulates the first {} (later ones repeat the last unless "
-          "something is scheduled; --iterations N for more)",
-          label, n, kSimulatedIterations));
-      n = kSimulatedIterations;
+    // No limit: a long run is simulated until its steady state (config/iterations.h).
+    if (n > std::numeric_limits<int>::max()) {
+      throw InputError(fmt::format("{}: {} iterations exceed memsim's limit of {}", label, n,
+                                   std::numeric_limits<int>::max()));
     }
     Set("train_iters", n, label);
   }

@@ -292,8 +292,8 @@ constexpr Limit kLimits[] = {
     {"tensor_model_parallel_size", 1 << 16}, {"pipeline_model_parallel_size", 1 << 16},
     {"data_parallel_size", 1 << 20}, {"context_parallel_size", 1 << 16},
     {"make_vocab_size_divisible_by", 1 << 20},
-    // Simulation size: each iteration is simulated in full (rules.cc kMaxLayerPasses).
-    {"train_iters", 1000},
+    // train_iters has no limit of its own: a long run simulates until its steady state
+    // (config/iterations.h); rules.cc bounds the simulated layer passes.
 };
 
 }  // namespace

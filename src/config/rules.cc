@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <numeric>
 
+#include "config/iterations.h"
 #include "config/moe.h"
 
 namespace memsim::config::internal {
@@ -168,27 +169,29 @@ void CheckSequence(const Setup& s, const Origin& origin) {
   }
 }
 
-// Simulation size: iterations × micro-batches × layers, all stages and one stage (see
-// kMaxLayerPasses).
+// Simulation size: simulated iterations × micro-batches × layers, all stages and one stage (see
+// kMaxLayerPasses). A long run simulates at most MaxSimulatedIterations (config/iterations.h).
 void CheckLayerPasses(const Setup& s, const Origin& origin) {
   const TrainingConfig& c = s.training;
   const int layers = s.model.num_hidden_layers;
-  const std::int64_t passes = std::int64_t{c.train_iters} * c.num_micro_batches * layers;
+  const int iters = MaxSimulatedIterations(s);
+  const std::int64_t passes = std::int64_t{iters} * c.num_micro_batches * layers;
+  const char* what = iters < c.train_iters ? "simulated iterations" : "train_iters";
   if (passes > kMaxLayerPasses) {
     Fail(origin.Training("train_iters"),
-         fmt::format("train_iters × micro-batches per iteration × num_hidden_layers = {} × {} × {} "
+         fmt::format("{} × micro-batches per iteration × num_hidden_layers = {} × {} × {} "
                      "= {} layer passes exceed memsim's limit of {}; reduce train_iters, "
                      "global_batch_size (micro-batches) or num_hidden_layers",
-                     c.train_iters, c.num_micro_batches, layers, passes, kMaxLayerPasses));
+                     what, iters, c.num_micro_batches, layers, passes, kMaxLayerPasses));
   }
   const std::int64_t stage_passes = passes / c.pipeline_model_parallel_size;
   if (stage_passes > kMaxStageLayerPasses) {
     Fail(origin.Training("train_iters"),
-         fmt::format("train_iters × micro-batches per iteration × layers per pipeline stage = {} × "
+         fmt::format("{} × micro-batches per iteration × layers per pipeline stage = {} × "
                      "{} × {} = {} layer passes in one stage exceed memsim's limit of {} (memory "
                      "of the simulation); reduce train_iters, global_batch_size (micro-batches) or "
                      "num_hidden_layers{}",
-                     c.train_iters, c.num_micro_batches, layers / c.pipeline_model_parallel_size,
+                     what, iters, c.num_micro_batches, layers / c.pipeline_model_parallel_size,
                      stage_passes, kMaxStageLayerPasses,
                      c.use_megatron_fsdp || PyTorchLoop(c)
                          ? ""

@@ -32,6 +32,8 @@ class Engine {
       : program_(program),
         device_(setup.device),
         usable_(options.usable_memory_bytes.value_or(setup.device.usable_memory_bytes)),
+        record_states_(options.record_iteration_states),
+        progress_(options.progress),
         observer_(observer) {
     alloc::AllocatorOptions alloc_options = setup.allocator;
     alloc_options.capacity_bytes = device_.AllocatorCapacity(usable_);
@@ -42,8 +44,16 @@ class Engine {
 
   SimulateResult Run() {
     const std::vector<Event> events = Schedule();
+    if (record_states_) states_.resize(1);
+    std::size_t done = 0;
     for (const Event& e : events) {
+      if (progress_ && ++done % kProgressEvents == 0) progress_(done, events.size());
       const workload::Op& op = program_.ops[e.sequence / 2];
+      if (record_states_ && e.sequence % 2 == 0 &&
+          op.iteration >= static_cast<int>(states_.size())) {
+        while (static_cast<int>(states_.size()) < op.iteration) states_.emplace_back();
+        states_.push_back(State());
+      }
       if (e.sequence % 2 == 0) {
         Start(op, e.time_us);
       } else {
@@ -56,6 +66,10 @@ class Engine {
     result.end_time_us = events.empty() ? 0 : events.back().time_us;
     result.num_communicators = device_.NumCommunicators();
     result.outside_allocator_bytes = device_.OutsideAllocatorBytes();
+    if (record_states_) {
+      states_.push_back(State());
+      result.iteration_states = std::move(states_);
+    }
     return result;
   }
 
@@ -164,6 +178,29 @@ class Engine {
     observer_.OnTensorAllocated(op, t, block_bytes);
   }
 
+  // EngineState (simulator.h): live tensors in id order (ids grow in emission order, so equal
+  // Programs of two iterations list their tensors alike).
+  EngineState State() const {
+    std::vector<workload::TensorId> ids;
+    ids.reserve(live_.size());
+    for (const auto& [id, t] : live_) ids.push_back(id);
+    std::sort(ids.begin(), ids.end());
+    std::vector<alloc::BlockHandle> handles;
+    handles.reserve(ids.size());
+    EngineState tail;
+    for (workload::TensorId id : ids) {
+      const LiveTensor& t = live_.at(id);
+      handles.push_back(t.block);
+      tail.push_back(t.block_bytes);
+      tail.push_back(static_cast<std::int64_t>(t.category));
+    }
+    EngineState state = allocator_->CanonicalState(handles);
+    state.insert(state.end(), tail.begin(), tail.end());
+    state.insert(state.end(), {device_.OutsideAllocatorBytes(), unbounded_ ? 1 : 0,
+                               static_cast<std::int64_t>(failed_.size())});
+    return state;
+  }
+
   void CompleteAllStreams() {
     allocator_->CompleteStream(workload::kComputeStream);
     allocator_->CompleteStream(workload::kCommStream);
@@ -186,6 +223,8 @@ class Engine {
   const workload::Program& program_;
   device::DeviceModel device_;
   Bytes usable_;
+  bool record_states_;
+  const std::function<void(std::size_t, std::size_t)>& progress_;
   Observer& observer_;
   std::unique_ptr<alloc::Allocator> allocator_;
   // Keyed by tensor id; only looked up, never iterated (determinism).
@@ -195,6 +234,7 @@ class Engine {
   std::vector<bool> comm_idle_at_end_;
   std::optional<OomEvent> first_oom_;
   bool unbounded_ = false;
+  std::vector<EngineState> states_;
 };
 
 }  // namespace

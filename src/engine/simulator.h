@@ -19,8 +19,11 @@
 // then continues with an unbounded device, so the report still shows what the job would need.
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "alloc/allocator.h"
 #include "config/setup.h"
@@ -77,7 +80,19 @@ class Observer {
 struct SimulateOptions {
   // Replaces the device preset's usable_memory_bytes (`--capacity`).
   std::optional<Bytes> usable_memory_bytes;
+  // Keep the engine's state at the start of every iteration (SimulateResult::iteration_states).
+  bool record_iteration_states = false;
+  // Called every kProgressEvents events with (events processed, events in all); empty = never.
+  std::function<void(std::size_t, std::size_t)> progress;
 };
+inline constexpr std::size_t kProgressEvents = std::size_t{1} << 16;
+
+// The engine's state just before an iteration's first op starts, in a form that compares equal
+// exactly when the rest of the run would behave alike given alike ops (alloc::Allocator's
+// CanonicalState, the places of the live tensors in the order of their ids, the bytes outside
+// the allocator, the out-of-memory mode). Iterations k and k + 1 of a Program whose iterations
+// repeat are identical, and so are all after them, iff the states at their starts are equal.
+using EngineState = std::vector<std::int64_t>;
 
 struct SimulateResult {
   alloc::AllocatorStats allocator_stats;  // at the end of the run
@@ -85,6 +100,9 @@ struct SimulateResult {
   SimTimeUs end_time_us = 0;
   int num_communicators = 0;
   Bytes outside_allocator_bytes = 0;      // at the end: context + communicator buffers
+  // With record_iteration_states: [k] = the state at the start of iteration k (k >= 1; [0] is
+  // empty), and one more entry, the state after the last op.
+  std::vector<EngineState> iteration_states;
 };
 
 // Replays `program` for the device and allocator options of `setup`. Deterministic.

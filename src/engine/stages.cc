@@ -1,9 +1,60 @@
 #include "engine/stages.h"
 
+#include <algorithm>
+
+#include "config/iterations.h"
 #include "core/check.h"
 #include "workload/build.h"
 
 namespace memsim::engine {
+namespace {
+
+bool SameCategories(const CategoryBytes& a, const CategoryBytes& b) { return a == b; }
+
+// Two spans alike in everything but their number and times.
+bool SameMemory(const timeline::SpanSummary& a, const timeline::SpanSummary& b) {
+  auto same_phase_peaks = [&] {
+    for (size_t i = 0; i < a.phase_peaks.size(); ++i) {
+      const timeline::PhasePeak& x = a.phase_peaks[i];
+      const timeline::PhasePeak& y = b.phase_peaks[i];
+      if (x.seen != y.seen || x.allocated_bytes != y.allocated_bytes || x.op != y.op ||
+          x.micro_batch != y.micro_batch || !SameCategories(x.by_category, y.by_category)) {
+        return false;
+      }
+    }
+    return true;
+  };
+  return a.start_allocated_bytes == b.start_allocated_bytes &&
+         a.start_reserved_bytes == b.start_reserved_bytes &&
+         a.start_device_bytes == b.start_device_bytes &&
+         a.end_allocated_bytes == b.end_allocated_bytes &&
+         a.end_reserved_bytes == b.end_reserved_bytes && a.end_device_bytes == b.end_device_bytes &&
+         a.peak_allocated_bytes == b.peak_allocated_bytes &&
+         a.peak_reserved_bytes == b.peak_reserved_bytes &&
+         a.peak_device_bytes == b.peak_device_bytes && a.peak_active_bytes == b.peak_active_bytes &&
+         a.peak_phase == b.peak_phase && a.peak_op == b.peak_op &&
+         a.peak_micro_batch == b.peak_micro_batch &&
+         SameCategories(a.by_category_at_peak, b.by_category_at_peak) &&
+         SameCategories(a.start_by_category, b.start_by_category) &&
+         SameCategories(a.end_by_category, b.end_by_category) &&
+         a.peak_reserved_phase == b.peak_reserved_phase && same_phase_peaks();
+}
+
+// StageResult::steady_state_from over `simulated` iterations; states[k] is the start of k.
+std::optional<int> SteadyFrom(const StageResult& stage, const std::vector<EngineState>& states,
+                              int first, int simulated) {
+  for (int k = first; k + 1 <= simulated && k + 1 < static_cast<int>(states.size()); ++k) {
+    if (states[k].empty() || states[k] != states[k + 1]) continue;
+    const timeline::SpanSummary* a = stage.Span(k);
+    const timeline::SpanSummary* b = stage.Span(k + 1);
+    if (a != nullptr && b != nullptr && SameMemory(*a, *b)) return k;
+  }
+  return std::nullopt;
+}
+
+RunResult RunStages(const config::Setup& setup, const RunOptions& options, int iterations);
+
+}  // namespace
 
 const timeline::SpanSummary* StageResult::Span(int iteration) const {
   for (const timeline::SpanSummary& s : spans) {
@@ -13,6 +64,37 @@ const timeline::SpanSummary* StageResult::Span(int iteration) const {
 }
 
 RunResult RunAllStages(const config::Setup& setup, const RunOptions& options) {
+  const int train = setup.training.train_iters;
+  const int first = config::FirstRepeatingIteration(setup);
+  const int most = config::MaxSimulatedIterations(setup);
+  int n = std::min(train, std::max(config::kMinSimulatedIterations, first + 1));
+  for (;;) {
+    RunResult r = RunStages(setup, options, n);
+    r.train_iters = train;
+    r.simulated_iterations = n;
+    if (!r.IsLongRun()) return r;
+    bool all = true;
+    for (const StageResult& s : r.stages) {
+      if (!s.steady_state_from) {
+        all = false;
+      } else if (!r.steady_state_from || *s.steady_state_from > *r.steady_state_from) {
+        r.steady_state_from = s.steady_state_from;
+      }
+    }
+    if (!all) r.steady_state_from.reset();
+    if (all || n >= most) return r;
+    n = std::min(most, 2 * n);
+  }
+}
+
+namespace {
+
+// One pass over every stage with `iterations` iterations simulated.
+RunResult RunStages(const config::Setup& user_setup, const RunOptions& options, int iterations) {
+  config::Setup setup = user_setup;
+  setup.training.train_iters = iterations;
+  const bool long_run = iterations < user_setup.training.train_iters;
+  const int first = config::FirstRepeatingIteration(user_setup);
   const int p = setup.training.pipeline_model_parallel_size;
   MEMSIM_CHECK(p >= 1);
   MEMSIM_CHECK(!options.pipeline_rank || (*options.pipeline_rank >= 0 && *options.pipeline_rank < p));
@@ -21,18 +103,35 @@ RunResult RunAllStages(const config::Setup& setup, const RunOptions& options) {
   result.usable_memory_bytes = options.usable_memory_bytes.value_or(setup.device.usable_memory_bytes);
   SimulateOptions sim_options;
   sim_options.usable_memory_bytes = options.usable_memory_bytes;
+  sim_options.record_iteration_states = long_run;
+  int current = 0;
+  if (options.progress) {
+    sim_options.progress = [&](std::size_t done, std::size_t all) {
+      options.progress({current, p, iterations, static_cast<double>(done) / static_cast<double>(all)});
+    };
+  }
   Bytes worst_device = -1;
   for (int r = 0; r < p; ++r) {
+    current = r;
+    if (options.progress) options.progress({r, p, iterations, 0.0});
     const workload::Program program = workload::Build(setup, r);
     // Keep samples only for a stage that may be reported; the worst stage is only known after
     // all ran, so without --pipeline-rank keep the current worst (replaced when beaten).
     const bool keep = options.keep_timeline && (!options.pipeline_rank || *options.pipeline_rank == r);
-    timeline::Recorder recorder(keep);
+    const bool may_report = !options.pipeline_rank || *options.pipeline_rank == r;
+    std::shared_ptr<timeline::SampleSink> sink =
+        options.sample_sink && may_report ? options.sample_sink(r) : nullptr;
+    timeline::Recorder recorder(keep, sink.get());
     StageResult stage;
     stage.pipeline_rank = r;
     stage.simulation = Simulate(program, setup, sim_options, recorder);
     recorder.Finish();
     stage.spans = recorder.spans();
+    if (long_run) {
+      stage.steady_state_from =
+          SteadyFrom(stage, stage.simulation.iteration_states, first, iterations);
+      stage.simulation.iteration_states = {};
+    }
     for (const timeline::SpanSummary& s : stage.spans) {
       if (s.peak_allocated_bytes > stage.peak_allocated_bytes) {
         stage.peak_allocated_bytes = s.peak_allocated_bytes;
@@ -53,10 +152,13 @@ RunResult RunAllStages(const config::Setup& setup, const RunOptions& options) {
       result.reported_stage = r;
       worst_device = stage.peak_device_bytes;
       if (keep) result.timeline = recorder.TakeTimeline();
+      if (sink) result.sample_sink = std::move(sink);
     }
     result.stages.push_back(std::move(stage));
   }
   return result;
 }
+
+}  // namespace
 
 }  // namespace memsim::engine

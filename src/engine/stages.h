@@ -3,6 +3,8 @@
 // user names (--pipeline-rank). Used by `run`, `check` and `compare`.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -21,6 +23,10 @@ struct StageResult {
   Bytes peak_reserved_bytes = 0;
   Bytes peak_device_bytes = 0;
   CategoryBytes by_category_at_peak{};  // at the stage's allocated peak
+  // A long run (fewer iterations simulated than train_iters): the first iteration k >=
+  // config::FirstRepeatingIteration whose start and end states are equal (engine::EngineState)
+  // and whose successor k + 1 was simulated and came out identical; absent when none.
+  std::optional<int> steady_state_from;
 
   // The span of `iteration` (0 = init), or nullptr.
   const timeline::SpanSummary* Span(int iteration) const;
@@ -37,17 +43,45 @@ struct RunResult {
   bool reported_stage_chosen = false;  // by --pipeline-rank, not as the worst
   Bytes usable_memory_bytes = 0;       // the device preset's, or --capacity
   timeline::Timeline timeline;      // of the reported stage (empty unless keep_timeline)
+  // RunOptions::sample_sink's sink of the reported stage (of the last pass of a long run).
+  std::shared_ptr<timeline::SampleSink> sample_sink;
   std::optional<StagedOomEvent> first_oom;  // earliest in time over all stages (lowest rank on ties)
+  int train_iters = 0;           // the Setup's
+  int simulated_iterations = 0;  // train_iters, or fewer for a long run (config/iterations.h)
+  // A long run: every stage repeats itself identically from this iteration on (the latest of
+  // the stages' steady_state_from); absent when train_iters were all simulated, or when no
+  // steady state showed within config::MaxSimulatedIterations.
+  std::optional<int> steady_state_from;
+
+  // Fewer iterations simulated than the run trains.
+  bool IsLongRun() const { return simulated_iterations < train_iters; }
 
   const StageResult& Reported() const { return stages[reported_stage]; }
+};
+
+struct RunProgress {
+  int stage = 0;            // pipeline rank being simulated
+  int stages = 1;
+  int iterations = 0;       // simulated in this pass
+  double stage_fraction = 0;  // of this stage's events processed
 };
 
 struct RunOptions {
   std::optional<int> pipeline_rank;  // REQUIRES: in [0, pipeline_model_parallel_size)
   std::optional<Bytes> usable_memory_bytes;  // --capacity
-  bool keep_timeline = true;
+  bool keep_timeline = true;  // at bounded resolution (timeline::kMaxKeptSamples)
+  // When set: called once per stage that may be reported (and again for each pass of a long
+  // run); its sink receives that stage's every sample. The reported stage's sink is returned in
+  // RunResult::sample_sink, the others are dropped as soon as another stage beats them.
+  std::function<std::shared_ptr<timeline::SampleSink>(int pipeline_rank)> sample_sink;
+  // Called now and then while stages are simulated (for a progress line); empty = never.
+  std::function<void(const RunProgress&)> progress;
 };
 
+// Simulates every stage over init and train_iters iterations. A long run (train_iters above
+// max(kMinSimulatedIterations, FirstRepeatingIteration + 1), config/iterations.h) simulates that
+// many first and, while some stage has no steady state yet, twice as many (at most
+// config::MaxSimulatedIterations), each time from the start.
 RunResult RunAllStages(const config::Setup& setup, const RunOptions& options);
 
 }  // namespace memsim::engine

@@ -1,8 +1,9 @@
 #include "replay/trace.h"
 
+#include <algorithm>
 #include <charconv>
+#include <functional>
 #include <limits>
-#include <unordered_map>
 
 #include <fmt/core.h>
 
@@ -35,6 +36,47 @@ bool ParseNonNegative(std::string_view s, std::int64_t max, std::int64_t& out) {
   return true;
 }
 
+// Interns ids: each distinct id is copied once, into Trace::ids; a line's id is looked up as a
+// view of the text, without allocating (open addressing, linear probing, load at most 1/2).
+class IdInterner {
+ public:
+  explicit IdInterner(std::vector<std::string>& ids) : ids_(ids), slots_(1024, -1) {}
+
+  // The index of `id` in ids_, added if new; `added` says which.
+  std::int32_t Intern(std::string_view id, bool& added) {
+    std::size_t mask = slots_.size() - 1;
+    std::size_t i = std::hash<std::string_view>{}(id) & mask;
+    while (slots_[i] >= 0) {
+      if (ids_[static_cast<std::size_t>(slots_[i])] == id) {
+        added = false;
+        return slots_[i];
+      }
+      i = (i + 1) & mask;
+    }
+    added = true;
+    const auto index = static_cast<std::int32_t>(ids_.size());
+    ids_.emplace_back(id);
+    slots_[i] = index;
+    if (2 * ids_.size() > slots_.size()) Grow();
+    return index;
+  }
+
+ private:
+  void Grow() {
+    std::vector<std::int32_t> slots(2 * slots_.size(), -1);
+    const std::size_t mask = slots.size() - 1;
+    for (std::size_t k = 0; k < ids_.size(); ++k) {
+      std::size_t i = std::hash<std::string_view>{}(ids_[k]) & mask;
+      while (slots[i] >= 0) i = (i + 1) & mask;
+      slots[i] = static_cast<std::int32_t>(k);
+    }
+    slots_.swap(slots);
+  }
+
+  std::vector<std::string>& ids_;
+  std::vector<std::int32_t> slots_;  // index into ids_, or -1
+};
+
 }  // namespace
 
 std::string_view TraceOpName(TraceOp op) {
@@ -65,7 +107,10 @@ std::string EchoField(std::string_view field) {
 Trace ParseCsvTrace(std::string_view text, std::string_view file_name) {
   Trace trace;
   trace.file_name = std::string(file_name);
-  std::unordered_map<std::string, std::int32_t> id_index;  // lookups only (determinism)
+  IdInterner interner(trace.ids);
+  // One record per line at most: reserving the line count keeps the records' vector from
+  // growing by copies (peak memory about the text plus the records).
+  trace.records.reserve(static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n')) + 1);
   std::int32_t line_no = 0;
   bool header_allowed = true;  // until the first line that is not blank or a comment
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // UTF-8 byte-order mark
@@ -136,16 +181,12 @@ Trace ParseCsvTrace(std::string_view text, std::string_view file_name) {
                          r.op == TraceOp::kRecordStream;
     if (uses_id) {
       if (fields[1].empty()) throw fail(fmt::format("{} needs an id", op));
-      auto [it, inserted] = id_index.try_emplace(std::string(fields[1]),
-                                                 static_cast<std::int32_t>(trace.ids.size()));
-      if (inserted) {
-        // ids index as int32 (TraceRecord::id); a file this large is refused, not wrapped.
-        if (trace.ids.size() == static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
-          throw fail("more than 2^31 - 1 distinct ids");
-        }
-        trace.ids.emplace_back(fields[1]);
+      // ids index as int32 (TraceRecord::id); a file this large is refused, not wrapped.
+      if (trace.ids.size() == static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+        throw fail("more than 2^31 - 1 distinct ids");
       }
-      r.id = it->second;
+      bool added = false;
+      r.id = interner.Intern(fields[1], added);
     }
     if (r.op == TraceOp::kMalloc && fields[2].empty()) throw fail("malloc needs bytes");
     trace.records.push_back(r);
@@ -168,7 +209,31 @@ Trace ParseTrace(std::string_view text, std::string_view file_name, int device_i
   return ParseCsvTrace(text, file_name);
 }
 
+namespace {
+
+class RowVector final : public ReplayRowSink {
+ public:
+  explicit RowVector(std::vector<ReplayRow>& rows) : rows_(rows) {}
+  void OnRow(const ReplayRow& row) override { rows_.push_back(row); }
+
+ private:
+  std::vector<ReplayRow>& rows_;
+};
+
+}  // namespace
+
 ReplayResult Replay(const Trace& trace, alloc::Allocator& allocator, bool keep_rows) {
+  ReplayResult result;
+  if (!keep_rows) return Replay(trace, allocator, static_cast<ReplayRowSink*>(nullptr));
+  std::vector<ReplayRow> rows;
+  rows.reserve(trace.records.size());
+  RowVector sink(rows);
+  result = Replay(trace, allocator, &sink);
+  result.rows = std::move(rows);
+  return result;
+}
+
+ReplayResult Replay(const Trace& trace, alloc::Allocator& allocator, ReplayRowSink* rows) {
   enum class IdState : std::uint8_t { kNeverSeen, kLive, kFreed, kNoop };
   struct IdInfo {
     IdState state = IdState::kNeverSeen;
@@ -177,7 +242,6 @@ ReplayResult Replay(const Trace& trace, alloc::Allocator& allocator, bool keep_r
   };
   std::vector<IdInfo> ids(trace.ids.size());
   ReplayResult result;
-  if (keep_rows) result.rows.reserve(trace.records.size());
   const char* where = trace.location_word.empty() ? "line" : "entry";
   auto fail = [&](const TraceRecord& r, const std::string& what) {
     return InputError(
@@ -236,10 +300,10 @@ ReplayResult Replay(const Trace& trace, alloc::Allocator& allocator, bool keep_r
         break;
     }
     ++result.operations;
-    if (keep_rows) {
+    if (rows != nullptr) {
       const alloc::AllocatorStats& s = allocator.Stats();
-      result.rows.push_back({r.op, s.allocated_bytes.current, s.reserved_bytes.current,
-                             s.active_bytes.current});
+      rows->OnRow({r.op, s.allocated_bytes.current, s.reserved_bytes.current,
+                   s.active_bytes.current});
     }
   }
   result.stats = allocator.Stats();

@@ -72,8 +72,18 @@ struct ReplayResult {
   std::int32_t first_refused_line = 0;
 };
 
+// Receives the row of each operation as Replay goes (the --csv timeline, streamed to its file).
+class ReplayRowSink {
+ public:
+  virtual ~ReplayRowSink() = default;
+  virtual void OnRow(const ReplayRow& row) = 0;
+};
+
 // Replays `trace` through `allocator`. Throws InputError for the id rules of docs/interfaces.md
-// ("<file>:<line>: free of id 'x' that was never allocated", ...).
+// ("<file>:<line>: free of id 'x' that was never allocated", ...). `rows` (nullptr: none) gets
+// every operation's row; ReplayResult::rows stays empty.
+ReplayResult Replay(const Trace& trace, alloc::Allocator& allocator, ReplayRowSink* rows);
+// The same, keeping the rows in ReplayResult::rows when `keep_rows`.
 ReplayResult Replay(const Trace& trace, alloc::Allocator& allocator, bool keep_rows);
 
 }  // namespace memsim::replay

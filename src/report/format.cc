@@ -83,10 +83,53 @@ void WriteFileAtomically(const std::string& path, std::string_view content) {
 }
 
 void WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>& files) {
-  for (size_t i = 0; i < files.size(); ++i) {
+  WriteFilesAtomically(files, {});
+}
+
+StreamedFile::StreamedFile(std::string path) : path_(std::move(path)) {
+  if (path_ == "-") return;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path_, ec)) {
+    throw InputError(fmt::format("{}: cannot write: is a directory", path_));
+  }
+  if (!IsSpecialFile(path_)) {
+    static int counter = 0;
+    tmp_ = fmt::format("{}.tmp-memsim-{}", path_, ++counter);
+  }
+  f_ = std::fopen(tmp_.empty() ? path_.c_str() : tmp_.c_str(), "wb");
+  if (f_ == nullptr) throw InputError(CannotWrite(path_, errno));
+}
+
+StreamedFile::~StreamedFile() {
+  if (f_ != nullptr) std::fclose(f_);
+  if (!committed_ && !tmp_.empty()) std::remove(tmp_.c_str());
+}
+
+void StreamedFile::Append(std::string_view text) {
+  if (path_ == "-") {
+    held_.append(text);
+  } else if (error_ == 0 && std::fwrite(text.data(), 1, text.size(), f_) != text.size()) {
+    error_ = errno;
+  }
+}
+
+void StreamedFile::Close() {
+  if (f_ == nullptr) return;
+  const bool closed = std::fclose(f_) == 0;
+  f_ = nullptr;
+  if (error_ == 0 && !closed) error_ = errno;
+  if (error_ != 0) throw InputError(CannotWrite(path_, error_));
+}
+
+void WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>& files,
+                          const std::vector<StreamedFile*>& streamed) {
+  std::vector<std::string> targets;
+  for (const auto& [path, content] : files) targets.push_back(path);
+  for (const StreamedFile* f : streamed) targets.push_back(f->path());
+  for (size_t i = 0; i < targets.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
-      if (files[i].first == files[j].first && files[i].first != "-" && !IsSpecialFile(files[i].first)) {
-        throw InputError(fmt::format("{}: named for two outputs", files[i].first));
+      if (targets[i] == targets[j] && targets[i] != "-" && !IsSpecialFile(targets[i])) {
+        throw InputError(fmt::format("{}: named for two outputs", targets[i]));
       }
     }
   }
@@ -95,6 +138,10 @@ void WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>
     for (const auto& [path, content] : files) {
       if (path == "-" || IsSpecialFile(path)) continue;
       staged.emplace_back(WriteTemporary(path, content), path);
+    }
+    for (StreamedFile* f : streamed) {
+      f->Close();
+      if (!f->tmp_.empty()) staged.emplace_back(f->tmp_, f->path());
     }
   } catch (const InputError&) {
     for (const auto& [tmp, path] : staged) std::remove(tmp.c_str());
@@ -107,8 +154,12 @@ void WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>
       throw InputError(CannotWrite(path, err));
     }
   }
+  for (StreamedFile* f : streamed) f->committed_ = true;
   for (const auto& [path, content] : files) {
     if (path == "-" || IsSpecialFile(path)) WriteInPlace(path, content);
+  }
+  for (StreamedFile* f : streamed) {
+    if (f->path() == "-") WriteInPlace("-", f->held_);
   }
 }
 

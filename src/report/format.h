@@ -2,6 +2,7 @@
 // (powers of two: MiB = 2^20, GiB = 2^30).
 #pragma once
 
+#include <cstdio>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -35,6 +36,43 @@ void WriteFileAtomically(const std::string& path, std::string_view content);
 // or a path named twice. (A rename failing after others succeeded is not rolled back; renames
 // within one directory fail only if the directory changes meanwhile.)
 void WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>& files);
+
+// An output written piece by piece while the work runs (a full-resolution timeline), so it is
+// never held in memory: into a temporary file next to `path` (its own name, so several may be
+// open for one path), renamed into place by WriteFilesAtomically with the other outputs, and
+// removed when dropped uncommitted. "-" (standard output) is held in memory and written at the
+// commit; a device file (/dev/null, a pipe) is written in place as it comes.
+class StreamedFile {
+ public:
+  // Throws InputError "<path>: cannot write: <why>".
+  explicit StreamedFile(std::string path);
+  ~StreamedFile();
+  StreamedFile(const StreamedFile&) = delete;
+  StreamedFile& operator=(const StreamedFile&) = delete;
+
+  // Write errors are kept and reported by WriteFilesAtomically.
+  void Append(std::string_view text);
+  const std::string& path() const { return path_; }
+
+ private:
+  friend void WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>&,
+                                   const std::vector<StreamedFile*>&);
+  // Closes the file; throws InputError naming path() on any write error.
+  void Close();
+
+  std::string path_;
+  std::string tmp_;       // "" for "-" and device files
+  std::FILE* f_ = nullptr;
+  std::string held_;      // "-" only
+  int error_ = 0;
+  bool committed_ = false;
+};
+
+// WriteFilesAtomically for `files` and the `streamed` outputs together: all are closed, then
+// renamed into place only when every one was written; on failure the streamed temporaries are
+// removed too.
+void WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>& files,
+                          const std::vector<StreamedFile*>& streamed);
 
 // Checks, before any work, that every output path ("" entries are skipped) can be written as
 // WriteFilesAtomically will write it, and that none is one of `inputs` or names a file twice.

@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -264,6 +265,21 @@ std::string SkippedStepsLines(const config::TrainingConfig& t) {
 
 }  // namespace
 
+std::string FormatLongRun(const engine::RunResult& run) {
+  if (!run.IsLongRun()) return "";
+  if (run.steady_state_from) {
+    return fmt::format(
+        "  simulated {} of {} iterations: from iteration {} on they are identical (allocator\n"
+        "  state included), so iterations {}..{} repeat it\n",
+        run.simulated_iterations, run.train_iters, *run.steady_state_from,
+        *run.steady_state_from + 1, run.train_iters);
+  }
+  return fmt::format(
+      "  simulated {} of {} iterations: no two consecutive ones were identical yet (allocator\n"
+      "  state included); the later iterations are not simulated (memsim's limit)\n",
+      run.simulated_iterations, run.train_iters);
+}
+
 std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& setup) {
   const config::TrainingConfig& t = setup.training;
   const int m = t.global_batch_size / std::max(1, t.micro_batch_size * t.data_parallel_size);
@@ -308,6 +324,7 @@ std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& s
   out += fmt::format("  peak reserved + runtime {} GiB of {} GiB usable by the framework\n",
                      GiB(stage.peak_device_bytes - setup.device.idle_baseline_bytes),
                      GiB(run.usable_memory_bytes));
+  out += FormatLongRun(run);
   if (run.stages.size() > 1) {
     out += "  stages, peak allocated / reserved / device GiB:\n";
     std::string line = " ";
@@ -460,6 +477,10 @@ std::string RunReportJson(const engine::RunResult& run, const config::Setup& set
                           {"end_by_category", CategoriesJson(s.end_by_category)}});
   }
   j["iterations"] = iterations;
+  if (run.IsLongRun()) {  // absent when every iteration was simulated (schema unchanged)
+    j["train_iters"] = run.train_iters;
+    j["steady_state_from"] = run.steady_state_from ? json(*run.steady_state_from) : json();
+  }
   json stages = json::array();
   for (const engine::StageResult& s : run.stages) {
     stages.push_back({{"pipeline", s.pipeline_rank},
@@ -489,16 +510,40 @@ std::string RunReportJson(const engine::RunResult& run, const config::Setup& set
   return j.dump(2) + "\n";
 }
 
-std::string TimelineCsv(const timeline::Timeline& tl) {
-  std::string out =
-      "time_us,iteration,phase,allocated_bytes,reserved_bytes,active_bytes,device_bytes\n";
+namespace {
+
+constexpr std::string_view kCsvHeader =
+    "time_us,iteration,phase,allocated_bytes,reserved_bytes,active_bytes,device_bytes\n";
+
+void AppendCsvRow(std::string& out, const timeline::Sample& s) {
   auto value = [](Bytes b) { return b < 0 ? std::string() : fmt::format("{}", b); };
-  for (const timeline::Sample& s : tl.samples) {
-    out += fmt::format("{:.3f},{},{},{},{},{},{}\n", s.time_us, s.iteration, PhaseName(s.phase),
-                       value(s.allocated_bytes), value(s.reserved_bytes), value(s.active_bytes),
-                       value(s.device_bytes));
-  }
+  fmt::format_to(std::back_inserter(out), "{:.3f},{},{},{},{},{},{}\n", s.time_us, s.iteration,
+                 PhaseName(s.phase), value(s.allocated_bytes), value(s.reserved_bytes),
+                 value(s.active_bytes), value(s.device_bytes));
+}
+
+}  // namespace
+
+std::string TimelineCsv(const timeline::Timeline& tl) {
+  std::string out(kCsvHeader);
+  for (const timeline::Sample& s : tl.samples) AppendCsvRow(out, s);
   return out;
+}
+
+CsvTimelineFile::CsvTimelineFile(const std::string& path) : file_(path), buffer_(kCsvHeader) {}
+
+void CsvTimelineFile::OnSample(const timeline::Sample& sample) {
+  AppendCsvRow(buffer_, sample);
+  if (buffer_.size() >= (std::size_t{1} << 16)) {
+    file_.Append(buffer_);
+    buffer_.clear();
+  }
+}
+
+StreamedFile& CsvTimelineFile::file() {
+  file_.Append(buffer_);
+  buffer_.clear();
+  return file_;
 }
 
 }  // namespace memsim::report

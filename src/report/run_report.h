@@ -7,6 +7,8 @@
 
 #include "config/setup.h"
 #include "engine/stages.h"
+#include "report/format.h"
+#include "timeline/recorder.h"
 
 namespace memsim::report {
 
@@ -46,14 +48,35 @@ std::string FormatMegatronLines(const engine::RunResult& run, const config::Setu
 // The header lines: what was simulated and which stage is reported.
 std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& setup);
 
+// A long run (RunResult::IsLongRun): how many iterations were simulated and from which one on
+// they repeat; "" otherwise.
+std::string FormatLongRun(const engine::RunResult& run);
+
 // The OOM notice ("" when none).
 std::string FormatOom(const engine::RunResult& run);
 
-// docs/interfaces.md, 'JSON report' (schema_version 1), pretty-printed, ending in a newline.
+// docs/interfaces.md, 'JSON report' (schema_version 1), pretty-printed, ending in a newline. A
+// long run adds "train_iters" and "steady_state_from" (null when none was found); "iterations"
+// holds the simulated ones.
 std::string RunReportJson(const engine::RunResult& run, const config::Setup& setup);
 
 // docs/interfaces.md, 'CSV timeline': time_us,iteration,phase,allocated_bytes,reserved_bytes,
 // active_bytes,device_bytes; unknown values empty.
 std::string TimelineCsv(const timeline::Timeline& timeline);
+
+// The same CSV written as the engine produces the samples (full resolution, never held in
+// memory): a RunOptions::sample_sink for `memsim run --csv`. Commit it with
+// WriteFilesAtomically(files, {&sink.file()}).
+class CsvTimelineFile final : public timeline::SampleSink {
+ public:
+  explicit CsvTimelineFile(const std::string& path);  // throws InputError naming path
+  void OnSample(const timeline::Sample& sample) override;
+  // The file, with every sample so far appended.
+  StreamedFile& file();
+
+ private:
+  StreamedFile file_;
+  std::string buffer_;
+};
 
 }  // namespace memsim::report

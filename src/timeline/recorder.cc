@@ -78,9 +78,11 @@ void Recorder::OnOpBoundary(const engine::OpBoundary& b) {
   last_device_ = b.device_bytes;
   last_by_category_ = *b.allocated_by_category;
   last_time_ = b.time_us;
-  if (keep_samples_) {
-    timeline_.samples.push_back({b.time_us, op.iteration, op.phase, b.allocated_bytes,
-                                 b.reserved_bytes, b.active_bytes, b.device_bytes});
+  if (keep_samples_ || sink_ != nullptr) {
+    const Sample sample{b.time_us,       op.iteration,   op.phase,      b.allocated_bytes,
+                        b.reserved_bytes, b.active_bytes, b.device_bytes};
+    if (sink_ != nullptr) sink_->OnSample(sample);
+    if (keep_samples_) curve_.Add(sample);
   }
 }
 
@@ -95,6 +97,14 @@ void Recorder::Finish() {
   if (open_) spans_.back().end_time_us = last_time_;
   open_ = false;
   timeline_.source = "memsim";
+  if (keep_samples_) {
+    timeline_.samples = curve_.Take();
+    if (curve_.bucket_size() > 1) {
+      timeline_.notes.push_back(fmt::format(
+          "curve down-sampled from {} samples to {} (lowest and highest of every {} in a row)",
+          curve_.samples_added(), timeline_.samples.size(), curve_.bucket_size()));
+    }
+  }
 }
 
 }  // namespace memsim::timeline

@@ -7,10 +7,12 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <string>
 #include <vector>
 
 #include "engine/simulator.h"
+#include "timeline/bounded_curve.h"
 #include "timeline/timeline.h"
 
 namespace memsim::timeline {
@@ -60,15 +62,30 @@ struct SpanSummary {
   const PhasePeak& PeakOf(Phase phase) const { return phase_peaks[static_cast<size_t>(phase)]; }
 };
 
+// Full-resolution consumers of the simulated curve (a CSV file, a trace export): every sample,
+// in time order, as the engine produces it, before any down-sampling.
+class SampleSink {
+ public:
+  virtual ~SampleSink() = default;
+  virtual void OnSample(const Sample& sample) = 0;
+};
+
+// Samples the Recorder keeps at most (BoundedCurve): 2^18 samples (12 MiB); above, the curve is
+// down-sampled keeping every peak and trough. The per-span summaries stay exact.
+inline constexpr std::size_t kMaxKeptSamples = std::size_t{1} << 18;
+
 class Recorder final : public engine::Observer {
  public:
   // `keep_samples` false keeps only the summaries (cheaper when the curve is not needed).
-  explicit Recorder(bool keep_samples = true) : keep_samples_(keep_samples) {}
+  // `sink`, when given, receives every sample (it outlives the Recorder's use).
+  explicit Recorder(bool keep_samples = true, SampleSink* sink = nullptr,
+                    std::size_t max_samples = kMaxKeptSamples)
+      : keep_samples_(keep_samples), sink_(sink), curve_(max_samples) {}
 
   void OnOpBoundary(const engine::OpBoundary& b) override;
   void OnCommunicatorCreated(SimTimeUs time_us, const std::string& group) override;
 
-  // Closes the last span. REQUIRES: called once, after Simulate returns.
+  // Closes the last span and fixes the kept curve. REQUIRES: called once, after Simulate returns.
   void Finish();
 
   const Timeline& timeline() const { return timeline_; }
@@ -80,6 +97,8 @@ class Recorder final : public engine::Observer {
   void OpenSpan(int iteration, const engine::OpBoundary& b);
 
   bool keep_samples_;
+  SampleSink* sink_;
+  BoundedCurve curve_;
   Timeline timeline_;
   std::vector<SpanSummary> spans_;
   bool open_ = false;

@@ -137,28 +137,36 @@ TEST_CASE("duplicate keys are still found at depth, with their full pointer", "[
 }
 
 TEST_CASE("simulation size limits", "[config]") {
-  CHECK(ErrorOf(Data("good.json"), Set({"training.train_iters=1001"})) ==
-        "--set training.train_iters=1001: 1001 exceeds memsim's limit of 1000");
+  // train_iters has no limit of its own (a long run is simulated until its steady state).
+  CHECK(ErrorOf(Data("good.json"), Set({"training.train_iters=2147483647"})) == "(no error)");
   // global 8194 / (micro-batch 1 × DP 2) = 4097 micro-batches.
   CHECK(ErrorOf(Data("good.json"), Set({"training.global_batch_size=8194"})) ==
         "--set training.global_batch_size=8194: 4097 micro-batches per iteration exceed memsim's "
         "limit of 4096");
-  // 1000 iterations × (8192 / 2 = 4096 micro-batches) × 32 layers = 131072000 > 2^20 = 1048576.
+  // 10 iterations × (8192 / 2 = 4096 micro-batches) × 32 layers = 1310720 > 2^20 = 1048576.
+  CHECK(ErrorOf(Data("good.json"),
+                Set({"training.train_iters=10", "training.global_batch_size=8192"})) ==
+        "--set training.train_iters=10: train_iters × micro-batches per iteration × "
+        "num_hidden_layers = 10 × 4096 × 32 = 1310720 layer passes exceed memsim's limit of "
+        "1048576; reduce train_iters, global_batch_size (micro-batches) or num_hidden_layers");
+  // A long run counts the iterations it may simulate (config/iterations.h): 2 + 32 = 34;
+  // 34 × 4096 × 32 = 4456448 > 2^20.
   CHECK(ErrorOf(Data("good.json"),
                 Set({"training.train_iters=1000", "training.global_batch_size=8192"})) ==
-        "--set training.train_iters=1000: train_iters × micro-batches per iteration × "
-        "num_hidden_layers = 1000 × 4096 × 32 = 131072000 layer passes exceed memsim's limit of "
+        "--set training.train_iters=1000: simulated iterations × micro-batches per iteration × "
+        "num_hidden_layers = 34 × 4096 × 32 = 4456448 layer passes exceed memsim's limit of "
         "1048576; reduce train_iters, global_batch_size (micro-batches) or num_hidden_layers");
-  // One stage (PP 1): 1000 × (16 / 2 = 8) × 32 = 256000 > 2^17 = 131072, though under 2^20 in all.
+  // One stage (PP 1): 34 × (256 / 2 = 128) × 32 = 139264 > 2^17 = 131072, though under 2^20 in all.
   CHECK(ErrorOf(Data("good.json"),
-                Set({"training.train_iters=1000", "training.global_batch_size=16"})) ==
-        "--set training.train_iters=1000: train_iters × micro-batches per iteration × layers per "
-        "pipeline stage = 1000 × 8 × 32 = 256000 layer passes in one stage exceed memsim's limit "
-        "of 131072 (memory of the simulation); reduce train_iters, global_batch_size "
-        "(micro-batches) or num_hidden_layers, or raise pipeline_model_parallel_size");
-  // PP 2 halves a stage: 1000 × 8 × 16 = 128000 passes, accepted.
+                Set({"training.train_iters=1000", "training.global_batch_size=256"})) ==
+        "--set training.train_iters=1000: simulated iterations × micro-batches per iteration × "
+        "layers per pipeline stage = 34 × 128 × 32 = 139264 layer passes in one stage exceed "
+        "memsim's limit of 131072 (memory of the simulation); reduce train_iters, "
+        "global_batch_size (micro-batches) or num_hidden_layers, or raise "
+        "pipeline_model_parallel_size");
+  // PP 2 halves a stage: 34 × 128 × 16 = 69632 passes, accepted.
   CHECK(ErrorOf(Data("good.json"),
-                Set({"training.train_iters=1000", "training.global_batch_size=16",
+                Set({"training.train_iters=1000", "training.global_batch_size=256",
                      "training.pipeline_model_parallel_size=2"})) == "(no error)");
 }
 

@@ -1,0 +1,89 @@
+#include "timeline/bounded_curve.h"
+
+#include <algorithm>
+#include <iterator>
+
+#include "core/check.h"
+
+namespace memsim::timeline {
+namespace {
+
+Bytes DeviceOrReserved(const Sample& s) {
+  return s.device_bytes != kUnknownBytes ? s.device_bytes : s.reserved_bytes;
+}
+
+// Keeps, of `in` (time order), the first lowest and first highest allocated and device samples,
+// in time order, without repeats.
+void KeepExtremes(std::vector<Sample>& in) {
+  std::size_t lo_a = 0, hi_a = 0, lo_d = 0, hi_d = 0;
+  for (std::size_t i = 1; i < in.size(); ++i) {
+    if (in[i].allocated_bytes < in[lo_a].allocated_bytes) lo_a = i;
+    if (in[i].allocated_bytes > in[hi_a].allocated_bytes) hi_a = i;
+    if (DeviceOrReserved(in[i]) < DeviceOrReserved(in[lo_d])) lo_d = i;
+    if (DeviceOrReserved(in[i]) > DeviceOrReserved(in[hi_d])) hi_d = i;
+  }
+  std::size_t idx[4] = {lo_a, hi_a, lo_d, hi_d};
+  std::sort(std::begin(idx), std::end(idx));
+  std::vector<Sample> out;
+  for (std::size_t k = 0; k < 4; ++k) {
+    if (k == 0 || idx[k] != idx[k - 1]) out.push_back(in[idx[k]]);
+  }
+  in.swap(out);
+}
+
+}  // namespace
+
+BoundedCurve::BoundedCurve(std::size_t max_samples) : max_samples_(max_samples) {
+  MEMSIM_CHECK(max_samples >= 8);
+}
+
+void BoundedCurve::Add(const Sample& sample) {
+  ++added_;
+  open_.push_back(sample);
+  ++open_raw_;
+  if (open_.size() > 4) KeepExtremes(open_);
+  if (open_raw_ == bucket_size_) CloseOpenBucket();
+}
+
+void BoundedCurve::CloseOpenBucket() {
+  if (open_raw_ == 0) return;
+  if (bucket_size_ > 1) KeepExtremes(open_);
+  kept_.insert(kept_.end(), open_.begin(), open_.end());
+  counts_.push_back(static_cast<std::uint8_t>(open_.size()));
+  open_.clear();
+  open_raw_ = 0;
+  if (kept_.size() > max_samples_) MergeBuckets();
+}
+
+void BoundedCurve::MergeBuckets() {
+  // Merges buckets 2i and 2i+1 until the kept samples fit; a last odd bucket stays alone (it
+  // holds fewer raw samples, which changes no extreme).
+  while (kept_.size() > max_samples_) {
+    std::vector<Sample> kept;
+    std::vector<std::uint8_t> counts;
+    kept.reserve(kept_.size());
+    std::size_t at = 0;
+    for (std::size_t b = 0; b < counts_.size(); b += 2) {
+      std::size_t n = counts_[b] + (b + 1 < counts_.size() ? counts_[b + 1] : 0);
+      std::vector<Sample> part(kept_.begin() + static_cast<std::ptrdiff_t>(at),
+                               kept_.begin() + static_cast<std::ptrdiff_t>(at + n));
+      at += n;
+      KeepExtremes(part);
+      kept.insert(kept.end(), part.begin(), part.end());
+      counts.push_back(static_cast<std::uint8_t>(part.size()));
+    }
+    kept_.swap(kept);
+    counts_.swap(counts);
+    bucket_size_ *= 2;
+  }
+}
+
+std::vector<Sample> BoundedCurve::Take() {
+  CloseOpenBucket();
+  std::vector<Sample> out;
+  out.swap(kept_);
+  counts_.clear();
+  return out;
+}
+
+}  // namespace memsim::timeline
