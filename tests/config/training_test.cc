@@ -208,7 +208,7 @@ TEST_CASE("recompute_modules: Megatron's names; shared_experts and MLA ones unsu
   CHECK(s.training.recompute_modules ==
         std::vector<std::string>{"core_attn"});  // Megatron's default
   const std::string names =
-      "'core_attn', 'layernorm', 'mlp' (Megatron's 'moe_act', 'mla_up_proj', 'moe', "
+      "'core_attn', 'moe_act', 'layernorm', 'mlp', 'moe' (Megatron's 'mla_up_proj', "
       "'shared_experts', 'mhc', 'gdn', 'gdn_norm_out' are not modelled)";
   std::string path =
       Config("r3.json", selective + ", \"recompute_modules\": [\"core_attn\", \"mlpp\"]");
