@@ -57,7 +57,18 @@ DevicePreset ReadDevicePreset(const Source& source, const Json& object, const st
   }
   d.idle_baseline_bytes = bytes("idle_baseline_bytes", false);
   d.context_bytes = bytes("context_bytes", false);
+  d.context_eager_bytes = bytes("context_eager_bytes", false);
   d.communicator_buffer_bytes = bytes("communicator_buffer_bytes", false);
+  if (r.Get("nccl") != nullptr) {
+    ObjectReader n(source, *r.Get("nccl"), r.PointerOf("nccl"));
+    // NCCL's MAXCHANNELS is 32 (NVIDIA/nccl src/include/device.h); NVLS_NCHANNELS likewise.
+    d.nccl.coll_channels = n.IntInRange("coll_channels", 1, 32).value_or(0);
+    if (d.nccl.coll_channels == 0) Fail(n.At("coll_channels"), "missing key, expected 1 to 32");
+    d.nccl.p2p_read = n.Bool("p2p_read").value_or(false);
+    d.nccl.all_nvlink = n.Bool("all_nvlink").value_or(true);
+    d.nccl.nvls_channels = n.IntInRange("nvls_channels", 0, 32).value_or(0);
+    n.RejectUnknown({"coll_channels", "p2p_read", "all_nvlink", "nvls_channels"});
+  }
   // 0 (unknown) or a number in [lo, hi].
   auto rate = [&](ObjectReader& o, const char* key, double lo, double hi, const char* range) {
     const Json* v = o.Get(key);
@@ -88,7 +99,8 @@ DevicePreset ReadDevicePreset(const Source& source, const Json& object, const st
   }
   r.Skip("description");
   r.RejectUnknown({"name", "allocator_backend", "total_memory_bytes", "usable_memory_bytes",
-                   "idle_baseline_bytes", "context_bytes", "communicator_buffer_bytes",
+                   "idle_baseline_bytes", "context_bytes", "context_eager_bytes",
+                   "communicator_buffer_bytes", "nccl",
                    "peak_flops", "memory_bandwidth_bytes_per_s", "sources", "description"});
   return d;
 }
