@@ -61,6 +61,10 @@ struct ModelDims {
   bool grad_accum_fusion = true;     // gradient_accumulation_fusion (wgrad GEMM into main_grad)
   bool te_dummy_wgrad_cache = true;  // TE layers return a cached dummy wgrad (get_dummy_wgrad)
   bool megatron_dummy_wgrad_cache = true;  // Megatron's own linears return TE's cached dummy
+  // Megatron-core before 0.8 subtracts the max out of place in the vocab-parallel cross-entropy
+  // (tensor_parallel/cross_entropy.py, in place since commit 9634c0e4a3, first in core_v0.8.0;
+  // NVIDIA/Megatron-LM#525): a second fp32 [T, V/t] tensor while the first is alive.
+  bool ce_max_out_of_place = false;
 };
 
 // REQUIRES: a Setup that config/ validated (positive sizes, divisibility of heads, layers and
