@@ -18,6 +18,20 @@ constexpr Bytes kMaxDeviceBytes = Bytes{1} << 50;
 constexpr double kMinFlops = 1e9, kMaxFlops = 1e18;
 constexpr double kMinBandwidth = 1e6, kMaxBandwidth = 1e16;
 
+// The preset's "nccl" block (device/communicators.h). NCCL's MAXCHANNELS is 32 (NVIDIA/nccl
+// src/include/device.h); NVLS_NCHANNELS is bounded the same.
+NcclTopology ReadNcclTopology(const Source& source, const Json& object, const std::string& pointer) {
+  ObjectReader n(source, object, pointer);
+  NcclTopology t;
+  t.coll_channels = n.IntInRange("coll_channels", 1, 32).value_or(0);
+  if (t.coll_channels == 0) Fail(n.At("coll_channels"), "missing key, expected 1 to 32");
+  t.p2p_read = n.Bool("p2p_read").value_or(false);
+  t.all_nvlink = n.Bool("all_nvlink").value_or(true);
+  t.nvls_channels = n.IntInRange("nvls_channels", 0, 32).value_or(0);
+  n.RejectUnknown({"coll_channels", "p2p_read", "all_nvlink", "nvls_channels"});
+  return t;
+}
+
 }  // namespace
 
 DevicePreset ReadDevicePreset(const Source& source, const Json& object, const std::string& pointer) {
@@ -59,16 +73,7 @@ DevicePreset ReadDevicePreset(const Source& source, const Json& object, const st
   d.context_bytes = bytes("context_bytes", false);
   d.context_eager_bytes = bytes("context_eager_bytes", false);
   d.communicator_buffer_bytes = bytes("communicator_buffer_bytes", false);
-  if (r.Get("nccl") != nullptr) {
-    ObjectReader n(source, *r.Get("nccl"), r.PointerOf("nccl"));
-    // NCCL's MAXCHANNELS is 32 (NVIDIA/nccl src/include/device.h); NVLS_NCHANNELS likewise.
-    d.nccl.coll_channels = n.IntInRange("coll_channels", 1, 32).value_or(0);
-    if (d.nccl.coll_channels == 0) Fail(n.At("coll_channels"), "missing key, expected 1 to 32");
-    d.nccl.p2p_read = n.Bool("p2p_read").value_or(false);
-    d.nccl.all_nvlink = n.Bool("all_nvlink").value_or(true);
-    d.nccl.nvls_channels = n.IntInRange("nvls_channels", 0, 32).value_or(0);
-    n.RejectUnknown({"coll_channels", "p2p_read", "all_nvlink", "nvls_channels"});
-  }
+  if (const Json* nccl = r.Get("nccl")) d.nccl = ReadNcclTopology(source, *nccl, r.PointerOf("nccl"));
   // 0 (unknown) or a number in [lo, hi].
   auto rate = [&](ObjectReader& o, const char* key, double lo, double hi, const char* range) {
     const Json* v = o.Get(key);
