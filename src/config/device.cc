@@ -18,6 +18,20 @@ constexpr Bytes kMaxDeviceBytes = Bytes{1} << 50;
 constexpr double kMinFlops = 1e9, kMaxFlops = 1e18;
 constexpr double kMinBandwidth = 1e6, kMaxBandwidth = 1e16;
 
+// The preset's "nccl" block (device/communicators.h). NCCL's MAXCHANNELS is 32 (NVIDIA/nccl
+// src/include/device.h); NVLS_NCHANNELS is bounded the same.
+NcclTopology ReadNcclTopology(const Source& source, const Json& object, const std::string& pointer) {
+  ObjectReader n(source, object, pointer);
+  NcclTopology t;
+  t.coll_channels = n.IntInRange("coll_channels", 1, 32).value_or(0);
+  if (t.coll_channels == 0) Fail(n.At("coll_channels"), "missing key, expected 1 to 32");
+  t.p2p_read = n.Bool("p2p_read").value_or(false);
+  t.all_nvlink = n.Bool("all_nvlink").value_or(true);
+  t.nvls_channels = n.IntInRange("nvls_channels", 0, 32).value_or(0);
+  n.RejectUnknown({"coll_channels", "p2p_read", "all_nvlink", "nvls_channels"});
+  return t;
+}
+
 }  // namespace
 
 DevicePreset ReadDevicePreset(const Source& source, const Json& object, const std::string& pointer) {
@@ -57,7 +71,9 @@ DevicePreset ReadDevicePreset(const Source& source, const Json& object, const st
   }
   d.idle_baseline_bytes = bytes("idle_baseline_bytes", false);
   d.context_bytes = bytes("context_bytes", false);
+  d.context_eager_bytes = bytes("context_eager_bytes", false);
   d.communicator_buffer_bytes = bytes("communicator_buffer_bytes", false);
+  if (const Json* nccl = r.Get("nccl")) d.nccl = ReadNcclTopology(source, *nccl, r.PointerOf("nccl"));
   // 0 (unknown) or a number in [lo, hi].
   auto rate = [&](ObjectReader& o, const char* key, double lo, double hi, const char* range) {
     const Json* v = o.Get(key);
@@ -88,7 +104,8 @@ DevicePreset ReadDevicePreset(const Source& source, const Json& object, const st
   }
   r.Skip("description");
   r.RejectUnknown({"name", "allocator_backend", "total_memory_bytes", "usable_memory_bytes",
-                   "idle_baseline_bytes", "context_bytes", "communicator_buffer_bytes",
+                   "idle_baseline_bytes", "context_bytes", "context_eager_bytes",
+                   "communicator_buffer_bytes", "nccl",
                    "peak_flops", "memory_bandwidth_bytes_per_s", "sources", "description"});
   return d;
 }

@@ -87,6 +87,24 @@ struct ModelConfig {
 // weights too, is recognised and unsupported.
 enum class FsdpSharding { kNoShard, kOptim, kOptimGrads };
 
+// The launch environment's settings of memory outside the allocator (docs/config.md,
+// "training.env"), environment-variable names as the libraries read them.
+struct JobEnvironment {
+  // NCCL_BUFFSIZE: the Simple protocol's buffer per channel and connection, bytes (NVIDIA/nccl
+  // src/init.cc DEFAULT_BUFFSIZE, 4 MiB).
+  Bytes nccl_buffsize = Bytes{4} << 20;
+  // NCCL_NVLS_ENABLE=0 switches NVSwitch multicast buffers off (transport/nvls.cc).
+  bool nccl_nvls_enable = true;
+  // HCCL_BUFFSIZE, bytes (given in MiB): each HCCL communicator holds two (CANN envref_07_0080,
+  // 200 MiB default); MindSpeed --hccl-group-buffer "dp:200;tp:300" sets it per group.
+  Bytes hccl_buffsize = Bytes{200} << 20;
+  std::map<std::string, Bytes> hccl_group_buffer;
+  // CUDA_MODULE_LOADING=EAGER loads every kernel of every library at context creation; LAZY
+  // (PyTorch's default since 1.13) loads a kernel at its first launch.
+  bool cuda_module_loading_eager = false;
+  bool operator==(const JobEnvironment&) const = default;
+};
+
 struct TrainingConfig {
   // The training stack: "megatron" (Megatron-core with its DDP or Megatron-FSDP), "pytorch"
   // (plain PyTorch on one device, no data-parallel wrapper: all parallel sizes 1) or
@@ -182,6 +200,9 @@ struct TrainingConfig {
   Precision main_params_dtype = Precision::kFp32;
   StateDtype exp_avg_dtype = StateDtype::kFp32;
   StateDtype exp_avg_sq_dtype = StateDtype::kFp32;
+  // Megatron --tp-comm-overlap: Transformer Engine userbuffers (device/communicators.h).
+  bool tp_comm_overlap = false;
+  JobEnvironment env;
   // Derived by LoadSetup: global_batch_size / (micro_batch_size × data_parallel_size), the
   // micro-batches of one iteration (Megatron get_num_microbatches(),
   // megatron/core/num_microbatches_calculator.py); with framework "pytorch" the gradient
@@ -242,6 +263,17 @@ DataParallelWrapper DataParallelOf(const TrainingConfig& c);
 // can pass 2^31 (config/rules.h bounds it at 2^27).
 std::int64_t PaddedVocabSize(const ModelConfig& m, const TrainingConfig& c);
 
+// How NCCL connects the GPUs of one node (device preset "nccl" block), the inputs of
+// device::NcclCommunicatorBytes. coll_channels 0 = not given: every communicator then takes the
+// preset's flat communicator_buffer_bytes.
+struct NcclTopology {
+  int coll_channels = 0;   // collective channels NCCL's graph search settles on
+  bool p2p_read = false;   // P2P read (NVLink between sm_80 GPUs, graph/paths.cc)
+  bool all_nvlink = true;  // every GPU pair on NVLink: P2P chunk 512 KiB, else 128 KiB
+  int nvls_channels = 0;   // NVSwitch multicast channels (NCCL_NVLS_NCHANNELS); 0 = no NVLS
+  bool operator==(const NcclTopology&) const = default;
+};
+
 // configs/devices/NAME.json (docs/config.md "Device preset"). Every figure has a source or is
 // marked "estimate" in `sources`.
 struct DevicePreset {
@@ -251,7 +283,9 @@ struct DevicePreset {
   Bytes usable_memory_bytes = 0;
   Bytes idle_baseline_bytes = 0;
   Bytes context_bytes = 0;
+  Bytes context_eager_bytes = 0;  // CUDA_MODULE_LOADING=EAGER; 0 = not known (context_bytes used)
   Bytes communicator_buffer_bytes = 0;
+  NcclTopology nccl;
   double peak_flops_bf16 = 0;
   double peak_flops_fp16 = 0;
   double peak_flops_fp32 = 0;

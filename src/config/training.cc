@@ -6,6 +6,8 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cctype>
+#include <map>
 #include <optional>
 #include <string_view>
 
@@ -31,6 +33,8 @@ const std::vector<std::string> kTrainingKeys = {
     "transformer_engine_version", "megatron_core_version", "train_iters", "skipped_iterations",
     "empty_unused_memory_level", "gradient_accumulation_steps", "use_precision_aware_optimizer",
     "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
+    // memory outside the allocator (device/communicators.h)
+    "tp_comm_overlap", "hccl_group_buffer", "env",
     // framework "pytorch" only
     "torch_dtype", "zero_grad_set_to_none",
     // recognised; unsupported when set to what memsim does not model
@@ -619,6 +623,56 @@ void ReadPlainPytorchKeys(ObjectReader& t, TrainingConfig& c, std::vector<std::s
   }
 }
 
+// "dp:200;tp:300" (MindSpeed --hccl-group-buffer, MiB per group).
+std::map<std::string, Bytes> ParseGroupBuffers(const std::string& text, const std::string& at) {
+  std::map<std::string, Bytes> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find(';', start), text.size());
+    const std::string item = text.substr(start, end - start);
+    const size_t colon = item.find(':');
+    int mib = 0;
+    bool ok = colon != std::string::npos && colon > 0 && colon + 1 < item.size();
+    for (size_t i = colon + 1; ok && i < item.size(); ++i) {
+      ok = std::isdigit(static_cast<unsigned char>(item[i])) != 0 && mib < 1'000'000;
+      if (ok) mib = mib * 10 + (item[i] - '0');
+    }
+    if (!ok || mib == 0) {
+      Fail(at, fmt::format("expected \"group:MiB;group:MiB\" with MiB from 1 to 10^6, got \"{}\"",
+                           text));
+    }
+    out[item.substr(0, colon)] = Bytes{mib} << 20;
+    start = end + 1;
+  }
+  return out;
+}
+
+// tp_comm_overlap, hccl_group_buffer and the env block (JobEnvironment).
+void ReadOutsideAllocator(ObjectReader& t, TrainingConfig& c) {
+  c.tp_comm_overlap = t.Bool("tp_comm_overlap").value_or(false);
+  if (std::optional<std::string> g = t.String("hccl_group_buffer")) {
+    c.env.hccl_group_buffer = ParseGroupBuffers(*g, t.At("hccl_group_buffer"));
+  }
+  const Json* env = t.Get("env");
+  if (env == nullptr) return;
+  ObjectReader e(t.source(), *env, t.PointerOf("env"));
+  // NCCL_BUFFSIZE: bytes; NCCL accepts any positive value, memsim bounds it at 1 GiB.
+  if (std::optional<std::int64_t> b = e.NonNegativeInt64("NCCL_BUFFSIZE")) {
+    if (*b < 1 || *b > (std::int64_t{1} << 30)) {
+      Fail(e.At("NCCL_BUFFSIZE"), fmt::format("expected bytes from 1 to 2^30, got {}", *b));
+    }
+    c.env.nccl_buffsize = *b;
+  }
+  if (std::optional<int> v = e.IntInRange("NCCL_NVLS_ENABLE", 0, 2)) c.env.nccl_nvls_enable = *v != 0;
+  if (std::optional<int> mib = e.IntInRange("HCCL_BUFFSIZE", 1, 1'000'000)) {
+    c.env.hccl_buffsize = Bytes{*mib} << 20;
+  }
+  if (std::optional<std::string> m = e.Choice("CUDA_MODULE_LOADING", {"LAZY", "EAGER"})) {
+    c.env.cuda_module_loading_eager = *m == "EAGER";
+  }
+  e.RejectUnknown({"NCCL_BUFFSIZE", "NCCL_NVLS_ENABLE", "HCCL_BUFFSIZE", "CUDA_MODULE_LOADING"});
+}
+
 }  // namespace
 
 void RejectUnsupported(ObjectReader& t) {
@@ -695,6 +749,7 @@ TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes,
   ReadMoeTraining(t, c);
   NoteAcceptedKeys(t, notes);
   ReadPlainPytorchKeys(t, c, notes, warnings);
+  ReadOutsideAllocator(t, c);
   return c;
 }
 

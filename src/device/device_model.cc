@@ -2,17 +2,23 @@
 
 #include <algorithm>
 
+#include "device/communicators.h"
+
 namespace memsim::device {
 
-bool DeviceModel::OnCollective(std::string_view group) {
+DeviceModel::DeviceModel(const config::Setup& setup)
+    : preset_(setup.device), fixed_bytes_(ContextBytes(setup) + UserbufferBytes(setup)),
+      env_(setup.training.env) {}
+
+bool DeviceModel::OnCollective(std::string_view group, int ranks) {
   if (group.empty() || groups_.find(group) != groups_.end()) return false;
-  groups_.emplace(group);
+  const Bytes bytes = CommunicatorBytes(preset_, env_, group, ranks);
+  groups_.emplace(std::string(group), bytes);
+  communicator_bytes_ += bytes;
   return true;
 }
 
-Bytes DeviceModel::OutsideAllocatorBytes() const {
-  return preset_.context_bytes + NumCommunicators() * preset_.communicator_buffer_bytes;
-}
+Bytes DeviceModel::OutsideAllocatorBytes() const { return fixed_bytes_ + communicator_bytes_; }
 
 Bytes DeviceModel::DeviceBytes(Bytes reserved_bytes) const {
   return reserved_bytes + preset_.idle_baseline_bytes + OutsideAllocatorBytes();

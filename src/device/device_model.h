@@ -5,11 +5,12 @@
 // i.e. time 0), communicator buffers (one per communicator group, created lazily at the group's
 // first collective -- PyTorch ProcessGroupNCCL lazy init; torch_npu HCCL likewise;
 // docs/training-memory.md, 'Start-up order' item 2 and 'Memory outside the allocator'), and other
-// memory outside the allocator (none modelled yet). It does not model other processes on the
-// device. Sizes in bytes.
+// memory outside the allocator (Transformer Engine userbuffers, from time 0). Each term's size
+// comes from device/communicators.h. It does not model other processes on the device. Sizes in
+// bytes.
 #pragma once
 
-#include <set>
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -20,11 +21,12 @@ namespace memsim::device {
 
 class DeviceModel {
  public:
-  explicit DeviceModel(const config::DevicePreset& preset) : preset_(preset) {}
+  explicit DeviceModel(const config::Setup& setup);
 
-  // A collective runs on `group` (e.g. "dp", "tp"). Returns true iff this created the group's
-  // communicator (its buffers now count), i.e. it is the group's first collective.
-  bool OnCollective(std::string_view group);
+  // A collective runs on `group` (e.g. "dp", "tp") of `ranks` ranks. Returns true iff this
+  // created the group's communicator (its buffers now count), i.e. it is the group's first
+  // collective.
+  bool OnCollective(std::string_view group, int ranks);
 
   // Bytes this process holds outside the caching allocator: context + communicator buffers.
   Bytes OutsideAllocatorBytes() const;
@@ -40,7 +42,10 @@ class DeviceModel {
 
  private:
   config::DevicePreset preset_;
-  std::set<std::string, std::less<>> groups_;  // communicators created so far
+  Bytes fixed_bytes_ = 0;         // context + userbuffers
+  Bytes communicator_bytes_ = 0;  // all communicators created so far
+  config::JobEnvironment env_;
+  std::map<std::string, Bytes, std::less<>> groups_;  // communicators created so far
 };
 
 }  // namespace memsim::device

@@ -30,7 +30,7 @@ class Engine {
   Engine(const workload::Program& program, const config::Setup& setup,
          const SimulateOptions& options, Observer& observer)
       : program_(program),
-        device_(setup.device),
+        device_(setup),
         usable_(options.usable_memory_bytes.value_or(setup.device.usable_memory_bytes)),
         record_states_(options.record_iteration_states),
         progress_(options.progress),
@@ -119,7 +119,7 @@ class Engine {
 
   void Start(const workload::Op& op, SimTimeUs time_us) {
     if (op.synchronize) CompleteAllStreams();
-    if (!op.collective_group.empty() && device_.OnCollective(op.collective_group)) {
+    if (!op.collective_group.empty() && device_.OnCollective(op.collective_group, op.collective_ranks)) {
       allocator_->SetCapacity(unbounded_ ? std::nullopt
                                          : std::optional(device_.AllocatorCapacity(usable_)));
       observer_.OnCommunicatorCreated(time_us, op.collective_group);

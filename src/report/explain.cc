@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <set>
 #include <unordered_map>
 
 #include <fmt/core.h>
 
 #include "core/check.h"
+#include "device/communicators.h"
 #include "report/format.h"
 #include "workload/build.h"
 
@@ -283,13 +285,28 @@ std::string DeviceSentence(const ExplainFacts& x, const timeline::SpanSummary& s
   if (!f.communicators.empty()) {
     out += out.empty() ? fmt::format("{} adds ", smi) : std::string("; then ");
     std::string list;
+    std::set<Bytes> sizes;
+    for (const CommunicatorCreated& c : f.communicators) {
+      const auto it = x.communicator_bytes.find(c.group);
+      sizes.insert(it == x.communicator_bytes.end() ? 0 : it->second);
+    }
     for (const CommunicatorCreated& c : f.communicators) {
       if (!list.empty()) list += ", ";
-      list += fmt::format("{} ({})", c.group, PhaseName(c.phase));
+      list += fmt::format("{} ({}", c.group, PhaseName(c.phase));
+      const auto it = x.communicator_bytes.find(c.group);
+      if (sizes.size() > 1 && it != x.communicator_bytes.end()) {
+        list += ", " + HumanBytes(it->second);
+      }
+      list += ")";
     }
-    out += fmt::format("{} communicator{} of {} each at the first collective of its group: {}",
-                       f.communicators.size(), f.communicators.size() == 1 ? "" : "s",
-                       HumanBytes(x.communicator_buffer_bytes), list);
+    if (sizes.size() == 1) {
+      out += fmt::format("{} communicator{} of {} each at the first collective of its group: {}",
+                         f.communicators.size(), f.communicators.size() == 1 ? "" : "s",
+                         HumanBytes(*sizes.begin()), list);
+    } else {
+      out += fmt::format("{} communicators at the first collective of each group: {}",
+                         f.communicators.size(), list);
+    }
   }
   if (!out.empty()) out += fmt::format("; peak {} {}", smi, HumanBytes(s.peak_device_bytes));
   return out;
@@ -394,8 +411,16 @@ ExplainFacts CollectExplainFacts(const config::Setup& setup, int pipeline_rank,
   x.span_facts = observer.TakeFacts();
   x.inactive_split_bytes_at_end = result.allocator_stats.inactive_split_bytes.current;
   x.idle_baseline_bytes = setup.device.idle_baseline_bytes;
-  x.context_bytes = setup.device.context_bytes;
-  x.communicator_buffer_bytes = setup.device.communicator_buffer_bytes;
+  x.context_bytes = device::ContextBytes(setup);
+  std::map<std::string, int> groups;
+  for (const workload::Op& op : program.ops) {
+    if (!op.collective_group.empty()) groups.emplace(op.collective_group, op.collective_ranks);
+  }
+  for (const auto& [group, ranks] : groups) {
+    x.communicator_bytes[group] =
+        device::CommunicatorBytes(setup.device, setup.training.env, group, ranks);
+  }
+  x.outside_allocator_lines = device::DescribeOutsideAllocator(setup, groups);
   x.npu = setup.device.allocator_backend == alloc::Backend::kNpu;
   return x;
 }
@@ -447,6 +472,10 @@ std::string FormatExplanation(const config::Setup& setup, const ExplainFacts& x,
     s += fmt::format("; at the end {} of free pieces of split blocks remain (inactive_split_bytes)",
                      HumanBytes(x.inactive_split_bytes_at_end));
     Wrapped(&out, s, 0, width);
+  }
+  if (!x.outside_allocator_lines.empty()) {
+    out += "\noutside the allocator, by mechanism (device/communicators.h):\n";
+    for (const std::string& line : x.outside_allocator_lines) Wrapped(&out, "- " + line, 2, width);
   }
   out += SeedAnswers(x, width);
   return out;

@@ -59,7 +59,8 @@ struct ExplainFacts {
   Bytes inactive_split_bytes_at_end = 0;     // allocator gauge after the last op
   Bytes idle_baseline_bytes = 0;
   Bytes context_bytes = 0;
-  Bytes communicator_buffer_bytes = 0;
+  std::map<std::string, Bytes> communicator_bytes;      // by group (device/communicators.h)
+  std::vector<std::string> outside_allocator_lines;  // device::DescribeOutsideAllocator
   bool npu = false;
 };
 

@@ -112,7 +112,10 @@ void Emitter::RecordStream(TensorId id, int stream) {
 void Emitter::Collective(const char* group, int size, double message_bytes, Coll kind) {
   if (size <= 1) return;
   Op& op = Cur();
-  if (op.collective_group.empty()) op.collective_group = group;
+  if (op.collective_group.empty()) {
+    op.collective_group = group;
+    op.collective_ranks = size;
+  }
   const double n = size;
   const double factor = kind == Coll::kAllReduce ? 2 * (n - 1) / n
                         : kind == Coll::kGather  ? (n - 1) / n

@@ -22,6 +22,10 @@ const std::vector<int> kTeDummyWgradCacheSince = {2, 3};
 // Megatron-core: estimate 0.14. tensor_parallel/layers.py imports get_dummy_wgrad under HAVE_TE
 // in 0.14.0rc6 and in current main, not in 0.12.x; 0.13 not checked.
 const std::vector<int> kMegatronDummyWgradCacheSince = {0, 14};
+// megatron/core/tensor_parallel/cross_entropy.py: `vocab_parallel_logits -= logits_max` (in place)
+// from commit 9634c0e4a3 (2024-06-13), whose first release tag is core_v0.8.0; before it
+// `vocab_parallel_logits = vocab_parallel_logits - logits_max.unsqueeze(-1)`.
+const std::vector<int> kCrossEntropyInPlaceSince = {0, 8};
 namespace {
 
 using config::Precision;
@@ -85,6 +89,8 @@ void SetWeightGradRules(const config::TrainingConfig& tc, ModelDims* d) {
       have_te && d->grad_accum_fusion &&
       at_least(tc.transformer_engine_version, kTeDummyWgradCacheSince) &&
       at_least(tc.megatron_core_version, kMegatronDummyWgradCacheSince);
+  d->ce_max_out_of_place = !d->npu && tc.framework == "megatron" &&
+                           !at_least(tc.megatron_core_version, kCrossEntropyInPlaceSince);
 }
 
 // Layers per chunk, chunks (VPP) and micro-batches per iteration.

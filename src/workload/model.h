@@ -85,6 +85,10 @@ struct ModelDims {
   bool IsMoeLayer(int layer) const {
     return experts > 1 && (moe_layers.empty() || moe_layers[layer]);
   }
+  // Megatron-core before 0.8 subtracts the max out of place in the vocab-parallel cross-entropy
+  // (tensor_parallel/cross_entropy.py, in place since commit 9634c0e4a3, first in core_v0.8.0;
+  // NVIDIA/Megatron-LM#525): a second fp32 [T, V/t] tensor while the first is alive.
+  bool ce_max_out_of_place = false;
 };
 
 // REQUIRES: a Setup that config/ validated (positive sizes, divisibility of heads, layers and

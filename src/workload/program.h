@@ -44,6 +44,7 @@ struct Op {
   // Non-empty for a collective: the communicator group ("dp", "tp", "pp", "cp", "embd", ...).
   // The first collective of each group creates its communicator (device-level buffers).
   std::string collective_group;
+  int collective_ranks = 0;  // the group's size (ranks of its communicator)
   bool synchronize = false;  // wait for all streams before starting
   bool empty_cache = false;  // torch.cuda.empty_cache() after the op
   bool operator==(const Op&) const = default;

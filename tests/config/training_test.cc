@@ -320,3 +320,36 @@ TEST_CASE("framework pytorch: ZeRO-2/3 is unsupported without naming Megatron's 
 
 }  // namespace
 }  // namespace memsim::config
+
+namespace memsim::config {
+namespace {
+
+const std::string kMegatron = "\"seq_length\": 512, \"global_batch_size\": 8";
+
+TEST_CASE("training.env, tp_comm_overlap and hccl_group_buffer: read, and bad values named",
+          "[config]") {
+  const Setup s = LoadSetup(
+      Config("env1.json", kMegatron + ", \"tp_comm_overlap\": true, \"hccl_group_buffer\": "
+                                      "\"dp:200;tp:300\", \"env\": {\"NCCL_BUFFSIZE\": 16777216, "
+                                      "\"NCCL_NVLS_ENABLE\": 0, \"HCCL_BUFFSIZE\": 100, "
+                                      "\"CUDA_MODULE_LOADING\": \"EAGER\"}"),
+      {});
+  CHECK(s.training.tp_comm_overlap);
+  CHECK(s.training.env.nccl_buffsize == 16 * kMiB);
+  CHECK_FALSE(s.training.env.nccl_nvls_enable);
+  CHECK(s.training.env.hccl_buffsize == 100 * kMiB);
+  CHECK(s.training.env.cuda_module_loading_eager);
+  CHECK(s.training.env.hccl_group_buffer == std::map<std::string, Bytes>{{"dp", 200 * kMiB},
+                                                                         {"tp", 300 * kMiB}});
+  const std::string bad_size = Config("env2.json", kMegatron + ", \"env\": {\"NCCL_BUFFSIZE\": 0}");
+  CHECK(ErrorOf(bad_size).find("/training/env/NCCL_BUFFSIZE: expected bytes from 1 to 2^30, got 0") !=
+        std::string::npos);
+  const std::string unknown = Config("env3.json", kMegatron + ", \"env\": {\"NCCL_ALGO\": \"ring\"}");
+  CHECK(ErrorOf(unknown).find("/training/env/NCCL_ALGO") != std::string::npos);
+  const std::string bad_groups = Config("env4.json", kMegatron + ", \"hccl_group_buffer\": \"dp=200\"");
+  CHECK(ErrorOf(bad_groups).find("/training/hccl_group_buffer: expected \"group:MiB;group:MiB\"") !=
+        std::string::npos);
+}
+
+}  // namespace
+}  // namespace memsim::config

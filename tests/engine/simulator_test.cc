@@ -92,6 +92,7 @@ TEST_CASE("engine: a group's first collective adds its communicator buffer to th
   Op c1 = MakeOp("allreduce.dp", 1, Phase::kBackward, {}, {});
   c1.stream = workload::kCommStream;
   c1.collective_group = "dp";
+  c1.collective_ranks = 8;
   Op c2 = c1;
   program.ops = {MakeOp("a", 1, Phase::kForward, {}, {}), c1, c2};
   Collect seen;
@@ -138,6 +139,7 @@ TEST_CASE("engine: a blocking collective on the compute stream completes its rec
       MakeOp("fwd", 1, Phase::kForward, {{1, 64_MiB, Category::kActivations, "out"}}, {}));
   Op send = MakeOp("p2p.send_forward", 1, Phase::kForward, {}, {1});
   send.collective_group = "pp";
+  send.collective_ranks = 2;
   send.record_streams = {{1, workload::kCommStream}};
   program.ops.push_back(send);
   program.ops.push_back(

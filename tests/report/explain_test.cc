@@ -13,6 +13,7 @@
 
 #include "cli/cli_test_util.h"
 #include "config/load.h"
+#include "device/communicators.h"
 #include "engine/stages.h"
 #include "report/explain.h"
 #include "report/format.h"
@@ -53,8 +54,25 @@ Expected ExpectedFigures(const config::Setup& setup, const engine::RunResult& ru
   const engine::StageResult& stage = run.Reported();
   Expected e;
   e.Add(setup.device.idle_baseline_bytes);
-  e.Add(setup.device.context_bytes);
-  e.Add(setup.device.communicator_buffer_bytes);
+  // Outside the allocator (device/communicators.h): the context, each group's communicator and the
+  // parameters its size is derived from, in HumanBytes and in the mechanism lines' whole MiB.
+  const auto add_mib = [&e](Bytes b) {
+    e.Add(b);
+    e.figures.insert(fmt::format("{:.0f} MiB", static_cast<double>(b) / static_cast<double>(kMiB)));
+  };
+  add_mib(device::ContextBytes(setup));
+  const config::JobEnvironment& env = setup.training.env;
+  add_mib(device::NcclSendConnectionBytes(setup.device.nccl, env.nccl_buffsize));
+  add_mib(device::NcclRecvConnectionBytes(setup.device.nccl, env.nccl_buffsize));
+  add_mib(device::NcclProxySharedBytes(setup.device.nccl));
+  add_mib(env.nccl_buffsize);
+  add_mib(env.hccl_buffsize);
+  add_mib(device::UserbufferBytes(setup));
+  for (const workload::Op& op : workload::Build(setup, stage.pipeline_rank).ops) {
+    if (!op.collective_group.empty()) {
+      add_mib(device::CommunicatorBytes(setup.device, env, op.collective_group, op.collective_ranks));
+    }
+  }
   e.Add(stage.simulation.allocator_stats.inactive_split_bytes.current);
   const std::vector<timeline::Sample>& samples = run.timeline.samples;
   for (const timeline::SpanSummary& s : stage.spans) {
@@ -191,9 +209,10 @@ TEST_CASE("explain, default config: every figure is the simulation's, the seed's
                                                  HumanBytes(stage.Span(4)->end_reserved_bytes))));
   CHECK_THAT(x.text, Catch::Contains(fmt::format("npu-smi adds the idle baseline {}",
                                                  HumanBytes(x.setup.device.idle_baseline_bytes))));
+  // HCCL: 2 × HCCL_BUFFSIZE (200 MiB default) for every group alike.
   CHECK_THAT(x.text, Catch::Contains(fmt::format("{} communicators of {} each",
                                                  stage.simulation.num_communicators,
-                                                 HumanBytes(x.setup.device.communicator_buffer_bytes))));
+                                                 HumanBytes(2 * x.setup.training.env.hccl_buffsize))));
 }
 
 TEST_CASE("explain, a PP4 shipped config (the stage run reports): every figure is the simulation's",

@@ -56,6 +56,36 @@ TEST_CASE("validation: acceptance thresholds", "[validation]") {
   CHECK(s.median_abs_error_pct <= 3.0);
 }
 
+// Issue 19's peak metric: every peak reading of the ok cases, less those a case's notes mark
+// unreliable (zhnotes: "treat max_* as unreliable", its peak counter looks reset), signed and
+// sorted; printed next to the primary metric's median.
+TEST_CASE("validation: the peak metric counts peak readings and leaves out unreliable ones",
+          "[validation]") {
+  int peak_rows = 0, unreliable = 0;
+  for (const CaseResult& c : Results()) {
+    if (c.status != "ok") continue;
+    for (const MetricRow& r : c.rows) {
+      if (r.metric != Metric::kMaxAllocated && r.metric != Metric::kMaxReserved &&
+          r.metric != Metric::kDevice) {
+        continue;
+      }
+      (c.IsUnreliable(r.metric) ? unreliable : peak_rows)++;
+    }
+    if (c.id == "zhnotes-gpt2small-fp16-1gpu-all-skipped") {
+      CHECK(c.IsUnreliable(Metric::kMaxAllocated));
+      CHECK(c.IsUnreliable(Metric::kMaxReserved));
+      CHECK_FALSE(c.IsUnreliable(Metric::kAllocated));
+    }
+  }
+  CHECK(unreliable == 2);
+  const Summary s = Summarize(Results());
+  CHECK(static_cast<int>(s.peak_errors_pct.size()) == peak_rows);
+  CHECK(std::is_sorted(s.peak_errors_pct.begin(), s.peak_errors_pct.end()));
+  CHECK(s.peak_below == std::count_if(s.peak_errors_pct.begin(), s.peak_errors_pct.end(),
+                                      [](double e) { return e < 0; }));
+  CHECK(FormatReport(Results()).find("Peak metric: ") != std::string::npos);
+}
+
 // The two Megatron-FSDP cases publish the same run at DP 1, 2 and 4 (expected.json "variants",
 // decimal GB of allocated after iteration 1): memsim follows the whole scaling curve, not one
 // point, within 1% (the cases' own DP4 points are in the table).

@@ -38,7 +38,20 @@ struct Expected {
   std::optional<Bytes> paper_parameters_and_optimizer;
   std::optional<Bytes> paper_activations;
   std::string source;
+  std::vector<Metric> unreliable;
 };
+
+// "treat max_* as unreliable" (any case, any metric name) in the notes; max_* names both peaks.
+void UnreliableFromNotes(const std::string& notes, std::vector<Metric>& out) {
+  static const std::regex re(R"(treat (max_\*|[a-z_]+) as unreliable)", std::regex::icase);
+  for (std::sregex_iterator it(notes.begin(), notes.end(), re), end; it != end; ++it) {
+    const std::string name = (*it)[1].str();
+    for (Metric m : kAllMetrics) {
+      const std::string metric = MetricName(m);
+      if (name == metric || (name == "max_*" && metric.rfind("max_", 0) == 0)) out.push_back(m);
+    }
+  }
+}
 
 Expected ReadExpected(const fs::path& path) {
   std::ifstream in(path);
@@ -69,6 +82,16 @@ Expected ReadExpected(const fs::path& path) {
         e.paper_parameters_and_optimizer = r["parameters_and_optimizer"].get<Bytes>();
       }
       if (r.contains("activations")) e.paper_activations = r["activations"].get<Bytes>();
+    }
+    if (j.contains("notes") && j["notes"].is_string()) {
+      UnreliableFromNotes(j["notes"].get<std::string>(), e.unreliable);
+    }
+    if (j.contains("unreliable_readings") && j["unreliable_readings"].is_array()) {
+      for (const Json& name : j["unreliable_readings"]) {
+        for (Metric m : kAllMetrics) {
+          if (name.is_string() && name.get<std::string>() == MetricName(m)) e.unreliable.push_back(m);
+        }
+      }
     }
     if (j.contains("source") && j["source"].is_object()) {
       const Json& s = j["source"];
@@ -176,9 +199,9 @@ void PaperFromProgram(const config::Setup& setup, PaperSubtotals& out) {
   out.memsim_parameters_and_optimizer = static_bytes;
 }
 
-std::string FormatRow(const std::string& id, const MetricRow& r, bool primary) {
-  return fmt::format("| {} | {}{} | {}/{} | {:.1f} | {:.1f} | {:+.1f} | {:.1f} | {:+.1f} |\n", id,
-                     MetricName(r.metric), primary ? " *" : "", r.pipeline_rank, r.iteration,
+std::string FormatRow(const std::string& id, const MetricRow& r, bool primary, bool unreliable) {
+  return fmt::format("| {} | {}{}{} | {}/{} | {:.1f} | {:.1f} | {:+.1f} | {:.1f} | {:+.1f} |\n", id,
+                     MetricName(r.metric), primary ? " *" : "", unreliable ? " (unreliable)" : "", r.pipeline_rank, r.iteration,
                      MiBOf(r.measured), MiBOf(r.memsim), r.error_pct(), MiBOf(r.closed_form),
                      r.closed_form_error_pct());
 }
@@ -224,12 +247,23 @@ const MetricRow* CaseResult::PrimaryRow() const {
   return nullptr;
 }
 
+bool CaseResult::IsUnreliable(Metric m) const {
+  return std::find(unreliable.begin(), unreliable.end(), m) != unreliable.end();
+}
+
+namespace {
+bool IsPeakMetric(Metric m) {
+  return m == Metric::kMaxAllocated || m == Metric::kMaxReserved || m == Metric::kDevice;
+}
+}  // namespace
+
 CaseResult RunCase(const std::string& case_dir) {
   const fs::path dir(case_dir);
   CaseResult result;
   result.id = dir.filename().string();
   const Expected expected = ReadExpected(dir / "expected.json");
   result.source = expected.source;
+  result.unreliable = expected.unreliable;
   config::Setup setup;
   try {
     setup = config::LoadSetup((dir / "config.json").string(), {});
@@ -320,6 +354,9 @@ Summary Summarize(const std::vector<CaseResult>& results) {
   std::vector<double> memsim, closed;
   for (const CaseResult& c : results) {
     if (c.status != "ok") continue;
+    for (const MetricRow& r : c.rows) {
+      if (IsPeakMetric(r.metric) && !c.IsUnreliable(r.metric)) s.peak_errors_pct.push_back(r.error_pct());
+    }
     if (const MetricRow* r = c.PrimaryRow()) {
       memsim.push_back(std::fabs(r->error_pct()));
       closed.push_back(std::fabs(r->closed_form_error_pct()));
@@ -334,6 +371,13 @@ Summary Summarize(const std::vector<CaseResult>& results) {
   s.supported_measured = static_cast<int>(memsim.size());
   s.median_abs_error_pct = Median(memsim);
   s.median_abs_closed_form_error_pct = Median(closed);
+  std::sort(s.peak_errors_pct.begin(), s.peak_errors_pct.end());
+  std::vector<double> peak_abs;
+  for (double e : s.peak_errors_pct) {
+    peak_abs.push_back(std::fabs(e));
+    if (e < 0) ++s.peak_below;
+  }
+  s.median_abs_peak_error_pct = Median(peak_abs);
   return s;
 }
 
@@ -346,7 +390,7 @@ std::string FormatReport(const std::vector<CaseResult>& results) {
   for (const CaseResult& c : results) {
     if (c.status != "ok") continue;
     for (const MetricRow& r : c.rows) {
-      out += FormatRow(c.id, r, c.primary && *c.primary == r.metric);
+      out += FormatRow(c.id, r, c.primary && *c.primary == r.metric, c.IsUnreliable(r.metric));
     }
   }
   bool any_paper = false;
@@ -383,6 +427,16 @@ std::string FormatReport(const std::vector<CaseResult>& results) {
       "{:.2f}%, closed form {:.2f}%; worst Korthikanti subtotal error {:.2f}%\n",
       s.supported_measured, s.median_abs_error_pct, s.median_abs_closed_form_error_pct,
       s.worst_paper_subtotal_error_pct);
+  std::string signed_list;
+  for (double e : s.peak_errors_pct) {
+    signed_list += fmt::format("{}{:+.1f}", signed_list.empty() ? "" : ", ", e);
+  }
+  out += fmt::format(
+      "Peak metric: {} peak readings (max_allocated, max_reserved, device; unreliable ones left "
+      "out); median |error| {:.2f}% (primary metric {:.2f}%); {} below the measurement, {} at or "
+      "above; signed errors %: {}\n",
+      s.peak_errors_pct.size(), s.median_abs_peak_error_pct, s.median_abs_error_pct, s.peak_below,
+      static_cast<int>(s.peak_errors_pct.size()) - s.peak_below, signed_list);
   return out;
 }
 

@@ -66,7 +66,12 @@ struct CaseResult {
   std::vector<MetricRow> rows;  // measured metrics only
   std::optional<Metric> primary;
   std::optional<PaperSubtotals> paper;
+  // Readings the case's expected.json marks unreliable: its optional "unreliable_readings" list of
+  // metric names, or a sentence of its notes of the form "treat <metric> as unreliable" (max_*
+  // naming both peaks). The peak metric leaves them out; the table still shows them.
+  std::vector<Metric> unreliable;
   const MetricRow* PrimaryRow() const;
+  bool IsUnreliable(Metric m) const;
 };
 
 // Runs one case folder. Never throws for a case memsim cannot load: status says why. Throws
@@ -81,6 +86,11 @@ struct Summary {
   double median_abs_error_pct = 0;      // memsim, primary metric
   double median_abs_closed_form_error_pct = 0;
   double worst_paper_subtotal_error_pct = 0;  // over the Korthikanti cases, both subtotals
+  // The peak metric (issue 19): every peak reading (max_allocated, max_reserved, device) of the
+  // ok cases, less the readings a case marks unreliable. Signed errors, sorted ascending.
+  std::vector<double> peak_errors_pct;
+  double median_abs_peak_error_pct = 0;
+  int peak_below = 0;  // readings where memsim is below the measurement
 };
 Summary Summarize(const std::vector<CaseResult>& results);
 

@@ -1,5 +1,7 @@
 #include "workload/modules/output_loss.h"
 
+#include <optional>
+
 namespace memsim::workload {
 
 void OutputAndLoss::AppendParams(const ModelDims& d, int chunk, bool has_embedding,
@@ -44,6 +46,13 @@ TensorId OutputAndLoss::Forward(ModuleContext& ctx, TensorId x, const std::strin
                        ? em.Alloc(4 * d.T * vocab, Category::kActivations, "loss.logits_fp32")
                        : logits;
   const TensorId mx = em.Alloc(4 * d.T, Category::kTemporaries, "loss.logits_max");
+  // Megatron-core < 0.8 (ModelDims::ce_max_out_of_place): `logits - logits_max` is a new fp32
+  // tensor, which becomes the saved softmax; the input copy lives until the Function returns.
+  std::optional<TensorId> ce_input;
+  if (d.ce_max_out_of_place) {
+    ce_input = u->logits_fp32;
+    u->logits_fp32 = em.Alloc(4 * d.T * vocab, Category::kActivations, "loss.logits_minus_max");
+  }
   u->target_mask = em.Alloc(d.T, Category::kActivations, "loss.target_mask");
   u->masked_target = em.Alloc(8 * d.T, Category::kActivations, "loss.masked_target");
   const TensorId arange = em.Alloc(8 * d.T, Category::kTemporaries, "loss.arange");
@@ -52,6 +61,7 @@ TensorId OutputAndLoss::Forward(ModuleContext& ctx, TensorId x, const std::strin
   const TensorId per_token = em.Alloc(4 * d.T, Category::kTemporaries, "loss.per_token");
   em.Collective("tp", d.t, 12.0 * d.T, Coll::kAllReduce);
   for (TensorId id : {mx, arange, pred, sum}) em.Free(id);
+  if (ce_input) em.Free(*ce_input);  // the fp32 input (bf16: the .float() copy; fp32: the logits)
   if (d.act_bytes != 4) em.Free(logits);  // 16-bit logits dropped when GPTModel.forward returns
   // loss_func: sum(losses * loss_mask) (MulBackward keeps loss_mask), [2] reporting copy.
   em.Begin("loss_func");

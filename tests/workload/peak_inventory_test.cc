@@ -1,0 +1,107 @@
+// Issue 19, "alive at the peak" (docs/validation.md, 'Alive at the peak'): for a small dense
+// Megatron-core config under the distributed optimizer, the Program holds each tensor the
+// inventory lists at the moment it names. Labels are the Program's own (`memsim dump-program`).
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <set>
+#include <string>
+
+#include "workload/build.h"
+#include "workload/model.h"
+#include "workload/test_setups.h"
+
+namespace memsim::workload {
+namespace {
+
+// Labels of every tensor alive during the first op of iteration 1 named `op_name`: its
+// allocations made, its frees (at the op's end) not yet applied -- the op's own high point.
+std::multiset<std::string> AliveAfter(const Program& p, const std::string& op_name) {
+  std::map<TensorId, std::string> live;
+  for (const Op& op : p.ops) {
+    for (const TensorAlloc& a : op.allocs) live[a.id] = a.label;
+    const bool hit = op.iteration == 1 && op.name.find(op_name) != std::string::npos;
+    if (hit) {
+      std::multiset<std::string> out;
+      for (const auto& [id, label] : live) out.insert(label);
+      return out;
+    }
+    for (TensorId f : op.frees) live.erase(f);
+  }
+  return {};
+}
+
+config::Setup DenseDistOpt() {
+  config::Setup s = testing::Llama2_7b();
+  s.training.use_distributed_optimizer = true;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("peak inventory: the loss holds the bf16 logits, the fp32 copy and the loss mask",
+          "[workload][peak]") {
+  // megatron/core/models/gpt/gpt_model.py compute_language_model_loss ->
+  // tensor_parallel.vocab_parallel_cross_entropy(logits.float(), labels): during the cross-entropy
+  // the 16-bit logits [s·b, V/t] and their fp32 copy are both alive; in core >= 0.8 the max is
+  // subtracted in place (cross_entropy.py), so the copy becomes the saved softmax.
+  const Program p = Build(DenseDistOpt(), 0);
+  const std::multiset<std::string> alive = AliveAfter(p, "cross_entropy");
+  REQUIRE_FALSE(alive.empty());
+  CHECK(alive.count("output_layer.logits") == 1);
+  CHECK(alive.count("loss.logits_fp32") == 1);
+  CHECK(alive.count("loss.logits_minus_max") == 0);
+  CHECK(alive.count("final_norm.out") == 1);  // saved by the output layer for its wgrad
+}
+
+TEST_CASE("peak inventory: Megatron-core < 0.8 keeps a second fp32 logits tensor (Megatron-LM#525)",
+          "[workload][peak]") {
+  // Before commit 9634c0e4a3 (first in core_v0.8.0) `logits - logits_max` is out of place: the
+  // .float() copy stays alive until the autograd Function returns, next to the new fp32 tensor,
+  // which becomes the saved softmax. 2 × 4 B × s·b·V/t on top of the 16-bit logits.
+  config::Setup s = DenseDistOpt();
+  s.training.megatron_core_version = {0, 7};
+  const ModelDims d = ComputeDims(s);
+  CHECK(d.ce_max_out_of_place);
+  const Program p = Build(s, 0);
+  const std::multiset<std::string> alive = AliveAfter(p, "cross_entropy");
+  CHECK(alive.count("output_layer.logits") == 1);
+  CHECK(alive.count("loss.logits_minus_max") == 1);
+  // Both fp32 tensors at once; the copy is freed at the end of the op (the Function returned).
+  CHECK(alive.count("loss.logits_fp32") == 1);
+  std::int64_t copy_bytes = 0, sub_bytes = 0;
+  for (const Op& op : p.ops) {
+    for (const TensorAlloc& a : op.allocs) {
+      if (op.iteration != 1) continue;
+      if (a.label == "loss.logits_fp32") copy_bytes = a.size_bytes;
+      if (a.label == "loss.logits_minus_max") sub_bytes = a.size_bytes;
+    }
+  }
+  CHECK(copy_bytes == 4 * d.T * (d.V / d.t));
+  CHECK(sub_bytes == copy_bytes);
+  s.training.megatron_core_version = {0, 8};
+  CHECK_FALSE(ComputeDims(s).ce_max_out_of_place);
+}
+
+TEST_CASE("peak inventory: at the optimizer step the distributed optimizer's state is alive",
+          "[workload][peak]") {
+  // megatron/core/optimizer/distrib_optimizer.py: fp32 main-weight shards and (from step 1) Adam's
+  // exp_avg / exp_avg_sq shards; megatron/core/distributed/param_and_grad_buffer.py: the param and
+  // grad buffers. All alive when the step runs.
+  const Program p = Build(DenseDistOpt(), 0);
+  std::map<TensorId, Category> live;
+  std::set<Category> at_step;
+  for (const Op& op : p.ops) {
+    for (const TensorAlloc& a : op.allocs) live[a.id] = a.category;
+    if (op.iteration == 1 && op.phase == Phase::kOptimizerStep) {
+      for (const auto& [id, c] : live) at_step.insert(c);
+    }
+    for (TensorId f : op.frees) live.erase(f);
+  }
+  CHECK(at_step.count(Category::kParameters) == 1);
+  CHECK(at_step.count(Category::kGradients) == 1);
+  CHECK(at_step.count(Category::kMainParameters) == 1);
+  CHECK(at_step.count(Category::kOptimizerStates) == 1);
+}
+
+}  // namespace memsim::workload
