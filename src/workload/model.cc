@@ -171,6 +171,11 @@ ModelDims ComputeDims(const config::Setup& setup) {
   SetElementSizes(tc, &d);
   d.layernorm = mc.normalization == config::Normalization::kLayerNorm;
   d.hf = tc.framework == "hf-trainer";
+  d.wide_bytes = d.act_bytes;
+  if (d.hf && mc.type_vocab_size > 0 && d.weight_cast) {  // BERT-family encoder under autocast
+    d.wide_bytes = d.param_bytes;
+    d.cast_inputs = true;
+  }
   d.flash = tc.use_flash_attn;
   d.te = tc.transformer_impl == "transformer_engine";
   d.npu = setup.device.allocator_backend == alloc::Backend::kNpu;

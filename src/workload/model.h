@@ -51,6 +51,17 @@ struct ModelDims {
   // framework "hf-trainer": the Transformers modelling code runs the model ([b, s, h]
   // activations without Megatron's transpose, eager attention without Megatron's global buffer).
   bool hf = false;
+  // Transformers BERT / RoBERTa under autocast over wider weights (fp16 or bf16 autocast, fp32
+  // weights): the tensors autocast leaves in the weights' dtype are wide_bytes, not act_bytes:
+  // LayerNorm inputs and outputs (aten/src/ATen/autocast_mode.cpp: layer_norm in the fp32 list),
+  // the residual sums (an fp16 branch + an fp32 residual promotes to fp32: modeling_bert.py
+  // BertSelfOutput / BertOutput.forward), the masked attention scores, softmax probabilities and
+  // their dropout (the additive mask is in the model's dtype: modeling_utils.py
+  // get_extended_attention_mask). cast_inputs: each nn.Linear / matmul fed such a tensor saves a
+  // fresh autocast copy of it (autocast caches casts of leaf weights only: cached_cast in
+  // autocast_mode.h). Elsewhere wide_bytes = act_bytes and cast_inputs is false.
+  Bytes wide_bytes = 2;
+  bool cast_inputs = false;
   bool layernorm = false;  // LayerNorm (mean + rstd, weight + bias) vs RMSNorm
   bool flash = true;       // flash/fused attention; false = Megatron unfused DotProductAttention
   bool te = true;          // transformer_impl == "transformer_engine"

@@ -188,5 +188,53 @@ TEST_CASE("plain PyTorch with bf16 weights: bf16 grads and bf16 Adam state",
   CHECK(st.optimizer_state_bytes == 4 * kParams);
 }
 
+// BERT under the Hugging Face Trainer (modeling_bert.py; PaperGpt's sizes: h 1024, a 16,
+// ffn 4096, dropout 0.1, LayerNorm, biases; seq 512, micro-batch 2, so T = 1024 tokens and
+// b·a·s² = 8,388,608 score elements), eager attention, fp32 weights; autocast: fp16 autocast.
+config::Setup TinyBert(bool autocast) {
+  config::Setup s = testing::PaperGpt();
+  s.model.model_type = "bert";
+  s.model.type_vocab_size = 2;
+  s.model.sequence_classification = true;
+  s.model.tie_word_embeddings = false;
+  s.model.vocab_size = 1024;
+  s.model.max_position_embeddings = 512;
+  s.training.framework = "hf-trainer";
+  s.training.seq_length = 512;
+  s.training.precision = autocast ? config::Precision::kFp16 : config::Precision::kFp32;
+  s.training.torch_dtype = config::Precision::kFp32;
+  s.training.gradient_accumulation_fusion = false;
+  s.training.train_iters = 2;
+  return s;
+}
+
+TEST_CASE("hf-trainer BERT: saved tensors of one layer in fp32 and under fp16 autocast",
+          "[workload][hf]") {
+  constexpr Bytes kT = 1024, kH = 1024, kScores = 8388608;
+  // fp32, per layer (modeling_bert.py): the layer input read by query / key / value, q, k, v,
+  // the context read by BertSelfOutput.dense, the residual sum LayerNorm saves, the attention
+  // output read by BertIntermediate.dense, the dense output GeLU saves, GeLU's output read by
+  // BertOutput.dense, the second residual sum: 16 [T, h] fp32 tensors; two bool dropout masks
+  // [T, h]; softmax's output, the bool dropout mask and the dropped probabilities read by the
+  // matmul with V: 9 bytes a score; two LayerNorms' mean and rstd, fp32 [T] each.
+  const Bytes fp32 = 16 * 4 * kT * kH + 2 * kT * kH + 9 * kScores + 4 * 4 * kT;
+  CHECK(testing::LayerSavedBytes(Build(TinyBert(false), 0), 2, 0, 1) == fp32);
+  // fp16 autocast over fp32 weights (aten/src/ATen/autocast_mode.cpp: linear and matmul in the
+  // lower-precision list, layer_norm and softmax in the fp32 list; an fp16 + fp32 add promotes
+  // to fp32; the additive mask is fp32, modeling_utils.py get_extended_attention_mask):
+  //   fp16 [T, h]: three casts of the fp32 layer input (query, key, value each cast it; autocast
+  //   caches weight casts only), q, k, v, the context, the cast of the attention output read by
+  //   BertIntermediate.dense: 8 × 2 bytes; the dense output and GeLU's output [T, 4h] fp16:
+  //   2 × 4 × 2 bytes; the two residual sums fp32: 2 × 4 bytes; two bool masks: 2 × 1 byte.
+  //   So 16 + 16 + 8 + 2 = 42 bytes per T·h element. The fp32 LayerNorm outputs are no longer
+  //   saved: only their fp16 casts are.
+  //   Scores: softmax's fp32 output, the bool mask, and the fp16 cast of the fp32 dropped
+  //   probabilities that matmul(probs, V) saves: 4 + 1 + 2 = 7 bytes.
+  //   The cached fp16 weight copies of the layer (query, key, value, dense: 4h²; intermediate
+  //   and output dense: 8h²): 12 h² × 2 bytes. Norm statistics as in fp32.
+  const Bytes amp = 42 * kT * kH + 7 * kScores + 24 * kH * kH + 4 * 4 * kT;
+  CHECK(testing::LayerSavedBytes(Build(TinyBert(true), 0), 2, 0, 1) == amp);
+}
+
 }  // namespace
 }  // namespace memsim::workload

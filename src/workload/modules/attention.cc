@@ -1,5 +1,7 @@
 #include "workload/modules/attention.h"
 
+#include <fmt/format.h>
+
 #include "workload/modules/residual.h"
 
 namespace memsim::workload {
@@ -74,28 +76,49 @@ CoreAttn UnfusedForward(ModuleContext& ctx, int l, bool keep) {
   if (d.hf) {
     // Transformers eager attention (modeling_bert.py BertSelfAttention.forward; llama's
     // eager_attention_forward): matmul(q, k^T), then the scale and the additive mask, each a
-    // new [b, a, s, s] tensor while the previous one is alive.
+    // new [b, a, s, s] tensor while the previous one is alive. The mask is in the model's dtype
+    // (modeling_utils.py get_extended_attention_mask), so under autocast over fp32 weights the
+    // masked scores promote to fp32 (wide_bytes, model.h).
     scores = em.Alloc(d.act_bytes * s2, Category::kTemporaries, LayerLabel(l, "attn.scores"));
     const TensorId scaled =
         em.Alloc(d.act_bytes * s2, Category::kTemporaries, LayerLabel(l, "attn.scores_scaled"));
     em.Free(scores);
     scores = scaled;
+    if (d.cast_inputs) {
+      const TensorId masked =
+          em.Alloc(d.wide_bytes * s2, Category::kTemporaries, LayerLabel(l, "attn.scores_masked"));
+      em.Free(scores);
+      scores = masked;
+    }
   } else {
     ctx.k.MpuBuffer(d.act_bytes * s2);
     scores = em.Alloc(d.act_bytes * s2, Category::kTemporaries, LayerLabel(l, "attn.scores"));
   }
   em.Flops(2.0 * d.b * d.s * d.s * d.q / d.t);
   em.Begin("attn.softmax", l);
-  c.probs = em.Alloc(d.act_bytes * s2, Category::kActivations, LayerLabel(l, "attn.probs"));
+  // softmax is an autocast fp32 op (aten/src/ATen/autocast_mode.cpp): wide_bytes; it saves its
+  // output.
+  c.probs = em.Alloc(d.wide_bytes * s2, Category::kActivations, LayerLabel(l, "attn.probs"));
   em.Free(scores);
   if (d.attention_dropout) {
     em.Begin("attn.dropout", l);
     c.dmask = em.Alloc(s2, Category::kActivations, LayerLabel(l, "attn.dropout_mask"));
-    c.dout = em.Alloc(d.act_bytes * s2, Category::kActivations, LayerLabel(l, "attn.dropout_out"));
+    c.dout = em.Alloc(d.wide_bytes * s2, Category::kActivations, LayerLabel(l, "attn.dropout_out"));
     if (!keep) {
       FreeIds(em, {c.probs, c.dmask});
       c.probs = c.dmask = 0;
     }
+  }
+  if (d.cast_inputs) {
+    // matmul(probs, v) under autocast casts the fp32 probabilities afresh and saves that copy
+    // (for v's grad); the fp32 dropout output has no other user (native_dropout's backward
+    // reads the mask only). The copy takes the dropout output's place.
+    em.Begin("attn.probs_cast", l);
+    const TensorId copy =
+        em.Alloc(d.act_bytes * s2, Category::kActivations, LayerLabel(l, "attn.probs_cast"));
+    em.Free(c.dout);
+    c.dout = keep ? copy : 0;
+    if (!keep) em.Free(copy);
   }
   em.Begin("attn.context", l);
   const TensorId context = em.Alloc(qbytes, Category::kTemporaries, LayerLabel(l, "attn.context"));
@@ -141,13 +164,23 @@ QkvGrads FlashBackward(ModuleContext& ctx, int l, const CoreAttn& c, TensorId d_
   return g;
 }
 
-QkvGrads UnfusedBackward(ModuleContext& ctx, int l, const CoreAttn& c, TensorId d_core,
+// A dtype cast of a [b, a, s, s] grad (ToCopyBackward, or the type-promoting add's backward):
+// a new tensor of `bytes`; frees `grad`.
+TensorId CastScoresGrad(ModuleContext& ctx, int l, TensorId grad, Bytes bytes, const char* label) {
+  ctx.em.Begin(fmt::format("{}_cast", label), l);
+  const TensorId g = ctx.em.Alloc(bytes, Category::kTemporaries, LayerLabel(l, label));
+  ctx.em.Free(grad);
+  return g;
+}
+
+QkvGrads UnfusedBackward(ModuleContext& ctx, int l, CoreAttn c, TensorId d_core,
                          TensorId extra_free) {
   const ModelDims& d = ctx.d;
   Emitter& em = ctx.em;
   const Bytes qbytes = d.act_bytes * d.T * d.q / d.t;
   const Bytes kvbytes = d.act_bytes * d.T * d.kv / d.t;
   const Bytes s2 = d.act_bytes * d.b * (d.a / d.t) * d.s * d.s;
+  const Bytes wide_s2 = s2 / d.act_bytes * d.wide_bytes;  // the probabilities' grads (model.h)
   em.Begin("attn.context_bwd", l);
   ctx.k.GemmWorkspace(/*torch_gemm=*/true);
   TensorId dp = em.Alloc(s2, Category::kTemporaries, LayerLabel(l, "attn.d_probs"));
@@ -155,11 +188,22 @@ QkvGrads UnfusedBackward(ModuleContext& ctx, int l, const CoreAttn& c, TensorId 
       em.Alloc(qbytes, Category::kTemporaries, LayerLabel(l, "attn.d_value_repeated"));
   FreeIds(em, {d_core, c.dout, c.v_rep});
   em.Flops(4.0 * d.b * d.s * d.s * d.q / d.t);
+  if (d.cast_inputs) dp = CastScoresGrad(ctx, l, dp, wide_s2, "attn.d_probs_wide");
   if (d.attention_dropout) {
     em.Begin("attn.dropout_bwd", l);
-    const TensorId g = em.Alloc(s2, Category::kTemporaries, LayerLabel(l, "attn.d_softmax"));
+    const TensorId g = em.Alloc(wide_s2, Category::kTemporaries, LayerLabel(l, "attn.d_softmax"));
     FreeIds(em, {dp, c.dmask});
     dp = g;
+  }
+  if (d.cast_inputs) {
+    // Eager softmax backward (_softmax_backward_data) makes a new fp32 grad and frees the saved
+    // probabilities; the masked add's backward casts it to the fp16 scaled scores' dtype.
+    em.Begin("attn.softmax_bwd", l);
+    const TensorId ds =
+        em.Alloc(wide_s2, Category::kTemporaries, LayerLabel(l, "attn.d_scores_masked"));
+    FreeIds(em, {dp, c.probs});
+    c.probs = 0;
+    dp = CastScoresGrad(ctx, l, ds, s2, "attn.d_scores_scaled");
   }
   em.Begin("attn.scores_bwd", l);  // softmax backward in place, then baddbmm backward
   QkvGrads g;
@@ -250,6 +294,8 @@ TensorId AttentionModule::Forward(ModuleContext& ctx, int l, TensorId x, const F
   em.Begin("attn.ln_qkv", l);
   ctx.k.GemmWorkspace(false);
   a.ln1 = NormForward(ctx, l, "ln1");
+  // BertSelfAttention: query, key and value are three nn.Linear reading the same input.
+  CastNormOutput(ctx, l, "ln1", 3, !mode.nograd, &a.ln1);
   const TensorId g =
       ctx.k.SpGather(d.act_bytes * d.T * d.h, LayerLabel(l, "attn.qkv_input_gather"), false);
   a.qkv_weight_copy =
@@ -272,6 +318,7 @@ TensorId AttentionModule::Forward(ModuleContext& ctx, int l, TensorId x, const F
   if (mode.nograd) em.Free(a.core.out);
   if (!mode.nograd && ctx.selective.layernorm) DiscardNormOutput(ctx, &a.ln1);
   const TensorId out = BiasDropoutAdd(ctx, l, kNames, x, proj, mode, &a.bda_mask);
+  if (!mode.nograd) ReleaseCastNormOutput(ctx, &a.ln1);
   if (!mode.nograd) *saved = std::make_unique<AttentionSaved>(a);
   return out;
 }
@@ -323,7 +370,8 @@ TensorId AttentionModule::Backward(ModuleContext& ctx, int l, ModuleSaved& saved
   FreeIds(em, {g, dqkv, a.ln1.out});
   ctx.k.ReleaseWeightCopy(a.qkv_weight_copy);
   em.Flops(4.0 * d.T * d.h * (d.q + 2 * d.kv) / d.t);
-  return NormAndResidualBackward(ctx, l, kNames, a.ln1, dln1out, x, free_x, dy, free_dy);
+  const TensorId dnorm = NormOutputGrad(ctx, l, "ln1", dln1out, &a.ln1);
+  return NormAndResidualBackward(ctx, l, kNames, a.ln1, dnorm, x, free_x, dy, free_dy);
 }
 
 }  // namespace memsim::workload

@@ -43,7 +43,9 @@ void Embedding::AppendParams(const config::ModelConfig& model, const ModelDims& 
 TensorId Embedding::Forward(ModuleContext& ctx, const Batch& batch, EmbeddingSaved* saved) {
   const ModelDims& d = ctx.d;
   Emitter& em = ctx.em;
-  const Bytes full = d.act_bytes * d.T * d.h;
+  // wide_bytes: BERT under autocast looks up fp32 weights (embeddings are not autocast ops) and
+  // its dropout output is fp32 (model.h); act_bytes everywhere else.
+  const Bytes full = d.wide_bytes * d.T * d.h;
   em.Begin("embedding.lookup");
   if (d.t > 1) {
     const TensorId mask = em.Alloc(d.T, Category::kTemporaries, "embedding.input_mask");
@@ -96,7 +98,7 @@ void Embedding::Backward(ModuleContext& ctx, const Batch& batch, const Embedding
                          TensorId dx) {
   const ModelDims& d = ctx.d;
   Emitter& em = ctx.em;
-  const Bytes full = d.act_bytes * d.T * d.h;
+  const Bytes full = d.wide_bytes * d.T * d.h;  // the grads of Forward's tensors
   if (d.hidden_dropout) {
     em.Begin("embedding.dropout_bwd");
     const TensorId g = em.Alloc(full / d.sigma, Category::kTemporaries, "embedding.d_dropout");

@@ -5,8 +5,9 @@
 // transformer layers themselves are the residual modules of decoder_layer.h with LayerNorm,
 // biases and GeLU: BERT's post-norm layer saves the same tensors in another order (per branch
 // the norm's input, its statistics and its output, the dropout mask; see docs/config.md).
-// Shapes: activations [b, s, h] in the autocast dtype; the head's tensors are [b, h] and
-// [b, num_labels].
+// Shapes: activations [b, s, h] in the autocast dtype, except what autocast keeps in the
+// weights' dtype (ModelDims::wide_bytes, model.h: LayerNorm outputs, residual sums, masked scores,
+// softmax); the head's tensors are [b, h] and [b, num_labels].
 #pragma once
 
 #include "workload/modules/embedding.h"

@@ -21,6 +21,7 @@ TensorId BranchForward(ModuleContext& ctx, int l, bool nograd, MlpSaved* a) {
   Emitter& em = ctx.em;
   em.Begin("mlp.ln_fc1", l);
   a->ln2 = NormForward(ctx, l, "ln2");
+  CastNormOutput(ctx, l, "ln2", 1, !nograd, &a->ln2);  // BertIntermediate.dense's autocast copy
   const TensorId g =
       ctx.k.SpGather(d.act_bytes * d.T * d.h, LayerLabel(l, "mlp.fc1_input_gather"), false);
   a->fc1_weight_copy =
@@ -72,6 +73,7 @@ TensorId MlpModule::Forward(ModuleContext& ctx, int l, TensorId x, const Forward
     DiscardNormOutput(ctx, &a.ln2);
   }
   const TensorId out = BiasDropoutAdd(ctx, l, kNames, x, fc2, mode, &a.bda_mask);
+  if (!mode.nograd && !ctx.selective.mlp) ReleaseCastNormOutput(ctx, &a.ln2);
   if (!mode.nograd) *saved = std::make_unique<MlpSaved>(a);
   return out;
 }
@@ -130,7 +132,8 @@ TensorId MlpModule::Backward(ModuleContext& ctx, int l, ModuleSaved& saved, Tens
   em.Free(a.ln2.out);
   ctx.k.ReleaseWeightCopy(a.fc1_weight_copy);
   em.Flops(4.0 * d.T * d.h * d.gamma * d.ffn / d.t);
-  return NormAndResidualBackward(ctx, l, kNames, a.ln2, dln2out, x, free_x, dy, free_dy,
+  const TensorId dnorm = NormOutputGrad(ctx, l, "ln2", dln2out, &a.ln2);
+  return NormAndResidualBackward(ctx, l, kNames, a.ln2, dnorm, x, free_x, dy, free_dy,
                                  recomputed_out);
 }
 

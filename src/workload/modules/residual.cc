@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "core/check.h"
+
 namespace memsim::workload {
 
 NormSaved NormForward(ModuleContext& ctx, int layer, const char* norm) {
@@ -14,13 +16,50 @@ NormSaved NormForward(ModuleContext& ctx, int layer, const char* norm) {
   }
   n.rstd = ctx.em.Alloc(4 * tokens, Category::kActivations,
                         LayerLabel(layer, fmt::format("{}.rstd", norm)));
-  n.out = ctx.em.Alloc(d.act_bytes * d.T * d.h / d.sigma, Category::kActivations,
+  n.out = ctx.em.Alloc(d.wide_bytes * d.T * d.h / d.sigma, Category::kActivations,
                        LayerLabel(layer, fmt::format("{}.out", norm)));
   return n;
 }
 
 void FreeNorm(ModuleContext& ctx, const NormSaved& n) {
   for (TensorId id : {n.mean, n.rstd, n.out}) ctx.em.Free(id);
+  for (TensorId id : n.casts) ctx.em.Free(id);
+}
+
+void CastNormOutput(ModuleContext& ctx, int layer, const char* norm, int consumers, bool saved,
+                    NormSaved* n) {
+  const ModelDims& d = ctx.d;
+  if (!d.cast_inputs) return;
+  MEMSIM_CHECK(consumers >= 1 && consumers <= static_cast<int>(n->casts.size()));
+  for (int i = 0; i < consumers; ++i) {
+    const TensorId copy = ctx.em.Alloc(d.act_bytes * d.T * d.h / d.sigma, Category::kActivations,
+                                       LayerLabel(layer, fmt::format("{}.out_cast{}", norm, i)));
+    if (saved) {
+      n->casts[static_cast<std::size_t>(i)] = copy;
+    } else {
+      ctx.em.Free(copy);
+    }
+  }
+}
+
+void ReleaseCastNormOutput(ModuleContext& ctx, NormSaved* n) {
+  if (!ctx.d.cast_inputs) return;
+  ctx.em.Free(n->out);
+  n->out = 0;
+}
+
+TensorId NormOutputGrad(ModuleContext& ctx, int layer, const char* norm, TensorId dcopy,
+                        NormSaved* n) {
+  const ModelDims& d = ctx.d;
+  if (!d.cast_inputs) return dcopy;
+  const TensorId g = ctx.em.Alloc(d.wide_bytes * d.T * d.h / d.sigma, Category::kTemporaries,
+                                  LayerLabel(layer, fmt::format("d_{}_out_wide", norm)));
+  ctx.em.Free(dcopy);
+  for (TensorId& id : n->casts) {
+    ctx.em.Free(id);
+    id = 0;
+  }
+  return g;
 }
 
 void DiscardNormOutput(ModuleContext& ctx, NormSaved* norm) {
@@ -32,7 +71,7 @@ void RecomputeNormOutput(ModuleContext& ctx, int layer, const char* norm, NormSa
   const ModelDims& d = ctx.d;
   ctx.em.SetPrefix("recompute.");
   ctx.em.Begin(norm, layer);
-  saved->out = ctx.em.Alloc(d.act_bytes * d.T * d.h / d.sigma, Category::kActivations,
+  saved->out = ctx.em.Alloc(d.wide_bytes * d.T * d.h / d.sigma, Category::kActivations,
                             LayerLabel(layer, fmt::format("{}.out", norm)));
   ctx.em.SetPrefix("");
 }
@@ -47,7 +86,8 @@ TensorId BiasDropoutAdd(ModuleContext& ctx, int layer, const ResidualNames& name
     *mask = em.Alloc(d.T * d.h / d.sigma, Category::kActivations,
                      LayerLabel(layer, fmt::format("{}.bda_mask", names.prefix)));
   }
-  const TensorId out = em.Alloc(d.act_bytes * d.T * d.h / d.sigma, Category::kActivations,
+  // The residual sum: wide_bytes when an act_bytes branch meets a wide residual (model.h).
+  const TensorId out = em.Alloc(d.wide_bytes * d.T * d.h / d.sigma, Category::kActivations,
                                 LayerLabel(layer, names.output));
   em.Free(branch_out);
   if (mode.nograd) {
@@ -75,7 +115,7 @@ TensorId NormAndResidualBackward(ModuleContext& ctx, int layer, const ResidualNa
                                  bool free_x, TensorId dy, bool free_dy, TensorId region_out) {
   const ModelDims& d = ctx.d;
   Emitter& em = ctx.em;
-  const Bytes shard = d.act_bytes * d.T * d.h / d.sigma;
+  const Bytes shard = d.wide_bytes * d.T * d.h / d.sigma;  // grads of the wide norm input
   em.Begin(fmt::format("{}.{}_bwd", names.prefix, names.norm), layer);
   const TensorId d_norm_in =
       em.Alloc(shard, Category::kTemporaries,

@@ -6,6 +6,7 @@
 // parallelism), norm statistics fp32 [s/σ, b].
 #pragma once
 
+#include <array>
 #include <string>
 
 #include "workload/modules/module.h"
@@ -22,15 +23,30 @@ struct ResidualNames {
   const char* residual_label;  // its gradient's label ("d_input")
 };
 
-// Saved statistics and output of a norm (mean only for LayerNorm).
+// Saved statistics and output of a norm (mean only for LayerNorm). The output is wide_bytes
+// (model.h: fp32 for BERT under autocast); casts: its autocast copies (cast_inputs only).
 struct NormSaved {
   TensorId mean = 0, rstd = 0, out = 0;
+  std::array<TensorId, 3> casts{};
 };
 
 // Allocates the norm's saved tensors in the open op.
 NormSaved NormForward(ModuleContext& ctx, int layer, const char* norm);
 // Frees them (nograd forward).
 void FreeNorm(ModuleContext& ctx, const NormSaved& n);
+
+// Autocast copies of a wide norm output (ModelDims::cast_inputs; a no-op otherwise): each of the
+// `consumers` (≤ 3) nn.Linear that read it casts it afresh to act_bytes and saves its copy
+// (aten/src/ATen/autocast_mode.h cached_cast caches leaf weights only). !saved: freed at once.
+void CastNormOutput(ModuleContext& ctx, int layer, const char* norm, int consumers, bool saved,
+                    NormSaved* n);
+// cast_inputs: once the module's residual sum exists the wide output has no user left (the
+// linears saved their copies; LayerNorm's backward reads its input, not its output): freed.
+void ReleaseCastNormOutput(ModuleContext& ctx, NormSaved* n);
+// cast_inputs: the copies' input grads return through ToCopyBackward in the wide dtype; returns
+// the wide grad of the norm output and frees dcopy and the copies. Else returns dcopy.
+TensorId NormOutputGrad(ModuleContext& ctx, int layer, const char* norm, TensorId dcopy,
+                        NormSaved* n);
 
 // Selective recompute of "layernorm" (a norm that is its own module, Megatron's local spec;
 // transformer_layer.py with CheckpointWithoutOutput, tensor_parallel/random.py): the norm's
