@@ -1,6 +1,7 @@
 #include "engine/stages.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "config/iterations.h"
 #include "core/check.h"
@@ -40,14 +41,26 @@ bool SameMemory(const timeline::SpanSummary& a, const timeline::SpanSummary& b) 
          a.peak_reserved_phase == b.peak_reserved_phase && same_phase_peaks();
 }
 
-// StageResult::steady_state_from over `simulated` iterations; states[k] is the start of k.
-std::optional<int> SteadyFrom(const StageResult& stage, const std::vector<EngineState>& states,
-                              int first, int simulated) {
-  for (int k = first; k + 1 <= simulated && k + 1 < static_cast<int>(states.size()); ++k) {
-    if (states[k].empty() || states[k] != states[k + 1]) continue;
-    const timeline::SpanSummary* a = stage.Span(k);
-    const timeline::SpanSummary* b = stage.Span(k + 1);
-    if (a != nullptr && b != nullptr && SameMemory(*a, *b)) return k;
+// StageResult::steady_state_from and its period over `simulated` iterations; states[k] is the
+// start of k. The earliest k wins, then the shortest period.
+struct Steady {
+  int from = 0;
+  int period = 1;
+};
+std::optional<Steady> SteadyFrom(const StageResult& stage, const std::vector<EngineState>& states,
+                                 int first, int simulated) {
+  const int known = std::min(simulated, static_cast<int>(states.size()) - 1);
+  for (int k = first; k < known; ++k) {
+    for (int period = 1; period <= kMaxSteadyPeriod && k + 2 * period - 1 <= known; ++period) {
+      if (states[k].empty() || states[k] != states[k + period]) continue;
+      bool alike = true;
+      for (int j = 0; j < period && alike; ++j) {
+        const timeline::SpanSummary* a = stage.Span(k + j);
+        const timeline::SpanSummary* b = stage.Span(k + period + j);
+        alike = a != nullptr && b != nullptr && SameMemory(*a, *b);
+      }
+      if (alike) return Steady{k, period};
+    }
   }
   return std::nullopt;
 }
@@ -77,11 +90,17 @@ RunResult RunAllStages(const config::Setup& setup, const RunOptions& options) {
     for (const StageResult& s : r.stages) {
       if (!s.steady_state_from) {
         all = false;
-      } else if (!r.steady_state_from || *s.steady_state_from > *r.steady_state_from) {
+        continue;
+      }
+      if (!r.steady_state_from || *s.steady_state_from > *r.steady_state_from) {
         r.steady_state_from = s.steady_state_from;
       }
+      r.steady_state_period = std::lcm(r.steady_state_period, s.steady_state_period);
     }
-    if (!all) r.steady_state_from.reset();
+    if (!all) {
+      r.steady_state_from.reset();
+      r.steady_state_period = 1;
+    }
     if (all || n >= most) return r;
     n = std::min(most, 2 * n);
   }
@@ -128,8 +147,11 @@ RunResult RunStages(const config::Setup& user_setup, const RunOptions& options, 
     recorder.Finish();
     stage.spans = recorder.spans();
     if (long_run) {
-      stage.steady_state_from =
-          SteadyFrom(stage, stage.simulation.iteration_states, first, iterations);
+      if (const std::optional<Steady> steady =
+              SteadyFrom(stage, stage.simulation.iteration_states, first, iterations)) {
+        stage.steady_state_from = steady->from;
+        stage.steady_state_period = steady->period;
+      }
       stage.simulation.iteration_states = {};
     }
     for (const timeline::SpanSummary& s : stage.spans) {

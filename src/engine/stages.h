@@ -24,13 +24,20 @@ struct StageResult {
   Bytes peak_device_bytes = 0;
   CategoryBytes by_category_at_peak{};  // at the stage's allocated peak
   // A long run (fewer iterations simulated than train_iters): the first iteration k >=
-  // config::FirstRepeatingIteration whose start and end states are equal (engine::EngineState)
-  // and whose successor k + 1 was simulated and came out identical; absent when none.
+  // config::FirstRepeatingIteration from which the stage repeats with the shortest period P
+  // (1 to kMaxSteadyPeriod): the states (engine::EngineState) at the starts of k and k + P are
+  // equal, and iterations k..k+P-1 and k+P..k+2P-1 were simulated and came out alike. P = 1:
+  // identical consecutive iterations; P = 2: the allocator alternates between two block
+  // layouts (seen under 1F1B on some pipeline stages). Absent when none.
   std::optional<int> steady_state_from;
+  int steady_state_period = 1;
 
   // The span of `iteration` (0 = init), or nullptr.
   const timeline::SpanSummary* Span(int iteration) const;
 };
+
+// The longest repeating period StageResult::steady_state_from looks for.
+inline constexpr int kMaxSteadyPeriod = 4;
 
 struct StagedOomEvent {
   int pipeline_rank = 0;
@@ -52,6 +59,8 @@ struct RunResult {
   // the stages' steady_state_from); absent when train_iters were all simulated, or when no
   // steady state showed within config::MaxSimulatedIterations.
   std::optional<int> steady_state_from;
+  // Every stage repeats with a period dividing this (the least common multiple of the stages').
+  int steady_state_period = 1;
 
   // Fewer iterations simulated than the run trains.
   bool IsLongRun() const { return simulated_iterations < train_iters; }

@@ -267,12 +267,22 @@ std::string SkippedStepsLines(const config::TrainingConfig& t) {
 
 std::string FormatLongRun(const engine::RunResult& run) {
   if (!run.IsLongRun()) return "";
-  if (run.steady_state_from) {
+  if (run.steady_state_from && run.steady_state_period == 1) {
     return fmt::format(
         "  simulated {} of {} iterations: from iteration {} on they are identical (allocator\n"
         "  state included), so iterations {}..{} repeat it\n",
         run.simulated_iterations, run.train_iters, *run.steady_state_from,
         *run.steady_state_from + 1, run.train_iters);
+  }
+  if (run.steady_state_from) {
+    const int from = *run.steady_state_from;
+    const int period = run.steady_state_period;
+    return fmt::format(
+        "  simulated {} of {} iterations: from iteration {} on they repeat every {} iterations\n"
+        "  (allocator state included: the blocks alternate between {} layouts), so iterations\n"
+        "  {}..{} repeat iterations {}..{}\n",
+        run.simulated_iterations, run.train_iters, from, period, period, from + period,
+        run.train_iters, from, from + period - 1);
   }
   return fmt::format(
       "  simulated {} of {} iterations: no two consecutive ones were identical yet (allocator\n"
@@ -480,6 +490,7 @@ std::string RunReportJson(const engine::RunResult& run, const config::Setup& set
   if (run.IsLongRun()) {  // absent when every iteration was simulated (schema unchanged)
     j["train_iters"] = run.train_iters;
     j["steady_state_from"] = run.steady_state_from ? json(*run.steady_state_from) : json();
+    if (run.steady_state_period > 1) j["steady_state_period"] = run.steady_state_period;
   }
   json stages = json::array();
   for (const engine::StageResult& s : run.stages) {

@@ -56,8 +56,9 @@ std::string FormatLongRun(const engine::RunResult& run);
 std::string FormatOom(const engine::RunResult& run);
 
 // docs/interfaces.md, 'JSON report' (schema_version 1), pretty-printed, ending in a newline. A
-// long run adds "train_iters" and "steady_state_from" (null when none was found); "iterations"
-// holds the simulated ones.
+// long run adds "train_iters" and "steady_state_from" (null when none was found), and
+// "steady_state_period" when the iterations repeat with a period above 1; "iterations" holds the
+// simulated ones.
 std::string RunReportJson(const engine::RunResult& run, const config::Setup& setup);
 
 // docs/interfaces.md, 'CSV timeline': time_us,iteration,phase,allocated_bytes,reserved_bytes,

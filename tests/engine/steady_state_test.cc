@@ -26,7 +26,8 @@ const std::string kDefault = std::string(MEMSIM_SOURCE_DIR) + "/configs/default.
 // The run report's JSON without the keys only a long run has.
 std::string JsonWithoutLongRunKeys(const RunResult& run, const config::Setup& setup) {
   std::string j = report::RunReportJson(run, setup);
-  for (const char* key : {"  \"steady_state_from\"", "  \"train_iters\""}) {
+  for (const char* key :
+       {"  \"steady_state_from\"", "  \"steady_state_period\"", "  \"train_iters\""}) {
     const size_t at = j.find(std::string("\n") + key);
     if (at != std::string::npos) j.erase(at, j.find('\n', at + 1) - at);
   }
@@ -117,6 +118,38 @@ TEST_CASE("skipped fp16 steps move the steady state past them", "[engine][steady
   REQUIRE(s.Span(3) != nullptr);
   REQUIRE(s.Span(4) != nullptr);
   CHECK(s.Span(4)->end_allocated_bytes > s.Span(3)->end_allocated_bytes);
+}
+
+TEST_CASE("a pipeline stage whose blocks alternate between two layouts is steady with period 2",
+          "[engine][steady]") {
+  // Under 1F1B some stages of the Llama-2-70B PP8 config end every other iteration with the
+  // same blocks in swapped places (EngineState of iteration k equals that of k + 2, not k + 1),
+  // with identical numbers. Such a stage repeats from k on with period 2; the run must say so
+  // after a handful of iterations instead of searching to config::MaxSimulatedIterations.
+  const config::Setup setup = Load(std::string(MEMSIM_SOURCE_DIR) +
+                                       "/configs/llama2-70b-h100-tp8-pp8.json",
+                                   {"training.train_iters=500000"});
+  const RunResult run = RunAllStages(setup, {});
+  REQUIRE(run.steady_state_from.has_value());
+  CHECK(run.simulated_iterations <= 8);
+  CHECK(run.steady_state_period >= 1);
+  CHECK(run.steady_state_period <= kMaxSteadyPeriod);
+  for (const StageResult& s : run.stages) {
+    CAPTURE(s.pipeline_rank);
+    REQUIRE(s.steady_state_from.has_value());
+    // The repeating iterations carry the same numbers one period apart.
+    const timeline::SpanSummary* a = s.Span(*s.steady_state_from);
+    const timeline::SpanSummary* b = s.Span(*s.steady_state_from + s.steady_state_period);
+    REQUIRE(a != nullptr);
+    REQUIRE(b != nullptr);
+    CHECK(a->peak_allocated_bytes == b->peak_allocated_bytes);
+    CHECK(a->peak_reserved_bytes == b->peak_reserved_bytes);
+  }
+  if (run.steady_state_period > 1) {
+    CHECK(report::FormatLongRun(run).find(
+              fmt::format("repeat every {} iterations", run.steady_state_period)) !=
+          std::string::npos);
+  }
 }
 
 }  // namespace
