@@ -32,6 +32,44 @@ struct Node {
   std::vector<std::pair<std::int32_t, std::int32_t>> entries;  // dict (key, value)
 };
 
+// UTF-8 as RFC 3629 defines it: no overlong forms, nothing above U+10FFFF, no surrogates
+// (U+D800..U+DFFF). Python's unpickler would pass surrogates ('surrogatepass'), but JSON text
+// cannot hold them, and no snapshot field memsim reads needs one.
+bool IsUtf8(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t n = 0;
+    std::uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    if ((c & 0xe0) == 0xc0) {
+      n = 1;
+      cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      n = 2;
+      cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      n = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (n > s.size() - i - 1) return false;
+    for (std::size_t k = 1; k <= n; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    static constexpr std::uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
 class Unpickler {
  public:
   Unpickler(std::string_view in, std::string_view file) : in_(in), file_(file) {}
@@ -110,7 +148,11 @@ class Unpickler {
     n.i = v;
     Push(std::move(n));
   }
+  // BINUNICODE / SHORT_BINUNICODE / BINUNICODE8 hold UTF-8 (pickletools' descriptions;
+  // Python's unpickler decodes them with 'utf-8', 'surrogatepass'), so bytes that are not UTF-8
+  // are an error here too, rather than a string nlohmann::json cannot write later.
   void Str(std::string_view s) {
+    if (!IsUtf8(s)) throw Fail(op_at_, "a string that is not valid UTF-8");
     Node n;
     n.kind = Node::kStr;
     n.s = std::string(s);

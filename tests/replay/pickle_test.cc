@@ -82,6 +82,17 @@ TEST_CASE("pickle: malformed and unsupported input is one message naming the byt
   for (int i = 0; i < 30; ++i) b += "2\x86";  // DUP, TUPLE2: (x, x)
   b += ".";
   CHECK(ErrorOf(b) == "p.pickle: pickle byte 0: shared references expand to too many values");
+  // SHORT_BINUNICODE (0x8c) of 1 byte, 0xff: not UTF-8 (a lone byte above 0x7f), nor is the
+  // encoded surrogate ED A0 80 (U+D800), nor the overlong C0 80 (U+0000 in two bytes).
+  CHECK(ErrorOf(std::string("\x80\x02\x8c\x01\xff.", 6)) ==
+        "p.pickle: pickle byte 2: a string that is not valid UTF-8");
+  CHECK(ErrorOf(std::string("\x80\x02\x8c\x03\xed\xa0\x80.", 8)) ==
+        "p.pickle: pickle byte 2: a string that is not valid UTF-8");
+  CHECK(ErrorOf(std::string("\x80\x02\x8c\x02\xc0\x80.", 7)) ==
+        "p.pickle: pickle byte 2: a string that is not valid UTF-8");
+  // Valid multi-byte UTF-8 (U+00E9, U+4E2D, U+1F600) is read.
+  CHECK(ErrorOf(std::string("\x80\x02\x8c\x09\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80.", 14))
+            .empty());
   CHECK(!LooksLikePickle(std::string("\x80\x01", 2)));
   CHECK(LooksLikePickle(std::string("\x80\x05", 2)));
 }
