@@ -2,12 +2,16 @@
 # Installs the Debian 12 packages memsim needs to build and test, only those missing.
 # --with-browser: also Debian's chromium, for the headless test of the HTML report
 # (ctest export.html_browser, which reports itself skipped without it).
+# --with-ci-tools: also clang with its sanitizer and libFuzzer runtimes and clang-tidy, which
+# .ci/run's CI-only passes use (tools/sanitize, tools/fuzz, tools/check-function-size): one
+# apt transaction instead of one per tool (docs/ci.md, "Build time").
 set -e
 pkgs="cmake g++ make libcli11-dev nlohmann-json3-dev libfmt-dev catch2 zlib1g-dev libtinyxml2-dev"
 for arg in "$@"; do
   case "$arg" in
     --with-browser) pkgs="$pkgs chromium" ;;
-    *) echo "install-deps: unknown option $arg (expected --with-browser)" >&2; exit 2 ;;
+    --with-ci-tools) pkgs="$pkgs clang libclang-rt-14-dev clang-tidy" ;;
+    *) echo "install-deps: unknown option $arg (expected --with-browser or --with-ci-tools)" >&2; exit 2 ;;
   esac
 done
 missing=""

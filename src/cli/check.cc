@@ -34,7 +34,7 @@ struct CheckArgs {
   std::string json_path;
 };
 
-std::string ReadFile(const std::string& path) {
+std::string ReadBaselineFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(fmt::format("{}: cannot read the baseline file", path));
   std::ostringstream s;
@@ -96,7 +96,7 @@ int Check(const CheckArgs& a) {
       if (!baseline_path.empty() && !a.update_baseline && !have_baseline && !baseline_is_dir) {
         throw InputError(fmt::format("--baseline {}: no such file", baseline_path));
       }
-      if (have_baseline) baseline = report::ParseBaseline(baseline_path, ReadFile(baseline_path));
+      if (have_baseline) baseline = report::ParseBaseline(baseline_path, ReadBaselineFile(baseline_path));
       if (baseline_is_dir && !a.update_baseline && !have_baseline) {
         notes.push_back(fmt::format("note: no baseline {} for {}: checked against capacity only",
                                     baseline_path, config_path));

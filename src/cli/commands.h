@@ -8,6 +8,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/main_entry.h"
+
 namespace memsim::cli {
 
 // Runs the parsed subcommand; returns the process exit code (0 ok, 1 check failed, 2 bad input).
@@ -27,8 +29,5 @@ Action AddCheckCommand(CLI::App& sub);
 Action AddValidateCommand(CLI::App& sub);
 Action AddDumpProgramCommand(CLI::App& sub);
 Action AddExplainCommand(CLI::App& sub);
-
-// The whole command line: parses argv, runs the subcommand, maps errors to exit codes.
-int Main(int argc, char** argv);
 
 }  // namespace memsim::cli
