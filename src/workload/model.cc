@@ -184,6 +184,7 @@ ModelDims ComputeDims(const config::Setup& setup) {
   // (A100: 312, H100: 989).
   d.hopper = !d.npu && (NameSuggestsHopperOrLater(setup.device.name) ||
                         setup.device.peak_flops_bf16 > 400e12);
+  d.te_flash_attn2 = d.te && d.flash && !d.npu && !d.hopper && !d.hf && d.cp == 1;
   d.hidden_dropout = mc.hidden_dropout > 0.0;
   d.attention_dropout = mc.attention_dropout > 0.0;
   d.tied = mc.tie_word_embeddings;
