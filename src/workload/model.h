@@ -100,6 +100,11 @@ struct ModelDims {
   bool grouped_gemm = false;      // TEGroupedMLP (else SequentialMLP)
   bool permute_fusion = false;    // TE fused permute / unpermute kernels
   bool aux_loss = false;          // moe_aux_loss_coeff > 0
+  // Megatron-core < 0.13 with the alltoall dispatcher and no permute fusion: the router probs
+  // weight the expert outputs in unpermute (token_dispatcher.py token_unpermutation passes
+  // probs=self.probs to moe_utils.py unpermute), which saves the combined tokens [S, h]; from
+  // 0.13 the experts' activation applies them (experts.py permuted_probs). model.cc.
+  bool moe_probs_at_unpermute = false;
   double imbalance = 1.0;         // the rank receives imbalance × the mean routed tokens
   bool IsMoeLayer(int layer) const {
     return experts > 1 && (moe_layers.empty() || moe_layers[layer]);
