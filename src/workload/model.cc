@@ -26,6 +26,10 @@ const std::vector<int> kMegatronDummyWgradCacheSince = {0, 14};
 // from commit 9634c0e4a3 (2024-06-13), whose first release tag is core_v0.8.0; before it
 // `vocab_parallel_logits = vocab_parallel_logits - logits_max.unsqueeze(-1)`.
 const std::vector<int> kCrossEntropyInPlaceSince = {0, 8};
+// megatron/core/transformer/moe: core_v0.12.0's MoEAlltoAllTokenDispatcher.token_unpermutation
+// still passes probs=self.probs to moe_utils.py unpermute; core_v0.13.0's experts.py takes
+// permuted_probs and applies them in the activation.
+const std::vector<int> kMoeProbsInExpertsSince = {0, 13};
 namespace {
 
 using config::Precision;
@@ -133,6 +137,9 @@ void SetMoeDims(const config::Setup& setup, ModelDims* d) {
   d->grouped_gemm = tc.moe_grouped_gemm;
   d->permute_fusion = tc.moe_permute_fusion;
   d->aux_loss = tc.moe_aux_loss_coeff > 0.0;
+  d->moe_probs_at_unpermute = d->alltoall && !d->permute_fusion &&
+                              !tc.megatron_core_version.empty() &&
+                              tc.megatron_core_version < kMoeProbsInExpertsSince;
   d->imbalance = tc.moe_imbalance_factor;
   MEMSIM_CHECK(d->experts % d->ep == 0 && d->ffn_e % d->etp == 0);
 }
@@ -184,6 +191,7 @@ ModelDims ComputeDims(const config::Setup& setup) {
   // (A100: 312, H100: 989).
   d.hopper = !d.npu && (NameSuggestsHopperOrLater(setup.device.name) ||
                         setup.device.peak_flops_bf16 > 400e12);
+  d.te_flash_attn2 = d.te && d.flash && !d.npu && !d.hopper && !d.hf && d.cp == 1;
   d.hidden_dropout = mc.hidden_dropout > 0.0;
   d.attention_dropout = mc.attention_dropout > 0.0;
   d.tied = mc.tie_word_embeddings;

@@ -67,6 +67,14 @@ struct ModelDims {
   bool te = true;          // transformer_impl == "transformer_engine"
   bool npu = false;        // Ascend (torch_npu) backend
   bool hopper = false;     // sm >= 90 class GPU (workspace sizes; estimate, see model.cc)
+  // Transformer Engine runs core attention through flash-attn 2 (TE DotProductAttention picks
+  // FlashAttention below sm 90 and FusedAttention from sm 90 on: TE 1.7 attention.py
+  // DotProductAttention.forward, TE 2.9 dot_product_attention/utils.py get_attention_backend).
+  // TE's FlashAttention.forward hands flash-attn [b, s, a/t, d] copies of q, k, v and copies the
+  // [b, s, ...] output back to [s, b, ...]; flash-attn saves its own output (flash_attn_interface.py
+  // FlashAttnVarlenFunc / FlashAttnFunc save_for_backward), so two output tensors stay saved.
+  // Without context parallelism only (the CP path saves other tensors); model.cc.
+  bool te_flash_attn2 = false;
   bool hidden_dropout = false;
   bool attention_dropout = false;
   bool tied = false;
@@ -92,6 +100,11 @@ struct ModelDims {
   bool grouped_gemm = false;      // TEGroupedMLP (else SequentialMLP)
   bool permute_fusion = false;    // TE fused permute / unpermute kernels
   bool aux_loss = false;          // moe_aux_loss_coeff > 0
+  // Megatron-core < 0.13 with the alltoall dispatcher and no permute fusion: the router probs
+  // weight the expert outputs in unpermute (token_dispatcher.py token_unpermutation passes
+  // probs=self.probs to moe_utils.py unpermute), which saves the combined tokens [S, h]; from
+  // 0.13 the experts' activation applies them (experts.py permuted_probs). model.cc.
+  bool moe_probs_at_unpermute = false;
   double imbalance = 1.0;         // the rank receives imbalance × the mean routed tokens
   bool IsMoeLayer(int layer) const {
     return experts > 1 && (moe_layers.empty() || moe_layers[layer]);

@@ -203,6 +203,43 @@ TEST_CASE("one MoE layer, alltoall, EP 2: forward and backward bytes by hand", "
   CHECK(b1.alive.empty());
 }
 
+TEST_CASE("Megatron-core < 0.13: unpermute weights the tokens by the probs and saves them",
+          "[workload][moe][peak]") {
+  // core_v0.10.0 .. core_v0.12.x, alltoall dispatcher: token_unpermutation calls moe_utils.py
+  // unpermute(..., probs=self.probs), whose `permuted_tokens * permuted_probs.unsqueeze(-1)`
+  // saves the combined tokens [S, h] for MulBackward: S·h·2 = 64·64·2 = 8192 B; the product
+  // (8192 B) dies after scatter_add_. From core_v0.13.0 the experts apply the probs instead.
+  config::Setup s = SmallMoe(1.0);
+  s.training.megatron_core_version = {0, 12};
+  REQUIRE(ComputeDims(s).moe_probs_at_unpermute);
+  const PhaseBytes f = MoeLayerBytes(Build(s, 0), Phase::kForward);
+  CHECK(f.alive.at("layer0.moe.combined_tokens") == 8192);
+  CHECK(f.allocated.at("layer0.moe.weighted_tokens") == 8192);
+  CHECK(f.alive.count("layer0.moe.weighted_tokens") == 0);
+  // Freed by the unpermute's backward.
+  const Program p = Build(s, 0);
+  TensorId saved = 0;
+  std::string freed_by;
+  for (const Op& op : p.ops) {
+    if (op.iteration != 1 || op.layer != 0) continue;
+    for (const TensorAlloc& a : op.allocs) {
+      if (a.label == "layer0.moe.combined_tokens") saved = a.id;
+    }
+    for (TensorId id : op.frees) {
+      if (saved != 0 && id == saved && freed_by.empty()) freed_by = op.name;
+    }
+  }
+  CHECK(freed_by == "moe.unpermute_bwd");
+  s.training.megatron_core_version = {0, 13};
+  CHECK_FALSE(ComputeDims(s).moe_probs_at_unpermute);
+  CHECK(MoeLayerBytes(Build(s, 0), Phase::kForward).alive.count("layer0.moe.combined_tokens") == 0);
+  // TE's fused unpermute (moe_permute_fusion) takes another path; unstated versions are current.
+  s.training.megatron_core_version = {0, 12};
+  s.training.moe_permute_fusion = true;
+  CHECK_FALSE(ComputeDims(s).moe_probs_at_unpermute);
+  CHECK_FALSE(ComputeDims(SmallMoe(1.0)).moe_probs_at_unpermute);
+}
+
 TEST_CASE("expert parameters: own DDP buffers, optimizer shards over the expert-DP group",
           "[workload][moe]") {
   config::Setup s = SmallMoe(1.0);

@@ -31,6 +31,27 @@ std::multiset<std::string> AliveAfter(const Program& p, const std::string& op_na
   return {};
 }
 
+// Bytes of the first iteration-1 allocation labelled `label`; 0 if none.
+Bytes AllocBytes(const Program& p, const std::string& label) {
+  for (const Op& op : p.ops) {
+    if (op.iteration != 1) continue;
+    for (const TensorAlloc& a : op.allocs) {
+      if (a.label == label) return a.size_bytes;
+    }
+  }
+  return 0;
+}
+
+// TinyLlama with 2 KV groups on an A100 (sm 80: Transformer Engine picks flash-attn 2).
+config::Setup TinyGqaA100() {
+  config::Setup s = testing::TinyLlama();
+  s.model.num_key_value_heads = 2;
+  s.device.name = "nvidia-a100-80g";
+  s.device.peak_flops_bf16 = 312e12;
+  s.device.memory_bandwidth_bytes_per_s = 2.0e12;
+  return s;
+}
+
 config::Setup DenseDistOpt() {
   config::Setup s = testing::Llama2_7b();
   s.training.use_distributed_optimizer = true;
@@ -81,6 +102,36 @@ TEST_CASE("peak inventory: Megatron-core < 0.8 keeps a second fp32 logits tensor
   CHECK(sub_bytes == copy_bytes);
   s.training.megatron_core_version = {0, 8};
   CHECK_FALSE(ComputeDims(s).ce_max_out_of_place);
+}
+
+TEST_CASE("peak inventory: TE's flash-attn 2 path saves flash-attn's own output besides TE's copy",
+          "[workload][peak]") {
+  // TE FlashAttention.forward (attention.py, v1.7 .. v2.9): with qkv_format "sbhd" q, k, v go to
+  // flash-attn as [b, s, ...] copies and the [b, s, a/t·d] output comes back as a [s, b, ...]
+  // .contiguous() copy; flash-attn's FlashAttnVarlenFunc / FlashAttnFunc (flash_attn_interface.py,
+  // v2.5.8) save_for_backward(q, k, v, out_padded, softmax_lse, ...), so its output stays saved
+  // too. TinyLlama: T = s·b = 32, a/t·d = 4 · 16 = 64, bf16: 2 B × 32 × 64 = 4096 B per layer.
+  const config::Setup s = TinyGqaA100();
+  const ModelDims d = ComputeDims(s);
+  REQUIRE(d.te_flash_attn2);
+  const Program p = Build(s, 0);
+  CHECK(AllocBytes(p, "layer0.attn.flash_out") == 4096);
+  CHECK(AllocBytes(p, "layer0.attn.core_out") == 4096);
+  // Both are alive at the loss (saved until the layer's backward).
+  const std::multiset<std::string> alive = AliveAfter(p, "cross_entropy");
+  CHECK(alive.count("layer0.attn.flash_out") == 1);
+  CHECK(alive.count("layer1.attn.flash_out") == 1);
+  // Backward with 2 KV groups for 4 heads: flash_api.cpp mha_varlen_bwd allocates dk_expanded and
+  // dv_expanded [total_k, num_heads, head_size] = 32 × 4 × 16 × 2 B = 4096 B each.
+  CHECK(AllocBytes(p, "layer0.attn.d_key_expanded") == 4096);
+  CHECK(AllocBytes(p, "layer0.attn.d_value_expanded") == 4096);
+  // From sm 90 on TE prefers cuDNN FusedAttention (TE 2.9 utils.py get_attention_backend): no
+  // flash-attn output. With as many KV heads as heads, no expanded grads.
+  CHECK_FALSE(ComputeDims(testing::TinyLlama()).te_flash_attn2);
+  CHECK(AllocBytes(Build(testing::TinyLlama(), 0), "layer0.attn.flash_out") == 0);
+  config::Setup mha = TinyGqaA100();
+  mha.model.num_key_value_heads = 4;
+  CHECK(AllocBytes(Build(mha, 0), "layer0.attn.d_key_expanded") == 0);
 }
 
 TEST_CASE("peak inventory: at the optimizer step the distributed optimizer's state is alive",

@@ -15,6 +15,7 @@ constexpr ResidualNames kNames = {"attn",          "ln1",          "proj",
 // dropout mask and output, GQA's repeated K and V, and the output.
 struct CoreAttn {
   TensorId out = 0, lse1 = 0, lse2 = 0, probs = 0, dmask = 0, dout = 0, k_rep = 0, v_rep = 0;
+  TensorId fa_out = 0;  // flash-attn 2's own [b, s, a/t, d] output under TE (te_flash_attn2)
 };
 
 struct AttentionSaved final : ModuleSaved {
@@ -39,6 +40,12 @@ CoreAttn FlashForward(ModuleContext& ctx, int l, bool keep) {
   const std::int64_t heads = d.a / d.t;
   CoreAttn c;
   em.Begin("attn.core", l);
+  if (d.te_flash_attn2) {
+    // ModelDims::te_flash_attn2: flash-attn saves the output it wrote; TE returns a [s, b, ...]
+    // copy of it (core_out below), which the output projection saves.
+    c.fa_out = em.Alloc(d.act_bytes * d.T * d.q / d.t, Category::kActivations,
+                        LayerLabel(l, "attn.flash_out"));
+  }
   c.out = em.Alloc(d.act_bytes * d.T * d.q / d.t, Category::kActivations,
                    LayerLabel(l, "attn.core_out"));
   if (d.npu) {
@@ -48,9 +55,8 @@ CoreAttn FlashForward(ModuleContext& ctx, int l, bool keep) {
     c.lse1 = em.Alloc(4 * d.T * heads, Category::kActivations, LayerLabel(l, "attn.softmax_lse"));
   }
   if (!keep) {
-    em.Free(c.lse1);
-    em.Free(c.lse2);
-    c.lse1 = c.lse2 = 0;
+    FreeIds(em, {c.lse1, c.lse2, c.fa_out});
+    c.lse1 = c.lse2 = c.fa_out = 0;
   }
   em.Flops(2.0 * d.b * d.s * d.s * d.q / d.t);  // 4·b·s²·q/t, halved by the causal mask
   return c;
@@ -159,7 +165,18 @@ QkvGrads FlashBackward(ModuleContext& ctx, int l, const CoreAttn& c, TensorId d_
       em.Alloc(d.act_bytes * d.T * d.kv / d.t, Category::kTemporaries, LayerLabel(l, "attn.d_key"));
   g.dv = em.Alloc(d.act_bytes * d.T * d.kv / d.t, Category::kTemporaries,
                   LayerLabel(l, "attn.d_value"));
-  FreeIds(em, {acc, softmax_d, d_core, c.out, c.lse1, c.lse2, extra_free});
+  TensorId dk_expanded = 0, dv_expanded = 0;
+  if (d.te_flash_attn2 && d.g < d.a) {
+    // flash-attn 2 with fewer KV heads (csrc/flash_attn/flash_api.cpp mha_bwd / mha_varlen_bwd):
+    // dk_expanded and dv_expanded [b, s, a/t, d] in the input dtype, summed over each KV group
+    // into dk and dv before the call returns.
+    dk_expanded = em.Alloc(d.act_bytes * d.T * d.q / d.t, Category::kTemporaries,
+                           LayerLabel(l, "attn.d_key_expanded"));
+    dv_expanded = em.Alloc(d.act_bytes * d.T * d.q / d.t, Category::kTemporaries,
+                           LayerLabel(l, "attn.d_value_expanded"));
+  }
+  FreeIds(em, {acc, softmax_d, dk_expanded, dv_expanded, d_core, c.out, c.fa_out, c.lse1, c.lse2,
+               extra_free});
   em.Flops(5.0 * d.b * d.s * d.s * d.q / d.t);
   return g;
 }

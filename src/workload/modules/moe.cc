@@ -32,6 +32,9 @@ struct MoeSaved final : ModuleSaved {
   // SequentialMLP (one entry with grouped GEMM).
   std::vector<TensorId> expert_in, fc1_out, act_out;
   TensorId expert_probs = 0;
+  // Megatron-core < 0.13 (ModelDims::moe_probs_at_unpermute): the combined tokens [S, h] that
+  // unpermute's `permuted_tokens * permuted_probs` saves.
+  TensorId combined_tokens = 0;
   // Shared experts (shared_experts.py SharedExpertMLP, a dense MLP): fc1 and activation outputs.
   TensorId shared_fc1_out = 0, shared_act_out = 0, shared_gate = 0;
 };
@@ -262,6 +265,22 @@ TensorId Combine(ModuleContext& ctx, const Sizes& z, int l, TensorId out, bool n
   em.Collective("ep", d.ep, static_cast<double>(z.Hidden(t.send)), Coll::kP2P);
   em.Free(out);
   em.Begin("moe.unpermute", l);
+  if (d.moe_probs_at_unpermute) {
+    // moe_utils.py unpermute (core 0.10-0.12): `permuted_tokens * permuted_probs.unsqueeze(-1)`
+    // is a new [S, h] tensor, and MulBackward saves both factors (both need grad), so the
+    // combined tokens stay saved; the product dies after scatter_add_ (whose backward needs the
+    // index only).
+    const TensorId weighted = Tmp(em, z.Hidden(t.send), l, "moe.weighted_tokens");
+    const TensorId res = Tmp(em, z.Hidden(t.n), l, "moe.output");
+    em.Free(weighted);
+    if (nograd) {
+      em.Free(back);
+      FreeMaps(em, a);
+    } else {
+      a->combined_tokens = back;
+    }
+    return res;
+  }
   const TensorId res = Tmp(em, z.Hidden(t.n), l, "moe.output");
   em.Free(back);
   if (nograd) FreeMaps(em, a);
@@ -327,8 +346,10 @@ TensorId SumGrads(ModuleContext& ctx, const Sizes& z, int l, TensorId a, TensorI
 }
 
 // Backward of the combine: the gradient of the output [n, h] back to the experts' output order
-// [N, h]. Frees dy unless keep_dy (the shared experts still need it).
-TensorId CombineBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dy, bool keep_dy) {
+// [N, h]. Frees dy unless keep_dy (the shared experts still need it), and `saved_tokens` (what
+// the unpermute saved, or 0) at the unpermute's backward.
+TensorId CombineBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dy, bool keep_dy,
+                         TensorId saved_tokens) {
   const ModelDims& d = ctx.d;
   Emitter& em = ctx.em;
   const MoeTokens& t = z.tok;
@@ -349,6 +370,7 @@ TensorId CombineBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dy,
   }
   em.Begin("moe.unpermute_bwd", l);
   TensorId g = Tmp(em, z.Hidden(t.send), l, "moe.d_combined_tokens");
+  em.Free(saved_tokens);
   drop_dy();
   em.Begin("moe.combine_alltoall_bwd", l);
   TensorId r = Tmp(em, z.Hidden(t.receive), l, "moe.d_expert_output_ep");
@@ -644,7 +666,8 @@ TensorId MoeModule::Backward(ModuleContext& ctx, int l, ModuleSaved& saved, Tens
   }
   // The branch grad feeds the routed path and the shared experts' (MoELayer.postprocess's add).
   const bool shared = ctx.d.ffn_shared > 0;
-  const TensorId d_routed = CombineBackward(ctx, z, l, dbranch, shared || dbranch == dy);
+  const TensorId d_routed =
+      CombineBackward(ctx, z, l, dbranch, shared || dbranch == dy, a.combined_tokens);
   TensorId d_probs = 0;
   const TensorId d_tokens = ExpertsBackward(ctx, z, l, d_routed, &a, &d_probs);
   TensorId d_dense_probs = 0;
