@@ -31,8 +31,11 @@
 //   (_pre_forward: reducer._rebuild_buckets), drops its buckets (buckets_.clear()) and allocates
 //   new ones over that order with limits [1 MiB (or bucket_cap_mb when passed), bucket_cap_mb]:
 //   why step 2's gradient memory is laid out differently from step 1's.
-// Not modelled: buffers in the start-up broadcast (Transformers' rotary inv_freq, a few KiB),
-// _verify_param_shape_across_processes' small metadata tensors, static_graph, comm hooks.
+// Not modelled: buffers in the start-up broadcast and in each forward's _sync_buffers
+// (Transformers' rotary inv_freq, a few KiB; a bucket of one tensor is a view), the small
+// metadata tensors of _verify_param_shape_across_processes, static_graph, comm hooks.
+// Since a rebuild follows find_unused_parameters False only, the layout it replaces is one
+// bucket per dtype.
 #include "workload/torch_ddp.h"
 
 #include <fmt/format.h>

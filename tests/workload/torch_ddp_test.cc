@@ -163,5 +163,33 @@ TEST_CASE("DDP with gradient_as_bucket_view: .grad is a bucket view after the sy
   CHECK(AllocsOf(p, "ddp.rebuild_buckets.initialize", "ddp.bucket") == std::vector<Bytes>{kGrads});
 }
 
+TEST_CASE("DDP rebuild with gradient_as_bucket_view and .grad kept: the old bucket outlives it",
+          "[workload][ddp]") {
+  // zero_grad(set_to_none=False) keeps each .grad, a view into the one construction-time
+  // bucket. initialize_buckets drops the Bucket structs, but the views hold the old storage
+  // until initialize_bucket_views copies each .grad into its new view and re-points it: the old
+  // bucket is freed only after the new ones exist, so both are alive in the rebuild,
+  // 2 × 460032 bytes of buckets.
+  config::Setup s = TinyDdp(0, false, true);
+  s.training.zero_grad_set_to_none = false;
+  const Program p = Build(s, 0);
+  CHECK(AllocsOf(p, "ddp.rebuild_buckets", "ddp.bucket") == std::vector<Bytes>{kGrads});
+  CHECK(AllocsOf(p, "ddp.rebuild_buckets.initialize", "").empty());
+  Bytes at_rebuild = 0;
+  std::map<TensorId, Bytes> alive;
+  for (const Op& op : p.ops) {
+    for (const TensorAlloc& a : op.allocs) {
+      if (a.category == Category::kGradients) alive[a.id] = a.size_bytes;
+    }
+    if (op.name == "ddp.rebuild_buckets") {
+      for (const auto& [id, bytes] : alive) at_rebuild += bytes;
+    }
+    for (TensorId id : op.frees) alive.erase(id);
+  }
+  CHECK(at_rebuild == 2 * kGrads);
+  // From then on the views are the only gradients: the bucket, 460032 bytes.
+  CHECK(GradsAfter(p, 3, Phase::kBackward, 1) == kGrads);
+}
+
 }  // namespace
 }  // namespace memsim::workload
