@@ -23,7 +23,7 @@ const std::vector<std::string> kModelled = {
     "per_device_train_batch_size", "gradient_accumulation_steps", "fp16", "bf16",
     "gradient_checkpointing", "gradient_checkpointing_kwargs", "optim", "weight_decay",
     "max_steps", "eval_steps", "eval_strategy", "evaluation_strategy",
-    "per_device_eval_batch_size", "ddp_bucket_cap_mb",
+    "per_device_eval_batch_size", "ddp_bucket_cap_mb", "ddp_find_unused_parameters",
     // recognised; unsupported when set to what memsim does not model
     "deepspeed", "fsdp", "torch_compile", "optim_args"};
 
@@ -44,8 +44,7 @@ const std::vector<std::string> kNoMemoryEffect = {
     "report_to", "disable_tqdm", "remove_unused_columns", "label_names", "load_best_model_at_end",
     "metric_for_best_model", "greater_is_better", "dataloader_num_workers",
     "dataloader_pin_memory", "dataloader_drop_last", "push_to_hub", "hub_model_id",
-    "label_smoothing_factor", "group_by_length", "length_column_name", "ddp_find_unused_parameters",
-    "ddp_backend", "ddp_timeout", "local_rank", "tf32", "use_cpu", "no_cuda", "prediction_loss_only",
+    "label_smoothing_factor", "group_by_length", "length_column_name", "ddp_backend", "ddp_timeout", "local_rank", "tf32", "use_cpu", "no_cuda", "prediction_loss_only",
     "eval_delay", "include_num_input_tokens_seen", "logging_nan_inf_filter", "skip_memory_metrics"};
 
 // Keys of the other frameworks' training block and what "hf-trainer" reads instead.
@@ -81,6 +80,11 @@ constexpr Foreign kForeign[] = {
     {"hidden_size", "hidden_size in the model file (config.json)"},
     {"num_attention_heads", "num_attention_heads in the model file (config.json)"},
     {"per_gpu_train_batch_size", "per_device_train_batch_size (the deprecated name)"},
+    {"bucket_cap_mb", "ddp_bucket_cap_mb"},
+    {"find_unused_parameters", "ddp_find_unused_parameters"},
+    {"gradient_as_bucket_view",
+     "nothing (the Trainer leaves DistributedDataParallel's gradient_as_bucket_view at False: "
+     "accelerate's DistributedDataParallelKwargs default)"},
 };
 
 // The TrainingArguments fields memsim knows (kOwnKeys added for an inline block).
@@ -121,13 +125,10 @@ void ReadBatch(const Readers& r, TrainingConfig& c, std::vector<std::string>* no
          "missing key, expected a positive integer (the length the data collator pads or "
          "truncates every sample to)");
   }
-  if (std::optional<int> w = own.PositiveInt("world_size"); w && *w > 1) {
-    throw UnsupportedError(fmt::format(
-        "{}: {} processes (PyTorch DistributedDataParallel under the Trainer is not modelled yet; "
-        "memsim models one device)",
-        own.At("world_size"), *w));
-  }
-  c.global_batch_size = c.micro_batch_size * ga;  // world_size 1
+  // torchrun's WORLD_SIZE: one process per device, the model wrapped in DistributedDataParallel
+  // when above 1 (Trainer._wrap_model, accelerate Accelerator.prepare_model).
+  c.data_parallel_size = own.PositiveInt("world_size").value_or(1);
+  c.global_batch_size = c.micro_batch_size * ga * c.data_parallel_size;
   // TrainingArguments.max_steps default -1 (epochs decide); memsim simulates a few steps.
   if (std::optional<int> m = t.IntInRange("max_steps", -1, 1 << 30); m && *m > 0) {
     c.train_iters = *m;
@@ -137,12 +138,45 @@ void ReadBatch(const Readers& r, TrainingConfig& c, std::vector<std::string>* no
                                  "from step 2 on)",
                                  t.At("max_steps")));
   }
-  for (const char* key : {"ddp_bucket_cap_mb"}) {
-    if (t.Has(key)) {
-      (void)t.Number(key, 0, 1e6, true, false);
-      notes->push_back(fmt::format("{}: no effect on one device (PyTorch DDP's bucket size)", t.At(key)));
+}
+
+// The DistributedDataParallel arguments Trainer._wrap_model passes (transformers/trainer.py):
+// find_unused_parameters = ddp_find_unused_parameters if set, else, for a PreTrainedModel, not
+// model.is_gradient_checkpointing (a PEFT PeftModel is not one: True); bucket_cap_mb =
+// ddp_bucket_cap_mb if set. accelerate's DistributedDataParallelKwargs.to_kwargs passes only
+// values that differ from its defaults (bucket_cap_mb 25, gradient_as_bucket_view False).
+void ReadDdp(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
+  const bool ddp = c.data_parallel_size > 1;
+  const std::optional<double> cap = t.Number("ddp_bucket_cap_mb", 0, 1e6, true, false);
+  const std::optional<bool> unused = t.Bool("ddp_find_unused_parameters");
+  if (!ddp) {
+    for (const char* key : {"ddp_bucket_cap_mb", "ddp_find_unused_parameters"}) {
+      if (t.Has(key)) {
+        notes->push_back(fmt::format("{}: no effect on one device (world_size 1: no "
+                                     "DistributedDataParallel)",
+                                     t.At(key)));
+      }
     }
+    return;
   }
+  c.ddp_bucket_cap_mb = cap.value_or(0);
+  if (cap && *cap == 25) {
+    c.ddp_bucket_cap_mb = 0;
+    notes->push_back(fmt::format("{}: 25 is accelerate's default, so it is not passed to "
+                                 "DistributedDataParallel (the first bucket stays 1 MiB)",
+                                 t.At("ddp_bucket_cap_mb")));
+  }
+  const bool peft = c.lora_r > 0;
+  c.ddp_find_unused_parameters =
+      unused.value_or(peft || c.recompute_granularity == RecomputeGranularity::kNone);
+  if (!unused) {
+    notes->push_back(fmt::format(
+        "{}: absent, {} taken (Trainer._wrap_model: {})", t.At("ddp_find_unused_parameters"),
+        c.ddp_find_unused_parameters ? "true" : "false",
+        peft ? "a PeftModel is not a PreTrainedModel"
+             : "not model.is_gradient_checkpointing"));
+  }
+  c.ddp_gradient_as_bucket_view = false;
 }
 
 // fp16 / bf16 (torch.autocast through accelerate, GradScaler with fp16) and from_pretrained's
@@ -317,6 +351,7 @@ TrainingConfig ReadFromArgs(const Readers& r, std::vector<std::string>* notes,
   ReadCheckpointing(r.args, c, notes);
   ReadRest(r, c, notes, warnings);
   ReadPeft(r.own, r.config, c, notes, warnings);
+  ReadDdp(r.args, c, notes);
   return c;
 }
 

@@ -23,7 +23,7 @@ bool IsHfTrainer(ObjectReader& t);
 
 // Rejects unknown and foreign keys, then reads the block. Throws InputError (a bad or foreign
 // key, naming it and what to write instead) or UnsupportedError (a setting memsim recognises and
-// does not model: DeepSpeed, FSDP, torch.compile, several processes, optimizers without a model).
+// does not model: DeepSpeed, FSDP, torch.compile, optimizers without a model).
 // `notes` collects defaults taken and keys without effect; `warnings` what the user should see.
 // `config` is the document holding the block (a training_args or adapter_config path is
 // relative to it).

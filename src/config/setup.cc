@@ -8,6 +8,10 @@ bool PyTorchLoop(const TrainingConfig& c) {
 }
 
 DataParallelWrapper DataParallelOf(const TrainingConfig& c) {
+  if (PyTorchLoop(c) && c.data_parallel_size > 1) {
+    return TorchDdp{c.zero_grad_set_to_none, c.ddp_bucket_cap_mb, c.ddp_find_unused_parameters,
+                    c.ddp_gradient_as_bucket_view};
+  }
   if (PyTorchLoop(c)) return SingleDevice{c.zero_grad_set_to_none};
   if (c.use_megatron_fsdp) return MegatronFsdp{c.fsdp_sharding};
   return MegatronDdp{c.use_distributed_optimizer};

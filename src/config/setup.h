@@ -208,6 +208,13 @@ struct TrainingConfig {
   // megatron/core/num_microbatches_calculator.py); with framework "pytorch" the gradient
   // accumulation steps.
   int num_micro_batches = 1;
+  // framework "pytorch" / "hf-trainer" with data_parallel_size > 1: PyTorch
+  // DistributedDataParallel (torch/nn/parallel/distributed.py), TorchDdp below.
+  // ddp_bucket_cap_mb: DDP's bucket_cap_mb (MB = 2^20 bytes); 0 = not passed, when DDP takes 25
+  // and a first bucket of dist._DEFAULT_FIRST_BUCKET_BYTES (1 MiB).
+  double ddp_bucket_cap_mb = 0;
+  bool ddp_find_unused_parameters = false;
+  bool ddp_gradient_as_bucket_view = false;
   // hf-trainer: TrainingArguments.eval_steps (0 = no evaluation inside training). Read and
   // reported; the evaluation pass itself is not modelled yet (a warning says so).
   int eval_steps = 0;
@@ -245,14 +252,24 @@ struct SingleDevice {  // framework "pytorch" or "hf-trainer": no wrapper, one d
   bool zero_grad_set_to_none = true;
   bool operator==(const SingleDevice&) const = default;
 };
-using DataParallelWrapper = std::variant<MegatronDdp, MegatronFsdp, SingleDevice>;
+// framework "pytorch" or "hf-trainer" over data_parallel_size > 1 processes: PyTorch
+// torch.nn.parallel.DistributedDataParallel (workload/torch_ddp.cc).
+struct TorchDdp {
+  bool zero_grad_set_to_none = true;
+  double bucket_cap_mb = 0;  // 0 = the constructor's default (25, first bucket 1 MiB)
+  bool find_unused_parameters = false;
+  bool gradient_as_bucket_view = false;
+  bool operator==(const TorchDdp&) const = default;
+};
+using DataParallelWrapper = std::variant<MegatronDdp, MegatronFsdp, SingleDevice, TorchDdp>;
 
 // Whether `c` runs a plain PyTorch training loop (framework "pytorch" or "hf-trainer", whose
 // Trainer.training_step is forward, loss.backward, and optimizer.step every
 // gradient_accumulation_steps micro-batches: transformers/trainer.py _inner_training_loop).
 bool PyTorchLoop(const TrainingConfig& c);
 
-// The wrapper `c` describes: SingleDevice for a PyTorch loop, MegatronFsdp when
+// The wrapper `c` describes: SingleDevice for a PyTorch loop on one device, TorchDdp for one
+// over data_parallel_size > 1, MegatronFsdp when
 // use_megatron_fsdp, else MegatronDdp. A pure function of the loaded TrainingConfig.
 DataParallelWrapper DataParallelOf(const TrainingConfig& c);
 

@@ -35,8 +35,9 @@ const std::vector<std::string> kTrainingKeys = {
     "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
     // memory outside the allocator (device/communicators.h)
     "tp_comm_overlap", "hccl_group_buffer", "env",
-    // framework "pytorch" only
-    "torch_dtype", "zero_grad_set_to_none",
+    // framework "pytorch" only (zero_grad; DistributedDataParallel's arguments)
+    "torch_dtype", "zero_grad_set_to_none", "bucket_cap_mb", "find_unused_parameters",
+    "gradient_as_bucket_view",
     // recognised; unsupported when set to what memsim does not model
     "zero_stage", "use_megatron_fsdp", "data_parallel_sharding_strategy", "load", "no_load_optim",
     "finetune", "enable_cuda_graph", "cuda_graph_impl", "fp8", "fp8_format",
@@ -88,7 +89,8 @@ constexpr MegatronOnly kMegatronOnlySwitches[] = {
     {"accumulate_allreduce_grads_in_fp32", "Megatron DDP's fp32 gradient buffers"},
 };
 constexpr std::string_view kSingleDevice =
-    "framework \"pytorch\" is one device without a data-parallel wrapper";
+    "framework \"pytorch\" is plain PyTorch: one device, or DistributedDataParallel over "
+    "data_parallel_size devices";
 
 // A software version "MAJOR[.MINOR[.PATCH]]" (a leading "v" or "core_v"/"core_r" as in release
 // tags is accepted) as {major, minor}; {} when absent. `example` is quoted in the error.
@@ -131,15 +133,17 @@ std::vector<int> Version(ObjectReader& t, std::string_view key, std::string_view
   return parts;
 }
 
-// framework "pytorch": one rank, and none of Megatron's parallel or wrapper features. Read before
-// anything else of the block, so the message names the first key that asks for more.
+// framework "pytorch": data parallel only (one device, or DistributedDataParallel), and none of
+// Megatron's parallel or wrapper features. Read before anything else of the block, so the message
+// names the first key that asks for more.
 void CheckSingleDevice(ObjectReader& t) {
   for (const char* key : {"tensor_model_parallel_size", "pipeline_model_parallel_size",
-                          "data_parallel_size", "context_parallel_size",
-                          "expert_model_parallel_size", "expert_tensor_parallel_size"}) {
+                          "context_parallel_size", "expert_model_parallel_size",
+                          "expert_tensor_parallel_size"}) {
     if (std::optional<int> v = t.PositiveInt(key); v && *v != 1) {
-      Fail(t.At(key),
-           fmt::format("framework \"pytorch\" runs on one device; expected 1, got {}", *v));
+      Fail(t.At(key), fmt::format("framework \"pytorch\" runs data parallel only (one device, or "
+                                  "DistributedDataParallel); expected 1, got {}",
+                                  *v));
     }
   }
   for (const char* key :
@@ -581,6 +585,34 @@ void NoteAcceptedKeys(ObjectReader& t, std::vector<std::string>* notes) {
         "{}: weights loaded from a checkpoint (optimizer state not loaded)", t.At("load")));
 }
 
+// DistributedDataParallel's constructor arguments (torch/nn/parallel/distributed.py), framework
+// "pytorch" only: under "megatron" each is an error naming what Megatron-core DDP reads instead.
+void ReadTorchDdpKeys(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
+  static const char* const kKeys[] = {"bucket_cap_mb", "find_unused_parameters",
+                                      "gradient_as_bucket_view"};
+  if (c.framework != kPytorch) {
+    for (const char* key : kKeys) {
+      if (t.Has(key)) {
+        Fail(t.At(key), "a framework \"pytorch\" key (PyTorch DistributedDataParallel's "
+                        "argument); Megatron-core DDP lays out its buckets by itself "
+                        "(overlap_grad_reduce, use_distributed_optimizer)");
+      }
+    }
+    return;
+  }
+  c.ddp_bucket_cap_mb = t.Number("bucket_cap_mb", 0, 1e6, true, false).value_or(0);
+  c.ddp_find_unused_parameters = t.Bool("find_unused_parameters").value_or(false);
+  c.ddp_gradient_as_bucket_view = t.Bool("gradient_as_bucket_view").value_or(false);
+  if (c.data_parallel_size > 1) return;
+  for (const char* key : kKeys) {
+    if (t.Has(key)) {
+      notes->push_back(fmt::format("{}: no effect with data_parallel_size 1 (no "
+                                   "DistributedDataParallel)",
+                                   t.At(key)));
+    }
+  }
+}
+
 // torch_dtype and zero_grad_set_to_none: read under either framework (a wrong value is an error),
 // used with "pytorch" only; with "megatron" a note says so. With "pytorch", what memsim assumes
 // where the config is silent.
@@ -592,6 +624,7 @@ void ReadPlainPytorchKeys(ObjectReader& t, TrainingConfig& c, std::vector<std::s
                                       : Precision::kFp32;
   }
   c.zero_grad_set_to_none = t.Bool("zero_grad_set_to_none").value_or(true);
+  ReadTorchDdpKeys(t, c, notes);
   if (c.framework != kPytorch) {
     for (const char* key : {"torch_dtype", "zero_grad_set_to_none"}) {
       if (t.Has(key)) {

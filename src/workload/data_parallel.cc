@@ -49,6 +49,7 @@ std::unique_ptr<DataParallel> NewDataParallel(const config::Setup& setup, int ra
   if (const auto* fsdp = std::get_if<config::MegatronFsdp>(&w)) {
     return NewMegatronFsdp(setup, rank, d, params, *fsdp);
   }
+  if (const auto* ddp = std::get_if<config::TorchDdp>(&w)) return NewTorchDdp(d, params, *ddp);
   return NewSingleDevice(d, params, std::get<config::SingleDevice>(w));
 }
 

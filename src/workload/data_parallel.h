@@ -4,8 +4,8 @@
 // each backward_step, the end of a model chunk's last backward, the grad sync that
 // finalize_model_grads waits for, zero_grad, after the optimizer step; plus the static sizes it
 // holds and the parameter shard the optimizer updates. (GradSite names the forward sites too.)
-// Implementations, one file each: Megatron-core DDP (ddp.cc), Megatron-FSDP (megatron_fsdp.cc), and
-// no wrapper on one device (single_device.cc). They do not include each other; NewDataParallel
+// Implementations, one file each: Megatron-core DDP (ddp.cc), Megatron-FSDP (megatron_fsdp.cc),
+// PyTorch DistributedDataParallel (torch_ddp.cc) and no wrapper on one device (single_device.cc). They do not include each other; NewDataParallel
 // picks one from the Setup's config::DataParallelWrapper.
 //
 // Hooks emit through the Emitter they are given and must not change the emitter's context.
@@ -88,7 +88,7 @@ class DataParallel : public GradSink {
 std::unique_ptr<DataParallel> NewDataParallel(const config::Setup& setup, int rank,
                                               const ModelDims& d, const RankParams& params);
 
-// Megatron-core DDP and Megatron-FSDP constructors (ddp.cc, megatron_fsdp.cc, single_device.cc).
+// The wrappers' constructors (ddp.cc, megatron_fsdp.cc, single_device.cc, torch_ddp.cc).
 std::unique_ptr<DataParallel> NewMegatronDdp(const config::Setup& setup, int rank,
                                              const ModelDims& d, const RankParams& params,
                                              const config::MegatronDdp& ddp);
@@ -97,6 +97,8 @@ std::unique_ptr<DataParallel> NewMegatronFsdp(const config::Setup& setup, int ra
                                               const config::MegatronFsdp& fsdp);
 std::unique_ptr<DataParallel> NewSingleDevice(const ModelDims& d, const RankParams& params,
                                               const config::SingleDevice& single);
+std::unique_ptr<DataParallel> NewTorchDdp(const ModelDims& d, const RankParams& params,
+                                          const config::TorchDdp& ddp);
 
 // The all-gather of every bucket of `buffers` into the parameters, in place, on the
 // communication stream (a sharded optimizer's updated shards; Megatron-core

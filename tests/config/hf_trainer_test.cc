@@ -83,8 +83,39 @@ TEST_CASE("hf-trainer: a key of another framework names the right one", "[config
             .find("/training/max_seq_length: missing key") != std::string::npos);
   CHECK(ErrorOf(Config("f4.json", kBase + ", \"fp16\": true, \"bf16\": true"))
             .find("/training/bf16: fp16 and bf16 are both true") != std::string::npos);
-  CHECK(IsUnsupported(Config("f5.json", kBase + ", \"world_size\": 8")));
   CHECK(IsUnsupported(Config("f6.json", kBase + ", \"deepspeed\": \"ds.json\"")));
+  const std::string view = Config("f7.json", kBase + ", \"gradient_as_bucket_view\": true");
+  CHECK(ErrorOf(view) == view +
+                             ": /training/gradient_as_bucket_view: not a framework \"hf-trainer\" "
+                             "key (it is a Megatron / \"pytorch\" training key); write nothing "
+                             "(the Trainer leaves DistributedDataParallel's gradient_as_bucket_view "
+                             "at False: accelerate's DistributedDataParallelKwargs default)");
+  CHECK(ErrorOf(Config("f8.json", kBase + ", \"bucket_cap_mb\": 50"))
+            .find("write ddp_bucket_cap_mb") != std::string::npos);
+}
+
+TEST_CASE("hf-trainer: world_size > 1 is PyTorch DistributedDataParallel", "[config][hf][ddp]") {
+  // Trainer._wrap_model: find_unused_parameters = not model.is_gradient_checkpointing;
+  // ddp_bucket_cap_mb passed when set; gradient_as_bucket_view never passed (False).
+  Setup s = LoadSetup(Config("w1.json", kBase + ", \"world_size\": 8, "
+                                              "\"gradient_accumulation_steps\": 4, "
+                                              "\"gradient_checkpointing\": true"),
+                      {});
+  CHECK(s.training.data_parallel_size == 8);
+  // per_device_train_batch_size × gradient_accumulation_steps × world_size = 2 × 4 × 8.
+  CHECK(s.training.global_batch_size == 64);
+  CHECK(s.training.num_micro_batches == 4);
+  CHECK(DataParallelOf(s.training) == DataParallelWrapper{TorchDdp{true, 0, false, false}});
+  s = LoadSetup(Config("w2.json", kBase + ", \"world_size\": 2, \"ddp_bucket_cap_mb\": 100"), {});
+  CHECK(DataParallelOf(s.training) == DataParallelWrapper{TorchDdp{true, 100, true, false}});
+  // 25 is accelerate's default: to_kwargs drops it, DDP keeps its 1 MiB first bucket.
+  s = LoadSetup(Config("w3.json", kBase + ", \"world_size\": 2, \"ddp_bucket_cap_mb\": 25, "
+                                          "\"ddp_find_unused_parameters\": false"),
+                {});
+  CHECK(DataParallelOf(s.training) == DataParallelWrapper{TorchDdp{true, 0, false, false}});
+  // One process: no wrapper, the DDP keys noted.
+  s = LoadSetup(Config("w4.json", kBase + ", \"ddp_bucket_cap_mb\": 100"), {});
+  CHECK(DataParallelOf(s.training) == DataParallelWrapper{SingleDevice{true}});
 }
 
 // bert-large-uncased with BertForSequenceClassification and 2 labels (the hf-bert-* validation

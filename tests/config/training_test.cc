@@ -103,24 +103,42 @@ TEST_CASE("framework pytorch: torch_dtype, zero_grad_set_to_none, precision", "[
                              "global_batch_size / (micro_batch_size × data_parallel_size) = 4");
 }
 
-TEST_CASE("framework pytorch: every parallel size must be 1", "[config]") {
+TEST_CASE("framework pytorch: every parallel size but data parallel must be 1", "[config]") {
   const std::string key =
       GENERATE(as<std::string>{}, "tensor_model_parallel_size", "pipeline_model_parallel_size",
-               "data_parallel_size", "context_parallel_size");
+               "context_parallel_size");
   const std::string path = Config("pt_" + key + ".json", kPytorch + ", \"" + key + "\": 2");
   CHECK(ErrorOf(path) == path + ": /training/" + key +
-                             ": framework \"pytorch\" runs on one device; expected 1, got 2");
+                             ": framework \"pytorch\" runs data parallel only (one device, or "
+                             "DistributedDataParallel); expected 1, got 2");
   CHECK_NOTHROW(LoadSetup(Config("pt1_" + key + ".json", kPytorch + ", \"" + key + "\": 1"), {}));
+}
+
+TEST_CASE("framework pytorch: data_parallel_size > 1 is DistributedDataParallel", "[config][ddp]") {
+  Setup s = LoadSetup(Config("pt_ddp.json", kPytorch + ", \"data_parallel_size\": 2, "
+                                                       "\"bucket_cap_mb\": 50, "
+                                                       "\"gradient_as_bucket_view\": true"),
+                      {});
+  CHECK(DataParallelOf(s.training) == DataParallelWrapper{TorchDdp{true, 50, false, true}});
+  // The DDP arguments are not Megatron's.
+  const std::string path = Config("mg_ddp.json", "\"seq_length\": 128, \"bucket_cap_mb\": 50");
+  CHECK(ErrorOf(path) == path + ": /training/bucket_cap_mb: a framework \"pytorch\" key (PyTorch "
+                                "DistributedDataParallel's argument); Megatron-core DDP lays out "
+                                "its buckets by itself (overlap_grad_reduce, "
+                                "use_distributed_optimizer)");
 }
 
 TEST_CASE("framework pytorch: expert parallel sizes must be 1", "[config]") {
   const std::string path = Config("pt_ep.json", kPytorch + ", \"expert_model_parallel_size\": 2");
   CHECK(ErrorOf(path) == path + ": /training/expert_model_parallel_size: framework \"pytorch\" "
-                                "runs on one device; expected 1, got 2");
+                                "runs data parallel only (one device, or DistributedDataParallel); "
+                                "expected 1, got 2");
 }
 
 TEST_CASE("framework pytorch: Megatron-only switches are errors naming the key", "[config]") {
-  const std::string tail = "; framework \"pytorch\" is one device without a data-parallel wrapper";
+  const std::string tail =
+      "; framework \"pytorch\" is plain PyTorch: one device, or DistributedDataParallel over "
+      "data_parallel_size devices";
   using Row = std::tuple<std::string, std::string>;
   const auto [key, feature] = GENERATE(table<std::string, std::string>({
       Row{"use_distributed_optimizer", "Megatron's distributed optimizer"},
@@ -139,7 +157,9 @@ TEST_CASE("framework pytorch: Megatron-only switches are errors naming the key",
 }
 
 TEST_CASE("framework pytorch: virtual pipeline, ZeRO and sharding keys", "[config]") {
-  const std::string tail = "; framework \"pytorch\" is one device without a data-parallel wrapper";
+  const std::string tail =
+      "; framework \"pytorch\" is plain PyTorch: one device, or DistributedDataParallel over "
+      "data_parallel_size devices";
   std::string path =
       Config("pt_vpp.json", kPytorch + ", \"num_layers_per_virtual_pipeline_stage\": 1");
   CHECK(ErrorOf(path) == path +
@@ -314,8 +334,8 @@ TEST_CASE("framework pytorch: ZeRO-2/3 is unsupported without naming Megatron's 
   const std::string path = Config("pt_zero2.json", kPytorch + ", \"zero_stage\": 2");
   CHECK(ErrorOf(path) == "unsupported: " + path +
                              ": /training/zero_stage: ZeRO stage 2 with framework \"pytorch\" "
-                             "(framework \"pytorch\" is one device without a data-parallel "
-                             "wrapper)");
+                             "(framework \"pytorch\" is plain PyTorch: one device, or "
+                             "DistributedDataParallel over data_parallel_size devices)");
 }
 
 }  // namespace
