@@ -1,4 +1,4 @@
-#include <fmt/core.h>
+#include <fmt/format.h>
 
 #include <iterator>
 
@@ -17,11 +17,13 @@ std::string CategoryCsvHeader() {
 }
 
 void AppendCategoryCsvRow(std::string& out, const CategorySample& s) {
-  auto it = std::back_inserter(out);
+  fmt::memory_buffer row;  // on the stack up to 500 characters; appended to `out` at once
+  auto it = std::back_inserter(row);
   fmt::format_to(it, "{:.3f},{},{},{},{},{},{}", s.time_us, s.iteration, PhaseName(s.phase),
                  s.allocated_bytes, s.reserved_bytes, s.active_bytes, s.device_bytes);
   for (std::int64_t b : s.by_category) fmt::format_to(it, ",{}", b);
-  out += '\n';
+  row.push_back('\n');
+  out.append(row.data(), row.size());
 }
 
 std::string CategoryCsv(const RunDetail& detail) {
