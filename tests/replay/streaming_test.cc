@@ -3,14 +3,17 @@
 // SAX handler that builds one entry at a time. Both must give what the whole-file readers
 // (ParseCsvTrace + Replay, TraceFromSnapshot of the parsed document) give: the same stats, the
 // same rows, the same messages, except the documented order of CSV errors.
+#include <algorithm>
 #include <string>
 #include <vector>
+#include <sys/wait.h>
 
 #include <catch2/catch.hpp>
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
 #include "alloc/allocator.h"
+#include "cli/cli_test_util.h"
 #include "core/error.h"
 #include "replay/snapshot.h"
 #include "replay/synthetic.h"
@@ -74,6 +77,42 @@ TEST_CASE("streamed CSV replay reports the first error in file order", "[replay]
   CHECK(ErrorOf([&] { ParseCsvTrace(text, "t.csv"); }) ==
         "t.csv:3: unknown op 'mallco' (expected malloc, free, record_stream, complete, "
         "empty_cache)");
+}
+
+TEST_CASE("memsim replay reads a CSV trace in blocks: lines cut by a block join up",
+          "[replay][stream]") {
+  // More than two of the CLI's 4 MiB blocks, CRLF line ends, a 5 MiB comment line (longer than
+  // a block), no newline after the last line: the CLI must count the same operations and end in
+  // the same state as the whole text replayed at once.
+  SyntheticOptions so;
+  so.seed = 11;
+  so.operations = 300000;
+  std::string text = ToCsv(GenerateTrainingTrace(so));
+  text.insert(text.find('\n', text.size() / 3) + 1, "#" + std::string(5 << 20, 'x') + "\n");
+  std::string crlf;
+  for (char c : text) crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
+  crlf.resize(crlf.size() - 2);  // the last line without its line end
+  REQUIRE(crlf.size() > (std::size_t{9} << 20));
+  auto a = alloc::NewCachingAllocator({});
+  const ReplayResult whole = ReplayTraceText(crlf, "big.csv", 0, *a, nullptr);
+  testing::ScratchDir dir("stream");
+  dir.Write("big.csv", crlf);
+  const testing::CommandResult r = testing::RunMemsim(dir, "replay big.csv --json out.json");
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json j = nlohmann::json::parse(testing::ReadAll(dir.path() / "out.json"));
+  CHECK(j["operations"] == whole.operations);
+  CHECK(j["final"]["allocated_bytes"] == whole.stats.allocated_bytes.current);
+  CHECK(j["peak"]["reserved_bytes"] == whole.stats.reserved_bytes.peak);
+  CHECK(j["final"]["segment"] == whole.stats.segment.current);
+  // An id error on the last line names it: lines are counted across blocks (the comment line
+  // is one line).
+  const auto lines = std::count(crlf.begin(), crlf.end(), '\n') + 2;
+  dir.Write("bad.csv", crlf + "\r\nfree,never_allocated\r\n");
+  const testing::CommandResult bad = testing::RunMemsim(dir, "replay bad.csv");
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err == fmt::format("memsim replay: bad.csv:{}: free of id 'never_allocated' that "
+                               "was never allocated\n",
+                               lines));
 }
 
 // The streamed snapshot reader and the DOM walk on the same text.
