@@ -1,6 +1,8 @@
 // Allocator benchmark (not a test): replays a seeded training-like trace (replay/synthetic.h)
 // through the caching-allocator model and reports operations per second. Results go to
 // docs/performance.md. Usage: alloc_bench [operations] [repeats]  (defaults 2000000, 5).
+// `alloc_bench --write-csv FILE [operations]` writes the same seeded trace as a CSV trace
+// (docs/interfaces.md, 'Allocator traces') for timing `memsim replay` end to end.
 // Wall-clock time is read here only; the model itself never reads a clock.
 #include <algorithm>
 #include <chrono>
@@ -25,9 +27,32 @@ struct Config {
   memsim::Bytes capacity;
 };
 
+// The trace as CSV lines op,id,bytes,stream; returns the process exit code.
+int WriteCsv(const memsim::replay::Trace& trace, const char* path) {
+  std::FILE* f = std::fopen(path, "wb");
+  if (f == nullptr) {
+    std::perror(path);
+    return 2;
+  }
+  std::fputs("op,id,bytes,stream\n", f);
+  for (const auto& r : trace.records) {
+    const std::string op(memsim::replay::TraceOpName(r.op));
+    const char* id = r.id >= 0 ? trace.ids[static_cast<std::size_t>(r.id)].c_str() : "";
+    std::fprintf(f, "%s,%s,%lld,%d\n", op.c_str(), id, static_cast<long long>(r.bytes),
+                 static_cast<int>(r.stream));
+  }
+  return std::fclose(f) == 0 ? 0 : 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 2 && std::string(argv[1]) == "--write-csv") {
+    memsim::replay::SyntheticOptions so;
+    so.seed = 42;
+    so.operations = argc > 3 ? std::atoll(argv[3]) : 2000000;
+    return WriteCsv(memsim::replay::GenerateTrainingTrace(so), argv[2]);
+  }
   const std::int64_t operations = argc > 1 ? std::atoll(argv[1]) : 2000000;
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 5;
   memsim::replay::SyntheticOptions so;

@@ -23,7 +23,10 @@ BlockIndex CachingAllocator::NewBlock() {
   if (!free_slots_.empty()) {
     b = free_slots_.back();
     free_slots_.pop_back();
+    // A fresh Block, except that stream_uses (empty since DeleteBlock) keeps its capacity.
+    std::vector<StreamId> uses = std::move(blocks_[b].stream_uses);
     blocks_[b] = Block{};
+    blocks_[b].stream_uses = std::move(uses);
   } else {
     b = static_cast<BlockIndex>(blocks_.size());
     blocks_.emplace_back();
@@ -57,21 +60,27 @@ std::int32_t CachingAllocator::NewSegment(Bytes size_bytes, StreamId stream, std
 void CachingAllocator::InsertIntoPool(BlockIndex b) {
   Block& blk = blocks_[b];
   Pool& pool = pools_[blk.pool];
+  MEMSIM_CHECK(!blk.in_pool);
   if (blk.mapped) {
     // insert_into_blocks: resets the block's GC age.
     blk.gc_count_base = pool.get_free_blocks_call_count;
-    pool.blocks.insert({blk.stream, blk.size_bytes, blk.addr, b});
+    blk.free_entry = pool.blocks.insert({blk.stream, blk.size_bytes, blk.addr, b}).first;
   } else {
-    pool.unmapped.insert({blk.stream, blk.addr, b});
+    blk.unmapped_entry = pool.unmapped.insert({blk.stream, blk.addr, b}).first;
   }
+  blk.in_pool = true;
 }
 
 void CachingAllocator::EraseFromPool(BlockIndex b) {
-  const Block& blk = blocks_[b];
+  Block& blk = blocks_[b];
+  MEMSIM_CHECK(blk.in_pool);
   Pool& pool = pools_[blk.pool];
-  std::size_t n = blk.mapped ? pool.blocks.erase({blk.stream, blk.size_bytes, blk.addr, b})
-                             : pool.unmapped.erase({blk.stream, blk.addr, b});
-  MEMSIM_CHECK(n == 1);
+  if (blk.mapped) {
+    pool.blocks.erase(blk.free_entry);
+  } else {
+    pool.unmapped.erase(blk.unmapped_entry);
+  }
+  blk.in_pool = false;
 }
 
 // docs/allocator-rules.md, 'Convention: capacity': a device allocation of n bytes fails when
@@ -164,7 +173,7 @@ bool CachingAllocator::GetFreeBlock(AllocParams& p) {
   const Bytes tolerance = IsNpu() ? kLargeBuffer : options_.max_non_split_rounding_bytes;
   if (p.size_bytes >= MaxSplit() && block_bytes >= p.size_bytes + tolerance) return false;
   p.block = it->block;
-  pool.blocks.erase(it);
+  EraseFromPool(p.block);
   return true;
 }
 

@@ -27,6 +27,99 @@ inline constexpr Bytes kUnlimited = INT64_MAX;  // max_split_size default (SIZE_
 
 enum PoolId : std::uint8_t { kSmallPool = 0, kLargePool = 1 };
 
+struct FreeKey {
+  StreamId stream;
+  Bytes size_bytes;
+  Bytes addr;
+  BlockIndex block;
+  auto operator<=>(const FreeKey&) const = default;
+};
+
+struct UnmappedKey {
+  StreamId stream;
+  Bytes addr;
+  BlockIndex block;
+  auto operator<=>(const UnmappedKey&) const = default;
+};
+
+// Recycles the nodes of one pool's sets: a freed node goes to a free list and the next insert
+// takes it back, so the steady state of malloc/free allocates no memory (a speed measure only;
+// the sets' order and contents are those of std::allocator). Shared by copies (the sets keep
+// their own copy of the allocator), owned by the Pool, which is neither copied nor moved.
+class NodeArena {
+ public:
+  NodeArena() = default;
+  NodeArena(const NodeArena&) = delete;
+  NodeArena& operator=(const NodeArena&) = delete;
+  ~NodeArena() {
+    for (void* chunk : chunks_) ::operator delete(chunk);
+  }
+  void* Take(std::size_t bytes) {
+    if (bytes != node_bytes_) {
+      if (node_bytes_ != 0) return ::operator new(bytes);  // a second node type: plain new
+      node_bytes_ = bytes;
+    }
+    if (free_ != nullptr) {
+      void* p = free_;
+      free_ = *static_cast<void**>(free_);
+      return p;
+    }
+    if (next_ == end_) {
+      constexpr std::size_t kNodesPerChunk = 256;
+      char* chunk = static_cast<char*>(::operator new(node_bytes_ * kNodesPerChunk));
+      chunks_.push_back(chunk);
+      next_ = chunk;
+      end_ = chunk + node_bytes_ * kNodesPerChunk;
+    }
+    void* p = next_;
+    next_ += node_bytes_;
+    return p;
+  }
+  void Give(void* p, std::size_t bytes) {
+    if (bytes != node_bytes_) {
+      ::operator delete(p);
+      return;
+    }
+    *static_cast<void**>(p) = free_;
+    free_ = p;
+  }
+
+ private:
+  std::size_t node_bytes_ = 0;  // the one node size served from chunks
+  void* free_ = nullptr;        // free list threaded through the freed nodes
+  char* next_ = nullptr;
+  char* end_ = nullptr;
+  std::vector<char*> chunks_;
+};
+
+// A std allocator over a NodeArena; single-object allocations only go to the arena.
+template <class T>
+struct ArenaAllocator {
+  using value_type = T;
+  NodeArena* arena;
+  explicit ArenaAllocator(NodeArena* a) : arena(a) {}
+  template <class U>
+  ArenaAllocator(const ArenaAllocator<U>& o) : arena(o.arena) {}  // NOLINT: rebinding
+  T* allocate(std::size_t n) {
+    if (n != 1) return static_cast<T*>(::operator new(n * sizeof(T)));
+    return static_cast<T*>(arena->Take(sizeof(T)));
+  }
+  void deallocate(T* p, std::size_t n) {
+    if (n != 1) {
+      ::operator delete(p);
+      return;
+    }
+    arena->Give(p, sizeof(T));
+  }
+  template <class U>
+  bool operator==(const ArenaAllocator<U>& o) const {
+    return arena == o.arena;
+  }
+};
+
+using FreeSet = std::set<FreeKey, std::less<FreeKey>, ArenaAllocator<FreeKey>>;
+using UnmappedSet = std::set<UnmappedKey, std::less<UnmappedKey>, ArenaAllocator<UnmappedKey>>;
+
 // CUDACachingAllocator.cpp `struct Block`. Invariant: blocks of one segment tile it in address
 // order via prev/next.
 struct Block {
@@ -44,29 +137,25 @@ struct Block {
   bool mapped = true;
   bool expandable = false;
   bool live = false;                  // slot in use
+  bool in_pool = false;               // in pools_[pool]: `free_entry` or `unmapped_entry` is set
   std::vector<StreamId> stream_uses;  // record_stream targets, sorted, unique
+  // The block's entry in pools_[pool].blocks (mapped) or .unmapped while in_pool, so that taking
+  // it out costs no search (std::set iterators stay valid until their element is erased).
+  FreeSet::iterator free_entry;
+  UnmappedSet::iterator unmapped_entry;
   bool IsSplit() const { return prev != kNoBlock || next != kNoBlock; }
-};
-
-struct FreeKey {
-  StreamId stream;
-  Bytes size_bytes;
-  Bytes addr;
-  BlockIndex block;
-  auto operator<=>(const FreeKey&) const = default;
-};
-
-struct UnmappedKey {
-  StreamId stream;
-  Bytes addr;
-  BlockIndex block;
-  auto operator<=>(const UnmappedKey&) const = default;
 };
 
 // CUDACachingAllocator.cpp `BlockPool`.
 struct Pool {
-  std::set<FreeKey> blocks;         // free, mapped blocks
-  std::set<UnmappedKey> unmapped;   // unmapped ranges of expandable segments
+  Pool() = default;
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+  NodeArena free_nodes;
+  NodeArena unmapped_nodes;
+  FreeSet blocks{ArenaAllocator<FreeKey>(&free_nodes)};  // free, mapped blocks
+  UnmappedSet unmapped{ArenaAllocator<UnmappedKey>(&unmapped_nodes)};  // unmapped ranges of
+                                                                        // expandable segments
   std::uint64_t get_free_blocks_call_count = 0;  // GC age clock
 };
 

@@ -3,6 +3,10 @@
 // traces').
 #include <fmt/core.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -40,40 +44,76 @@ struct ReplayArgs {
 // read of an endless file such as /dev/zero instead of hanging until memory runs out.
 constexpr std::size_t kMaxTraceBytes = std::size_t{1} << 31;
 
-std::string ReadFile(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    throw InputError(fmt::format("cannot read trace '{}': it is a directory", path));
-  }
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    throw InputError(fmt::format("cannot read trace '{}': {}", path, std::strerror(errno)));
-  }
-  std::string out;
-  // Read in place, into a string sized from the file when it has a size (no regrowth: peak
-  // memory is the file itself); a pipe or device grows it in 1 MiB steps.
-  const auto known = std::filesystem::file_size(path, ec);
-  if (!ec && known < kMaxTraceBytes) out.reserve(static_cast<std::size_t>(known) + 1);
-  constexpr std::size_t kChunk = std::size_t{1} << 20;
-  while (true) {
-    const std::size_t at = out.size();
-    out.resize(at + kChunk);
-    const std::size_t n = std::fread(out.data() + at, 1, kChunk, f);
-    out.resize(at + n);
-    if (out.size() >= kMaxTraceBytes) {
-      std::fclose(f);
-      throw InputError(
-          fmt::format("cannot read trace '{}': 2 GiB or larger (the limit is 2^31 bytes)", path));
+// A trace file read in blocks (no per-line allocation; a pipe or device works too).
+class TraceFile {
+ public:
+  explicit TraceFile(const std::string& path) : path_(path) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+      throw InputError(fmt::format("cannot read trace '{}': it is a directory", path));
     }
-    if (n < kChunk) break;
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) Fail(errno);
   }
-  const bool failed = std::ferror(f) != 0;
-  const int err = errno;
-  std::fclose(f);
-  if (failed) {
-    throw InputError(fmt::format("cannot read trace '{}': {}", path, std::strerror(err)));
+  ~TraceFile() { ::close(fd_); }
+  TraceFile(const TraceFile&) = delete;
+  TraceFile& operator=(const TraceFile&) = delete;
+
+  // Appends the next block (up to 4 MiB) to `buffer`; returns true at the end of the file.
+  bool ReadMore(std::string& buffer) {
+    constexpr std::size_t kBlock = std::size_t{4} << 20;
+    const std::size_t at = buffer.size();
+    buffer.resize(at + kBlock);
+    ::ssize_t n;
+    do {
+      n = ::read(fd_, buffer.data() + at, kBlock);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) Fail(errno);
+    buffer.resize(at + static_cast<std::size_t>(n));
+    total_ += static_cast<std::size_t>(n);
+    if (total_ >= kMaxTraceBytes) {
+      throw InputError(fmt::format(
+          "cannot read trace '{}': 2 GiB or larger (the limit is 2^31 bytes)", path_));
+    }
+    return n == 0;
   }
-  return out;
+
+ private:
+  [[noreturn]] void Fail(int err) const {
+    throw InputError(fmt::format("cannot read trace '{}': {}", path_, std::strerror(err)));
+  }
+
+  std::string path_;
+  int fd_ = -1;
+  std::size_t total_ = 0;
+};
+
+// Replays the trace file. A CSV trace is parsed and replayed block by block
+// (replay::CsvReplay): neither its text nor its records are held, only a block and the ids. A
+// snapshot (told by its first non-blank character or pickle header) is read whole first.
+replay::ReplayResult ReplayFile(TraceFile& file, const ReplayArgs& args,
+                                alloc::Allocator& allocator, replay::ReplayRowSink* rows) {
+  std::string buffer;
+  bool eof = file.ReadMore(buffer);
+  while (!eof && buffer.find_first_not_of(" \t\r\n") == std::string::npos) {
+    eof = file.ReadMore(buffer);
+  }
+  if (!replay::IsCsvTrace(buffer, args.trace)) {
+    while (!eof) eof = file.ReadMore(buffer);
+    return replay::ReplayTraceText(buffer, args.trace, args.device_index, allocator, rows);
+  }
+  replay::CsvReplay csv(args.trace, allocator, rows);
+  while (!eof) {
+    // Whole lines go to the replay; a line cut by the block waits for the next one.
+    const std::size_t end = buffer.rfind('\n');
+    if (end != std::string::npos) {
+      csv.Feed(std::string_view(buffer).substr(0, end + 1));
+      buffer.erase(0, end + 1);
+    }
+    eof = file.ReadMore(buffer);
+  }
+  csv.Feed(buffer);
+  return csv.Finish();
 }
 
 std::int64_t StatValue(const alloc::StatInfo& s, const alloc::AllocatorStats& stats, bool peak) {
@@ -99,9 +139,13 @@ class CsvRows final : public replay::ReplayRowSink {
   explicit CsvRows(const std::string& path)
       : file_(path), buffer_("op_index,op,allocated_bytes,reserved_bytes,active_bytes\n") {}
   void OnRow(const replay::ReplayRow& r) override {
-    fmt::format_to(std::back_inserter(buffer_), "{},{},{},{},{}\n", ++index_,
-                   replay::TraceOpName(r.op), r.allocated_bytes, r.reserved_bytes,
-                   r.active_bytes);
+    // At most 19 + 13 + 3 × 20 + 5 characters: formatted into a fixed array (a back_inserter
+    // into the string would push one character at a time).
+    char row[128];
+    const auto out = fmt::format_to_n(row, sizeof(row), "{},{},{},{},{}\n", ++index_,
+                                      replay::TraceOpName(r.op), r.allocated_bytes,
+                                      r.reserved_bytes, r.active_bytes);
+    buffer_.append(row, out.out);
     if (buffer_.size() >= (std::size_t{1} << 16)) {
       file_.Append(buffer_);
       buffer_.clear();
@@ -130,18 +174,18 @@ int RunReplay(const ReplayArgs& args) {
     throw InputError(fmt::format("--json and --csv name the same file '{}'", args.json));
   }
   report::CheckOutputs({args.json, args.csv}, {args.trace});
-  const std::string text = ReadFile(args.trace);
-  const replay::Trace trace = replay::ParseTrace(text, args.trace, args.device_index);
-  if (trace.records.empty()) {
+  TraceFile file(args.trace);  // opened first: an unreadable trace is reported before outputs
+  auto allocator = alloc::NewCachingAllocator(options);
+  std::unique_ptr<CsvRows> csv;
+  if (!args.csv.empty()) csv = std::make_unique<CsvRows>(args.csv);
+  // Parsed and replayed in one pass (CSV); the --csv rows go to a temporary file as they come.
+  const replay::ReplayResult result = ReplayFile(file, args, *allocator, csv.get());
+  if (result.operations == 0) {
     throw InputError(
         fmt::format("{}: nothing to replay: no operations, expected lines "
                     "op,id,bytes,stream or a snapshot with device_traces entries",
                     args.trace));
   }
-  auto allocator = alloc::NewCachingAllocator(options);
-  std::unique_ptr<CsvRows> csv;
-  if (!args.csv.empty()) csv = std::make_unique<CsvRows>(args.csv);
-  const replay::ReplayResult result = replay::Replay(trace, *allocator, csv.get());
   const alloc::AllocatorStats& stats = result.stats;
 
   std::string out = fmt::format("memsim replay: {} operations from {} ({} backend)\n",
@@ -160,11 +204,11 @@ int RunReplay(const ReplayArgs& args) {
     out += fmt::format(
         "note: {} malloc(s) of 2^60 bytes or more refused before the allocator, as PyTorch "
         "does (first at {}:{}{}); they change no stat\n",
-        result.refused_mallocs, args.trace, trace.location_word, result.first_refused_line);
+        result.refused_mallocs, args.trace, result.location_word, result.first_refused_line);
   }
   std::string fidelity_json;
-  if (trace.snapshot) {
-    const auto& f = *trace.snapshot;
+  if (result.snapshot) {
+    const auto& f = *result.snapshot;
     const bool match = f.segment_allocs == stats.num_device_alloc &&
                        f.reserved_end_bytes == stats.reserved_bytes.current;
     out += fmt::format(

@@ -4,6 +4,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -58,17 +61,45 @@ config::Setup LoadMegatron(const RunArgs& a, const config::LoadOptions& load) {
   return config::LoadSetupFromMegatron(launch, load, {a.allow_unsupported});
 }
 
+// `--csv`: the rows written to a temporary file as the simulation produces them (never held;
+// report::WriteFilesAtomically renames it into place with the other outputs).
+class CategoryCsvFile final : public exports::CategorySampleSink {
+ public:
+  explicit CategoryCsvFile(const std::string& path) : file_(path) {
+    file_.Append(exports::CategoryCsvHeader());
+  }
+  void OnSample(const exports::CategorySample& sample) override {
+    row_.clear();
+    exports::AppendCategoryCsvRow(row_, sample);
+    file_.Append(row_);
+  }
+  report::StreamedFile& file() { return file_; }
+
+ private:
+  report::StreamedFile file_;
+  std::string row_;
+};
+
 // --csv, --trace, --snapshot, --html: the reported stage simulated once more with the detail
-// they need (export/detail.h); --html every stage again, for its stage selector.
+// they need (export/detail.h); --html every stage again, for its stage selector. --csv is
+// streamed into `*csv`; the other files are rendered into `files`.
 void AddExports(const RunArgs& a, const config::Setup& setup, const engine::RunResult& run,
-                std::vector<std::pair<std::string, std::string>>* files) {
+                std::vector<std::pair<std::string, std::string>>* files,
+                std::unique_ptr<CategoryCsvFile>* csv) {
   if (!a.csv_path.empty() || !a.trace_path.empty() || !a.snapshot_path.empty()) {
     exports::DetailOptions options;
     options.simulate.usable_memory_bytes = run.usable_memory_bytes;
     options.allocator_events = !a.snapshot_path.empty();
+    // --csv alone needs neither the samples nor the ops held.
+    const bool held = !a.trace_path.empty() || !a.snapshot_path.empty();
+    options.keep_samples = held;
+    options.keep_ops = held;
+    if (!a.csv_path.empty()) {
+      *csv = std::make_unique<CategoryCsvFile>(a.csv_path);
+      options.sample_sink = csv->get();
+    }
     const exports::RunDetail detail =
         exports::CollectRunDetail(setup, run.reported_stage, options);
-    if (!a.csv_path.empty()) files->emplace_back(a.csv_path, exports::CategoryCsv(detail));
     if (!a.trace_path.empty()) {
       files->emplace_back(a.trace_path, exports::ChromeTraceJson(detail));
     }
@@ -112,7 +143,7 @@ int Run(const RunArgs& a) {
   options.pipeline_rank = CheckPipelineRank(a.pipeline_rank, setup);
   options.keep_timeline = !a.no_chart;
   // --csv is written by the exports (AddExports: the reported stage simulated once more, with a
-  // column per category), not streamed through options.sample_sink yet (issue 17 is open).
+  // column per category), streamed to its file as that simulation goes.
   ProgressLine progress;
   options.progress = [&progress](const engine::RunProgress& p) {
     const double fraction = (p.stage + p.stage_fraction) / p.stages;
@@ -142,8 +173,11 @@ int Run(const RunArgs& a) {
   // Files first, so a failed write (exit 2) leaves no partial report on stdout either.
   std::vector<std::pair<std::string, std::string>> files;
   if (!a.json_path.empty()) files.emplace_back(a.json_path, report::RunReportJson(run, setup));
-  AddExports(a, setup, run, &files);
-  report::WriteFilesAtomically(files);
+  std::unique_ptr<CategoryCsvFile> csv;
+  AddExports(a, setup, run, &files, &csv);
+  std::vector<report::StreamedFile*> streamed;
+  if (csv) streamed.push_back(&csv->file());
+  report::WriteFilesAtomically(files, streamed);
   std::fputs(out.c_str(), stdout);
   return 0;
 }

@@ -10,11 +10,21 @@ namespace {
 
 class DetailObserver final : public engine::Observer, public alloc::TraceSink {
  public:
-  explicit DetailObserver(bool allocator_events) : allocator_events_(allocator_events) {}
+  explicit DetailObserver(const DetailOptions& options)
+      : allocator_events_(options.allocator_events),
+        keep_samples_(options.keep_samples),
+        keep_ops_(options.keep_ops || options.allocator_events),
+        sample_sink_(options.sample_sink) {}
 
   void OnOpBoundary(const engine::OpBoundary& b) override {
     recorder_.OnOpBoundary(b);
     const workload::Op& op = *b.op;
+    const CategorySample sample{b.time_us, op.iteration, op.phase, b.allocated_bytes,
+                                b.reserved_bytes, b.active_bytes, b.device_bytes,
+                                *b.allocated_by_category};
+    if (sample_sink_ != nullptr) sample_sink_->OnSample(sample);
+    if (keep_samples_) detail_.samples.push_back(sample);
+    if (!keep_ops_) return;
     int index;
     if (b.at_start) {
       index = static_cast<int>(detail_.ops.size());
@@ -34,9 +44,6 @@ class DetailObserver final : public engine::Observer, public alloc::TraceSink {
       detail_.allocator_events.push_back(std::move(e));
     }
     pending_.clear();
-    detail_.samples.push_back({b.time_us, op.iteration, op.phase, b.allocated_bytes,
-                               b.reserved_bytes, b.active_bytes, b.device_bytes,
-                               *b.allocated_by_category});
   }
 
   void OnCommunicatorCreated(SimTimeUs time_us, const std::string& group) override {
@@ -86,6 +93,9 @@ class DetailObserver final : public engine::Observer, public alloc::TraceSink {
     Category category = Category::kOther;
   };
   bool allocator_events_;
+  bool keep_samples_;
+  bool keep_ops_;
+  CategorySampleSink* sample_sink_;  // not owned; may be null
   timeline::Recorder recorder_{/*keep_samples=*/true};
   RunDetail detail_;
   std::vector<AllocatorEvent> pending_;  // since the last op boundary
@@ -100,7 +110,7 @@ RunDetail CollectRunDetail(const config::Setup& setup, int pipeline_rank,
                            const DetailOptions& options) {
   MEMSIM_CHECK(pipeline_rank >= 0 && pipeline_rank < setup.training.pipeline_model_parallel_size);
   const workload::Program program = workload::Build(setup, pipeline_rank);
-  DetailObserver observer(options.allocator_events);
+  DetailObserver observer(options);
   engine::Simulate(program, setup, options.simulate, observer);
   RunDetail detail = observer.Finish();
   detail.pipeline_rank = pipeline_rank;

@@ -65,8 +65,19 @@ struct RunDetail {
   std::vector<timeline::SpanSummary> spans;
 };
 
+// Receives every CategorySample as the simulation produces it (`run --csv`, streamed to its
+// file instead of held).
+class CategorySampleSink {
+ public:
+  virtual ~CategorySampleSink() = default;
+  virtual void OnSample(const CategorySample& sample) = 0;
+};
+
 struct DetailOptions {
   bool allocator_events = false;  // the snapshot export needs them; they cost memory
+  bool keep_samples = true;       // RunDetail::samples (false: only `sample_sink` sees them)
+  bool keep_ops = true;           // RunDetail::ops (always kept with allocator_events)
+  CategorySampleSink* sample_sink = nullptr;  // not owned; null: none
   engine::SimulateOptions simulate;
 };
 

@@ -18,6 +18,10 @@ namespace memsim::exports {
 // `<category>_bytes` column per category (docs/interfaces.md, 'Categories'), which sum to
 // allocated_bytes on every row.
 std::string CategoryCsv(const RunDetail& detail);
+// The same CSV a row at a time (`run --csv` streamed): its header line, and one sample's line
+// appended to `out`.
+std::string CategoryCsvHeader();
+void AppendCategoryCsvRow(std::string& out, const CategorySample& sample);
 
 // Chrome trace event format (JSON object form, "traceEvents"), as ui.perfetto.dev and
 // chrome://tracing read it: counter events ("ph":"C", one numeric arg "bytes") for allocated,

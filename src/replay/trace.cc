@@ -4,10 +4,12 @@
 #include <charconv>
 #include <functional>
 #include <limits>
+#include <optional>
 
 #include <fmt/core.h>
 
 #include "alloc/rounding.h"
+#include "core/check.h"
 #include "core/error.h"
 #include "core/pickle.h"
 #include "replay/snapshot.h"
@@ -36,45 +38,317 @@ bool ParseNonNegative(std::string_view s, std::int64_t max, std::int64_t& out) {
   return true;
 }
 
-// Interns ids: each distinct id is copied once, into Trace::ids; a line's id is looked up as a
-// view of the text, without allocating (open addressing, linear probing, load at most 1/2).
+// The op of a CSV line (ops are lower case); false for any other name.
+bool OpNamed(std::string_view name, TraceOp& op) {
+  static constexpr TraceOp kOps[] = {TraceOp::kMalloc, TraceOp::kFree, TraceOp::kRecordStream,
+                                     TraceOp::kComplete, TraceOp::kEmptyCache};
+  for (TraceOp o : kOps) {
+    if (name == TraceOpName(o)) {
+      op = o;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Interns ids: each distinct id is copied once, into one character arena; a line's id is
+// looked up as a view of the text, without allocating (open addressing, linear probing, load at
+// most 1/2, each slot keeping 32 bits of the id's hash so that most probes compare no text).
+// Memory per distinct id: its characters, a 4-byte end offset and 2 to 4 slots of 8 bytes.
 class IdInterner {
  public:
-  explicit IdInterner(std::vector<std::string>& ids) : ids_(ids), slots_(1024, -1) {}
+  IdInterner() : slots_(1024) {}
 
-  // The index of `id` in ids_, added if new; `added` says which.
-  std::int32_t Intern(std::string_view id, bool& added) {
-    std::size_t mask = slots_.size() - 1;
-    std::size_t i = std::hash<std::string_view>{}(id) & mask;
-    while (slots_[i] >= 0) {
-      if (ids_[static_cast<std::size_t>(slots_[i])] == id) {
-        added = false;
-        return slots_[i];
-      }
+  static std::uint32_t Hash(std::string_view id) {
+    return static_cast<std::uint32_t>(std::hash<std::string_view>{}(id));
+  }
+  // Asks the cache for the slot where a lookup of an id of this hash starts.
+  void Prefetch(std::uint32_t hash) const {
+    __builtin_prefetch(&slots_[hash & (slots_.size() - 1)]);
+  }
+  // The index of `id` (whose Hash is `hash`), added if new.
+  std::int32_t Intern(std::string_view id, std::uint32_t hash) {
+    const std::size_t mask = slots_.size() - 1;
+    std::size_t i = hash & mask;
+    while (slots_[i].index >= 0) {
+      if (slots_[i].hash == hash && Name(slots_[i].index) == id) return slots_[i].index;
       i = (i + 1) & mask;
     }
-    added = true;
-    const auto index = static_cast<std::int32_t>(ids_.size());
-    ids_.emplace_back(id);
-    slots_[i] = index;
-    if (2 * ids_.size() > slots_.size()) Grow();
+    const auto index = static_cast<std::int32_t>(ends_.size());
+    arena_.append(id);
+    ends_.push_back(static_cast<std::uint32_t>(arena_.size()));  // the file is below 2^31 bytes
+    slots_[i] = {hash, index};
+    if (2 * ends_.size() > slots_.size()) Grow();
     return index;
+  }
+  std::size_t size() const { return ends_.size(); }
+  std::string_view Name(std::int32_t index) const {
+    const auto k = static_cast<std::size_t>(index);
+    const std::size_t begin = k == 0 ? 0 : ends_[k - 1];
+    return std::string_view(arena_).substr(begin, ends_[k] - begin);
   }
 
  private:
+  struct Slot {
+    std::uint32_t hash = 0;
+    std::int32_t index = -1;  // -1: empty
+  };
   void Grow() {
-    std::vector<std::int32_t> slots(2 * slots_.size(), -1);
+    std::vector<Slot> slots(2 * slots_.size());
     const std::size_t mask = slots.size() - 1;
-    for (std::size_t k = 0; k < ids_.size(); ++k) {
-      std::size_t i = std::hash<std::string_view>{}(ids_[k]) & mask;
-      while (slots[i] >= 0) i = (i + 1) & mask;
-      slots[i] = static_cast<std::int32_t>(k);
+    for (const Slot& s : slots_) {
+      if (s.index < 0) continue;
+      std::size_t i = s.hash & mask;
+      while (slots[i].index >= 0) i = (i + 1) & mask;
+      slots[i] = s;
     }
     slots_.swap(slots);
   }
 
-  std::vector<std::string>& ids_;
-  std::vector<std::int32_t> slots_;  // index into ids_, or -1
+  std::string arena_;                // every id, back to back
+  std::vector<std::uint32_t> ends_;  // end of id k in arena_
+  std::vector<Slot> slots_;
+};
+
+// Reads the CSV grammar line by line and hands each operation to `on_record` (a callable
+// taking a const TraceRecord&) as it is read: nothing but the interned ids is kept. The text may
+// come in pieces (Feed once per piece, each ending at a line end except the file's last). Throws
+// InputError "<file_name>:<line>: <what was wrong>" for a malformed line.
+class CsvLines {
+ public:
+  CsvLines(std::string_view file_name, IdInterner& interner)
+      : file_name_(file_name), interner_(interner) {}
+
+  // Lines are parsed a batch ahead and the table slots of their ids prefetched, so that the
+  // cache misses of a large id table overlap; ids are then interned and the operations handed
+  // on in line order, and a malformed line is reported only after the lines before it.
+  template <class OnRecord>
+  void Feed(std::string_view text, OnRecord&& on_record) {
+    if (first_piece_ && text.substr(0, 3) == "\xEF\xBB\xBF") {
+      text.remove_prefix(3);  // UTF-8 byte-order mark
+    }
+    first_piece_ = false;
+    constexpr int kBatch = 16;
+    Parsed batch[kBatch];
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+      int n = 0;
+      std::optional<InputError> error;
+      while (n < kBatch && pos < text.size()) {
+        std::size_t eol = text.find('\n', pos);
+        if (eol == std::string_view::npos) eol = text.size();
+        const std::string_view line = text.substr(pos, eol - pos);
+        pos = eol + 1;
+        try {
+          if (!Parse(line, batch[n])) continue;
+        } catch (const InputError& e) {
+          error = e;
+          pos = text.size();
+          break;
+        }
+        if (batch[n].uses_id) interner_.Prefetch(batch[n].hash);
+        ++n;
+      }
+      for (int k = 0; k < n; ++k) {
+        Parsed& p = batch[k];
+        if (p.uses_id) {
+          // ids index as int32 (TraceRecord::id); a file this large is refused, not wrapped.
+          if (interner_.size() == static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+            throw InputError(fmt::format("{}:{}: more than 2^31 - 1 distinct ids", file_name_,
+                                         p.record.line));
+          }
+          p.record.id = interner_.Intern(p.id, p.hash);
+        }
+        on_record(p.record);
+      }
+      if (error) throw *error;
+    }
+  }
+
+ private:
+  // One line's operation, its id not interned yet.
+  struct Parsed {
+    TraceRecord record;
+    std::string_view id;
+    std::uint32_t hash = 0;
+    bool uses_id = false;
+  };
+
+  InputError Fail(const std::string& what) const {
+    return InputError(fmt::format("{}:{}: {}", file_name_, line_no_, what));
+  }
+
+  // Reads one line into `out`; false for a blank line, a comment or the header.
+  bool Parse(std::string_view line, Parsed& out) {
+    auto fail = [this](const std::string& what) { return Fail(what); };
+    std::int32_t& line_no = line_no_;
+    bool& header_allowed = header_allowed_;
+    if (line_no == std::numeric_limits<std::int32_t>::max()) {
+      throw fail("more than 2^31 - 1 lines");
+    }
+    ++line_no;
+    const std::string_view trimmed = Trim(line);
+    if (trimmed.empty() || trimmed.front() == '#') return false;
+    const bool is_first = header_allowed;
+    header_allowed = false;
+    std::string_view fields[4];
+    int n = 0;
+    std::string_view rest = line;
+    while (true) {
+      const std::size_t comma = rest.find(',');
+      if (n == 4) throw fail("too many fields (expected at most 4: op,id,bytes,stream)");
+      fields[n++] = Trim(rest.substr(0, comma));
+      if (comma == std::string_view::npos) break;
+      rest = rest.substr(comma + 1);
+    }
+    if (is_first && fields[0] == "op" && fields[1] == "id" && fields[2] == "bytes" &&
+        fields[3] == "stream") {
+      return false;  // header
+    }
+    TraceRecord& r = out.record;
+    r = TraceRecord{};
+    r.line = line_no;
+    const std::string_view op = fields[0];
+    if (!OpNamed(op, r.op)) {
+      throw fail(fmt::format(
+          "unknown op '{}' (expected malloc, free, record_stream, complete, empty_cache)",
+          EchoField(op)));
+    }
+    if (!fields[2].empty()) {
+      if (!ParseNonNegative(fields[2], std::numeric_limits<std::int64_t>::max(), r.bytes)) {
+        throw fail(fmt::format("bytes: expected a non-negative integer below 2^63, got '{}'",
+                               EchoField(fields[2])));
+      }
+    }
+    if (!fields[3].empty()) {
+      std::int64_t s = 0;
+      if (!ParseNonNegative(fields[3], std::numeric_limits<std::int32_t>::max(), s)) {
+        throw fail(fmt::format("stream: expected a non-negative integer below 2^31, got '{}'",
+                               EchoField(fields[3])));
+      }
+      r.stream = static_cast<alloc::StreamId>(s);
+    }
+    const bool uses_id = r.op == TraceOp::kMalloc || r.op == TraceOp::kFree ||
+                         r.op == TraceOp::kRecordStream;
+    out.uses_id = uses_id;
+    if (uses_id) {
+      if (fields[1].empty()) throw fail(fmt::format("{} needs an id", op));
+      out.id = fields[1];
+      out.hash = IdInterner::Hash(out.id);
+    }
+    if (r.op == TraceOp::kMalloc && fields[2].empty()) throw fail("malloc needs bytes");
+    return true;
+  }
+
+  std::string_view file_name_;
+  IdInterner& interner_;
+  std::int32_t line_no_ = 0;
+  bool header_allowed_ = true;  // until the first line that is not blank or a comment
+  bool first_piece_ = true;
+};
+
+// Applies operations to an allocator one at a time, checking the id rules of
+// docs/interfaces.md; `name` gives an id's text for messages.
+template <class IdName>
+class Replayer {
+ public:
+  Replayer(std::string_view file_name, std::string_view location_word, IdName name,
+           alloc::Allocator& allocator, ReplayRowSink* rows)
+      : file_name_(file_name),
+        location_word_(location_word),
+        name_(name),
+        allocator_(allocator),
+        rows_(rows) {}
+
+  void Apply(const TraceRecord& r) {
+    switch (r.op) {
+      case TraceOp::kMalloc: Malloc(r); break;
+      case TraceOp::kFree:
+      case TraceOp::kRecordStream: FreeOrRecord(r); break;
+      case TraceOp::kComplete: allocator_.CompleteStream(r.stream); break;
+      case TraceOp::kEmptyCache: allocator_.EmptyCache(); break;
+    }
+    ++result_.operations;
+    if (rows_ != nullptr) {
+      const alloc::AllocatorStats& s = allocator_.Stats();
+      rows_->OnRow({r.op, s.allocated_bytes.current, s.reserved_bytes.current,
+                    s.active_bytes.current});
+    }
+  }
+
+  ReplayResult Finish() {
+    result_.stats = allocator_.Stats();
+    return std::move(result_);
+  }
+
+ private:
+  enum class IdState : std::uint8_t { kNeverSeen, kLive, kFreed, kNoop };
+  struct IdInfo {  // 12 bytes: one per distinct id
+    std::int32_t line = 0;      // line of the last malloc / free
+    std::uint32_t handle = 0;   // alloc::BlockHandle: at most one per malloc, below 2^32
+    IdState state = IdState::kNeverSeen;
+  };
+
+  IdInfo& Info(std::int32_t id) {
+    const auto k = static_cast<std::size_t>(id);
+    if (k >= ids_.size()) ids_.resize(std::max(k + 1, 2 * ids_.size()));
+    return ids_[k];
+  }
+  const char* Where() const { return location_word_.empty() ? "line" : "entry"; }
+  InputError Fail(const TraceRecord& r, const std::string& what) const {
+    return InputError(fmt::format("{}:{}{}: {}", file_name_, location_word_, r.line, what));
+  }
+
+  void Malloc(const TraceRecord& r) {
+    IdInfo& info = Info(r.id);
+    if (info.state == IdState::kLive) {
+      throw Fail(r, fmt::format("malloc of id '{}' that is still allocated (since {} {})",
+                                EchoField(name_(r.id)), Where(), info.line));
+    }
+    info.line = r.line;
+    // malloc of 0 bytes does nothing, as allocate(0); Malloc refuses >= 2^60 up front.
+    std::optional<alloc::BlockHandle> h;
+    if (r.bytes > 0) h = allocator_.Malloc(r.bytes, r.stream);
+    if (r.bytes >= alloc::kMaxRequest && result_.refused_mallocs++ == 0) {
+      result_.first_refused_line = r.line;
+    }
+    if (h) {
+      MEMSIM_CHECK(*h <= std::numeric_limits<std::uint32_t>::max());
+      info.state = IdState::kLive;
+      info.handle = static_cast<std::uint32_t>(*h);
+    } else {
+      info.state = IdState::kNoop;
+    }
+  }
+
+  void FreeOrRecord(const TraceRecord& r) {
+    IdInfo& info = Info(r.id);
+    const char* what = r.op == TraceOp::kFree ? "free" : "record_stream";
+    if (info.state == IdState::kNeverSeen) {
+      throw Fail(r, fmt::format("{} of id '{}' that was never allocated", what,
+                                EchoField(name_(r.id))));
+    }
+    if (info.state == IdState::kFreed) {
+      throw Fail(r, fmt::format("{} of id '{}' that is not allocated (freed at {} {})", what,
+                                EchoField(name_(r.id)), Where(), info.line));
+    }
+    if (info.state == IdState::kNoop) return;  // failed or zero-byte malloc
+    if (r.op == TraceOp::kFree) {
+      allocator_.Free(info.handle);
+      info.state = IdState::kFreed;
+      info.line = r.line;
+    } else {
+      allocator_.RecordStream(info.handle, r.stream);
+    }
+  }
+
+  std::string_view file_name_;
+  std::string_view location_word_;
+  IdName name_;
+  alloc::Allocator& allocator_;
+  ReplayRowSink* rows_;
+  std::vector<IdInfo> ids_;
+  ReplayResult result_;
 };
 
 }  // namespace
@@ -107,95 +381,19 @@ std::string EchoField(std::string_view field) {
 Trace ParseCsvTrace(std::string_view text, std::string_view file_name) {
   Trace trace;
   trace.file_name = std::string(file_name);
-  IdInterner interner(trace.ids);
-  // One record per line at most: reserving the line count keeps the records' vector from
-  // growing by copies (peak memory about the text plus the records).
-  trace.records.reserve(static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n')) + 1);
-  std::int32_t line_no = 0;
-  bool header_allowed = true;  // until the first line that is not blank or a comment
-  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // UTF-8 byte-order mark
-  auto fail = [&](const std::string& what) {
-    return InputError(fmt::format("{}:{}: {}", file_name, line_no, what));
-  };
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    std::size_t eol = text.find('\n', pos);
-    if (eol == std::string_view::npos) eol = text.size();
-    std::string_view line = text.substr(pos, eol - pos);
-    pos = eol + 1;
-    if (line_no == std::numeric_limits<std::int32_t>::max()) {
-      throw fail("more than 2^31 - 1 lines");
-    }
-    ++line_no;
-    const std::string_view trimmed = Trim(line);
-    if (trimmed.empty() || trimmed.front() == '#') continue;
-    const bool is_first = header_allowed;
-    header_allowed = false;
-    std::string_view fields[4];
-    int n = 0;
-    std::string_view rest = line;
-    while (true) {
-      const std::size_t comma = rest.find(',');
-      if (n == 4) throw fail("too many fields (expected at most 4: op,id,bytes,stream)");
-      fields[n++] = Trim(rest.substr(0, comma));
-      if (comma == std::string_view::npos) break;
-      rest = rest.substr(comma + 1);
-    }
-    if (is_first && fields[0] == "op" && fields[1] == "id" && fields[2] == "bytes" &&
-        fields[3] == "stream") {
-      continue;  // header
-    }
-    TraceRecord r;
-    r.line = line_no;
-    const std::string_view op = fields[0];
-    if (op == "malloc") {
-      r.op = TraceOp::kMalloc;
-    } else if (op == "free") {
-      r.op = TraceOp::kFree;
-    } else if (op == "record_stream") {
-      r.op = TraceOp::kRecordStream;
-    } else if (op == "complete") {
-      r.op = TraceOp::kComplete;
-    } else if (op == "empty_cache") {
-      r.op = TraceOp::kEmptyCache;
-    } else {
-      throw fail(fmt::format(
-          "unknown op '{}' (expected malloc, free, record_stream, complete, empty_cache)",
-          EchoField(op)));
-    }
-    if (!fields[2].empty()) {
-      if (!ParseNonNegative(fields[2], std::numeric_limits<std::int64_t>::max(), r.bytes)) {
-        throw fail(fmt::format("bytes: expected a non-negative integer below 2^63, got '{}'",
-                               EchoField(fields[2])));
-      }
-    }
-    if (!fields[3].empty()) {
-      std::int64_t s = 0;
-      if (!ParseNonNegative(fields[3], std::numeric_limits<std::int32_t>::max(), s)) {
-        throw fail(fmt::format("stream: expected a non-negative integer below 2^31, got '{}'",
-                               EchoField(fields[3])));
-      }
-      r.stream = static_cast<alloc::StreamId>(s);
-    }
-    const bool uses_id = r.op == TraceOp::kMalloc || r.op == TraceOp::kFree ||
-                         r.op == TraceOp::kRecordStream;
-    if (uses_id) {
-      if (fields[1].empty()) throw fail(fmt::format("{} needs an id", op));
-      // ids index as int32 (TraceRecord::id); a file this large is refused, not wrapped.
-      if (trace.ids.size() == static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
-        throw fail("more than 2^31 - 1 distinct ids");
-      }
-      bool added = false;
-      r.id = interner.Intern(fields[1], added);
-    }
-    if (r.op == TraceOp::kMalloc && fields[2].empty()) throw fail("malloc needs bytes");
+  IdInterner interner;
+  CsvLines(file_name, interner).Feed(text, [&trace](const TraceRecord& r) {
     trace.records.push_back(r);
+  });
+  trace.ids.reserve(interner.size());
+  for (std::size_t k = 0; k < interner.size(); ++k) {
+    trace.ids.emplace_back(interner.Name(static_cast<std::int32_t>(k)));
   }
   return trace;
 }
 
-Trace ParseTrace(std::string_view text, std::string_view file_name, int device_index) {
-  if (LooksLikePickle(text)) return ParseSnapshot(text, file_name, device_index);
+bool IsCsvTrace(std::string_view text, std::string_view file_name) {
+  if (LooksLikePickle(text)) return false;
   if (!text.empty() && static_cast<unsigned char>(text[0]) == 0x80) {
     throw InputError(fmt::format("{}: a pickle of protocol {}; memsim reads pickled snapshots of "
                                  "protocols 2 to 5",
@@ -203,9 +401,13 @@ Trace ParseTrace(std::string_view text, std::string_view file_name, int device_i
   }
   for (char c : text) {
     if (c == ' ' || c == '\t' || c == '\r' || c == '\n') continue;
-    if (c == '{' || c == '[') return ParseSnapshot(text, file_name, device_index);
-    break;
+    return c != '{' && c != '[';
   }
+  return true;
+}
+
+Trace ParseTrace(std::string_view text, std::string_view file_name, int device_index) {
+  if (!IsCsvTrace(text, file_name)) return ParseSnapshot(text, file_name, device_index);
   return ParseCsvTrace(text, file_name);
 }
 
@@ -234,80 +436,53 @@ ReplayResult Replay(const Trace& trace, alloc::Allocator& allocator, bool keep_r
 }
 
 ReplayResult Replay(const Trace& trace, alloc::Allocator& allocator, ReplayRowSink* rows) {
-  enum class IdState : std::uint8_t { kNeverSeen, kLive, kFreed, kNoop };
-  struct IdInfo {
-    IdState state = IdState::kNeverSeen;
-    std::int32_t line = 0;  // line of the last malloc / free
-    alloc::BlockHandle handle = 0;
-  };
-  std::vector<IdInfo> ids(trace.ids.size());
-  ReplayResult result;
-  const char* where = trace.location_word.empty() ? "line" : "entry";
-  auto fail = [&](const TraceRecord& r, const std::string& what) {
-    return InputError(
-        fmt::format("{}:{}{}: {}", trace.file_name, trace.location_word, r.line, what));
-  };
-  for (const TraceRecord& r : trace.records) {
-    switch (r.op) {
-      case TraceOp::kMalloc: {
-        IdInfo& info = ids[r.id];
-        if (info.state == IdState::kLive) {
-          throw fail(r, fmt::format("malloc of id '{}' that is still allocated (since {} {})",
-                                    EchoField(trace.ids[r.id]), where, info.line));
-        }
-        info.line = r.line;
-        // malloc of 0 bytes does nothing, as allocate(0); Malloc refuses >= 2^60 up front.
-        std::optional<alloc::BlockHandle> h;
-        if (r.bytes > 0) h = allocator.Malloc(r.bytes, r.stream);
-        if (r.bytes >= alloc::kMaxRequest && result.refused_mallocs++ == 0) {
-          result.first_refused_line = r.line;
-        }
-        if (h) {
-          info.state = IdState::kLive;
-          info.handle = *h;
-        } else {
-          info.state = IdState::kNoop;
-        }
-        break;
-      }
-      case TraceOp::kFree:
-      case TraceOp::kRecordStream: {
-        IdInfo& info = ids[r.id];
-        const char* what = r.op == TraceOp::kFree ? "free" : "record_stream";
-        if (info.state == IdState::kNeverSeen) {
-          throw fail(r, fmt::format("{} of id '{}' that was never allocated", what,
-                                    EchoField(trace.ids[r.id])));
-        }
-        if (info.state == IdState::kFreed) {
-          throw fail(r, fmt::format("{} of id '{}' that is not allocated (freed at {} {})",
-                                    what, EchoField(trace.ids[r.id]), where, info.line));
-        }
-        if (info.state == IdState::kNoop) break;  // failed or zero-byte malloc
-        if (r.op == TraceOp::kFree) {
-          allocator.Free(info.handle);
-          info.state = IdState::kFreed;
-          info.line = r.line;
-        } else {
-          allocator.RecordStream(info.handle, r.stream);
-        }
-        break;
-      }
-      case TraceOp::kComplete:
-        allocator.CompleteStream(r.stream);
-        break;
-      case TraceOp::kEmptyCache:
-        allocator.EmptyCache();
-        break;
-    }
-    ++result.operations;
-    if (rows != nullptr) {
-      const alloc::AllocatorStats& s = allocator.Stats();
-      rows->OnRow({r.op, s.allocated_bytes.current, s.reserved_bytes.current,
-                   s.active_bytes.current});
-    }
-  }
-  result.stats = allocator.Stats();
+  auto name = [&trace](std::int32_t id) -> std::string_view { return trace.ids[id]; };
+  Replayer<decltype(name)> replayer(trace.file_name, trace.location_word, name, allocator, rows);
+  for (const TraceRecord& r : trace.records) replayer.Apply(r);
+  ReplayResult result = replayer.Finish();
+  result.location_word = trace.location_word;
+  result.snapshot = trace.snapshot;
   return result;
+}
+
+// The CSV reader and a Replayer fed by it; ids are named by the interner.
+struct CsvReplay::State {
+  struct Names {
+    const IdInterner* interner;
+    std::string_view operator()(std::int32_t id) const { return interner->Name(id); }
+  };
+  State(std::string_view file_name, alloc::Allocator& allocator, ReplayRowSink* rows)
+      : name(file_name),
+        lines(name, interner),
+        replayer(name, "", Names{&interner}, allocator, rows) {}
+  std::string name;
+  IdInterner interner;
+  CsvLines lines;
+  Replayer<Names> replayer;
+};
+
+CsvReplay::CsvReplay(std::string_view file_name, alloc::Allocator& allocator,
+                     ReplayRowSink* rows)
+    : state_(std::make_unique<State>(file_name, allocator, rows)) {}
+
+CsvReplay::~CsvReplay() = default;
+
+void CsvReplay::Feed(std::string_view lines) {
+  Replayer<State::Names>& replayer = state_->replayer;
+  state_->lines.Feed(lines, [&replayer](const TraceRecord& r) { replayer.Apply(r); });
+}
+
+ReplayResult CsvReplay::Finish() { return state_->replayer.Finish(); }
+
+ReplayResult ReplayTraceText(std::string_view text, std::string_view file_name,
+                             int device_index, alloc::Allocator& allocator,
+                             ReplayRowSink* rows) {
+  if (!IsCsvTrace(text, file_name)) {
+    return Replay(ParseTrace(text, file_name, device_index), allocator, rows);
+  }
+  CsvReplay replay(file_name, allocator, rows);
+  replay.Feed(text);
+  return replay.Finish();
 }
 
 }  // namespace memsim::replay

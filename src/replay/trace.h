@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -53,7 +54,11 @@ std::string EchoField(std::string_view field);
 // Parses the CSV form. Throws InputError "<file_name>:<line>: <what was wrong>".
 Trace ParseCsvTrace(std::string_view text, std::string_view file_name);
 
-// CSV or snapshot JSON, told apart by content (first non-blank character '{' or '[').
+// Whether `text` is the CSV form: not a pickle and its first non-blank character neither '{'
+// nor '[' (a snapshot). Throws InputError for a pickle of a protocol memsim does not read.
+bool IsCsvTrace(std::string_view text, std::string_view file_name);
+
+// CSV or snapshot JSON, told apart by content (IsCsvTrace).
 Trace ParseTrace(std::string_view text, std::string_view file_name, int device_index);
 
 // One row of the replay timeline (--csv).
@@ -70,6 +75,8 @@ struct ReplayResult {
   // (alloc::kMaxRequest), and the line (or entry) of the first.
   std::int64_t refused_mallocs = 0;
   std::int32_t first_refused_line = 0;
+  std::string location_word;  // the replayed Trace's (Trace::location_word)
+  std::optional<Trace::SnapshotFacts> snapshot;  // the replayed Trace's (Trace::snapshot)
 };
 
 // Receives the row of each operation as Replay goes (the --csv timeline, streamed to its file).
@@ -85,5 +92,33 @@ class ReplayRowSink {
 ReplayResult Replay(const Trace& trace, alloc::Allocator& allocator, ReplayRowSink* rows);
 // The same, keeping the rows in ReplayResult::rows when `keep_rows`.
 ReplayResult Replay(const Trace& trace, alloc::Allocator& allocator, bool keep_rows);
+
+// A CSV trace parsed and replayed as its text arrives, piece by piece: memory holds the ids and
+// the allocator's state, never the text or the records. Errors as ParseCsvTrace and Replay, the
+// first in file order (a malformed line or a broken id rule, whichever comes first).
+class CsvReplay {
+ public:
+  CsvReplay(std::string_view file_name, alloc::Allocator& allocator, ReplayRowSink* rows);
+  ~CsvReplay();
+  CsvReplay(const CsvReplay&) = delete;
+  CsvReplay& operator=(const CsvReplay&) = delete;
+  // `lines`: the next piece of the file, ending at a line end ('\n') unless it is the file's
+  // last piece.
+  void Feed(std::string_view lines);
+  ReplayResult Finish();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// `memsim replay`: a trace's text (CSV or snapshot, as ParseTrace) replayed through `allocator`.
+// A CSV trace is parsed and replayed in one pass, its records never held (memory: the ids and
+// the allocator's state), so the first error in file order is the one reported, whether a
+// malformed line or a broken id rule (ParseCsvTrace + Replay report every malformed line before
+// any id rule). A snapshot is parsed whole first (ParseSnapshot), then replayed.
+ReplayResult ReplayTraceText(std::string_view text, std::string_view file_name,
+                             int device_index, alloc::Allocator& allocator,
+                             ReplayRowSink* rows);
 
 }  // namespace memsim::replay
