@@ -49,7 +49,7 @@ Program Build(const config::Setup& setup, int pipeline_rank) {
 
 Program BuildWith(const config::Setup& setup, int pipeline_rank, const BuildParts& parts) {
   const ModelDims d = ComputeDims(setup);
-  DecoderLayer layer = parts.layer ? parts.layer() : DecoderLayer::ForModel(setup.model);
+  DecoderLayer layer = parts.layer ? parts.layer() : DecoderLayer::ForSetup(setup);
   PeftKernels peft;
   const RankParams params = MakeRankParams(setup, pipeline_rank, layer, &peft);
   const int iterations = setup.training.train_iters;
@@ -75,7 +75,7 @@ StaticSizes ComputeStaticSizes(const config::Setup& setup, int pipeline_rank) {
   const ModelDims d = ComputeDims(setup);
   PeftKernels peft;
   const RankParams params =
-      MakeRankParams(setup, pipeline_rank, DecoderLayer::ForModel(setup.model), &peft);
+      MakeRankParams(setup, pipeline_rank, DecoderLayer::ForSetup(setup), &peft);
   const std::unique_ptr<DataParallel> dp = NewDataParallel(setup, pipeline_rank, d, params);
   StaticSizes out;
   for (const ParamTensor& pt : params.params) {
