@@ -7,6 +7,7 @@
 #include "workload/hf_peft.h"
 #include "workload/kernels.h"
 #include "workload/modules/decoder_layer.h"
+#include "workload/modules/hf_decoder.h"
 #include "workload/optimizer.h"
 #include "workload/pipeline.h"
 #include "workload/recompute.h"
@@ -123,7 +124,9 @@ std::int64_t TotalParameterCount(const config::Setup& setup) {
   t.num_layers_per_virtual_pipeline_stage = 0;
   t.sequence_parallel = false;
   std::int64_t n = 0;
-  for (const ParamTensor& pt : StageParams(one, 0, DecoderLayer::Dense())) n += pt.numel;
+  // Transformers' layers (Gemma2's four norms, Phi3's fused projections) count their own.
+  const DecoderLayer layer = UsesHfDecoder(one) ? DecoderLayer::ForSetup(one) : DecoderLayer::Dense();
+  for (const ParamTensor& pt : StageParams(one, 0, layer)) n += pt.numel;
   return n;
 }
 

@@ -57,7 +57,8 @@ bool LayerLinearWeight(const ParamTensor& pt) {
   for (const char* w : {"attn.qkv.weight", "attn.proj.weight", "mlp.fc1.weight", "mlp.fc2.weight",
                         "self_attn.q_proj.weight", "self_attn.k_proj.weight",
                         "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-                        "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) {
+                        "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+                        "self_attn.qkv_proj.weight", "mlp.gate_up_proj.weight"}) {
     const std::string suffix = std::string(".") + w;
     if (pt.name.size() > suffix.size() &&
         pt.name.compare(pt.name.size() - suffix.size(), suffix.size(), suffix) == 0) {

@@ -93,7 +93,7 @@ TensorId RmsNormForward(ModuleContext& ctx, int l, const Name& name, std::int64_
 //   x.to(fp32)    ToCopyBackward back to in_bytes (when x is not fp32)
 TensorId RmsNormBackward(ModuleContext& ctx, int l, const Name& name, std::int64_t rows,
                          std::int64_t width, Bytes in_bytes, Bytes out_bytes, const RmsSaved& s,
-                         TensorId dy) {
+                         TensorId dy, bool free_dy = true) {
   Emitter& em = ctx.em;
   const std::int64_t n = rows * width;
   auto tmp = [&](Bytes bytes, const char* label) {
@@ -103,7 +103,7 @@ TensorId RmsNormBackward(ModuleContext& ctx, int l, const Name& name, std::int64
   const TensorId prod = tmp(out_bytes * n, ".d_weight_product");
   ctx.k.SmallWeightGrad(width, LayerLabel(l, name + ".weight_grad"), LayerLabel(l, name + ".weight"));
   TensorId g = tmp(out_bytes * n, ".d_normed");
-  FreeAll(em, {prod, dy, s.c});
+  FreeAll(em, {prod, s.c, free_dy ? dy : 0});
   auto step = [&](const char* op, Bytes bytes, const char* label) {
     em.Begin(name + op, l);
     const TensorId next = tmp(bytes * n, label);
@@ -256,6 +256,7 @@ struct HfAttnSaved final : ModuleSaved {
   TensorId ln_out = 0;  // the norm output, saved by q/k/v when they do not cast it
   std::array<LinearSaved, 4> proj{};
   RmsSaved q_norm, k_norm;
+  RmsSaved post;  // Gemma2's post_attention_layernorm
   // Core attention: sdpa / flash save q, k, v, the output and the logsumexp; eager saves q and
   // k (repeated with GQA), v, fp32 probabilities, their copy (or dropout mask and output) and
   // the transposed output.
@@ -349,10 +350,14 @@ void HfAttentionModule::AppendParams(const config::ModelConfig& model, const Mod
     out->push_back(MakeParam(LayerLabel(layer, name), numel, row, chunk, layer, one_dim, false));
   };
   // Registration order of LlamaDecoderLayer.__init__: self_attn (q, k, v, o; Qwen3's q_norm and
-  // k_norm after o_proj), then mlp, then the two norms. memsim lists input_layernorm with the
-  // attention and post_attention_layernorm with the MLP; the optimizer's groups keep the count.
+  // k_norm after o_proj), then mlp, then the norms. memsim lists input_layernorm (and Gemma2's
+  // post_attention_layernorm) with the attention, the MLP's norms with the MLP.
   add("input_layernorm.weight", d.h, 1, true);
-  for (int i = 0; i < 4; ++i) {
+  if (model.fused_projections) {  // Phi3Attention.qkv_proj
+    add("self_attn.qkv_proj.weight", d.h * (d.q + 2 * d.kv), d.h, false);
+    if (qkv_bias) add("self_attn.qkv_proj.bias", d.q + 2 * d.kv, 1, true);
+  }
+  for (int i = model.fused_projections ? 3 : 0; i < 4; ++i) {
     add(Name(kProj[i]) + ".weight", Widths(d, i, true) * Widths(d, i, false), Widths(d, i, true), false);
     if (i < 3 ? qkv_bias : model.add_bias_linear) add(Name(kProj[i]) + ".bias", Widths(d, i, false), 1, true);
   }
@@ -360,6 +365,7 @@ void HfAttentionModule::AppendParams(const config::ModelConfig& model, const Mod
     add("self_attn.q_norm.weight", d.dh, 1, true);
     add("self_attn.k_norm.weight", d.dh, 1, true);
   }
+  if (model.sandwich_norms) add("post_attention_layernorm.weight", d.h, 1, true);
 }
 
 namespace {
@@ -555,10 +561,16 @@ void ProjectQkv(ModuleContext& ctx, int l, TensorId y, bool nograd, HfAttnSaved*
   const ModelDims& d = ctx.d;
   const bool cast = d.cast_inputs;
   std::array<TensorId, 3> out{};
-  for (int i = 0; i < 3; ++i) {
-    out[i] = LinearForward(ctx, l, kProj[i], d.h, Widths(d, i, false), cast, nograd, &a->proj[i]);
+  if (ctx.model.fused_projections) {
+    // Phi3Attention: one qkv_proj; q, k and v are slices of its output. sdpa saves the v slice,
+    // which keeps the whole output alive.
+    out[2] = LinearForward(ctx, l, "self_attn.qkv_proj", d.h, d.q + 2 * d.kv, cast, nograd, &a->proj[0]);
+  } else {
+    for (int i = 0; i < 3; ++i) {
+      out[i] = LinearForward(ctx, l, kProj[i], d.h, Widths(d, i, false), cast, nograd, &a->proj[i]);
+    }
   }
-  // The norm output: saved by the three linears unless each cast it (then no user is left).
+  // The norm output: saved by the linears unless each cast it (then no user is left).
   if (cast || nograd) {
     ctx.em.Free(y);
   } else {
@@ -576,6 +588,31 @@ void ProjectQkv(ModuleContext& ctx, int l, TensorId y, bool nograd, HfAttnSaved*
   a->v = out[2];
 }
 
+// Phi3's qkv slices in backward: each SliceBackward makes a zero-filled grad of the whole
+// output (slice_backward), v's first (made last); the others are added into it in place.
+TensorId FusedQkvGrad(ModuleContext& ctx, int l, const std::array<TensorId, 3>& g) {
+  const ModelDims& d = ctx.d;
+  TensorId first = 0;
+  for (int i = 2; i >= 0; --i) {
+    ctx.em.Begin(fmt::format("self_attn.qkv_slice{}_bwd", i), l);
+    const TensorId full = ctx.em.Alloc(d.act_bytes * d.T * (d.q + 2 * d.kv), Category::kTemporaries,
+                                       LayerLabel(l, "self_attn.d_qkv"));
+    ctx.em.Free(g[i]);
+    first = Accumulate(ctx.em, first, full);
+  }
+  return first;
+}
+
+// Gemma2's norm of a branch output (C) before the residual sum, modelled as LlamaRMSNorm.
+TensorId BranchNorm(ModuleContext& ctx, int l, const char* name, TensorId branch, bool nograd,
+                    RmsSaved* s) {
+  const ModelDims& d = ctx.d;
+  const TensorId y = RmsNormForward(ctx, l, name, d.T, d.h, d.act_bytes,
+                                    std::max(d.act_bytes, d.param_bytes), nograd, s);
+  ctx.em.Free(branch);  // its norm saved its own fp32 copy
+  return y;
+}
+
 }  // namespace
 
 TensorId HfAttentionModule::Forward(ModuleContext& ctx, int l, TensorId x, const ForwardMode& mode,
@@ -591,8 +628,9 @@ TensorId HfAttentionModule::Forward(ModuleContext& ctx, int l, TensorId x, const
   } else {
     EagerForward(ctx, l, mode.nograd, &a);
   }
-  const TensorId o = LinearForward(ctx, l, kProj[3], d.q, d.h, false, mode.nograd, &a.proj[3]);
+  TensorId o = LinearForward(ctx, l, kProj[3], d.q, d.h, false, mode.nograd, &a.proj[3]);
   if (mode.nograd) ctx.em.Free(a.out);
+  if (ctx.model.sandwich_norms) o = BranchNorm(ctx, l, "post_attention_layernorm", o, mode.nograd, &a.post);
   const TensorId out = ResidualSum(ctx, l, "self_attn", x, o, mode);
   if (!mode.nograd) *saved = std::make_unique<HfAttnSaved>(a);
   return out;
@@ -603,24 +641,35 @@ TensorId HfAttentionModule::Backward(ModuleContext& ctx, int l, ModuleSaved& sav
   const ModelDims& d = ctx.d;
   HfAttnSaved& a = static_cast<HfAttnSaved&>(saved);
   const bool qkv_bias = ctx.model.add_bias_linear || ctx.model.add_qkv_bias;
-  const TensorId db = ResidualBranchGrad(ctx, l, "self_attn", dy);
+  const Bytes wide = std::max(d.act_bytes, d.param_bytes);
+  TensorId db = dy;
+  if (ctx.model.sandwich_norms) {
+    db = RmsNormBackward(ctx, l, "post_attention_layernorm", d.T, d.h, d.act_bytes, wide, a.post, dy, false);
+  } else {
+    db = ResidualBranchGrad(ctx, l, "self_attn", dy);
+  }
   const TensorId dout =
       LinearBackward(ctx, l, kProj[3], d.q, d.h, ctx.model.add_bias_linear, a.proj[3], db, db != dy);
   std::array<TensorId, 3> g = d.flash ? SdpaBackward(ctx, l, a, dout) : EagerBackward(ctx, l, a, dout);
   SdpaCastsBackward(ctx, l, &g);
   Bytes in_bytes = d.act_bytes;
-  if (ctx.model.qk_layernorm) in_bytes = std::max(d.act_bytes, d.param_bytes);
+  if (ctx.model.qk_layernorm) in_bytes = wide;
   g[1] = RopeBackward(ctx, l, "k", g[1], in_bytes, d.kv);
   g[0] = RopeBackward(ctx, l, "q", g[0], in_bytes, d.q);
   if (ctx.model.qk_layernorm) {
     g[1] = RmsNormBackward(ctx, l, "self_attn.k_norm", d.T * d.g, d.dh, d.act_bytes, in_bytes, a.k_norm, g[1]);
     g[0] = RmsNormBackward(ctx, l, "self_attn.q_norm", d.T * d.a, d.dh, d.act_bytes, in_bytes, a.q_norm, g[0]);
   }
-  // The autograd engine runs the latest-made node first: v_proj, k_proj, q_proj.
   TensorId dnorm = 0;
-  for (int i = 2; i >= 0; --i) {
-    dnorm = Accumulate(ctx.em, dnorm,
-                       LinearBackward(ctx, l, kProj[i], d.h, Widths(d, i, false), qkv_bias, a.proj[i], g[i], true));
+  if (ctx.model.fused_projections) {
+    dnorm = LinearBackward(ctx, l, "self_attn.qkv_proj", d.h, d.q + 2 * d.kv, qkv_bias, a.proj[0],
+                           FusedQkvGrad(ctx, l, g), true);
+  } else {
+    // The autograd engine runs the latest-made node first: v_proj, k_proj, q_proj.
+    for (int i = 2; i >= 0; --i) {
+      dnorm = Accumulate(ctx.em, dnorm,
+                         LinearBackward(ctx, l, kProj[i], d.h, Widths(d, i, false), qkv_bias, a.proj[i], g[i], true));
+    }
   }
   ctx.em.Free(a.ln_out);
   const TensorId din = RmsNormBackward(ctx, l, "input_layernorm", d.T, d.h, d.wide_bytes, d.wide_bytes, a.ln, dnorm);
@@ -632,11 +681,64 @@ TensorId HfAttentionModule::Backward(ModuleContext& ctx, int l, ModuleSaved& sav
 namespace {
 
 struct HfMlpSaved final : ModuleSaved {
-  RmsSaved ln;
+  RmsSaved ln, post;  // post: Gemma2's post_feedforward_layernorm
   TensorId ln_out = 0;
-  std::array<LinearSaved, 3> proj{};  // gate, up, down
-  TensorId gate = 0, act = 0, up = 0, prod = 0;
+  std::array<LinearSaved, 3> proj{};  // gate (or Phi3's gate_up), up, down
+  TensorId gate = 0, act = 0, up = 0, prod = 0;  // Phi3: gate is the gate_up output, up 0
 };
+
+// The MLP's input norm: post_attention_layernorm (Llama), pre_feedforward_layernorm (Gemma2).
+const char* InputNorm(const config::ModelConfig& model) {
+  return model.sandwich_norms ? "pre_feedforward_layernorm" : "post_attention_layernorm";
+}
+
+// act_fn(gate_proj(x)) * up_proj(x): SiLU (or GeLU) saves its input, the product saves both
+// factors. Phi3MLP: one gate_up_proj whose output is chunked: the activation's input and the
+// up factor are views of it, which stays whole.
+TensorId GatedForward(ModuleContext& ctx, int l, bool nograd, HfMlpSaved* a) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  const bool cast = d.cast_inputs;
+  const Bytes f = d.act_bytes * d.T * d.ffn;
+  const bool fused = ctx.model.fused_projections;
+  a->gate = fused ? LinearForward(ctx, l, "mlp.gate_up_proj", d.h, 2 * d.ffn, cast, nograd, &a->proj[0])
+                  : LinearForward(ctx, l, "mlp.gate_proj", d.h, d.ffn, cast, nograd, &a->proj[0]);
+  em.Begin("mlp.act_fn", l);
+  a->act = em.Alloc(f, Category::kActivations, LayerLabel(l, "mlp.act_out"));
+  if (nograd && !fused) em.Free(a->gate);
+  if (!fused) a->up = LinearForward(ctx, l, "mlp.up_proj", d.h, d.ffn, cast, nograd, &a->proj[1]);
+  em.Begin("mlp.mul", l);
+  a->prod = em.Alloc(f, Category::kActivations, LayerLabel(l, "mlp.act_mul_up"));
+  if (nograd) FreeAll(em, {a->act, a->up, fused ? a->gate : 0});
+  return a->prod;
+}
+
+// Its backward; returns the grad of the norm output (the wide dtype under cast_inputs).
+TensorId GatedBackward(ModuleContext& ctx, int l, HfMlpSaved& a, TensorId dprod) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  const bool bias = ctx.model.add_bias_linear;
+  const Bytes f = d.act_bytes * d.T * d.ffn;
+  // MulBackward0: both factors' grads in one node; then up_proj (made after act_fn) first.
+  em.Begin("mlp.mul_bwd", l);
+  const TensorId dact = em.Alloc(f, Category::kTemporaries, LayerLabel(l, "mlp.d_act_out"));
+  const TensorId dup = em.Alloc(f, Category::kTemporaries, LayerLabel(l, "mlp.d_up_out"));
+  FreeAll(em, {dprod, a.prod, a.act, a.up});
+  TensorId dnorm = 0;
+  if (!ctx.model.fused_projections) {
+    dnorm = LinearBackward(ctx, l, "mlp.up_proj", d.h, d.ffn, bias, a.proj[1], dup, true);
+  }
+  em.Begin("mlp.act_fn_bwd", l);  // a new grad of the activation's input
+  const TensorId dgate = em.Alloc(f, Category::kTemporaries, LayerLabel(l, "mlp.d_gate_out"));
+  FreeAll(em, {dact, a.gate});
+  if (ctx.model.fused_projections) {
+    em.Begin("mlp.chunk_bwd", l);  // SplitBackward: the two halves' grads concatenated
+    const TensorId dgu = em.Alloc(2 * f, Category::kTemporaries, LayerLabel(l, "mlp.d_gate_up_out"));
+    FreeAll(em, {dgate, dup});
+    return LinearBackward(ctx, l, "mlp.gate_up_proj", d.h, 2 * d.ffn, bias, a.proj[0], dgu, true);
+  }
+  return Accumulate(em, dnorm, LinearBackward(ctx, l, "mlp.gate_proj", d.h, d.ffn, bias, a.proj[0], dgate, true));
+}
 
 }  // namespace
 
@@ -647,41 +749,34 @@ void HfMlpModule::AppendParams(const config::ModelConfig& model, const ModelDims
   };
   const bool bias = model.add_bias_linear;  // LlamaConfig mlp_bias
   MEMSIM_CHECK(d.gamma == 2 && d.t == 1);
-  add("mlp.gate_proj.weight", d.ffn * d.h, d.h, false);
-  if (bias) add("mlp.gate_proj.bias", d.ffn, 1, true);
-  add("mlp.up_proj.weight", d.ffn * d.h, d.h, false);
-  if (bias) add("mlp.up_proj.bias", d.ffn, 1, true);
+  for (const char* w : model.fused_projections ? std::vector<const char*>{"mlp.gate_up_proj"}
+                                               : std::vector<const char*>{"mlp.gate_proj", "mlp.up_proj"}) {
+    const std::int64_t rows = model.fused_projections ? 2 * d.ffn : d.ffn;
+    add(Name(w) + ".weight", rows * d.h, d.h, false);
+    if (bias) add(Name(w) + ".bias", rows, 1, true);
+  }
   add("mlp.down_proj.weight", d.h * d.ffn, d.ffn, false);
   if (bias) add("mlp.down_proj.bias", d.h, 1, true);
-  add("post_attention_layernorm.weight", d.h, 1, true);
+  add(Name(InputNorm(model)) + ".weight", d.h, 1, true);
+  if (model.sandwich_norms) add("post_feedforward_layernorm.weight", d.h, 1, true);
 }
 
-// LlamaMLP.forward: gate_proj(x), act_fn (SiLUBackward saves its input), up_proj(x), the
-// product (MulBackward0 saves both factors), down_proj (saves the product).
 TensorId HfMlpModule::Forward(ModuleContext& ctx, int l, TensorId x, const ForwardMode& mode,
                               std::unique_ptr<ModuleSaved>* saved) {
   const ModelDims& d = ctx.d;
-  Emitter& em = ctx.em;
-  const bool nograd = mode.nograd, cast = d.cast_inputs;
+  const bool nograd = mode.nograd;
   HfMlpSaved a;
-  const TensorId y = RmsNormForward(ctx, l, "post_attention_layernorm", d.T, d.h, d.wide_bytes,
+  const TensorId y = RmsNormForward(ctx, l, InputNorm(ctx.model), d.T, d.h, d.wide_bytes,
                                     d.wide_bytes, nograd, &a.ln);
-  const Bytes f = d.act_bytes * d.T * d.ffn;
-  a.gate = LinearForward(ctx, l, "mlp.gate_proj", d.h, d.ffn, cast, nograd, &a.proj[0]);
-  em.Begin("mlp.act_fn", l);
-  a.act = em.Alloc(f, Category::kActivations, LayerLabel(l, "mlp.act_out"));
-  if (nograd) em.Free(a.gate);
-  a.up = LinearForward(ctx, l, "mlp.up_proj", d.h, d.ffn, cast, nograd, &a.proj[1]);
-  em.Begin("mlp.mul", l);
-  a.prod = em.Alloc(f, Category::kActivations, LayerLabel(l, "mlp.act_mul_up"));
-  if (nograd) FreeAll(em, {a.act, a.up});
-  if (cast || nograd) {
-    em.Free(y);
+  const TensorId h = GatedForward(ctx, l, nograd, &a);
+  if (d.cast_inputs || nograd) {
+    ctx.em.Free(y);
   } else {
-    a.ln_out = y;
+    a.ln_out = y;  // saved by gate and up (or gate_up)
   }
-  const TensorId down = LinearForward(ctx, l, "mlp.down_proj", d.ffn, d.h, false, nograd, &a.proj[2]);
-  if (nograd) em.Free(a.prod);
+  TensorId down = LinearForward(ctx, l, "mlp.down_proj", d.ffn, d.h, false, nograd, &a.proj[2]);
+  if (nograd) ctx.em.Free(h);
+  if (ctx.model.sandwich_norms) down = BranchNorm(ctx, l, "post_feedforward_layernorm", down, nograd, &a.post);
   const TensorId out = ResidualSum(ctx, l, "mlp", x, down, mode);
   if (!nograd) *saved = std::make_unique<HfMlpSaved>(a);
   return out;
@@ -690,24 +785,19 @@ TensorId HfMlpModule::Forward(ModuleContext& ctx, int l, TensorId x, const Forwa
 TensorId HfMlpModule::Backward(ModuleContext& ctx, int l, ModuleSaved& saved, TensorId x,
                                bool free_x, TensorId dy, bool free_dy) {
   const ModelDims& d = ctx.d;
-  Emitter& em = ctx.em;
   HfMlpSaved& a = static_cast<HfMlpSaved&>(saved);
-  const bool bias = ctx.model.add_bias_linear;
-  const Bytes f = d.act_bytes * d.T * d.ffn;
-  const TensorId db = ResidualBranchGrad(ctx, l, "mlp", dy);
-  const TensorId dh = LinearBackward(ctx, l, "mlp.down_proj", d.ffn, d.h, bias, a.proj[2], db, db != dy);
-  // MulBackward0: both factors' grads in one node; then up_proj (made after act_fn) first.
-  em.Begin("mlp.mul_bwd", l);
-  const TensorId dact = em.Alloc(f, Category::kTemporaries, LayerLabel(l, "mlp.d_act_out"));
-  const TensorId dup = em.Alloc(f, Category::kTemporaries, LayerLabel(l, "mlp.d_up_out"));
-  FreeAll(em, {dh, a.prod, a.act, a.up});
-  TensorId dnorm = LinearBackward(ctx, l, "mlp.up_proj", d.h, d.ffn, bias, a.proj[1], dup, true);
-  em.Begin("mlp.act_fn_bwd", l);  // SiluBackward: a new grad of its input
-  const TensorId dgate = em.Alloc(f, Category::kTemporaries, LayerLabel(l, "mlp.d_gate_out"));
-  FreeAll(em, {dact, a.gate});
-  dnorm = Accumulate(em, dnorm, LinearBackward(ctx, l, "mlp.gate_proj", d.h, d.ffn, bias, a.proj[0], dgate, true));
-  em.Free(a.ln_out);
-  const TensorId din = RmsNormBackward(ctx, l, "post_attention_layernorm", d.T, d.h, d.wide_bytes,
+  TensorId db = dy;
+  if (ctx.model.sandwich_norms) {
+    db = RmsNormBackward(ctx, l, "post_feedforward_layernorm", d.T, d.h, d.act_bytes,
+                         std::max(d.act_bytes, d.param_bytes), a.post, dy, false);
+  } else {
+    db = ResidualBranchGrad(ctx, l, "mlp", dy);
+  }
+  const TensorId dh = LinearBackward(ctx, l, "mlp.down_proj", d.ffn, d.h, ctx.model.add_bias_linear,
+                                     a.proj[2], db, db != dy);
+  const TensorId dnorm = GatedBackward(ctx, l, a, dh);
+  ctx.em.Free(a.ln_out);
+  const TensorId din = RmsNormBackward(ctx, l, InputNorm(ctx.model), d.T, d.h, d.wide_bytes,
                                        d.wide_bytes, a.ln, dnorm);
   return ResidualInputGrad(ctx, l, "post_attention_layernorm_residual_bwd", din, x, free_x, dy, free_dy);
 }
