@@ -207,6 +207,7 @@ Setup LoadParsedConfig(const Document& config, const Json& root, const Source& s
   }
 
   internal::LocatedModel located = ReadModel(top, config, options, &s);
+  s.warnings.insert(s.warnings.end(), located.warnings.begin(), located.warnings.end());
   if (!hf_trainer) internal::ApplyMegatronArchitecture(t, &located, &s.notes);
   s.model = located.model;
   if (!hf_trainer) s.training = internal::ReadTraining(t, &s.notes, &s.warnings);

@@ -14,8 +14,9 @@ namespace memsim::config::internal {
 namespace {
 
 // Defaults of the transformers configuration classes (transformers/models/<type>/
-// configuration_<type>.py: LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config, GPT2Config) and
-// the architecture their modeling files hard-code.
+// configuration_<type>.py: LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config, GPT2Config,
+// GemmaConfig, Gemma2Config, Phi3Config, GPTNeoXConfig) and the architecture their modeling
+// files hard-code.
 struct Family {
   std::string_view model_type;
   int vocab_size;
@@ -70,6 +71,26 @@ constexpr Family kFamilies[] = {
     // activation_function gelu_new, resid/attn/embd_pdrop 0.1, tied embeddings.
     {"gpt2", 50257, 768, 0, 12, 12, 0, 0, 1024, true, "gelu_new", false, true, true, false, false,
      true, 0.1, 0.1, false},
+    // GemmaConfig: vocab 256000, hidden 3072, intermediate 24576, 28 layers, 16 heads, kv 16,
+    // head_dim 256, max_position_embeddings 8192, tied, hidden_activation gelu_pytorch_tanh;
+    // modeling_gemma.py GemmaMLP is gated (gate_proj, up_proj, down_proj), GemmaRMSNorm.
+    {"gemma", 256000, 3072, 24576, 28, 16, 16, 256, 8192, true, "gelu_pytorch_tanh", true, false,
+     false, false, false, false, 0.0, 0.0, true},
+    // Gemma2Config: vocab 256000, hidden 2304, intermediate 9216, 26 layers, 8 heads, kv 4,
+    // head_dim 256, max_position_embeddings 8192, tied; four norms a layer (ReadArchitecture).
+    {"gemma2", 256000, 2304, 9216, 26, 8, 4, 256, 8192, true, "gelu_pytorch_tanh", true, false,
+     false, false, false, false, 0.0, 0.0, true},
+    // Phi3Config: vocab 32064, hidden 3072, intermediate 8192, 32 layers, 32 heads, kv None,
+    // max_position_embeddings 4096, untied, silu; modeling_phi3.py fuses qkv_proj and
+    // gate_up_proj (gated), no biases, Phi3RMSNorm.
+    {"phi3", 32064, 3072, 8192, 32, 32, 0, 0, 4096, false, "silu", true, false, false, false,
+     false, false, 0.0, 0.0, false},
+    // GPTNeoXConfig: vocab 50432, hidden 6144, intermediate 24576, 44 layers, 64 heads,
+    // max_position_embeddings 2048, gelu, untied (embed_out), attention_bias True;
+    // modeling_gpt_neox.py: LayerNorm with bias, fused query_key_value with bias, dense,
+    // dense_h_to_4h / dense_4h_to_h with bias, rotary positions.
+    {"gpt_neox", 50432, 6144, 24576, 44, 64, 0, 0, 2048, false, "gelu", false, true, true, false,
+     false, false, 0.0, 0.0, false},
     // BertConfig (transformers/models/bert/configuration_bert.py): vocab 30522, hidden 768,
     // 12 layers, 12 heads, intermediate 3072, gelu, hidden_dropout_prob and
     // attention_probs_dropout_prob 0.1, max_position_embeddings 512; modeling_bert.py: LayerNorm,
@@ -207,6 +228,50 @@ void ReadSizes(ObjectReader& r, const Family& fam, LocatedModel& out,
   note_where("head_dim", "head_dim");
 }
 
+// What gemma, gemma2, phi3 and gpt_neox add to the Llama / GPT-2 layouts: flags the modules
+// read, and one warning per feature whose memory memsim does not model.
+void ReadFamilyExtras(ObjectReader& r, LocatedModel& out) {
+  ModelConfig& m = out.model;
+  auto warn = [&](std::string_view key, const std::string& what) {
+    out.warnings.push_back(fmt::format("{}: {} not modelled", r.At(key), what));
+  };
+  const auto set = [&](std::string_view key) {
+    const Json* v = r.Get(key);
+    return v != nullptr && !v->is_null() && !(v->is_boolean() && !v->get<bool>());
+  };
+  if (m.model_type == "gemma" || m.model_type == "gemma2") {
+    // GemmaModel.forward scales the embeddings by sqrt(hidden_size) (one more [b, s, h]
+    // tensor), and GemmaRMSNorm multiplies by (1 + weight) in fp32 before casting back.
+    out.warnings.push_back(fmt::format(
+        "{}: \"{}\": GemmaRMSNorm (its fp32 (1 + weight) product) is modelled as LlamaRMSNorm "
+        "and the embedding's sqrt(hidden_size) scaling is not modelled",
+        r.At("model_type"), m.model_type));
+  }
+  if (m.model_type == "gemma2") {
+    m.sandwich_norms = true;
+    for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
+      if (set(key)) warn(key, "soft-capping (a tanh over the attention scores or the logits):");
+    }
+    (void)r.Get("sliding_window");  // no memory effect with sdpa / flash
+    (void)r.Get("query_pre_attn_scalar");
+  }
+  if (m.model_type == "phi3") m.fused_projections = true;
+  if (m.model_type == "gpt_neox") {
+    if (r.Bool("attention_bias").value_or(true) == false) {
+      throw UnsupportedError(fmt::format("{}: false (memsim models gpt_neox with biases on every "
+                                         "linear, GPTNeoXConfig's default)",
+                                         r.At("attention_bias")));
+    }
+    if (r.Bool("use_parallel_residual").value_or(true)) {  // GPTNeoXConfig's default
+      warn("use_parallel_residual", "true (or absent: GPTNeoXConfig's default): the parallel "
+                                    "residual x + attn(ln1(x)) + mlp(ln2(x)) (memsim runs the "
+                                    "sequential layer, with the same parameters):");
+    }
+    (void)r.Number("rotary_pct", 0, 1, false, false);  // partial rotary: no saved tensor of its own
+    m.hidden_dropout = r.Number("hidden_dropout", 0, 1, false, true).value_or(0.0);
+  }
+}
+
 // The architecture the family's modeling code fixes, and the keys that vary it: tied embeddings,
 // activation, biases, positions, dropout.
 void ReadArchitecture(ObjectReader& r, const Family& fam, LocatedModel& out,
@@ -219,6 +284,12 @@ void ReadArchitecture(ObjectReader& r, const Family& fam, LocatedModel& out,
     std::optional<std::string> act = r.Choice("hidden_act", kActivations);
     std::optional<std::string> act2;
     if (gpt2) act2 = r.Choice("activation_function", kActivations);
+    // GemmaConfig / Gemma2Config: hidden_activation is what GemmaMLP uses (hidden_act is kept
+    // for older files only).
+    if (m.model_type == "gemma" || m.model_type == "gemma2") {
+      act2 = r.Choice("hidden_activation", kActivations);
+      if (act && act2 && *act != *act2) act.reset();
+    }
     if (act && act2 && *act != *act2) {
       Fail(r.At("hidden_act"), fmt::format("\"{}\" disagrees with activation_function \"{}\"",
                                            *act, *act2));
@@ -249,6 +320,7 @@ void ReadArchitecture(ObjectReader& r, const Family& fam, LocatedModel& out,
   }
   m.num_experts = 0;
   if (IsMoeModelType(m.model_type)) ReadHfMoe(r, out, notes);
+  ReadFamilyExtras(r, out);
 }
 
 // The encoder pieces of model_type bert / roberta (modeling_bert.py BertEmbeddings,

@@ -17,6 +17,9 @@ namespace memsim::config::internal {
 struct LocatedModel {
   ModelConfig model;
   std::map<std::string, std::string> where;
+  // What the model file asks for that memsim does not model (LoadSetup appends them to
+  // Setup::warnings).
+  std::vector<std::string> warnings;
 };
 
 // Reads a Hugging Face config.json object (at `pointer` of `source`). Keys absent take the

@@ -50,6 +50,12 @@ struct ModelConfig {
   // `attention_bias` also maps here; its o_proj bias (hidden_size values a layer) is not kept.
   bool add_qkv_bias = false;
   bool qk_layernorm = false;
+  // Gemma2DecoderLayer: post_attention_layernorm on the attention output before its residual
+  // sum, and pre_feedforward_layernorm / post_feedforward_layernorm around the MLP.
+  bool sandwich_norms = false;
+  // Phi3Attention qkv_proj and Phi3MLP gate_up_proj: one nn.Linear each where Llama has
+  // q/k/v_proj and gate_proj/up_proj (modeling_phi3.py).
+  bool fused_projections = false;
   PositionEmbedding position_embedding_type = PositionEmbedding::kRope;
   double hidden_dropout = 0.0;
   double attention_dropout = 0.0;

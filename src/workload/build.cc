@@ -7,6 +7,7 @@
 #include "workload/hf_peft.h"
 #include "workload/kernels.h"
 #include "workload/modules/decoder_layer.h"
+#include "workload/modules/hf_decoder.h"
 #include "workload/optimizer.h"
 #include "workload/pipeline.h"
 #include "workload/recompute.h"
@@ -49,7 +50,7 @@ Program Build(const config::Setup& setup, int pipeline_rank) {
 
 Program BuildWith(const config::Setup& setup, int pipeline_rank, const BuildParts& parts) {
   const ModelDims d = ComputeDims(setup);
-  DecoderLayer layer = parts.layer ? parts.layer() : DecoderLayer::ForModel(setup.model);
+  DecoderLayer layer = parts.layer ? parts.layer() : DecoderLayer::ForSetup(setup);
   PeftKernels peft;
   const RankParams params = MakeRankParams(setup, pipeline_rank, layer, &peft);
   const int iterations = setup.training.train_iters;
@@ -75,7 +76,7 @@ StaticSizes ComputeStaticSizes(const config::Setup& setup, int pipeline_rank) {
   const ModelDims d = ComputeDims(setup);
   PeftKernels peft;
   const RankParams params =
-      MakeRankParams(setup, pipeline_rank, DecoderLayer::ForModel(setup.model), &peft);
+      MakeRankParams(setup, pipeline_rank, DecoderLayer::ForSetup(setup), &peft);
   const std::unique_ptr<DataParallel> dp = NewDataParallel(setup, pipeline_rank, d, params);
   StaticSizes out;
   for (const ParamTensor& pt : params.params) {
@@ -123,7 +124,9 @@ std::int64_t TotalParameterCount(const config::Setup& setup) {
   t.num_layers_per_virtual_pipeline_stage = 0;
   t.sequence_parallel = false;
   std::int64_t n = 0;
-  for (const ParamTensor& pt : StageParams(one, 0, DecoderLayer::Dense())) n += pt.numel;
+  // Transformers' layers (Gemma2's four norms, Phi3's fused projections) count their own.
+  const DecoderLayer layer = UsesHfDecoder(one) ? DecoderLayer::ForSetup(one) : DecoderLayer::Dense();
+  for (const ParamTensor& pt : StageParams(one, 0, layer)) n += pt.numel;
   return n;
 }
 

@@ -17,10 +17,10 @@ struct Target {
   const char* memsim_weight;
 };
 constexpr Target kTargets[] = {
-    {"q_proj", "attn.qkv.weight"},   {"k_proj", "attn.qkv.weight"},
-    {"v_proj", "attn.qkv.weight"},   {"o_proj", "attn.proj.weight"},
-    {"gate_proj", "mlp.fc1.weight"}, {"up_proj", "mlp.fc1.weight"},
-    {"down_proj", "mlp.fc2.weight"},
+    {"q_proj", "self_attn.q_proj.weight"},   {"k_proj", "self_attn.k_proj.weight"},
+    {"v_proj", "self_attn.v_proj.weight"},   {"o_proj", "self_attn.o_proj.weight"},
+    {"gate_proj", "mlp.gate_proj.weight"}, {"up_proj", "mlp.up_proj.weight"},
+    {"down_proj", "mlp.down_proj.weight"},
 };
 
 // in and out features of the HF linear `name` (LlamaAttention / LlamaMLP __init__).
@@ -54,7 +54,11 @@ bool SavedModule(const std::vector<std::string>& modules, const std::string& par
 // the modules it keeps, lm_head by default).
 bool LayerLinearWeight(const ParamTensor& pt) {
   if (pt.layer < 0) return false;
-  for (const char* w : {"attn.qkv.weight", "attn.proj.weight", "mlp.fc1.weight", "mlp.fc2.weight"}) {
+  for (const char* w : {"attn.qkv.weight", "attn.proj.weight", "mlp.fc1.weight", "mlp.fc2.weight",
+                        "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                        "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+                        "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+                        "self_attn.qkv_proj.weight", "mlp.gate_up_proj.weight"}) {
     const std::string suffix = std::string(".") + w;
     if (pt.name.size() > suffix.size() &&
         pt.name.compare(pt.name.size() - suffix.size(), suffix.size(), suffix) == 0) {

@@ -11,8 +11,8 @@
 //   (no .grad), which are 4-bit (a dequantised copy made and freed per use,
 //   bitsandbytes/autograd/_functions.py MatMul4Bit forward and backward:
 //   F.dequantize_4bit(B, quant_state)), and the adapters hanging off each base weight.
-// The fused projections of the modules (attn.qkv = q_proj, k_proj, v_proj; mlp.fc1 = gate_proj,
-// up_proj) carry the adapters of their parts.
+// The Transformers decoder modules (modules/hf_decoder.h) name their weights as Transformers
+// does ("layer3.self_attn.q_proj.weight"); each targeted one carries its adapter.
 #pragma once
 
 #include <map>

@@ -179,7 +179,7 @@ ModelDims ComputeDims(const config::Setup& setup) {
   d.layernorm = mc.normalization == config::Normalization::kLayerNorm;
   d.hf = tc.framework == "hf-trainer";
   d.wide_bytes = d.act_bytes;
-  if (d.hf && mc.type_vocab_size > 0 && d.weight_cast) {  // BERT-family encoder under autocast
+  if (d.hf && d.weight_cast) {  // Transformers under autocast over wider weights
     d.wide_bytes = d.param_bytes;
     d.cast_inputs = true;
   }
@@ -214,7 +214,7 @@ ParamTensor MakeParam(std::string name, std::int64_t numel, std::int64_t row_num
 }
 
 std::vector<ParamTensor> StageParams(const config::Setup& setup, int pipeline_rank) {
-  return StageParams(setup, pipeline_rank, DecoderLayer::ForModel(setup.model));
+  return StageParams(setup, pipeline_rank, DecoderLayer::ForSetup(setup));
 }
 
 std::vector<ParamTensor> StageParams(const config::Setup& setup, int pipeline_rank,

@@ -267,3 +267,106 @@ TEST_CASE("hf-trainer: training_args and adapter_config files", "[config][hf]") 
 
 }  // namespace
 }  // namespace memsim::config
+
+namespace memsim::config {
+namespace {
+
+// The parameters memsim counts for a Hugging Face config.json (framework "hf-trainer").
+std::int64_t HfParams(const std::string& name, const std::string& model_json,
+                      std::vector<std::string>* warnings = nullptr) {
+  const Setup s = LoadSetup(Write(name, "{\"model\": " + model_json + ", \"device\": \"a100-80g\", "
+                                        "\"training\": {\"framework\": \"hf-trainer\", " + kBase + "}}"),
+                            {});
+  if (warnings != nullptr) *warnings = s.warnings;
+  return workload::ComputeStaticSizes(s, 0).parameter_count;
+}
+
+bool Mentions(const std::vector<std::string>& lines, const std::string& part) {
+  for (const std::string& l : lines) {
+    if (l.find(part) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST_CASE("hf-trainer: parameter counts of gemma, gemma2, phi3, gpt2, gpt_neox checkpoints",
+          "[config][hf]") {
+  std::vector<std::string> warnings;
+  // google/gemma-2b config.json: hidden 2048, intermediate 16384, 18 layers, 8 heads, 1 KV head,
+  // head_dim 256, vocab 256000, tied (GemmaConfig default). modeling_gemma.py:
+  //   embed_tokens 256000·2048 = 524,288,000 (lm_head tied: no parameter of its own)
+  //   per layer: q_proj 2048·(8·256) = 4,194,304; k_proj, v_proj 2048·256 = 524,288 each;
+  //     o_proj 4,194,304; gate/up/down_proj 3 · 2048·16384 = 100,663,296; input_layernorm and
+  //     post_attention_layernorm 2·2048 -> 110,104,576; 18 layers 1,981,882,368
+  //   norm 2048; total 2,506,172,416.
+  CHECK(HfParams("gemma.json", R"({"model_type": "gemma", "hidden_size": 2048,
+      "intermediate_size": 16384, "num_hidden_layers": 18, "num_attention_heads": 8,
+      "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 256000,
+      "max_position_embeddings": 8192, "hidden_act": "gelu"})", &warnings) == 2506172416);
+  CHECK(Mentions(warnings, "GemmaRMSNorm"));
+  // google/gemma-2-2b config.json: hidden 2304, intermediate 9216, 26 layers, 8 heads, 4 KV
+  // heads, head_dim 256, vocab 256000, tied. modeling_gemma2.py Gemma2DecoderLayer has four
+  // norms (input_layernorm, post_attention_layernorm, pre_feedforward_layernorm,
+  // post_feedforward_layernorm):
+  //   embed_tokens 256000·2304 = 589,824,000
+  //   per layer: q_proj 2304·2048 = 4,718,592; k_proj, v_proj 2304·1024 = 2,359,296 each;
+  //     o_proj 4,718,592; gate/up/down 3 · 2304·9216 = 63,700,992; norms 4·2304 = 9,216
+  //     -> 77,865,984; 26 layers 2,024,515,584
+  //   norm 2304; total 2,614,341,888.
+  CHECK(HfParams("gemma2.json", R"({"model_type": "gemma2", "hidden_size": 2304,
+      "intermediate_size": 9216, "num_hidden_layers": 26, "num_attention_heads": 8,
+      "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 256000,
+      "hidden_activation": "gelu_pytorch_tanh", "attn_logit_softcapping": 50.0,
+      "final_logit_softcapping": 30.0, "sliding_window": 4096,
+      "query_pre_attn_scalar": 256})", &warnings) == 2614341888);
+  CHECK(Mentions(warnings, "attn_logit_softcapping"));
+  CHECK(Mentions(warnings, "final_logit_softcapping"));
+  // microsoft/Phi-3-mini-4k-instruct config.json: hidden 3072, intermediate 8192, 32 layers, 32
+  // heads, 32 KV heads, vocab 32064, untied. modeling_phi3.py:
+  //   embed_tokens 32064·3072 = 98,500,608; lm_head the same
+  //   per layer: qkv_proj 3072·(3·3072) = 28,311,552; o_proj 9,437,184; gate_up_proj
+  //     3072·(2·8192) = 50,331,648; down_proj 8192·3072 = 25,165,824; two norms 6,144
+  //     -> 113,252,352; 32 layers 3,624,075,264
+  //   norm 3072; total 98,500,608 · 2 + 3,624,075,264 + 3,072 = 3,821,079,552.
+  CHECK(HfParams("phi3.json", R"({"model_type": "phi3", "hidden_size": 3072,
+      "intermediate_size": 8192, "num_hidden_layers": 32, "num_attention_heads": 32,
+      "num_key_value_heads": 32, "vocab_size": 32064, "max_position_embeddings": 4096,
+      "tie_word_embeddings": false, "hidden_act": "silu"})") == 3821079552);
+  // openai-community/gpt2 config.json: n_embd 768, n_layer 12, n_head 12, n_positions 1024,
+  // vocab 50257, tied. modeling_gpt2.py (Conv1D c_attn, c_proj, c_fc, c_proj, all with bias):
+  //   wte 50257·768 = 38,597,376; wpe 1024·768 = 786,432
+  //   per layer: ln_1 2·768; c_attn 768·2304 + 2304 = 1,771,776; attn.c_proj 768·768 + 768 =
+  //     590,592; ln_2 1,536; c_fc 768·3072 + 3072 = 2,362,368; mlp.c_proj 3072·768 + 768 =
+  //     2,360,064 -> 7,087,872; 12 layers 85,054,464
+  //   ln_f 1,536; total 124,439,808.
+  CHECK(HfParams("gpt2.json", R"({"model_type": "gpt2", "n_embd": 768, "n_layer": 12,
+      "n_head": 12, "n_positions": 1024, "vocab_size": 50257,
+      "activation_function": "gelu_new"})") == 124439808);
+  // EleutherAI/pythia-160m config.json: hidden 768, intermediate 3072, 12 layers, 12 heads,
+  // vocab 50304, max_position_embeddings 2048, rotary_pct 0.25, use_parallel_residual true,
+  // untied. modeling_gpt_neox.py:
+  //   embed_in 50304·768 = 38,633,472; embed_out the same
+  //   per layer: input_layernorm and post_attention_layernorm 2 · 2·768; query_key_value
+  //     768·2304 + 2304 = 1,771,776; dense 768·768 + 768 = 590,592; dense_h_to_4h 768·3072 +
+  //     3072 = 2,362,368; dense_4h_to_h 3072·768 + 768 = 2,360,064 -> 7,087,872; 12 layers
+  //     85,054,464
+  //   final_layer_norm 1,536; total 38,633,472 · 2 + 85,054,464 + 1,536 = 162,322,944.
+  CHECK(HfParams("pythia.json", R"({"model_type": "gpt_neox", "hidden_size": 768,
+      "intermediate_size": 3072, "num_hidden_layers": 12, "num_attention_heads": 12,
+      "vocab_size": 50304, "max_position_embeddings": 2048, "rotary_pct": 0.25,
+      "use_parallel_residual": true, "tie_word_embeddings": false,
+      "hidden_act": "gelu"})", &warnings) == 162322944);
+  CHECK(Mentions(warnings, "use_parallel_residual"));
+}
+
+TEST_CASE("hf-trainer: an unknown model_type names the closest known ones", "[config][hf]") {
+  const std::string path =
+      Write("u2.json", "{\"model\": {\"model_type\": \"gemma3\"}, \"device\": \"v100-16g\", "
+                       "\"training\": {\"framework\": \"hf-trainer\", " + kBase + "}}");
+  const std::string e = ErrorOf(path);
+  CHECK(e.find("unknown model_type \"gemma3\"") != std::string::npos);
+  CHECK(e.find("'gemma2'") != std::string::npos);
+  CHECK(e.find("'gpt_neox'") != std::string::npos);  // the known list
+}
+
+}  // namespace
+}  // namespace memsim::config

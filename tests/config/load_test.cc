@@ -172,7 +172,8 @@ TEST_CASE("Hugging Face defaults per model_type", "[config]") {
     const std::string path = InlineConfig("lama.json", "{\"model_type\": \"lama\"}", training);
     CHECK(ErrorOf(path) == path + ": /model/model_type: unknown model_type \"lama\", expected one of "
                                   "'llama', 'mistral', 'qwen2', 'qwen3', 'mixtral', 'qwen2_moe', "
-                                  "'qwen3_moe', 'gpt2', 'bert', 'roberta' (did you mean 'llama'?)");
+                                  "'qwen3_moe', 'gpt2', 'gemma', 'gemma2', 'phi3', 'gpt_neox', "
+                                  "'bert', 'roberta' (did you mean 'llama'?)");
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include "core/check.h"
 #include "workload/modules/attention.h"
+#include "workload/modules/hf_decoder.h"
 #include "workload/modules/mlp.h"
 #include "workload/modules/moe.h"
 
@@ -24,6 +25,14 @@ DecoderLayer DecoderLayer::ForModel(const config::ModelConfig& model) {
   std::vector<std::unique_ptr<LayerModule>> modules;
   modules.push_back(std::make_unique<AttentionModule>());
   modules.push_back(std::make_unique<MoeModule>());
+  return DecoderLayer(std::move(modules));
+}
+
+DecoderLayer DecoderLayer::ForSetup(const config::Setup& setup) {
+  if (!UsesHfDecoder(setup)) return ForModel(setup.model);
+  std::vector<std::unique_ptr<LayerModule>> modules;
+  modules.push_back(std::make_unique<HfAttentionModule>());
+  modules.push_back(std::make_unique<HfMlpModule>());
   return DecoderLayer(std::move(modules));
 }
 

@@ -21,6 +21,9 @@ class DecoderLayer {
   // The layer of `model`: Dense(), or attention then the MoE MLP (modules/moe.h; its dense
   // layers run the dense MLP) when the model has experts.
   static DecoderLayer ForModel(const config::ModelConfig& model);
+  // The layer `setup` runs: Transformers' decoder modules (hf_decoder.h) under framework
+  // "hf-trainer" for a Llama-style decoder, else ForModel(setup.model).
+  static DecoderLayer ForSetup(const config::Setup& setup);
 
   // What one layer's forward saved: each module's input and saved tensors.
   struct Saved {
