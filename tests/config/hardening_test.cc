@@ -143,19 +143,19 @@ TEST_CASE("simulation size limits", "[config]") {
   CHECK(ErrorOf(Data("good.json"), Set({"training.global_batch_size=131074"})) ==
         "--set training.global_batch_size=131074: 65537 micro-batches per iteration exceed "
         "memsim's limit of 65536");
-  // 10 iterations × (32768 / 2 = 16384 micro-batches) × 32 layers = 5242880 > 2^22 = 4194304.
+  // 10 iterations × (32768 / 2 = 16384 micro-batches) × 32 layers = 5242880 > 2^21 = 2097152.
   CHECK(ErrorOf(Data("good.json"),
                 Set({"training.train_iters=10", "training.global_batch_size=32768"})) ==
         "--set training.train_iters=10: train_iters × micro-batches per iteration × "
         "num_hidden_layers = 10 × 16384 × 32 = 5242880 layer passes exceed memsim's limit of "
-        "4194304; reduce train_iters, global_batch_size (micro-batches) or num_hidden_layers");
+        "2097152; reduce train_iters, global_batch_size (micro-batches) or num_hidden_layers");
   // A long run counts the iterations it may simulate (config/iterations.h): 2 + 32 = 34;
-  // 34 × 4096 × 32 = 4456448 > 2^22.
+  // 34 × 4096 × 32 = 4456448 > 2^21.
   CHECK(ErrorOf(Data("good.json"),
                 Set({"training.train_iters=1000", "training.global_batch_size=8192"})) ==
         "--set training.train_iters=1000: simulated iterations × micro-batches per iteration × "
         "num_hidden_layers = 34 × 4096 × 32 = 4456448 layer passes exceed memsim's limit of "
-        "4194304; reduce train_iters, global_batch_size (micro-batches) or num_hidden_layers");
+        "2097152; reduce train_iters, global_batch_size (micro-batches) or num_hidden_layers");
   // One stage holds no more memory than another (its ops are streamed): PP 1 with
   // 34 × 128 × 32 = 139264 passes, once refused for the memory of one stage, is accepted.
   CHECK(ErrorOf(Data("good.json"),
