@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Scale benchmark (issue 17; results in docs/performance.md): wall time and peak RSS of
-# `memsim run` (the embedded default, llama2-7b TP2 DP4, one stage) against the micro-batches per
-# iteration (global_batch_size = 4 × m at DP 4) and against train_iters. Prints one line per
-# point: m or iterations, wall seconds, peak RSS MB, seconds per micro-batch. A point memsim
+# Scale benchmark (issue 17; results in docs/performance.md): CPU (user) time, wall time and
+# peak RSS of `memsim run` (the embedded default, llama2-7b TP2 DP4, one stage) against the
+# micro-batches per iteration (global_batch_size = 4 × m at DP 4) and against train_iters.
+# Prints the load average, then one line per point: m or iterations, CPU (user) seconds, wall
+# seconds, peak RSS MB, user microseconds per micro-batch simulated. A point memsim
 # refuses (docs/config.md, 'Limits') prints the refusal instead. Not a test: nothing is asserted.
 # Usage: bench/scale_bench.sh [BUILD_DIR]
 set -uo pipefail
@@ -16,16 +17,17 @@ point() {
   local label=$1 divisor=$2; shift 2
   local err
   err=$(mktemp)
-  if /usr/bin/time -f '%e %M' "$memsim" run --no-chart "$@" > /dev/null 2> "$err"; then
-    read -r secs kb < <(tail -n 1 "$err")
-    awk -v l="$label" -v s="$secs" -v k="$kb" -v d="$divisor" \
-      'BEGIN { printf "%-28s %8.2f s %9.1f MB %12.1f us per micro-batch\n", l, s, k / 1024, s * 1e6 / d }'
+  if /usr/bin/time -f '%U %e %M' "$memsim" run --no-chart "$@" > /dev/null 2> "$err"; then
+    read -r user secs kb < <(tail -n 1 "$err")
+    awk -v l="$label" -v u="$user" -v s="$secs" -v k="$kb" -v d="$divisor" \
+      'BEGIN { printf "%-24s %8.2f s user %8.2f s wall %9.1f MB %10.1f us user per micro-batch\n", l, u, s, k / 1024, u * 1e6 / d }'
   else
-    printf '%-28s refused: %s\n' "$label" "$(grep -v '^[0-9.]* [0-9]*$' "$err" | head -n 1)"
+    printf '%-24s refused: %s\n' "$label" "$(grep -v '^[0-9.]* [0-9.]* [0-9]*$' "$err" | head -n 1)"
   fi
   rm -f "$err"
 }
 
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "micro-batches per iteration (train_iters 4):"
 for m in 16 64 256 1024 4096 16384; do
   point "m = $m" $((4 * m)) --set training.global_batch_size=$((4 * m))
@@ -34,3 +36,4 @@ echo "iterations (m = 16):"
 for n in 4 100 1000 10000; do
   point "train_iters = $n" $((16 * n)) --set training.train_iters=$n
 done
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"

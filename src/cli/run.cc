@@ -43,6 +43,7 @@ struct RunArgs {
   std::string megatron_file;
   std::vector<std::string> trailing;
   bool allow_unsupported = false;
+  bool no_fast_path = false;  // hidden: engine::RunOptions::whole_program (tests only)
 };
 
 // The Setup of a Megatron launch: FILE, or the words after `--` (CLI11 puts the first in
@@ -142,6 +143,7 @@ int Run(const RunArgs& a) {
   options.usable_memory_bytes = capacity;
   options.pipeline_rank = CheckPipelineRank(a.pipeline_rank, setup);
   options.keep_timeline = !a.no_chart;
+  options.whole_program = a.no_fast_path;
   // --csv is written by the exports (AddExports: the reported stage simulated once more, with a
   // column per category), streamed to its file as that simulation goes.
   ProgressLine progress;
@@ -221,6 +223,8 @@ Action AddRunCommand(CLI::App& sub) {
           ->expected(0, 1);
   sub.add_flag("--allow-unsupported", a->allow_unsupported,
                "with --megatron-args: run even with unsupported flags (ignored, with a warning)");
+  // Hidden (empty group): the equivalence test's switch to the whole-Program path.
+  sub.add_flag("--no-fast-path", a->no_fast_path, "")->group("");
   CLI::Option* capacity = sub.get_option("--capacity");
   return [a, capacity, megatron] {
     a->capacity_given = capacity->count() > 0;

@@ -1,6 +1,10 @@
 #include "engine/simulator.h"
 
 #include <algorithm>
+#include <deque>
+#include <limits>
+#include <optional>
+#include <queue>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -14,8 +18,9 @@ namespace {
 struct Event {
   SimTimeUs time_us;
   std::uint64_t sequence;  // 2 × op index (+1 for the end)
+  // Later first: std::priority_queue pops the greatest.
   bool operator<(const Event& o) const {
-    return time_us != o.time_us ? time_us < o.time_us : sequence < o.sequence;
+    return time_us != o.time_us ? time_us > o.time_us : sequence > o.sequence;
   }
 };
 
@@ -25,14 +30,25 @@ struct LiveTensor {
   Category category = Category::kOther;
 };
 
-class Engine {
+// An issued op until its end event is processed.
+struct PendingOp {
+  workload::Op op;
+  bool ended = false;
+  // Whether the communication stream is idle at its end; unknown (nullopt) for a comm op until
+  // the next comm op is issued -- known true once the compute stream is free after its end,
+  // since the next comm op cannot be issued earlier (simulator.h, 'Streaming').
+  std::optional<bool> comm_idle_at_end;
+};
+
+}  // namespace
+
+class Simulation::Engine {
  public:
-  Engine(const workload::Program& program, const config::Setup& setup,
-         const SimulateOptions& options, Observer& observer)
-      : program_(program),
-        device_(setup),
+  Engine(const config::Setup& setup, const SimulateOptions& options, Observer& observer)
+      : device_(setup),
         usable_(options.usable_memory_bytes.value_or(setup.device.usable_memory_bytes)),
         record_states_(options.record_iteration_states),
+        iterations_(setup.training.train_iters),
         progress_(options.progress),
         observer_(observer) {
     alloc::AllocatorOptions alloc_options = setup.allocator;
@@ -40,30 +56,46 @@ class Engine {
     allocator_ = alloc::NewCachingAllocator(alloc_options);
     allocator_->SetTraceSink(observer_.AllocatorTraceSink());
     by_category_.fill(0);
+    if (record_states_) states_.resize(1);
   }
 
-  SimulateResult Run() {
-    const std::vector<Event> events = Schedule();
-    if (record_states_) states_.resize(1);
-    std::size_t done = 0;
-    for (const Event& e : events) {
-      if (progress_ && ++done % kProgressEvents == 0) progress_(done, events.size());
-      const workload::Op& op = program_.ops[e.sequence / 2];
-      if (record_states_ && e.sequence % 2 == 0 &&
-          op.iteration >= static_cast<int>(states_.size())) {
-        while (static_cast<int>(states_.size()) < op.iteration) states_.emplace_back();
-        states_.push_back(State());
-      }
-      if (e.sequence % 2 == 0) {
-        Start(op, e.time_us);
-      } else {
-        End(op, e.time_us, e.sequence / 2);
-      }
+  // Assigns the op's start and end times (see the header's timing rules), settles whether the
+  // previous comm op leaves the communication stream idle, and processes every event due before
+  // the op's own.
+  void Issue(workload::Op&& op) {
+    ProcessUntil(compute_free_);
+    const std::uint64_t i = base_ + pending_.size();
+    SimTimeUs start = op.synchronize || op.stream == workload::kCommStream
+                          ? std::max(compute_free_, comm_free_)
+                          : compute_free_;
+    const SimTimeUs end = start + std::max(0.0, op.duration_us);
+    std::optional<bool> idle;
+    if (op.stream == workload::kCommStream) {
+      // The previous comm op left the stream idle iff this one was issued after it ended.
+      if (PendingOp* last = Pending(last_comm_)) last->comm_idle_at_end = compute_free_ >= last_comm_end_;
+      last_comm_ = i;
+      last_comm_end_ = end;
+      comm_free_ = end;
+      if (op.synchronize) compute_free_ = end;
+    } else {
+      compute_free_ = end;
+      // A blocking collective issued on the compute stream (Megatron P2P: p2p_communication.py
+      // _communicate waits on its requests unless overlap_p2p_comm): when it ends its NCCL work
+      // is done, so the communication stream is idle if nothing else is queued on it.
+      idle = !op.collective_group.empty() && comm_free_ <= end;
     }
+    pending_.push_back(PendingOp{std::move(op), false, idle});
+    events_.push({start, 2 * i});
+    events_.push({end, 2 * i + 1});
+  }
+
+  SimulateResult Finish() {
+    if (PendingOp* last = Pending(last_comm_)) last->comm_idle_at_end = true;
+    ProcessUntil(std::numeric_limits<SimTimeUs>::infinity());
     SimulateResult result;
     result.allocator_stats = allocator_->Stats();
     result.first_oom = first_oom_;
-    result.end_time_us = events.empty() ? 0 : events.back().time_us;
+    result.end_time_us = end_time_;
     result.num_communicators = device_.NumCommunicators();
     result.outside_allocator_bytes = device_.OutsideAllocatorBytes();
     if (record_states_) {
@@ -74,47 +106,35 @@ class Engine {
   }
 
  private:
-  // Assigns start and end times (see the header's timing rules); also records, per comm op,
-  // whether the communication stream is idle when it ends.
-  std::vector<Event> Schedule() {
-    const size_t n = program_.ops.size();
-    std::vector<Event> events;
-    events.reserve(2 * n);
-    comm_idle_at_end_.assign(n, false);
-    SimTimeUs compute_free = 0, comm_free = 0;
-    size_t last_comm = n;  // index of the previous comm op
-    SimTimeUs last_comm_end = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const workload::Op& op = program_.ops[i];
-      SimTimeUs start;
-      if (op.synchronize) {
-        start = std::max(compute_free, comm_free);
-      } else if (op.stream == workload::kCommStream) {
-        start = std::max(compute_free, comm_free);
-      } else {
-        start = compute_free;
+  PendingOp* Pending(std::uint64_t i) {
+    return i >= base_ && i < base_ + pending_.size() ? &pending_[i - base_] : nullptr;
+  }
+
+  // Processes the events at or before `time_us` in (time, sequence) order.
+  void ProcessUntil(SimTimeUs time_us) {
+    while (!events_.empty() && events_.top().time_us <= time_us) {
+      const Event e = events_.top();
+      events_.pop();
+      end_time_ = e.time_us;
+      PendingOp& p = *Pending(e.sequence / 2);
+      if (progress_ && ++done_ % kProgressEvents == 0) {
+        progress_(std::min(1.0, p.op.iteration / (iterations_ + 1.0)));
       }
-      const SimTimeUs end = start + std::max(0.0, op.duration_us);
-      if (op.stream == workload::kCommStream) {
-        // The previous comm op left the stream idle iff this one was issued after it ended.
-        if (last_comm < n) comm_idle_at_end_[last_comm] = compute_free >= last_comm_end;
-        last_comm = i;
-        last_comm_end = end;
-        comm_free = end;
-        if (op.synchronize) compute_free = end;
+      if (e.sequence % 2 == 0) {
+        if (record_states_ && p.op.iteration >= static_cast<int>(states_.size())) {
+          while (static_cast<int>(states_.size()) < p.op.iteration) states_.emplace_back();
+          states_.push_back(State());
+        }
+        Start(p.op, e.time_us);
       } else {
-        compute_free = end;
-        // A blocking collective issued on the compute stream (Megatron P2P: p2p_communication.py
-        // _communicate waits on its requests unless overlap_p2p_comm): when it ends its NCCL work
-        // is done, so the communication stream is idle if nothing else is queued on it.
-        if (!op.collective_group.empty()) comm_idle_at_end_[i] = comm_free <= end;
+        End(p.op, e.time_us, p.comm_idle_at_end.value_or(true));
+        p.ended = true;
+        while (!pending_.empty() && pending_.front().ended) {
+          pending_.pop_front();
+          ++base_;
+        }
       }
-      events.push_back({start, 2 * i});
-      events.push_back({end, 2 * i + 1});
     }
-    if (last_comm < n) comm_idle_at_end_[last_comm] = true;
-    std::sort(events.begin(), events.end());
-    return events;
   }
 
   void Start(const workload::Op& op, SimTimeUs time_us) {
@@ -132,7 +152,7 @@ class Engine {
     Notify(op, time_us, /*at_start=*/true);
   }
 
-  void End(const workload::Op& op, SimTimeUs time_us, size_t index) {
+  void End(const workload::Op& op, SimTimeUs time_us, bool comm_idle) {
     for (workload::TensorId id : op.frees) {
       if (!failed_.empty() && failed_.erase(id) > 0) continue;
       auto it = live_.find(id);
@@ -141,7 +161,7 @@ class Engine {
       by_category_[static_cast<int>(it->second.category)] -= it->second.block_bytes;
       live_.erase(it);
     }
-    if (comm_idle_at_end_[index]) {
+    if (comm_idle) {
       allocator_->CompleteStream(workload::kCommStream);
     }
     if (op.empty_cache) allocator_->EmptyCache();
@@ -220,28 +240,43 @@ class Engine {
     observer_.OnOpBoundary(b);
   }
 
-  const workload::Program& program_;
   device::DeviceModel device_;
   Bytes usable_;
   bool record_states_;
-  const std::function<void(std::size_t, std::size_t)>& progress_;
+  int iterations_;
+  const std::function<void(double)>& progress_;
   Observer& observer_;
   std::unique_ptr<alloc::Allocator> allocator_;
   // Keyed by tensor id; only looked up, never iterated (determinism).
   std::unordered_map<workload::TensorId, LiveTensor> live_;
   std::unordered_set<workload::TensorId> failed_;  // never allocated even when unbounded
   CategoryBytes by_category_;
-  std::vector<bool> comm_idle_at_end_;
   std::optional<OomEvent> first_oom_;
   bool unbounded_ = false;
   std::vector<EngineState> states_;
+  // Streaming (simulator.h): the ops from index base_ on, the events not processed yet.
+  std::deque<PendingOp> pending_;
+  std::uint64_t base_ = 0;
+  std::priority_queue<Event> events_;
+  SimTimeUs compute_free_ = 0, comm_free_ = 0;
+  std::uint64_t last_comm_ = std::numeric_limits<std::uint64_t>::max();  // the previous comm op
+  SimTimeUs last_comm_end_ = 0;
+  SimTimeUs end_time_ = 0;
+  std::size_t done_ = 0;
 };
 
-}  // namespace
+Simulation::Simulation(const config::Setup& setup, const SimulateOptions& options,
+                       Observer& observer)
+    : engine_(std::make_unique<Engine>(setup, options, observer)) {}
+Simulation::~Simulation() = default;
+void Simulation::OnOp(workload::Op&& op) { engine_->Issue(std::move(op)); }
+SimulateResult Simulation::Finish() { return engine_->Finish(); }
 
 SimulateResult Simulate(const workload::Program& program, const config::Setup& setup,
                         const SimulateOptions& options, Observer& observer) {
-  return Engine(program, setup, options, observer).Run();
+  Simulation simulation(setup, options, observer);
+  for (const workload::Op& op : program.ops) simulation.OnOp(workload::Op(op));
+  return simulation.Finish();
 }
 
 }  // namespace memsim::engine

@@ -9,6 +9,10 @@
 // - an op with `synchronize` starts when every stream is idle.
 // Each op becomes two events, start (record_streams, then allocs in order) and end (frees in
 // order), processed in (time, sequence) order, sequence = issue order.
+// Streaming (docs/architecture.md, engine/): ops are issued one at a time (Simulation::Issue) and
+// kept only until their end event is processed; every event of op i is at or after the compute
+// stream's free time when i is issued (that time never decreases), so the events at or before it
+// can be processed before op i's own: the order is the one of sorting all events of the Program.
 // Stream events (docs/allocator-rules.md, 'Convention: stream events'): when a stream becomes idle,
 // every event recorded on it so far is complete (Allocator::CompleteStream). A collective issued on
 // the compute stream (a blocking P2P) waits for its own communication, so the communication stream
@@ -21,6 +25,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -82,8 +87,9 @@ struct SimulateOptions {
   std::optional<Bytes> usable_memory_bytes;
   // Keep the engine's state at the start of every iteration (SimulateResult::iteration_states).
   bool record_iteration_states = false;
-  // Called every kProgressEvents events with (events processed, events in all); empty = never.
-  std::function<void(std::size_t, std::size_t)> progress;
+  // Called every kProgressEvents events with the fraction of the iterations begun (0 to 1);
+  // empty = never.
+  std::function<void(double)> progress;
 };
 inline constexpr std::size_t kProgressEvents = std::size_t{1} << 16;
 
@@ -108,5 +114,26 @@ struct SimulateResult {
 // Replays `program` for the device and allocator options of `setup`. Deterministic.
 SimulateResult Simulate(const workload::Program& program, const config::Setup& setup,
                         const SimulateOptions& options, Observer& observer);
+
+// The same replay fed one op at a time, in issue order, so that a Program need not be held
+// whole: memory holds the ops whose end event is still ahead, not the run. Issuing the ops of a
+// Program one by one and then calling Finish gives what Simulate gives, callback for callback.
+// `setup`, `options` and `observer` must outlive the Simulation.
+class Simulation final : public workload::OpSink {
+ public:
+  Simulation(const config::Setup& setup, const SimulateOptions& options, Observer& observer);
+  ~Simulation() override;
+  Simulation(const Simulation&) = delete;
+  Simulation& operator=(const Simulation&) = delete;
+
+  // The next op in issue order. REQUIRES: Finish not called yet.
+  void OnOp(workload::Op&& op) override;
+  // Processes the remaining events. REQUIRES: called once.
+  SimulateResult Finish();
+
+ private:
+  class Engine;
+  std::unique_ptr<Engine> engine_;
+};
 
 }  // namespace memsim::engine

@@ -125,15 +125,14 @@ RunResult RunStages(const config::Setup& user_setup, const RunOptions& options, 
   sim_options.record_iteration_states = long_run;
   int current = 0;
   if (options.progress) {
-    sim_options.progress = [&](std::size_t done, std::size_t all) {
-      options.progress({current, p, iterations, static_cast<double>(done) / static_cast<double>(all)});
+    sim_options.progress = [&](double fraction) {
+      options.progress({current, p, iterations, fraction});
     };
   }
   Bytes worst_device = -1;
   for (int r = 0; r < p; ++r) {
     current = r;
     if (options.progress) options.progress({r, p, iterations, 0.0});
-    const workload::Program program = workload::Build(setup, r);
     // Keep samples only for a stage that may be reported; the worst stage is only known after
     // all ran, so without --pipeline-rank keep the current worst (replaced when beaten).
     const bool keep = options.keep_timeline && (!options.pipeline_rank || *options.pipeline_rank == r);
@@ -143,7 +142,13 @@ RunResult RunStages(const config::Setup& user_setup, const RunOptions& options, 
     timeline::Recorder recorder(keep, sink.get());
     StageResult stage;
     stage.pipeline_rank = r;
-    stage.simulation = Simulate(program, setup, sim_options, recorder);
+    if (options.whole_program) {
+      stage.simulation = Simulate(workload::Build(setup, r), setup, sim_options, recorder);
+    } else {
+      Simulation simulation(setup, sim_options, recorder);
+      workload::BuildInto(setup, r, simulation);
+      stage.simulation = simulation.Finish();
+    }
     recorder.Finish();
     stage.spans = recorder.spans();
     if (long_run) {

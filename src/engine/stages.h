@@ -83,6 +83,10 @@ struct RunOptions {
   // run); its sink receives that stage's every sample. The reported stage's sink is returned in
   // RunResult::sample_sink, the others are dropped as soon as another stage beats them.
   std::function<std::shared_ptr<timeline::SampleSink>(int pipeline_rank)> sample_sink;
+  // Build each stage's whole Program before simulating it (the former path, for the tests that
+  // compare it with the streamed one: byte-identical results, memory growing with the run)
+  // instead of streaming its ops into the engine as they are generated.
+  bool whole_program = false;
   // Called now and then while stages are simulated (for a progress line); empty = never.
   std::function<void(const RunProgress&)> progress;
 };

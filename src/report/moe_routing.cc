@@ -22,11 +22,12 @@ Peaks PeaksOf(const engine::StageResult& s) {
 
 // One stage of `setup` simulated without keeping its curve: the peaks over its spans.
 Peaks SimulateStage(const config::Setup& setup, int rank, std::optional<Bytes> usable) {
-  const workload::Program program = workload::Build(setup, rank);
   timeline::Recorder recorder(false);
   engine::SimulateOptions options;
   options.usable_memory_bytes = usable;
-  engine::Simulate(program, setup, options, recorder);
+  engine::Simulation simulation(setup, options, recorder);
+  workload::BuildInto(setup, rank, simulation);  // streamed: the Program is never held whole
+  simulation.Finish();
   recorder.Finish();
   Peaks p;
   for (const timeline::SpanSummary& s : recorder.spans()) {

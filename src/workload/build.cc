@@ -42,19 +42,15 @@ RankParams MakeRankParams(const config::Setup& setup, int rank, const DecoderLay
   return rp;
 }
 
-}  // namespace
-
-Program Build(const config::Setup& setup, int pipeline_rank) {
-  return BuildWith(setup, pipeline_rank, BuildParts{});
-}
-
-Program BuildWith(const config::Setup& setup, int pipeline_rank, const BuildParts& parts) {
+// Build's work; the ops go to `sink` when given, else into the returned Program.
+Program Generate(const config::Setup& setup, int pipeline_rank, const BuildParts& parts,
+                 OpSink* sink) {
   const ModelDims d = ComputeDims(setup);
   DecoderLayer layer = parts.layer ? parts.layer() : DecoderLayer::ForSetup(setup);
   PeftKernels peft;
   const RankParams params = MakeRankParams(setup, pipeline_rank, layer, &peft);
   const int iterations = setup.training.train_iters;
-  Emitter em(setup, pipeline_rank, iterations);
+  Emitter em(setup, pipeline_rank, iterations, sink);
   std::unique_ptr<DataParallel> dp = parts.data_parallel
                                          ? parts.data_parallel(d, params)
                                          : NewDataParallel(setup, pipeline_rank, d, params);
@@ -70,6 +66,20 @@ Program BuildWith(const config::Setup& setup, int pipeline_rank, const BuildPart
   loop->Init();
   for (int k = 1; k <= iterations; ++k) loop->Iteration(k);
   return em.Finish();
+}
+
+}  // namespace
+
+Program Build(const config::Setup& setup, int pipeline_rank) {
+  return BuildWith(setup, pipeline_rank, BuildParts{});
+}
+
+Program BuildWith(const config::Setup& setup, int pipeline_rank, const BuildParts& parts) {
+  return Generate(setup, pipeline_rank, parts, nullptr);
+}
+
+void BuildInto(const config::Setup& setup, int pipeline_rank, OpSink& sink) {
+  Generate(setup, pipeline_rank, BuildParts{}, &sink);
 }
 
 StaticSizes ComputeStaticSizes(const config::Setup& setup, int pipeline_rank) {

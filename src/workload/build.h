@@ -53,6 +53,11 @@ struct BuildParts {
 };
 Program BuildWith(const config::Setup& setup, int pipeline_rank, const BuildParts& parts);
 
+// The ops of Build(setup, pipeline_rank), handed to `sink` one at a time in issue order as they
+// are generated, none kept: memory does not grow with micro-batches or iterations (what the
+// engine's Simulation consumes). Same REQUIRES as Build.
+void BuildInto(const config::Setup& setup, int pipeline_rank, OpSink& sink);
+
 // The steady-state static sizes of one rank (after the first optimizer step), from the same
 // parameter list and buffer layout Build uses. Closed forms per parameter
 // (docs/training-memory.md, 'Precision and bytes per parameter';

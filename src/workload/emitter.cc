@@ -19,10 +19,11 @@ constexpr double kMinOpUs = 1.0;               // kernel-launch granularity (est
 
 }  // namespace
 
-Emitter::Emitter(const config::Setup& setup, int pipeline_rank, int num_iterations) {
+Emitter::Emitter(const config::Setup& setup, int pipeline_rank, int num_iterations,
+                 OpSink* sink)
+    : sink_(sink) {
   program_.pipeline_rank = pipeline_rank;
   program_.num_iterations = num_iterations;
-  sizes_.push_back(0);  // ids start at 1; 0 = none
   const config::DevicePreset& dev = setup.device;
   const config::Precision precision = setup.training.precision;
   const double peak = precision == config::Precision::kFp32   ? dev.peak_flops_fp32
@@ -65,17 +66,22 @@ void Emitter::FinishOp() {
   Op& op = Cur();
   double bytes = extra_bytes_;
   for (const TensorAlloc& a : op.allocs) bytes += static_cast<double>(a.size_bytes);
-  for (TensorId id : op.frees) bytes += static_cast<double>(sizes_[id]);
+  for (TensorId id : op.frees) bytes += static_cast<double>(sizes_.at(id));
   const double compute_us = flops_ / (peak_flops_ * kComputeEfficiency) * 1e6;
   const double memory_us = bytes / (bandwidth_ * kBandwidthEfficiency) * 1e6;
   op.duration_us = std::max(kMinOpUs, std::max(compute_us, memory_us) + comm_us_);
   open_ = false;
+  for (TensorId id : op.frees) sizes_.erase(id);
+  if (sink_ != nullptr) {
+    sink_->OnOp(std::move(op));
+    program_.ops.pop_back();
+  }
 }
 
 TensorId Emitter::Alloc(Bytes size_bytes, Category category, std::string label) {
   MEMSIM_CHECK(open_ && size_bytes >= 0);
-  const TensorId id = sizes_.size();
-  sizes_.push_back(size_bytes);
+  const TensorId id = next_id_++;
+  sizes_.emplace(id, size_bytes);
   Cur().allocs.push_back({id, size_bytes, category, std::move(label)});
   return id;
 }

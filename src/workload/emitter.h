@@ -21,6 +21,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "config/setup.h"
@@ -35,8 +36,11 @@ enum class Coll { kAllReduce, kGather, kP2P };
 class Emitter {
  public:
   // Peak FLOP/s for the setup's precision and memory bandwidth come from the device preset
-  // (with estimated fallbacks when a preset leaves them 0).
-  Emitter(const config::Setup& setup, int pipeline_rank, int num_iterations);
+  // (with estimated fallbacks when a preset leaves them 0). With a `sink`, each op is handed to
+  // it when it closes and not kept (memory does not grow with the ops emitted); without, the
+  // ops are collected into the Program Finish returns. The sink must outlive the Emitter.
+  Emitter(const config::Setup& setup, int pipeline_rank, int num_iterations,
+          OpSink* sink = nullptr);
 
   // The context stamped on ops begun from now on.
   void SetContext(int iteration, Phase phase, int micro_batch);
@@ -62,7 +66,8 @@ class Emitter {
   // Holders of a referenced tensor (0 if none); tensors with references outstanding.
   int Refs(TensorId id) const;
   std::size_t ReferencedTensors() const { return refs_.size(); }
-  Bytes SizeOf(TensorId id) const { return sizes_[id]; }
+  // REQUIRES: `id` allocated and not freed by an op closed before.
+  Bytes SizeOf(TensorId id) const { return sizes_.at(id); }
 
   void Flops(double flops) { flops_ += flops; }
   void MovedBytes(double bytes) { extra_bytes_ += bytes; }
@@ -73,14 +78,17 @@ class Emitter {
   void Synchronize() { Cur().synchronize = true; }
   void EmptyCache() { Cur().empty_cache = true; }
 
-  // Closes the open op and hands over the Program.
+  // Closes the open op and hands over the Program (without ops when they went to a sink).
   Program Finish();
 
  private:
   void FinishOp();
 
-  Program program_;
-  std::vector<Bytes> sizes_;      // by tensor id; [0] unused
+  Program program_;  // with a sink: at most the open op
+  OpSink* sink_ = nullptr;
+  // Sizes of the tensors not freed by a closed op (lookup only; bounded by the live tensors).
+  std::unordered_map<TensorId, Bytes> sizes_;
+  TensorId next_id_ = 1;
   std::map<TensorId, int> refs_;  // holders of the tensors managed by Ref/Unref
   double peak_flops_ = 0, bandwidth_ = 0;
   int iteration_ = 0;

@@ -50,6 +50,14 @@ struct Op {
   bool operator==(const Op&) const = default;
 };
 
+// Where a generator hands its ops, one at a time in issue order (the engine's Simulation, or a
+// Program being collected).
+class OpSink {
+ public:
+  virtual ~OpSink() = default;
+  virtual void OnOp(Op&& op) = 0;
+};
+
 struct Program {
   int pipeline_rank = 0;
   int num_iterations = 0;

@@ -68,12 +68,13 @@ TEST_CASE("memsim run: bad input exits 2 with one message and leaves no file", "
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("no/such/dir/r.json: cannot write") != std::string::npos);
   // --iterations is named as the user wrote it.
-  // (10 iterations × 4096 / (1 × DP 4) = 1024 micro-batches × 32 layers = 327680 layer passes
-  // of one stage, above the limit of 2^17.)
-  r = RunMemsim(dir, "run --iterations 10 --set training.global_batch_size=4096");
+  // (10 iterations × 32768 / (1 × DP 4) = 8192 micro-batches × 32 layers = 2621440 layer
+  // passes, above the limit of 2^21 = 2097152.)
+  r = RunMemsim(dir, "run --iterations 10 --set training.global_batch_size=32768");
   CHECK(r.exit_code == 2);
   CHECK(r.err.rfind("memsim run: --iterations 10: train_iters × micro-batches per iteration × "
-                    "layers per pipeline stage = 10 × 1024 × 32 = 327680",
+                    "num_hidden_layers = 10 × 8192 × 32 = 2621440 layer passes exceed memsim's "
+                    "limit of 2097152",
                     0) == 0);
   // An empty file or preset name is an error, not "not given".
   for (const char* option : {"--json", "--csv", "--device", "--model"}) {

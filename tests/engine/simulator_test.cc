@@ -1,6 +1,9 @@
 #include "engine/simulator.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <string>
+#include <tuple>
 
 #include "timeline/recorder.h"
 
@@ -194,6 +197,85 @@ TEST_CASE("recorder: spans start where the previous one ended", "[engine]") {
   CHECK(spans[2].peak_allocated_bytes == 14_MiB);
   CHECK(spans[2].peak_phase == Phase::kForward);
   CHECK(recorder.timeline().samples.size() == 12);
+}
+
+}  // namespace
+}  // namespace memsim::engine
+
+namespace memsim::engine {
+namespace {
+
+// The event order of the header's timing rules, computed the way the whole-Program engine did
+// it: every op's start and end time from the stream rules, then all events sorted by (time,
+// sequence), sequence = 2 × issue index (+1 for the end).
+std::vector<std::tuple<SimTimeUs, std::size_t, bool>> SortedEvents(const Program& program) {
+  std::vector<std::tuple<SimTimeUs, std::size_t, bool>> events;
+  SimTimeUs compute_free = 0, comm_free = 0;
+  for (std::size_t i = 0; i < program.ops.size(); ++i) {
+    const Op& op = program.ops[i];
+    const bool comm = op.stream == workload::kCommStream;
+    const SimTimeUs start =
+        op.synchronize || comm ? std::max(compute_free, comm_free) : compute_free;
+    const SimTimeUs end = start + op.duration_us;
+    if (comm) {
+      comm_free = end;
+      if (op.synchronize) compute_free = end;
+    } else {
+      compute_free = end;
+    }
+    events.emplace_back(start, 2 * i, true);
+    events.emplace_back(end, 2 * i + 1, false);
+  }
+  std::sort(events.begin(), events.end());
+  return events;
+}
+
+TEST_CASE("engine: ops fed one at a time are processed in the order of all events sorted",
+          "[engine][fast_path]") {
+  // A deterministic mix (a linear congruential generator): compute ops of 0 to 29 us, comm ops
+  // of up to 199 us that outlast many compute ops, some synchronizing, each op allocating one
+  // tensor and freeing one that an earlier compute op allocated (compute ops start in issue
+  // order and every op starts after the compute ops issued before it ended, so the free never
+  // comes before its malloc); comm ops record a live tensor on their stream.
+  std::uint64_t seed = 12345;
+  auto next = [&seed](std::uint64_t n) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (seed >> 33) % n;
+  };
+  Program program;
+  std::vector<workload::TensorId> live;
+  for (int i = 0; i < 400; ++i) {
+    const bool comm = next(4) == 0;
+    std::vector<workload::TensorId> frees;
+    if (!live.empty() && next(2) == 0) {
+      const std::size_t k = next(live.size());
+      frees.push_back(live[k]);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+    const workload::TensorId id = static_cast<workload::TensorId>(i) + 1;
+    Op op = MakeOp(std::to_string(i), 1 + i / 100, Phase::kForward,
+                   {{id, static_cast<Bytes>(512 * (1 + next(64))), Category::kTemporaries, "t"}},
+                   frees, static_cast<double>(comm ? next(200) : next(30)));
+    op.stream = comm ? workload::kCommStream : workload::kComputeStream;
+    op.synchronize = next(10) == 0;
+    if (comm && !live.empty()) op.record_streams.emplace_back(live.back(), workload::kCommStream);
+    if (!comm) live.push_back(id);
+    program.ops.push_back(std::move(op));
+  }
+  const auto expected = SortedEvents(program);
+  Collect seen;
+  Simulation simulation(TestSetup(), {}, seen);
+  for (const Op& op : program.ops) simulation.OnOp(Op(op));
+  const SimulateResult r = simulation.Finish();
+  REQUIRE(seen.boundaries.size() == expected.size());
+  for (std::size_t k = 0; k < expected.size(); ++k) {
+    const auto& [time, sequence, at_start] = expected[k];
+    INFO("event " << k);
+    CHECK(seen.boundaries[k].time_us == time);
+    CHECK(seen.boundaries[k].op == std::to_string(sequence / 2));
+    CHECK(seen.boundaries[k].at_start == at_start);
+  }
+  CHECK(r.end_time_us == std::get<0>(expected.back()));
 }
 
 }  // namespace
