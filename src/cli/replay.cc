@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -139,13 +140,24 @@ class CsvRows final : public replay::ReplayRowSink {
   explicit CsvRows(const std::string& path)
       : file_(path), buffer_("op_index,op,allocated_bytes,reserved_bytes,active_bytes\n") {}
   void OnRow(const replay::ReplayRow& r) override {
-    // At most 19 + 13 + 3 × 20 + 5 characters: formatted into a fixed array (a back_inserter
-    // into the string would push one character at a time).
+    // At most 19 + 13 + 3 × 20 + 5 characters, written into a fixed array with std::to_chars
+    // (the decimal text fmt's "{}" gives an integer, at a fraction of a format string's cost).
     char row[128];
-    const auto out = fmt::format_to_n(row, sizeof(row), "{},{},{},{},{}\n", ++index_,
-                                      replay::TraceOpName(r.op), r.allocated_bytes,
-                                      r.reserved_bytes, r.active_bytes);
-    buffer_.append(row, out.out);
+    char* p = row;
+    char* const end = row + sizeof(row);
+    auto number = [&p, end](std::int64_t v, char after) {
+      p = std::to_chars(p, end - 1, v).ptr;  // room for `after` whatever happens
+      *p++ = after;
+    };
+    number(++index_, ',');
+    const std::string_view op = replay::TraceOpName(r.op);
+    std::memcpy(p, op.data(), op.size());
+    p += op.size();
+    *p++ = ',';
+    number(r.allocated_bytes, ',');
+    number(r.reserved_bytes, ',');
+    number(r.active_bytes, '\n');
+    buffer_.append(row, p);
     if (buffer_.size() >= (std::size_t{1} << 16)) {
       file_.Append(buffer_);
       buffer_.clear();

@@ -61,6 +61,40 @@ TEST_CASE("csv: header, comments, blank lines, CRLF, omitted trailing fields", "
                     "empty_cache)");
 }
 
+// replay/trace.cc reads plain `malloc`/`free` lines in one pass and every other line with the
+// full parser; a blank around a field sends the same line to the full parser, so each pair below
+// must give the same record (the numbers are the text's own: 18 digits is the longest bytes
+// field and 9 the longest stream field the one-pass reader takes, the next lengths go through
+// the full parser).
+TEST_CASE("csv: the one-pass reader and the full parser give the same records", "[replay]") {
+  const std::vector<std::string> lines = {
+      "malloc,a,1000,1",     "free,a,,3",           "malloc,b,5,",         "free,b,7,0",
+      "malloc,c,999999999999999999,123456789",      "free,c,0,0",
+      "malloc,d,1000000000000000000,2147483647",    "malloc,id with space,1,0"};
+  std::string plain, padded;
+  for (const std::string& line : lines) {
+    plain += line + "\n";
+    padded += " " + line + "\r\n";  // blanks and CR: the full parser only
+  }
+  const Trace a = ParseCsvTrace(plain, "t.csv");
+  const Trace b = ParseCsvTrace(padded, "t.csv");
+  REQUIRE(a.records.size() == lines.size());
+  CHECK(a.records == b.records);
+  CHECK(a.ids == b.ids);
+  CHECK(a.records[1] == TraceRecord{TraceOp::kFree, 0, 0, 3, 2});
+  CHECK(a.records[2] == TraceRecord{TraceOp::kMalloc, 1, 5, 0, 3});
+  CHECK(a.records[4] == TraceRecord{TraceOp::kMalloc, 2, 999999999999999999, 123456789, 5});
+  CHECK(a.records[6] == TraceRecord{TraceOp::kMalloc, 3, 1000000000000000000, 2147483647, 7});
+  CHECK(a.ids.back() == "id with space");
+  // Lines the one-pass reader declines are still reported by the full parser.
+  CHECK_THROWS_WITH(ParseCsvTrace("malloc,a,10\nmalloc,b,,0\n", "t.csv"),
+                    "t.csv:2: malloc needs bytes");
+  CHECK_THROWS_WITH(ParseCsvTrace("free,a,12a,0\n", "t.csv"),
+                    "t.csv:1: bytes: expected a non-negative integer below 2^63, got '12a'");
+  CHECK_THROWS_WITH(ParseCsvTrace("malloc,a,1,0,\n", "t.csv"),
+                    "t.csv:1: too many fields (expected at most 4: op,id,bytes,stream)");
+}
+
 TEST_CASE("csv: syntax errors name the line", "[replay]") {
   CHECK_THROWS_WITH(ParseCsvTrace("malloc,a,10\nmallco,b,1\n", "trace.csv"),
                     "trace.csv:2: unknown op 'mallco' (expected malloc, free, record_stream, "
