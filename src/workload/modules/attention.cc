@@ -82,20 +82,19 @@ CoreAttn UnfusedForward(ModuleContext& ctx, int l, bool keep) {
   if (d.hf) {
     // Transformers eager attention (modeling_bert.py BertSelfAttention.forward; llama's
     // eager_attention_forward): matmul(q, k^T), then the scale and the additive mask, each a
-    // new [b, a, s, s] tensor while the previous one is alive. The mask is in the model's dtype
-    // (modeling_utils.py get_extended_attention_mask), so under autocast over fp32 weights the
-    // masked scores promote to fp32 (wide_bytes, model.h).
+    // new [b, a, s, s] tensor while the previous one is alive. The mask is always there: with
+    // no attention_mask in the batch, BertModel.forward makes one of ones and
+    // get_extended_attention_mask (modeling_utils.py) turns it into the additive [b, 1, 1, s]
+    // mask, in the model's dtype, so under autocast over fp32 weights the masked scores promote
+    // to fp32 (wide_bytes, model.h; act_bytes otherwise).
     scores = em.Alloc(d.act_bytes * s2, Category::kTemporaries, LayerLabel(l, "attn.scores"));
     const TensorId scaled =
         em.Alloc(d.act_bytes * s2, Category::kTemporaries, LayerLabel(l, "attn.scores_scaled"));
     em.Free(scores);
-    scores = scaled;
-    if (d.cast_inputs) {
-      const TensorId masked =
-          em.Alloc(d.wide_bytes * s2, Category::kTemporaries, LayerLabel(l, "attn.scores_masked"));
-      em.Free(scores);
-      scores = masked;
-    }
+    const TensorId masked =
+        em.Alloc(d.wide_bytes * s2, Category::kTemporaries, LayerLabel(l, "attn.scores_masked"));
+    em.Free(scaled);
+    scores = masked;
   } else {
     ctx.k.MpuBuffer(d.act_bytes * s2);
     scores = em.Alloc(d.act_bytes * s2, Category::kTemporaries, LayerLabel(l, "attn.scores"));
