@@ -28,7 +28,9 @@ namespace memsim::alloc {
 enum class Backend { kCuda, kNpu };
 
 using StreamId = std::int32_t;
-// Identifies one live allocation. Never reused within an Allocator's lifetime.
+// Identifies one live allocation. A handle passed to Free may be returned again by a later
+// Malloc (the handle table stays as large as the most allocations ever live at once, not the
+// number of mallocs: issue 17's bounded memory), so a caller must drop a handle when it frees it.
 using BlockHandle = std::uint64_t;
 
 // The options of PYTORCH_CUDA_ALLOC_CONF / PYTORCH_NPU_ALLOC_CONF (docs/allocator-rules.md,

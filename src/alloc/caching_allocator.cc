@@ -378,6 +378,12 @@ BlockHandle CachingAllocator::AllocFoundBlock(const AllocParams& p, Bytes reques
   Increase(stats_.requested_bytes, request_bytes);
   if (blk.size_bytes >= MaxSplit()) Increase(stats_.oversize_allocations, 1);
   Trace(TraceAction::kAlloc, blk.addr, request_bytes, blk.size_bytes, blk.stream, blk.pool);
+  if (!free_handles_.empty()) {
+    const BlockHandle h = free_handles_.back();
+    free_handles_.pop_back();
+    handle_to_block_[h - 1] = b;
+    return h;
+  }
   handle_to_block_.push_back(b);
   return handle_to_block_.size();
 }
@@ -389,6 +395,7 @@ void CachingAllocator::Free(BlockHandle handle) {
   const BlockIndex b = handle_to_block_[handle - 1];
   MEMSIM_CHECK(b != kNoBlock && blocks_[b].allocated);
   handle_to_block_[handle - 1] = kNoBlock;
+  free_handles_.push_back(handle);
   Block& blk = blocks_[b];
   blk.allocated = false;
   Decrease(stats_.allocation, 1);

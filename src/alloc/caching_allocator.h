@@ -260,6 +260,7 @@ class CachingAllocator final : public Allocator {
   std::int64_t pending_events_ = 0;
   bool events_may_have_completed_ = false;
   std::vector<BlockIndex> handle_to_block_;  // index = handle - 1; kNoBlock once freed
+  std::vector<BlockHandle> free_handles_;   // freed handles, reused last-freed first
   TraceSink* trace_ = nullptr;               // not owned
 };
 
