@@ -79,6 +79,7 @@ constexpr Modelled kModelled[] = {
     {"--attention-backend", "attention_backend", Kind::kSpecial},
     {"--transformer-impl", "transformer_impl", Kind::kString},
     {"--no-gradient-accumulation-fusion", "gradient_accumulation_fusion", Kind::kFalse},
+    {"--no-create-attention-mask-in-dataloader", "create_attention_mask_in_dataloader", Kind::kFalse},
     {"--train-iters", "train_iters", Kind::kSpecial},
     {"--train-samples", "train_samples", Kind::kSpecial},
     {"--empty-unused-memory-level", "empty_unused_memory_level", Kind::kInt},

@@ -183,6 +183,11 @@ struct TrainingConfig {
   // Megatron --no-gradient-accumulation-fusion sets this false: weight grads are then computed as
   // tensors and added to main_grad by the DDP hook instead of accumulated in the GEMM.
   bool gradient_accumulation_fusion = true;
+  // Megatron's GPT dataset builds a causal mask [1, s, s] bool per sample, which get_batch moves
+  // to the device (megatron/core/datasets/gpt_dataset.py _get_ltor_masks_and_position_ids;
+  // megatron/training/utils.py get_batch_on_this_tp_rank); --no-create-attention-mask-in-dataloader
+  // sets this false. Read for framework "megatron" only.
+  bool create_attention_mask_in_dataloader = true;
   // Software versions that change what is allocated ("MAJOR.MINOR", {major, minor}); {} = not
   // stated, taken as the current releases. transformer_engine_version also says that Transformer
   // Engine is installed (it always is with transformer_impl "transformer_engine").

@@ -30,6 +30,7 @@ const std::vector<std::string> kTrainingKeys = {
     "use_distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather",
     "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules",
     "use_flash_attn", "transformer_impl", "gradient_accumulation_fusion",
+    "create_attention_mask_in_dataloader",
     "transformer_engine_version", "megatron_core_version", "train_iters", "skipped_iterations",
     "empty_unused_memory_level", "gradient_accumulation_steps", "use_precision_aware_optimizer",
     "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
@@ -542,6 +543,8 @@ void ReadKernels(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* n
   c.transformer_impl =
       t.Choice("transformer_impl", {"transformer_engine", "local"}).value_or("transformer_engine");
   c.gradient_accumulation_fusion = t.Bool("gradient_accumulation_fusion").value_or(true);
+  c.create_attention_mask_in_dataloader =
+      t.Bool("create_attention_mask_in_dataloader").value_or(true);
   if (c.framework == kPytorch && c.gradient_accumulation_fusion) {
     // Megatron's fused weight-gradient accumulation into main_grad; plain PyTorch's autograd
     // hands every weight gradient to the parameter's .grad.

@@ -195,6 +195,14 @@ ModelDims ComputeDims(const config::Setup& setup) {
   d.hidden_dropout = mc.hidden_dropout > 0.0;
   d.attention_dropout = mc.attention_dropout > 0.0;
   d.tied = mc.tie_word_embeddings;
+  // MindSpeed-LLM replaces get_batch on Ascend (not audited): no mask there.
+  d.dataloader_attention_mask =
+      tc.framework == "megatron" && !d.npu && tc.create_attention_mask_in_dataloader;
+  const auto& mods = tc.recompute_modules;
+  d.attention_mask_to_backward =
+      tc.recompute_granularity == config::RecomputeGranularity::kFull ||
+      (tc.recompute_granularity == config::RecomputeGranularity::kSelective &&
+       std::find(mods.begin(), mods.end(), "core_attn") != mods.end());
   SetWeightGradRules(tc, &d);
   SetMoeDims(setup, &d);
   return d;

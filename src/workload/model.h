@@ -113,6 +113,15 @@ struct ModelDims {
   // (tensor_parallel/cross_entropy.py, in place since commit 9634c0e4a3, first in core_v0.8.0;
   // NVIDIA/Megatron-LM#525): a second fp32 [T, V/t] tensor while the first is alive.
   bool ce_max_out_of_place = false;
+  // Megatron's GPT dataset causal mask on the device (framework "megatron" off Ascend, unless
+  // --no-create-attention-mask-in-dataloader): [b, 1, s·cp, s·cp] bool from get_batch on the first
+  // and last pipeline stages (pretrain_gpt.py get_batch returns None on the others), sliced to
+  // [b, 1, s, s·cp] by get_batch_on_this_cp_rank. Alive while forward_step runs; with full
+  // recompute or selective recompute of core_attn, tensor_parallel.checkpoint saves it
+  // (CheckpointFunction.forward save_for_backward(*args)) until the micro-batch's layers are
+  // backwarded. modules/embedding.h GetBatch.
+  bool dataloader_attention_mask = false;
+  bool attention_mask_to_backward = false;
 };
 
 // REQUIRES: a Setup that config/ validated (positive sizes, divisibility of heads, layers and

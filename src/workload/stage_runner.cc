@@ -53,6 +53,10 @@ void StageRunner::DropBatch(Unit& u) {
   if (u.batch.tokens != u.embedding.indices) em.Free(u.batch.tokens);
   if (!positions_saved) em.Free(u.batch.position_ids);
   em.Free(u.batch.labels);
+  if (!d_.attention_mask_to_backward) {
+    em.Free(u.batch.attention_mask);
+    u.batch.attention_mask = 0;
+  }
   u.batch.tokens = u.batch.labels = 0;
   if (!positions_saved) u.batch.position_ids = 0;
 }
@@ -141,6 +145,8 @@ void StageRunner::Backward(int mb, int chunk, const ScheduleStep* next) {
   }
   const TensorId recv_grad = post ? 0 : dy;
   dy = LayersBackward(u, chunk, dy, !post);
+  em.Free(u.batch.attention_mask);  // the checkpoints that saved it are backwarded (model.h)
+  u.batch.attention_mask = 0;
   if (pre) {
     dp_.BeforeBackward(em, GradSite::kEmbedding, -1);
     Embedding::Backward(ctx_, u.batch, u.embedding, dy);

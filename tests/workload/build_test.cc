@@ -233,8 +233,9 @@ TEST_CASE("full recompute keeps 2·s·b·h per checkpointed layer input", "[work
     CheckWellFormed(q);
     // At the first backward of iteration 2, stage 0 holds min(p - r, m) = 4 micro-batches, each
     // with 2 checkpoints (the inputs of its 2 layers: embedding output and layer 0 output) of
-    // 2·sbh, plus the int64 tokens (8·s·b = 16 KiB, 0.4% of a checkpoint):
-    // 4 · 2 · 4,194,304 = 33,554,432 bytes.
+    // 2·sbh, plus the dataloader's attention mask, which the checkpoints save (b·s² bools =
+    // 2 · 1024 · 1024 = 2,097,152; model.h dataloader_attention_mask), plus the int64 tokens
+    // (8·s·b = 16 KiB, 0.04% of the total): 4 · (2 · 4,194,304 + 2,097,152) = 41,943,040 bytes.
     std::map<TensorId, Bytes> live;
     Bytes at_first_backward = -1;
     for (const Op& op : q.ops) {
@@ -247,7 +248,7 @@ TEST_CASE("full recompute keeps 2·s·b·h per checkpointed layer input", "[work
       }
       for (TensorId id : op.frees) live.erase(id);
     }
-    CHECK(Within(static_cast<double>(at_first_backward), 33'554'432.0, 0.01));
+    CHECK(Within(static_cast<double>(at_first_backward), 41'943'040.0, 0.01));
   }
   SECTION("block method: only the first N layers are checkpointed") {
     s.training.recompute_method = config::RecomputeMethod::kBlock;

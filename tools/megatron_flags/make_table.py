@@ -28,7 +28,7 @@ MODELLED = """
 --weight-decay --sgd-momentum --use-distributed-optimizer --overlap-grad-reduce
 --overlap-param-gather --recompute-granularity --recompute-method --recompute-num-layers
 --recompute-modules --recompute-activations --use-flash-attn --attention-backend
---transformer-impl --no-gradient-accumulation-fusion --train-iters --train-samples
+--transformer-impl --no-gradient-accumulation-fusion --no-create-attention-mask-in-dataloader --train-iters --train-samples
 --empty-unused-memory-level --num-layers --hidden-size --ffn-hidden-size --num-attention-heads
 --group-query-attention --num-query-groups --kv-channels --max-position-embeddings --vocab-size
 --padded-vocab-size --make-vocab-size-divisible-by --swiglu --normalization --disable-bias-linear

@@ -24,6 +24,20 @@ Batch GetBatch(ModuleContext& ctx, bool first_stage, bool last_stage) {
     b.loss_mask = em.Alloc(4 * d.T, Category::kActivations, "data.loss_mask");
     bytes += 12.0 * d.T;
   }
+  if (d.dataloader_attention_mask && (first_stage || last_stage)) {
+    // gpt_dataset.py _get_ltor_masks_and_position_ids: torch.tril(ones(S, S)) < 0.5, one bool
+    // [1, S, S] per sample over the full sequence S = s·cp; get_batch_on_this_tp_rank moves the
+    // collated [b, 1, S, S] to the device (or broadcasts into an empty one on TP ranks > 0);
+    // get_batch_on_this_cp_rank index_selects this rank's S/cp query rows into a new tensor.
+    const std::int64_t full_s = d.s * d.cp;
+    b.attention_mask = em.Alloc(d.b * full_s * full_s, Category::kActivations, "data.attention_mask");
+    bytes += static_cast<double>(d.b * full_s * full_s);
+    if (d.cp > 1) {
+      const TensorId full = b.attention_mask;
+      b.attention_mask = em.Alloc(d.b * d.s * full_s, Category::kActivations, "data.attention_mask");
+      em.Free(full);
+    }
+  }
   em.Collective("tp", d.t, bytes, Coll::kGather);
   return b;
 }

@@ -15,6 +15,7 @@ namespace memsim::workload {
 // mask on the last. Attention masks are not modelled (--no-create-attention-mask-in-dataloader).
 struct Batch {
   TensorId tokens = 0, position_ids = 0, labels = 0, loss_mask = 0;
+  TensorId attention_mask = 0;  // ModelDims::dataloader_attention_mask
 };
 // Emits get_batch ("data.get_batch", a broadcast over TP).
 Batch GetBatch(ModuleContext& ctx, bool first_stage, bool last_stage);
