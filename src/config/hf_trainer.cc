@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "config/documents.h"
+#include "config/iterations.h"
 #include "core/error.h"
 #include "config/hf_peft_config.h"
 
@@ -353,6 +354,15 @@ void ReadEval(const Readers& r, TrainingConfig& c, std::vector<std::string>* not
     notes->push_back(fmt::format("{}: absent, false taken (Trainer(compute_metrics=None): "
                                  "evaluate keeps the loss only, no logits)",
                                  own.At("compute_metrics")));
+  }
+  const int first = FirstEvaluationStep(c);
+  if (first > 0 && c.eval_steps > 4 && first + c.eval_steps <= c.train_iters) {
+    // config/iterations.h: a long run is simulated until it repeats with a period of 1 to 4
+    // steps; the steps after the first evaluation repeat before the next one comes.
+    warnings->push_back(fmt::format(
+        "{}: only the first evaluation (after step {}) is simulated; the later ones, every {} "
+        "steps, come after the run's steady state is found and are not",
+        t.At("eval_steps"), first, c.eval_steps));
   }
   if (c.eval_steps > c.train_iters) {
     notes->push_back(fmt::format("{}: {} is above the {} steps simulated: no evaluation runs",

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "config/iterations.h"
 #include "config/load.h"
 #include "test_util.h"
 #include "workload/build.h"
@@ -305,6 +306,18 @@ TEST_CASE("hf-trainer: the evaluation keys", "[config][hf][eval]") {
                   "positive integer: the evaluation batches each process runs, "
                   "ceil(len(eval_dataset) / (per_device_eval_batch_size x world_size)) (memsim's "
                   "own key)");
+  // A long run: simulated at least to the step after the first evaluation (step 10 here, the
+  // first multiple of eval_steps 10 at or after eval_delay 5); the later ones are not followed.
+  const Setup long_run =
+      LoadSetup(Config("e11.json", kBase + ", \"max_steps\": 1000, \"eval_strategy\": "
+                                           "\"steps\", \"eval_steps\": 10, \"eval_delay\": 5, "
+                                           "\"eval_batches\": 1"),
+                {});
+  CHECK(FirstEvaluationStep(long_run.training) == 10);
+  CHECK(FirstRepeatingIteration(long_run) == 11);
+  CHECK(std::any_of(long_run.warnings.begin(), long_run.warnings.end(), [](const std::string& w) {
+    return w.find("only the first evaluation (after step 10) is simulated") != std::string::npos;
+  }));
   const Setup epoch = LoadSetup(Config("e10.json", kBase + ", \"eval_strategy\": \"epoch\""), {});
   CHECK(epoch.training.eval_steps == 0);
   CHECK(std::any_of(epoch.warnings.begin(), epoch.warnings.end(), [](const std::string& w) {
