@@ -6,10 +6,13 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <string_view>
 
 #include "config/documents.h"
+#include "config/iterations.h"
 #include "core/error.h"
 #include "config/hf_peft_config.h"
 
@@ -23,7 +26,8 @@ const std::vector<std::string> kModelled = {
     "per_device_train_batch_size", "gradient_accumulation_steps", "fp16", "bf16",
     "gradient_checkpointing", "gradient_checkpointing_kwargs", "optim", "weight_decay",
     "max_steps", "eval_steps", "eval_strategy", "evaluation_strategy",
-    "per_device_eval_batch_size", "ddp_bucket_cap_mb", "ddp_find_unused_parameters",
+    "per_device_eval_batch_size", "prediction_loss_only", "eval_accumulation_steps", "eval_delay",
+    "eval_do_concat_batches", "logging_steps", "ddp_bucket_cap_mb", "ddp_find_unused_parameters",
     // recognised; unsupported when set to what memsim does not model
     "deepspeed", "fsdp", "torch_compile", "optim_args"};
 
@@ -31,7 +35,7 @@ const std::vector<std::string> kModelled = {
 const std::vector<std::string> kOwnKeys = {
     "framework",     "training_args",  "max_seq_length",     "torch_dtype",
     "attn_implementation", "world_size", "adapter_config", "quantization_config",
-    "torch_version"};
+    "torch_version", "eval_batches", "compute_metrics"};
 
 // TrainingArguments fields without an effect on device memory in a Trainer run on one device
 // (schedules, logging, saving, seeds, the data loader's host side): accepted with a note.
@@ -39,13 +43,13 @@ const std::vector<std::string> kNoMemoryEffect = {
     "output_dir", "overwrite_output_dir", "do_train", "do_eval", "do_predict", "learning_rate",
     "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "num_train_epochs",
     "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_ratio", "warmup_steps", "log_level",
-    "logging_dir", "logging_strategy", "logging_first_step", "logging_steps", "save_strategy",
+    "logging_dir", "logging_strategy", "logging_first_step", "save_strategy",
     "save_steps", "save_total_limit", "save_safetensors", "seed", "data_seed", "run_name",
     "report_to", "disable_tqdm", "remove_unused_columns", "label_names", "load_best_model_at_end",
     "metric_for_best_model", "greater_is_better", "dataloader_num_workers",
     "dataloader_pin_memory", "dataloader_drop_last", "push_to_hub", "hub_model_id",
-    "label_smoothing_factor", "group_by_length", "length_column_name", "ddp_backend", "ddp_timeout", "local_rank", "tf32", "use_cpu", "no_cuda", "prediction_loss_only",
-    "eval_delay", "include_num_input_tokens_seen", "logging_nan_inf_filter", "skip_memory_metrics"};
+    "label_smoothing_factor", "group_by_length", "length_column_name", "ddp_backend", "ddp_timeout", "local_rank", "tf32", "use_cpu", "no_cuda",
+    "include_num_input_tokens_seen", "logging_nan_inf_filter", "skip_memory_metrics"};
 
 // Keys of the other frameworks' training block and what "hf-trainer" reads instead.
 struct Foreign {
@@ -286,9 +290,88 @@ void ReadCheckpointing(ObjectReader& t, TrainingConfig& c, std::vector<std::stri
   }
 }
 
-// Model-loading and kernel choices, evaluation and the stacks memsim does not model.
-void ReadRest(const Readers& r, TrainingConfig& c, std::vector<std::string>* notes,
+// The evaluation pass inside training (setup.h eval_steps). TrainingArguments.__post_init__:
+// eval_strategy (evaluation_strategy, its old name) "no" by default; "steps" without eval_steps
+// takes logging_steps (default 500); an eval_steps below 1 is a ratio of max_steps
+// (Trainer._inner_training_loop: ceil(max_steps * eval_steps)). Trainer.evaluate keeps the
+// predictions only with a compute_metrics function (it passes prediction_loss_only=True
+// otherwise) and prediction_loss_only false.
+void ReadEval(const Readers& r, TrainingConfig& c, std::vector<std::string>* notes,
               std::vector<std::string>* warnings) {
+  ObjectReader& t = r.args;
+  ObjectReader& own = r.own;
+  static const std::vector<std::string> kStrategies = {"no", "steps", "epoch"};
+  const char* strategy_key = t.Has("eval_strategy") ? "eval_strategy" : "evaluation_strategy";
+  const std::string strategy = t.Choice(strategy_key, kStrategies).value_or("no");
+  (void)t.Choice("evaluation_strategy", kStrategies);  // the old name, when both are present
+  const std::optional<double> steps = t.Number("eval_steps", 0, 1e9, false, false);
+  const int logging_steps = t.PositiveInt("logging_steps").value_or(500);
+  c.eval_batch_size = t.PositiveInt("per_device_eval_batch_size").value_or(8);
+  const bool loss_only = t.Bool("prediction_loss_only").value_or(false);
+  c.eval_accumulation_steps = t.PositiveInt("eval_accumulation_steps").value_or(0);
+  c.eval_do_concat_batches = t.Bool("eval_do_concat_batches").value_or(true);
+  c.eval_delay = static_cast<int>(t.Number("eval_delay", 0, 1e9, false, false).value_or(0));
+  const bool metrics = own.Bool("compute_metrics").value_or(false);
+  const std::optional<int> batches = own.PositiveInt("eval_batches");
+  c.eval_steps = 0;
+  if (strategy == "epoch") {
+    warnings->push_back(fmt::format("{}: \"epoch\": evaluation at epoch ends is not modelled "
+                                    "(memsim simulates max_steps steps and no epoch boundary)",
+                                    t.At(strategy_key)));
+  }
+  if (strategy != "steps") {
+    for (const char* key : {"eval_steps", "eval_batches"}) {
+      ObjectReader& holder = std::string_view(key) == "eval_batches" ? own : t;
+      if (holder.Has(key)) {
+        notes->push_back(fmt::format("{}: no effect: {} is \"{}\"", holder.At(key), strategy_key,
+                                     strategy));
+      }
+    }
+    return;
+  }
+  if (!steps || *steps == 0) {
+    c.eval_steps = logging_steps;
+    notes->push_back(fmt::format("{}: absent, logging_steps ({}) taken (TrainingArguments."
+                                 "__post_init__)",
+                                 t.At("eval_steps"), logging_steps));
+  } else if (*steps < 1) {
+    c.eval_steps = std::max(1, static_cast<int>(std::ceil(c.train_iters * *steps)));
+  } else {
+    if (*steps != std::floor(*steps)) {
+      Fail(t.At("eval_steps"), "expected an integer, or a ratio of max_steps below 1");
+    }
+    c.eval_steps = static_cast<int>(*steps);
+  }
+  if (!batches) {
+    Fail(own.At("eval_batches"),
+         "missing key with eval_strategy \"steps\", expected a positive integer: the evaluation "
+         "batches each process runs, ceil(len(eval_dataset) / (per_device_eval_batch_size x "
+         "world_size)) (memsim's own key)");
+  }
+  c.eval_batches = *batches;
+  c.eval_keep_predictions = metrics && !loss_only;
+  if (!own.Has("compute_metrics")) {
+    notes->push_back(fmt::format("{}: absent, false taken (Trainer(compute_metrics=None): "
+                                 "evaluate keeps the loss only, no logits)",
+                                 own.At("compute_metrics")));
+  }
+  const int first = FirstEvaluationStep(c);
+  if (first > 0 && c.eval_steps > 4 && first + c.eval_steps <= c.train_iters) {
+    // config/iterations.h: a long run is simulated until it repeats with a period of 1 to 4
+    // steps; the steps after the first evaluation repeat before the next one comes.
+    warnings->push_back(fmt::format(
+        "{}: only the first evaluation (after step {}) is simulated; the later ones, every {} "
+        "steps, come after the run's steady state is found and are not",
+        t.At("eval_steps"), first, c.eval_steps));
+  }
+  if (c.eval_steps > c.train_iters) {
+    notes->push_back(fmt::format("{}: {} is above the {} steps simulated: no evaluation runs",
+                                 t.At("eval_steps"), c.eval_steps, c.train_iters));
+  }
+}
+
+// Model-loading and kernel choices and the stacks memsim does not model.
+void ReadRest(const Readers& r, TrainingConfig& c, std::vector<std::string>* notes) {
   ObjectReader& t = r.args;
   // from_pretrained(attn_implementation=...): "sdpa" is the default where the model supports
   // it (modeling_utils.py _check_and_adjust_attn_implementation). SDPA's flash and
@@ -310,17 +393,6 @@ void ReadRest(const Readers& r, TrainingConfig& c, std::vector<std::string>* not
            fmt::format("expected a version such as \"2.5\", got \"{}\"", Printable(*v)));
     }
     c.zero_grad_set_to_none = major >= 2;
-  }
-  c.eval_steps = 0;
-  if (std::optional<int> e = t.PositiveInt("eval_steps")) c.eval_steps = *e;
-  const std::string strategy =
-      t.Choice("eval_strategy", {"no", "steps", "epoch"})
-          .value_or(t.Choice("evaluation_strategy", {"no", "steps", "epoch"}).value_or("no"));
-  (void)t.PositiveInt("per_device_eval_batch_size");
-  if (strategy == "steps" || c.eval_steps > 0) {
-    warnings->push_back(fmt::format("{}: the evaluation pass inside training is not modelled yet "
-                                    "(its forward under no_grad, kept logits)",
-                                    t.At(t.Has("eval_steps") ? "eval_steps" : "eval_strategy")));
   }
   for (const char* key : {"deepspeed", "fsdp"}) {
     const Json* v = t.Get(key);
@@ -349,7 +421,8 @@ TrainingConfig ReadFromArgs(const Readers& r, std::vector<std::string>* notes,
   ReadPrecision(r, c, notes);
   ReadOptim(r.args, c, notes);
   ReadCheckpointing(r.args, c, notes);
-  ReadRest(r, c, notes, warnings);
+  ReadRest(r, c, notes);
+  ReadEval(r, c, notes, warnings);
   ReadPeft(r.own, r.config, c, notes, warnings);
   ReadDdp(r.args, c, notes);
   return c;

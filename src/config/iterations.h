@@ -13,8 +13,15 @@ namespace memsim::config {
 // optimizer.step(), which creates the optimizer state lazily (torch/optim/adam.py `_init_group`;
 // docs/training-memory.md); the fp16 steps the loss scaler skips before it create none. An
 // empty_unused_memory_level schedule runs every iteration, so it changes nothing from one to the
-// next. Evaluation passes (not modelled yet) would move this iteration too.
+// next. With an evaluation pass inside training (hf-trainer eval_steps, workload/evaluation.h)
+// whose first run falls within train_iters: at least the step after that first evaluation, so
+// that it is simulated (its reserved segments stay cached); later evaluations are not followed
+// once the steps between them repeat (a warning says so, config/hf_trainer.cc).
 int FirstRepeatingIteration(const Setup& setup);
+
+// The first optimizer step followed by an evaluation (DefaultFlowCallback.on_step_end: a multiple
+// of eval_steps, at least eval_delay), or 0 when there is none.
+int FirstEvaluationStep(const TrainingConfig& training);
 
 // At least this many iterations are simulated (or train_iters when fewer): the default
 // train_iters, so that short runs report as they always have.

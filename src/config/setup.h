@@ -226,9 +226,21 @@ struct TrainingConfig {
   double ddp_bucket_cap_mb = 0;
   bool ddp_find_unused_parameters = false;
   bool ddp_gradient_as_bucket_view = false;
-  // hf-trainer: TrainingArguments.eval_steps (0 = no evaluation inside training). Read and
-  // reported; the evaluation pass itself is not modelled yet (a warning says so).
+  // hf-trainer: the evaluation pass inside training (workload/evaluation.h). After optimizer
+  // step k (global_step k) with k % eval_steps == 0 and k >= eval_delay, Trainer.evaluate runs
+  // eval_batches forward passes of eval_batch_size samples (TrainingArguments eval_strategy
+  // "steps", eval_steps, eval_delay, per_device_eval_batch_size; eval_batches is memsim's own).
+  // eval_keep_predictions: compute_metrics was given (memsim's own key) and
+  // prediction_loss_only is false, so logits and labels are gathered and kept on the device;
+  // eval_accumulation_steps moves them to the CPU every that many batches (0 = None: at the end);
+  // eval_do_concat_batches false keeps a list instead of concatenating. eval_steps 0: none.
   int eval_steps = 0;
+  int eval_delay = 0;
+  int eval_batch_size = 8;
+  int eval_batches = 0;
+  bool eval_keep_predictions = false;
+  int eval_accumulation_steps = 0;
+  bool eval_do_concat_batches = true;
   // hf-trainer: a PEFT LoRA adapter (adapter_config.json; peft/tuners/lora/config.py LoraConfig
   // and tuners/lora/layer.py LoraLayer.update_layer). r = 0: no adapter, every parameter
   // trained. With an adapter the base model is frozen (no .grad, no optimizer state) except

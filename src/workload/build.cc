@@ -4,6 +4,7 @@
 
 #include "workload/data_parallel.h"
 #include "workload/emitter.h"
+#include "workload/evaluation.h"
 #include "workload/hf_peft.h"
 #include "workload/kernels.h"
 #include "workload/modules/decoder_layer.h"
@@ -60,7 +61,14 @@ Program Generate(const config::Setup& setup, int pipeline_rank, const BuildParts
   PipelineExchange exchange(em, d);
   StageRunner runner(ctx, setup.training, pipeline_rank, layer, *dp, exchange);
   const std::vector<ScheduleStep> steps = PipelineSchedule(d.p, pipeline_rank, d.m, d.v);
-  const LoopParts loop_parts{setup, d, params, em, *dp, runner, exchange, steps};
+  LoopParts loop_parts{setup, d, params, em, *dp, runner, exchange, steps};
+  // The Trainer's evaluation pass (evaluation.h): the same model and kernels on eval batches.
+  const ModelDims eval_dims = EvalDims(d, setup.training);
+  ModuleContext eval_ctx{setup.model, eval_dims, em, kernels, ctx.selective};
+  if (PlainPyTorch(setup) && setup.training.eval_steps > 0 && setup.training.eval_batches > 0) {
+    loop_parts.eval_ctx = &eval_ctx;
+    loop_parts.layer = &layer;
+  }
   std::unique_ptr<TrainingLoop> loop =
       PlainPyTorch(setup) ? NewPyTorchLoop(loop_parts) : NewMegatronLoop(loop_parts);
   loop->Init();

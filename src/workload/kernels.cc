@@ -22,18 +22,18 @@ std::string LayerLabel(int layer, std::string_view name) {
 }
 
 void Kernels::GemmWorkspace(bool torch_gemm) {
-  if (d_.npu) return;
-  if (torch_gemm || !d_.te) {
+  if (d_->npu) return;
+  if (torch_gemm || !d_->te) {
     const bool autograd_thread = on_autograd_thread_;
     bool& done = cublas_done_[autograd_thread ? 1 : 0];
     if (done) return;
     done = true;
-    em_.Alloc(d_.hopper ? kCublasWorkspaceHopperBytes : kCublasWorkspaceBytes, Category::kWorkspace,
+    em_.Alloc(d_->hopper ? kCublasWorkspaceHopperBytes : kCublasWorkspaceBytes, Category::kWorkspace,
               autograd_thread ? "workspace.cublas_autograd" : "workspace.cublas");
   } else {
     if (te_done_) return;
     te_done_ = true;
-    em_.Alloc(d_.hopper ? kTeWorkspaceHopperBytes : kTeWorkspaceBytes, Category::kWorkspace,
+    em_.Alloc(d_->hopper ? kTeWorkspaceHopperBytes : kTeWorkspaceBytes, Category::kWorkspace,
               "workspace.te_cublas");
   }
 }
@@ -47,35 +47,35 @@ void Kernels::MpuBuffer(Bytes size_bytes) {
 }
 
 TensorId Kernels::SpGather(Bytes full_bytes, const std::string& label, bool torch_linear) {
-  if (!d_.sp) return 0;
-  em_.Collective("tp", d_.t, static_cast<double>(full_bytes), Coll::kGather);
-  if (d_.te && !torch_linear) return em_.Alloc(full_bytes, Category::kTemporaries, label);
+  if (!d_->sp) return 0;
+  em_.Collective("tp", d_->t, static_cast<double>(full_bytes), Coll::kGather);
+  if (d_->te && !torch_linear) return em_.Alloc(full_bytes, Category::kTemporaries, label);
   MpuBuffer(full_bytes);
   return 0;
 }
 
 TensorId Kernels::RowParallelOutput(Bytes full_bytes, const std::string& label) {
-  if (d_.sp) {
+  if (d_->sp) {
     const TensorId full = em_.Alloc(full_bytes, Category::kTemporaries, label + "_full");
-    const TensorId out = em_.Alloc(full_bytes / d_.t, Category::kTemporaries, label);
-    em_.Collective("tp", d_.t, static_cast<double>(full_bytes), Coll::kGather);
+    const TensorId out = em_.Alloc(full_bytes / d_->t, Category::kTemporaries, label);
+    em_.Collective("tp", d_->t, static_cast<double>(full_bytes), Coll::kGather);
     em_.Free(full);
     return out;
   }
   const TensorId out = em_.Alloc(full_bytes, Category::kTemporaries, label);
-  em_.Collective("tp", d_.t, static_cast<double>(full_bytes), Coll::kAllReduce);
+  em_.Collective("tp", d_->t, static_cast<double>(full_bytes), Coll::kAllReduce);
   return out;
 }
 
 TensorId Kernels::ColumnParallelInputGrad(const std::string& label) {
-  return RowParallelOutput(d_.act_bytes * d_.T * d_.h, label);
+  return RowParallelOutput(d_->act_bytes * d_->T * d_->h, label);
 }
 
 void Kernels::SmallWeightGrad(std::int64_t numel, const std::string& label,
                               const std::string& param) {
   const std::string target = GradTarget(param);
   if (target.empty()) return;
-  sink_.TakeParamGrad(em_, em_.Alloc(numel * d_.param_bytes, Category::kGradients, label), target);
+  sink_.TakeParamGrad(em_, em_.Alloc(numel * d_->param_bytes, Category::kGradients, label), target);
 }
 
 std::string Kernels::GradTarget(const std::string& param) const {
@@ -94,16 +94,16 @@ void Kernels::AdaptersForward(const std::string& param, bool saved) {
     // LoraLayer forward (peft/tuners/lora/layer.py Linear.forward): result = result +
     // lora_B(lora_A(dropout(x))) * scaling.
     if (peft_->dropout) {
-      keep.push_back(em_.Alloc(d_.T * a.in, Category::kActivations, a.a_name + ".dropout_mask"));
-      keep.push_back(em_.Alloc(d_.act_bytes * d_.T * a.in, Category::kActivations,
+      keep.push_back(em_.Alloc(d_->T * a.in, Category::kActivations, a.a_name + ".dropout_mask"));
+      keep.push_back(em_.Alloc(d_->act_bytes * d_->T * a.in, Category::kActivations,
                                a.a_name + ".dropout_out"));
     }
-    keep.push_back(em_.Alloc(d_.act_bytes * d_.T * peft_->r, Category::kActivations,
+    keep.push_back(em_.Alloc(d_->act_bytes * d_->T * peft_->r, Category::kActivations,
                              a.a_name + ".out"));
-    tmp.push_back(em_.Alloc(d_.act_bytes * d_.T * a.out, Category::kTemporaries, a.b_name + ".out"));
+    tmp.push_back(em_.Alloc(d_->act_bytes * d_->T * a.out, Category::kTemporaries, a.b_name + ".out"));
     tmp.push_back(
-        em_.Alloc(d_.act_bytes * d_.T * a.out, Category::kTemporaries, a.b_name + ".scaled"));
-    em_.Flops(2.0 * d_.T * peft_->r * (a.in + a.out));
+        em_.Alloc(d_->act_bytes * d_->T * a.out, Category::kTemporaries, a.b_name + ".scaled"));
+    em_.Flops(2.0 * d_->T * peft_->r * (a.in + a.out));
   }
   for (TensorId id : tmp) em_.Free(id);
   if (!saved) {
@@ -117,17 +117,17 @@ void Kernels::AdaptersBackward(const std::string& param) {
   if (it == peft_->adapters.end()) return;
   std::vector<TensorId> tmp;
   for (const LoraAdapter& a : it->second) {
-    tmp.push_back(em_.Alloc(d_.act_bytes * d_.T * a.out, Category::kTemporaries, a.b_name + ".d_out"));
+    tmp.push_back(em_.Alloc(d_->act_bytes * d_->T * a.out, Category::kTemporaries, a.b_name + ".d_out"));
     sink_.TakeParamGrad(em_, em_.Alloc(a.out * peft_->r * peft_->adapter_bytes,
                                        Category::kGradients, a.b_name + ".grad"),
                         a.b_name);
-    tmp.push_back(em_.Alloc(d_.act_bytes * d_.T * peft_->r, Category::kTemporaries,
+    tmp.push_back(em_.Alloc(d_->act_bytes * d_->T * peft_->r, Category::kTemporaries,
                             a.a_name + ".d_out"));
     sink_.TakeParamGrad(em_, em_.Alloc(peft_->r * a.in * peft_->adapter_bytes,
                                        Category::kGradients, a.a_name + ".grad"),
                         a.a_name);
-    tmp.push_back(em_.Alloc(d_.act_bytes * d_.T * a.in, Category::kTemporaries, a.a_name + ".d_in"));
-    em_.Flops(4.0 * d_.T * peft_->r * (a.in + a.out));
+    tmp.push_back(em_.Alloc(d_->act_bytes * d_->T * a.in, Category::kTemporaries, a.a_name + ".d_in"));
+    em_.Flops(4.0 * d_->T * peft_->r * (a.in + a.out));
   }
   for (TensorId id : tmp) em_.Free(id);
   auto saved = adapter_saved_.find(param);
@@ -137,10 +137,10 @@ void Kernels::AdaptersBackward(const std::string& param) {
 }
 
 void Kernels::NormWeightGrads(int layer, const char* norm) {
-  SmallWeightGrad(d_.h, LayerLabel(layer, fmt::format("{}.weight_grad", norm)),
+  SmallWeightGrad(d_->h, LayerLabel(layer, fmt::format("{}.weight_grad", norm)),
                   LayerLabel(layer, fmt::format("{}.weight", norm)));
-  if (d_.layernorm) {
-    SmallWeightGrad(d_.h, LayerLabel(layer, fmt::format("{}.bias_grad", norm)),
+  if (d_->layernorm) {
+    SmallWeightGrad(d_->h, LayerLabel(layer, fmt::format("{}.bias_grad", norm)),
                     LayerLabel(layer, fmt::format("{}.bias", norm)));
   }
 }
@@ -156,22 +156,22 @@ void Kernels::WeightGradToAutograd(std::int64_t rows, std::int64_t cols, bool te
     if (GradTarget(param).empty()) return;
   }
   const bool cached =
-      d_.grad_accum_fusion && (te_layer ? d_.te_dummy_wgrad_cache : d_.megatron_dummy_wgrad_cache);
+      d_->grad_accum_fusion && (te_layer ? d_->te_dummy_wgrad_cache : d_->megatron_dummy_wgrad_cache);
   if (cached) {
     TensorId& dummy = dummy_wgrads_[{rows, cols}];
     if (dummy == 0) {
-      dummy = em_.Alloc(rows * cols * d_.act_bytes, Category::kWorkspace,
+      dummy = em_.Alloc(rows * cols * d_->act_bytes, Category::kWorkspace,
                         fmt::format("te.dummy_wgrad[{}x{}]", rows, cols));
     }
     return;
   }
   // TE before its cache (and TE without fusion) hands a fresh tensor too (TE PR #507:
   // `torch.empty(weight.main_grad.shape, dtype=weight.dtype)`).
-  TensorId g = em_.Alloc(rows * cols * d_.act_bytes, Category::kGradients, label);
-  if (d_.weight_cast) {
+  TensorId g = em_.Alloc(rows * cols * d_->act_bytes, Category::kGradients, label);
+  if (d_->weight_cast) {
     // Autocast over weights of another dtype: ToCopyBackward casts the grad to the weight's.
     const TensorId cast =
-        em_.Alloc(rows * cols * d_.param_bytes, Category::kGradients, label + ".cast");
+        em_.Alloc(rows * cols * d_->param_bytes, Category::kGradients, label + ".cast");
     em_.Free(g);
     g = cast;
   }
@@ -188,7 +188,7 @@ TensorId Kernels::CastWeight(std::int64_t rows, std::int64_t cols, const std::st
       return 0;
     }
   }
-  if (!d_.weight_cast) return 0;
+  if (!d_->weight_cast) return 0;
   const bool cache = !on_autograd_thread_;
   TensorId copy = 0;
   if (cache) {
@@ -196,7 +196,7 @@ TensorId Kernels::CastWeight(std::int64_t rows, std::int64_t cols, const std::st
     if (it != autocast_cache_.end()) copy = it->second;
   }
   if (copy == 0) {
-    copy = em_.Alloc(rows * cols * d_.act_bytes, Category::kActivations, param + ".autocast_copy");
+    copy = em_.Alloc(rows * cols * d_->act_bytes, Category::kActivations, param + ".autocast_copy");
     if (cache) {
       autocast_cache_[param] = copy;
       em_.Ref(copy);

@@ -32,7 +32,11 @@ class GradSink {
 class Kernels {
  public:
   // The sink must outlive the Kernels.
-  Kernels(Emitter& em, const ModelDims& dims, GradSink& sink) : em_(em), d_(dims), sink_(sink) {}
+  Kernels(Emitter& em, const ModelDims& dims, GradSink& sink) : em_(em), d_(&dims), sink_(sink) {}
+
+  // The dimensions the following ops run with: the evaluation pass (evaluation.h) runs the same
+  // model, workspaces and caches on batches of another size. `dims` must outlive its use.
+  void SetDims(const ModelDims& dims) { d_ = &dims; }
 
   // Whether GEMMs now run on the autograd engine's device thread (inside backward_step,
   // recompute included): they get their own cuBLAS workspace.
@@ -102,7 +106,7 @@ class Kernels {
 
  private:
   Emitter& em_;
-  const ModelDims& d_;
+  const ModelDims* d_;
   GradSink& sink_;
   bool cublas_done_[2] = {false, false};  // main thread, autograd thread
   bool on_autograd_thread_ = false;

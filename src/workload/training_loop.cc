@@ -1,6 +1,7 @@
 #include "workload/training_loop.h"
 
 #include "core/check.h"
+#include "workload/evaluation.h"
 
 namespace memsim::workload {
 
@@ -150,9 +151,22 @@ class PyTorchLoop final : public TrainingLoop {
     if (k > p_.setup.training.skipped_iterations) optimizer_.Step(em);
     em.Begin("step_done");  // the loss the loop logged (loss.item()) is dropped
     for (TensorId id : p_.runner.TakeReportLosses()) em.Free(id);
+    if (p_.eval_ctx != nullptr && EvaluatesAfterStep(p_.setup.training, k)) Evaluate(k);
   }
 
  private:
+  // Trainer._inner_training_loop: optimizer.step(), model.zero_grad(), then
+  // _maybe_log_save_evaluate, so the evaluation runs without .grad (set_to_none). The loop's
+  // own zero_grad at the next iteration's start then finds nothing left to free; without an
+  // evaluation the two orders hold the same tensors at every op.
+  void Evaluate(int k) {
+    Emitter& em = p_.em;
+    em.Begin("zero_grad");
+    p_.dp.ZeroGrad(em);
+    em.SetContext(k, Phase::kForward, -1);
+    RunEvaluation(*p_.eval_ctx, *p_.layer, p_.setup.training, p_.d);
+  }
+
   TorchOptimizer optimizer_;
 };
 

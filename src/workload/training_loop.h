@@ -32,6 +32,10 @@ struct LoopParts {
   StageRunner& runner;
   PipelineExchange& exchange;
   const std::vector<ScheduleStep>& steps;
+  // The evaluation pass (evaluation.h; PyTorchLoop only): its context, carrying the evaluation
+  // dims, and the model's layer. Null: no evaluation.
+  ModuleContext* eval_ctx = nullptr;
+  DecoderLayer* layer = nullptr;
 };
 
 class TrainingLoop {

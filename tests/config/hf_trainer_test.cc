@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "config/iterations.h"
 #include "config/load.h"
 #include "test_util.h"
 #include "workload/build.h"
@@ -263,6 +264,65 @@ TEST_CASE("hf-trainer: training_args and adapter_config files", "[config][hf]") 
   CHECK(ErrorOf(both).find("/training/fp16: unknown key") != std::string::npos);
   // LoRA r = 16 on q_proj and k_proj: 32 × 16 × ((4096 + 4096) + (4096 + 1024)) = 6,815,744.
   CHECK(workload::ComputeStaticSizes(s, 0).trainable_parameter_count == 6815744);
+}
+
+TEST_CASE("hf-trainer: the evaluation keys", "[config][hf][eval]") {
+  const std::string eval = kBase + ", \"max_steps\": 10, \"eval_strategy\": \"steps\"";
+  const Setup s = LoadSetup(Config("e1.json", eval + ", \"eval_steps\": 5, "
+                                                     "\"per_device_eval_batch_size\": 4, "
+                                                     "\"eval_accumulation_steps\": 2, "
+                                                     "\"eval_batches\": 7, \"compute_metrics\": true"),
+                            {});
+  CHECK(s.training.eval_steps == 5);
+  CHECK(s.training.eval_batch_size == 4);
+  CHECK(s.training.eval_batches == 7);
+  CHECK(s.training.eval_accumulation_steps == 2);
+  CHECK(s.training.eval_keep_predictions);
+  // TrainingArguments.__post_init__: eval_steps absent -> logging_steps (default 500); a ratio
+  // below 1 of max_steps: ceil(10 · 0.25) = 3 (Trainer._inner_training_loop).
+  CHECK(LoadSetup(Config("e2.json", eval + ", \"eval_batches\": 1"), {}).training.eval_steps ==
+        500);
+  CHECK(LoadSetup(Config("e3.json", eval + ", \"eval_batches\": 1, \"logging_steps\": 2"), {})
+            .training.eval_steps == 2);
+  CHECK(LoadSetup(Config("e4.json", eval + ", \"eval_batches\": 1, \"eval_steps\": 0.25"), {})
+            .training.eval_steps == 3);
+  // evaluate() passes prediction_loss_only=True without compute_metrics; the field itself
+  // turns predictions off too.
+  CHECK_FALSE(LoadSetup(Config("e5.json", eval + ", \"eval_batches\": 1"), {})
+                  .training.eval_keep_predictions);
+  CHECK_FALSE(LoadSetup(Config("e6.json", eval + ", \"eval_batches\": 1, \"compute_metrics\": "
+                                                 "true, \"prediction_loss_only\": true"),
+                        {})
+                  .training.eval_keep_predictions);
+  // The old name, and no evaluation by default.
+  CHECK(LoadSetup(Config("e7.json", kBase + ", \"evaluation_strategy\": \"steps\", "
+                                            "\"eval_steps\": 2, \"eval_batches\": 1"),
+                  {})
+            .training.eval_steps == 2);
+  CHECK(LoadSetup(Config("e8.json", kBase + ", \"eval_steps\": 2"), {}).training.eval_steps == 0);
+  const std::string missing = Config("e9.json", eval);
+  CHECK(ErrorOf(missing) ==
+        missing + ": /training/eval_batches: missing key with eval_strategy \"steps\", expected a "
+                  "positive integer: the evaluation batches each process runs, "
+                  "ceil(len(eval_dataset) / (per_device_eval_batch_size x world_size)) (memsim's "
+                  "own key)");
+  // A long run: simulated at least to the step after the first evaluation (step 10 here, the
+  // first multiple of eval_steps 10 at or after eval_delay 5); the later ones are not followed.
+  const Setup long_run =
+      LoadSetup(Config("e11.json", kBase + ", \"max_steps\": 1000, \"eval_strategy\": "
+                                           "\"steps\", \"eval_steps\": 10, \"eval_delay\": 5, "
+                                           "\"eval_batches\": 1"),
+                {});
+  CHECK(FirstEvaluationStep(long_run.training) == 10);
+  CHECK(FirstRepeatingIteration(long_run) == 11);
+  CHECK(std::any_of(long_run.warnings.begin(), long_run.warnings.end(), [](const std::string& w) {
+    return w.find("only the first evaluation (after step 10) is simulated") != std::string::npos;
+  }));
+  const Setup epoch = LoadSetup(Config("e10.json", kBase + ", \"eval_strategy\": \"epoch\""), {});
+  CHECK(epoch.training.eval_steps == 0);
+  CHECK(std::any_of(epoch.warnings.begin(), epoch.warnings.end(), [](const std::string& w) {
+    return w.find("\"epoch\": evaluation at epoch ends is not modelled") != std::string::npos;
+  }));
 }
 
 }  // namespace
