@@ -264,7 +264,10 @@ TEST_CASE("engine: ops fed one at a time are processed in the order of all event
   }
   const auto expected = SortedEvents(program);
   Collect seen;
-  Simulation simulation(TestSetup(), {}, seen);
+  // The Setup and options must outlive the Simulation (simulator.h): no temporaries here.
+  const config::Setup setup = TestSetup();
+  const SimulateOptions options;
+  Simulation simulation(setup, options, seen);
   for (const Op& op : program.ops) simulation.OnOp(Op(op));
   const SimulateResult r = simulation.Finish();
   REQUIRE(seen.boundaries.size() == expected.size());
