@@ -10,7 +10,10 @@ import sys
 memsim, out = sys.argv[1], sys.argv[2]
 os.makedirs(out, exist_ok=True)
 path = os.path.join(out, "default.pickle")
-subprocess.run([memsim, "run", "--no-chart", "--snapshot", path], check=True,
+# The default config shortened to 4 micro-batches and 3 iterations (the pickle's size grows with
+# the run, its structure does not).
+subprocess.run([memsim, "run", "--set", "training.global_batch_size=16", "--iterations", "3",
+                "--no-chart", "--snapshot", path], check=True,
                stdout=subprocess.DEVNULL)
 with open(path, "rb") as f:
     snap = pickle.load(f)

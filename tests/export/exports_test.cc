@@ -22,8 +22,10 @@ namespace {
 
 using nlohmann::json;
 
-// The default config (embedded configs/default.json), its worst stage, detail with allocator
-// events; computed once.
+// The default config (embedded configs/default.json) shortened to 4 micro-batches and 3
+// iterations (enough for lazy optimizer state and a repeated iteration; the exports' size grows
+// with the run, their structure does not, and the sanitized pass of .ci/run runs these tests),
+// its worst stage, detail with allocator events; computed once.
 struct Default {
   config::Setup setup;
   engine::RunResult run;
@@ -32,7 +34,10 @@ struct Default {
 const Default& DefaultRun() {
   static const Default d = [] {
     Default x;
-    x.setup = config::LoadSetup("", config::LoadOptions{});
+    config::LoadOptions load;
+    load.overrides = {"training.global_batch_size=16"};  // DP 4 x micro-batch 1 x 4 micro-batches
+    load.iterations = 3;
+    x.setup = config::LoadSetup("", load);
     x.run = engine::RunAllStages(x.setup, engine::RunOptions{});
     DetailOptions options;
     options.allocator_events = true;
@@ -166,7 +171,9 @@ using memsim::testing::ScratchDir;
 TEST_CASE("exports: run writes every file, replay reads its snapshot, bad pickles exit 2",
           "[export][cli]") {
   ScratchDir dir("exports");
-  const auto run = RunMemsim(dir, "run --no-chart --json r.json --csv c.csv --trace t.json "
+  // Shortened like DefaultRun above.
+  const auto run = RunMemsim(dir, "run --set training.global_batch_size=16 --iterations 3 "
+                                  "--no-chart --json r.json --csv c.csv --trace t.json "
                                   "--snapshot s.pickle --html r.html");
   REQUIRE(run.exit_code == 0);
   for (const char* f : {"r.json", "c.csv", "t.json", "s.pickle", "r.html"}) {
