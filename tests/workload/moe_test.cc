@@ -240,7 +240,7 @@ TEST_CASE("Megatron-core < 0.13: unpermute weights the tokens by the probs and s
   CHECK_FALSE(ComputeDims(SmallMoe(1.0)).moe_probs_at_unpermute);
 }
 
-TEST_CASE("--moe-router-pre-softmax saves the fp32 softmax over every expert",
+TEST_CASE("MoE router pre-softmax (--moe-router-pre-softmax) saves the fp32 softmax over every expert",
           "[workload][moe][peak]") {
   // moe_utils.py topk_softmax_with_capacity (core 0.10) / topk_routing_with_score_function:
   // with use_pre_softmax, `torch.softmax(logits, dim=-1, dtype=torch.float32)` runs on all
