@@ -145,6 +145,20 @@ PhaseBytes MoeLayerBytes(const Program& p, Phase phase) {
   return out;
 }
 
+// The op that frees each layer-0 tensor of iteration 1 first (label -> op name).
+std::map<std::string, std::string> FreedBy(const Program& p) {
+  std::map<TensorId, std::string> labels;
+  std::map<std::string, std::string> out;
+  for (const Op& op : p.ops) {
+    if (op.iteration != 1 || op.layer != 0) continue;
+    for (const TensorAlloc& a : op.allocs) labels[a.id] = a.label;
+    for (TensorId id : op.frees) {
+      if (labels.count(id) != 0) out.emplace(labels[id], op.name);
+    }
+  }
+  return out;
+}
+
 Bytes Sum(const std::map<std::string, Bytes>& m) {
   Bytes s = 0;
   for (const auto& [label, bytes] : m) s += bytes;
@@ -217,19 +231,7 @@ TEST_CASE("Megatron-core < 0.13: unpermute weights the tokens by the probs and s
   CHECK(f.allocated.at("layer0.moe.weighted_tokens") == 8192);
   CHECK(f.alive.count("layer0.moe.weighted_tokens") == 0);
   // Freed by the unpermute's backward.
-  const Program p = Build(s, 0);
-  TensorId saved = 0;
-  std::string freed_by;
-  for (const Op& op : p.ops) {
-    if (op.iteration != 1 || op.layer != 0) continue;
-    for (const TensorAlloc& a : op.allocs) {
-      if (a.label == "layer0.moe.combined_tokens") saved = a.id;
-    }
-    for (TensorId id : op.frees) {
-      if (saved != 0 && id == saved && freed_by.empty()) freed_by = op.name;
-    }
-  }
-  CHECK(freed_by == "moe.unpermute_bwd");
+  CHECK(FreedBy(Build(s, 0)).at("layer0.moe.combined_tokens") == "moe.unpermute_bwd");
   s.training.megatron_core_version = {0, 13};
   CHECK_FALSE(ComputeDims(s).moe_probs_at_unpermute);
   CHECK(MoeLayerBytes(Build(s, 0), Phase::kForward).alive.count("layer0.moe.combined_tokens") == 0);
@@ -285,18 +287,7 @@ TEST_CASE("core 0.10-0.12: unpermute's masked_select saves the transposed probs 
   CHECK(f.alive.at("layer0.moe.unpermute_probs_t") == 256);
   CHECK(f.alive.at("layer0.moe.unpermute_map_t") == 128);
   // Both freed by the unpermute's backward.
-  const Program p = Build(s, 0);
-  std::map<TensorId, std::string> saved;
-  std::map<std::string, std::string> freed_by;
-  for (const Op& op : p.ops) {
-    if (op.iteration != 1 || op.layer != 0) continue;
-    for (const TensorAlloc& a : op.allocs) {
-      if (a.label.find("unpermute_") != std::string::npos) saved[a.id] = a.label;
-    }
-    for (TensorId id : op.frees) {
-      if (saved.count(id) != 0) freed_by.emplace(saved[id], op.name);
-    }
-  }
+  const std::map<std::string, std::string> freed_by = FreedBy(Build(s, 0));
   CHECK(freed_by.at("layer0.moe.unpermute_probs_t") == "moe.unpermute_bwd");
   CHECK(freed_by.at("layer0.moe.unpermute_map_t") == "moe.unpermute_bwd");
   // Padding to capacity: 0.10 still takes masked_select, 0.11 and 0.12 index_select (whose
