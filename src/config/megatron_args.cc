@@ -118,6 +118,7 @@ constexpr Modelled kModelled[] = {
     {"--moe-expert-capacity-factor", "moe_expert_capacity_factor", Kind::kNumber},
     {"--moe-pad-expert-input-to-capacity", "moe_pad_expert_input_to_capacity", Kind::kTrue},
     {"--moe-grouped-gemm", "moe_grouped_gemm", Kind::kTrue},
+    {"--moe-router-pre-softmax", "moe_router_pre_softmax", Kind::kTrue},
     {"--fp8-format", "fp8_format", Kind::kString},
     {"--enable-cuda-graph", "enable_cuda_graph", Kind::kTrue},
     {"--cuda-graph-impl", "cuda_graph_impl", Kind::kString},

@@ -153,7 +153,7 @@ const std::vector<std::string>& MoeTrainingKeys() {
   static const std::vector<std::string> keys = {
       "moe_token_dispatcher_type", "moe_aux_loss_coeff", "moe_permute_fusion",
       "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity", "moe_grouped_gemm",
-      "moe_imbalance_factor", "moe_enable_deepep"};
+      "moe_imbalance_factor", "moe_enable_deepep", "moe_router_pre_softmax"};
   return keys;
 }
 
@@ -184,6 +184,7 @@ void ReadMoeTraining(ObjectReader& t, TrainingConfig& c) {
          "needs moe_expert_capacity_factor (Megatron refuses padding without a capacity)");
   }
   c.moe_grouped_gemm = t.Bool("moe_grouped_gemm").value_or(false);
+  c.moe_router_pre_softmax = t.Bool("moe_router_pre_softmax").value_or(false);
   c.moe_imbalance_factor = t.Number("moe_imbalance_factor", 1, 1e6, false, false).value_or(1.0);
 }
 

@@ -136,6 +136,9 @@ struct TrainingConfig {
   double moe_expert_capacity_factor = 0.0;
   bool moe_pad_expert_input_to_capacity = false;
   bool moe_grouped_gemm = false;
+  // Megatron --moe-router-pre-softmax (TransformerConfig.moe_router_pre_softmax): the router's
+  // softmax runs over all experts' logits before the top-k (required by Megatron for top-1).
+  bool moe_router_pre_softmax = false;
   // memsim's imbalance knob (not a Megatron argument): the simulated rank receives this many
   // times the mean number of routed tokens (>= 1; 1 = balanced routing).
   double moe_imbalance_factor = 1.0;

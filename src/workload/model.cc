@@ -30,6 +30,13 @@ const std::vector<int> kCrossEntropyInPlaceSince = {0, 8};
 // still passes probs=self.probs to moe_utils.py unpermute; core_v0.13.0's experts.py takes
 // permuted_probs and applies them in the activation.
 const std::vector<int> kMoeProbsInExpertsSince = {0, 13};
+// moe_utils.py unpermute: core_v0.11.0 adds the drop_and_pad branch (index_select of the probs);
+// core_v0.10.0 always takes masked_select.
+const std::vector<int> kUnpermuteDropAndPadSince = {0, 11};
+// moe_utils.py topk_routing_with_score_function: `torch.softmax(logits, dtype=float32)
+// .type_as(logits)` before the top-k in core_v0.17.0; the top-k on the fp32 scores in
+// core_v0.18.2 (PR #3673, 2026-04-14).
+const std::vector<int> kPreSoftmaxTopkInFp32Since = {0, 18};
 namespace {
 
 using config::Precision;
@@ -140,6 +147,12 @@ void SetMoeDims(const config::Setup& setup, ModelDims* d) {
   d->moe_probs_at_unpermute = d->alltoall && !d->permute_fusion &&
                               !tc.megatron_core_version.empty() &&
                               tc.megatron_core_version < kMoeProbsInExpertsSince;
+  d->unpermute_masked_select =
+      d->moe_probs_at_unpermute &&
+      (tc.megatron_core_version < kUnpermuteDropAndPadSince || !d->pad_to_capacity);
+  d->router_pre_softmax = tc.moe_router_pre_softmax;
+  d->pre_softmax_cast_all = d->router_pre_softmax && !tc.megatron_core_version.empty() &&
+                            tc.megatron_core_version < kPreSoftmaxTopkInFp32Since;
   d->imbalance = tc.moe_imbalance_factor;
   MEMSIM_CHECK(d->experts % d->ep == 0 && d->ffn_e % d->etp == 0);
 }

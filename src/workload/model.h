@@ -105,6 +105,19 @@ struct ModelDims {
   // probs=self.probs to moe_utils.py unpermute), which saves the combined tokens [S, h]; from
   // 0.13 the experts' activation applies them (experts.py permuted_probs). model.cc.
   bool moe_probs_at_unpermute = false;
+  // With moe_probs_at_unpermute, unpermute gathers the probs by
+  // `probs.T.contiguous().masked_select(routing_map.T.contiguous())` (moe_utils.py, core 0.10-0.12;
+  // 0.11 and 0.12 take index_select instead when padding to capacity, drop_and_pad), and
+  // MaskedSelectBackward saves both operands: [E, n] probs in the activation dtype and an
+  // [E, n] bool mask per MoE layer until its backward. model.cc.
+  bool unpermute_masked_select = false;
+  // --moe-router-pre-softmax: the fp32 softmax over all E logits comes before the top-k
+  // (moe_utils.py topk_softmax_with_capacity, core 0.9-0.12; topk_routing_with_score_function
+  // since), so SoftmaxBackward saves [n, E] fp32 rather than [n, k]. Until core 0.17 the scores
+  // are cast back to the logits' dtype before the top-k (a [n, E] copy); from #3673 (2026-04,
+  // first in core 0.18) the top-k runs on the fp32 scores.
+  bool router_pre_softmax = false;
+  bool pre_softmax_cast_all = false;
   double imbalance = 1.0;         // the rank receives imbalance × the mean routed tokens
   bool IsMoeLayer(int layer) const {
     return experts > 1 && (moe_layers.empty() || moe_layers[layer]);

@@ -145,6 +145,20 @@ PhaseBytes MoeLayerBytes(const Program& p, Phase phase) {
   return out;
 }
 
+// The op that frees each layer-0 tensor of iteration 1 first (label -> op name).
+std::map<std::string, std::string> FreedBy(const Program& p) {
+  std::map<TensorId, std::string> labels;
+  std::map<std::string, std::string> out;
+  for (const Op& op : p.ops) {
+    if (op.iteration != 1 || op.layer != 0) continue;
+    for (const TensorAlloc& a : op.allocs) labels[a.id] = a.label;
+    for (TensorId id : op.frees) {
+      if (labels.count(id) != 0) out.emplace(labels[id], op.name);
+    }
+  }
+  return out;
+}
+
 Bytes Sum(const std::map<std::string, Bytes>& m) {
   Bytes s = 0;
   for (const auto& [label, bytes] : m) s += bytes;
@@ -217,19 +231,7 @@ TEST_CASE("Megatron-core < 0.13: unpermute weights the tokens by the probs and s
   CHECK(f.allocated.at("layer0.moe.weighted_tokens") == 8192);
   CHECK(f.alive.count("layer0.moe.weighted_tokens") == 0);
   // Freed by the unpermute's backward.
-  const Program p = Build(s, 0);
-  TensorId saved = 0;
-  std::string freed_by;
-  for (const Op& op : p.ops) {
-    if (op.iteration != 1 || op.layer != 0) continue;
-    for (const TensorAlloc& a : op.allocs) {
-      if (a.label == "layer0.moe.combined_tokens") saved = a.id;
-    }
-    for (TensorId id : op.frees) {
-      if (saved != 0 && id == saved && freed_by.empty()) freed_by = op.name;
-    }
-  }
-  CHECK(freed_by == "moe.unpermute_bwd");
+  CHECK(FreedBy(Build(s, 0)).at("layer0.moe.combined_tokens") == "moe.unpermute_bwd");
   s.training.megatron_core_version = {0, 13};
   CHECK_FALSE(ComputeDims(s).moe_probs_at_unpermute);
   CHECK(MoeLayerBytes(Build(s, 0), Phase::kForward).alive.count("layer0.moe.combined_tokens") == 0);
@@ -238,6 +240,68 @@ TEST_CASE("Megatron-core < 0.13: unpermute weights the tokens by the probs and s
   s.training.moe_permute_fusion = true;
   CHECK_FALSE(ComputeDims(s).moe_probs_at_unpermute);
   CHECK_FALSE(ComputeDims(SmallMoe(1.0)).moe_probs_at_unpermute);
+}
+
+TEST_CASE("MoE router pre-softmax (--moe-router-pre-softmax) saves the fp32 softmax over every expert",
+          "[workload][moe][peak]") {
+  // moe_utils.py topk_softmax_with_capacity (core 0.10) / topk_routing_with_score_function:
+  // with use_pre_softmax, `torch.softmax(logits, dim=-1, dtype=torch.float32)` runs on all
+  // [n, E] logits before the top-k, and SoftmaxBackward saves its fp32 result: n·E·4 =
+  // 32·4·4 = 512 B, where the post-softmax path saves the softmax of the top-k scores, n·k·4 =
+  // 32·2·4 = 256 B (SmallMoe: n 32 tokens, E 4, k 2).
+  config::Setup s = SmallMoe(1.0);
+  const PhaseBytes post = MoeLayerBytes(Build(s, 0), Phase::kForward);
+  CHECK(post.alive.at("layer0.moe.router.topk_probs_fp32") == 256);
+  CHECK(post.alive.count("layer0.moe.router.softmax_fp32") == 0);
+  s.training.moe_router_pre_softmax = true;
+  const Program p = Build(s, 0);
+  const PhaseBytes pre = MoeLayerBytes(p, Phase::kForward);
+  CHECK(pre.alive.at("layer0.moe.router.softmax_fp32") == 512);
+  CHECK(pre.alive.count("layer0.moe.router.topk_probs_fp32") == 0);
+  CHECK(Sum(pre.alive) - Sum(post.alive) == 512 - 256);
+  // Current releases (core 0.18 on, and an unstated version): the top-k on the fp32 scores
+  // gives fp32 probs [n, k] (256 B), cast to bf16 (128 B), both freed in the router.
+  CHECK(pre.allocated.at("layer0.moe.router.topk_probs_fp32") == 256);
+  CHECK(pre.allocated.count("layer0.moe.router.softmax") == 0);
+  // Up to core 0.17 the scores are cast back to bf16 before the top-k: a [n, E] copy of
+  // 32·4·2 = 256 B, freed in the router.
+  s.training.megatron_core_version = {0, 10};
+  const PhaseBytes old = MoeLayerBytes(Build(s, 0), Phase::kForward);
+  CHECK(old.allocated.at("layer0.moe.router.softmax") == 256);
+  CHECK(old.alive.count("layer0.moe.router.softmax") == 0);
+  // The softmax's backward makes its input grad over all E logits: 512 B (256 B post-softmax).
+  CHECK(MoeLayerBytes(p, Phase::kBackward).allocated.at("layer0.moe.router.d_softmax_fp32") ==
+        512);
+}
+
+TEST_CASE("core 0.10-0.12: unpermute's masked_select saves the transposed probs and map",
+          "[workload][moe][peak]") {
+  // moe_utils.py unpermute (core_v0.10.0; core_v0.11.0 and 0.12 unless drop_and_pad):
+  // `probs.T.contiguous().masked_select(routing_map.T.contiguous())`; MaskedSelectBackward
+  // saves self and mask (derivatives.yaml: masked_select_backward(grad, self, mask)): [E, n]
+  // bf16 = 4·32·2 = 256 B and [E, n] bool = 128 B, until the unpermute's backward.
+  config::Setup s = SmallMoe(1.0);
+  s.training.megatron_core_version = {0, 10};
+  REQUIRE(ComputeDims(s).unpermute_masked_select);
+  const PhaseBytes f = MoeLayerBytes(Build(s, 0), Phase::kForward);
+  CHECK(f.alive.at("layer0.moe.unpermute_probs_t") == 256);
+  CHECK(f.alive.at("layer0.moe.unpermute_map_t") == 128);
+  // Both freed by the unpermute's backward.
+  const std::map<std::string, std::string> freed_by = FreedBy(Build(s, 0));
+  CHECK(freed_by.at("layer0.moe.unpermute_probs_t") == "moe.unpermute_bwd");
+  CHECK(freed_by.at("layer0.moe.unpermute_map_t") == "moe.unpermute_bwd");
+  // Padding to capacity: 0.10 still takes masked_select, 0.11 and 0.12 index_select (whose
+  // backward keeps only the index).
+  s.training.moe_expert_capacity_factor = 1.0;
+  s.training.moe_pad_expert_input_to_capacity = true;
+  CHECK(ComputeDims(s).unpermute_masked_select);
+  s.training.megatron_core_version = {0, 11};
+  CHECK_FALSE(ComputeDims(s).unpermute_masked_select);
+  s.training.moe_pad_expert_input_to_capacity = false;
+  CHECK(ComputeDims(s).unpermute_masked_select);
+  // From 0.13 the experts apply the probs: no unpermute of them at all.
+  s.training.megatron_core_version = {0, 13};
+  CHECK_FALSE(ComputeDims(s).unpermute_masked_select);
 }
 
 TEST_CASE("expert parameters: own DDP buffers, optimizer shards over the expert-DP group",

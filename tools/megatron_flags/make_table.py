@@ -38,7 +38,7 @@ MODELLED = """
 --num-experts --fp8-format --enable-cuda-graph --cuda-graph-impl --no-position-embedding
 --moe-router-topk --moe-ffn-hidden-size --moe-shared-expert-intermediate-size --moe-layer-freq
 --moe-token-dispatcher-type --moe-aux-loss-coeff --moe-permute-fusion --moe-expert-capacity-factor
---moe-pad-expert-input-to-capacity --moe-grouped-gemm
+--moe-pad-expert-input-to-capacity --moe-grouped-gemm --moe-router-pre-softmax
 --use-precision-aware-optimizer --main-params-dtype --exp-avg-dtype --exp-avg-sq-dtype
 """.split()
 
@@ -78,7 +78,6 @@ NOT_MODELLED = {
                           "dtype ([tokens, experts] per MoE layer)",
     "--moe-router-score-function": "the router's score function: memsim models softmax "
                                    "(sigmoid saves [tokens, experts] fp32 scores instead)",
-    "--moe-router-pre-softmax": "softmax before top-k: memsim models top-k first",
     "--moe-shared-expert-overlap": "the shared experts overlapped with the dispatch: memsim runs "
                                    "them before the router",
     "--moe-input-jitter-eps": "router input jitter: one [tokens, hidden] copy per MoE layer",

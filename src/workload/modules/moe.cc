@@ -21,10 +21,14 @@ struct MoeSaved final : ModuleSaved {
   NormSaved ln2;
   TensorId bda_mask = 0;
   // Router (router.py TopKRouter.routing -> moe_utils.py topk_routing_with_score_function):
-  // the top-k indices (scatter's backward), the fp32 softmax over the top-k scores, the
-  // fp32 softmax over all logits for the auxiliary loss (compute_routing_scores_for_aux_loss),
-  // and the routing map the dispatcher keeps (self.routing_map / self.local_map).
+  // the top-k indices (scatter's backward), the fp32 softmax SoftmaxBackward saves (over the
+  // top-k scores, or over all E logits with --moe-router-pre-softmax), the fp32 softmax over all
+  // logits for the auxiliary loss (compute_routing_scores_for_aux_loss), and the routing map the
+  // dispatcher keeps (self.routing_map / self.local_map).
   TensorId top_indices = 0, topk_probs = 0, aux_scores = 0, routing_map = 0;
+  // Core 0.10-0.12 unpermute's masked_select operands (ModelDims::unpermute_masked_select):
+  // probs.T.contiguous() [E, n] and routing_map.T.contiguous() [E, n] bool.
+  TensorId unpermute_probs_t = 0, unpermute_map_t = 0;
   // permute()'s sorted indices (or the fused kernel's row_id_map): the unpermute's map.
   TensorId permutation_map = 0;
   // Experts: fc1's input (the dispatched tokens), fc1's output, the activation's output (fc2's
@@ -73,16 +77,33 @@ TensorId RouterForward(ModuleContext& ctx, const Sizes& z, int l, bool nograd, M
   const std::int64_t n = z.tok.n, E = d.experts, k = d.topk;
   em.Begin("moe.router", l);
   const TensorId logits = Tmp(em, d.act_bytes * n * E, l, "moe.router.logits");
-  const TensorId scores = Tmp(em, d.act_bytes * n * k, l, "moe.router.topk_scores");
-  a->top_indices = Act(em, 8 * n * k, l, "moe.router.topk_indices");
-  a->topk_probs = Act(em, 4 * n * k, l, "moe.router.topk_probs_fp32");
-  const TensorId cast = Tmp(em, d.act_bytes * n * k, l, "moe.router.topk_probs");
+  std::vector<TensorId> temps = {logits};
+  if (d.router_pre_softmax) {
+    // softmax(logits, dtype=float32) saved by SoftmaxBackward, then the top-k: on a copy cast
+    // back to the logits' dtype (core <= 0.17), or on the fp32 scores with the top-k probs
+    // cast afterwards (core 0.18 on).
+    a->topk_probs = Act(em, 4 * n * E, l, "moe.router.softmax_fp32");
+    if (d.pre_softmax_cast_all) {
+      temps.push_back(Tmp(em, d.act_bytes * n * E, l, "moe.router.softmax"));
+      temps.push_back(Tmp(em, d.act_bytes * n * k, l, "moe.router.topk_probs"));
+      a->top_indices = Act(em, 8 * n * k, l, "moe.router.topk_indices");
+    } else {
+      temps.push_back(Tmp(em, 4 * n * k, l, "moe.router.topk_probs_fp32"));
+      a->top_indices = Act(em, 8 * n * k, l, "moe.router.topk_indices");
+      temps.push_back(Tmp(em, d.act_bytes * n * k, l, "moe.router.topk_probs"));
+    }
+  } else {
+    temps.push_back(Tmp(em, d.act_bytes * n * k, l, "moe.router.topk_scores"));
+    a->top_indices = Act(em, 8 * n * k, l, "moe.router.topk_indices");
+    a->topk_probs = Act(em, 4 * n * k, l, "moe.router.topk_probs_fp32");
+    temps.push_back(Tmp(em, d.act_bytes * n * k, l, "moe.router.topk_probs"));
+  }
   const TensorId probs = Tmp(em, d.act_bytes * n * E, l, "moe.router.probs");
-  const TensorId map32 = Tmp(em, 4 * n * E, l, "moe.router.routing_map_int");
+  temps.push_back(Tmp(em, 4 * n * E, l, "moe.router.routing_map_int"));
   a->routing_map = Act(em, n * E, l, "moe.router.routing_map");
   em.Flops(2.0 * n * d.h * E);
   if (d.aux_loss) a->aux_scores = Act(em, 4 * n * E, l, "moe.router.aux_scores");
-  for (TensorId id : {logits, scores, cast, map32}) em.Free(id);
+  for (TensorId id : temps) em.Free(id);
   if (nograd) {
     for (TensorId* id : {&a->top_indices, &a->topk_probs, &a->aux_scores}) {
       em.Free(*id);
@@ -269,13 +290,21 @@ TensorId Combine(ModuleContext& ctx, const Sizes& z, int l, TensorId out, bool n
     // moe_utils.py unpermute (core 0.10-0.12): `permuted_tokens * permuted_probs.unsqueeze(-1)`
     // is a new [S, h] tensor, and MulBackward saves both factors (both need grad), so the
     // combined tokens stay saved; the product dies after scatter_add_ (whose backward needs the
-    // index only).
+    // index only). Core 0.10-0.12's masked_select of the probs keeps both transposed copies.
+    if (d.unpermute_masked_select) {
+      a->unpermute_probs_t = Act(em, d.act_bytes * t.n * d.experts, l, "moe.unpermute_probs_t");
+      a->unpermute_map_t = Act(em, t.n * d.experts, l, "moe.unpermute_map_t");
+    }
     const TensorId weighted = Tmp(em, z.Hidden(t.send), l, "moe.weighted_tokens");
     const TensorId res = Tmp(em, z.Hidden(t.n), l, "moe.output");
     em.Free(weighted);
     if (nograd) {
       em.Free(back);
       FreeMaps(em, a);
+      for (TensorId* id : {&a->unpermute_probs_t, &a->unpermute_map_t}) {
+        em.Free(*id);
+        *id = 0;
+      }
     } else {
       a->combined_tokens = back;
     }
@@ -349,7 +378,7 @@ TensorId SumGrads(ModuleContext& ctx, const Sizes& z, int l, TensorId a, TensorI
 // [N, h]. Frees dy unless keep_dy (the shared experts still need it), and `saved_tokens` (what
 // the unpermute saved, or 0) at the unpermute's backward.
 TensorId CombineBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dy, bool keep_dy,
-                         TensorId saved_tokens) {
+                         MoeSaved* a) {
   const ModelDims& d = ctx.d;
   Emitter& em = ctx.em;
   const MoeTokens& t = z.tok;
@@ -370,7 +399,12 @@ TensorId CombineBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dy,
   }
   em.Begin("moe.unpermute_bwd", l);
   TensorId g = Tmp(em, z.Hidden(t.send), l, "moe.d_combined_tokens");
-  em.Free(saved_tokens);
+  em.Free(a->combined_tokens);
+  if (a->unpermute_probs_t != 0) {
+    // masked_select_backward: zeros like the saved [E, n] probs, masked_scatter_ of the grad.
+    const TensorId dp = Tmp(em, d.act_bytes * t.n * d.experts, l, "moe.d_unpermute_probs_t");
+    for (TensorId id : {dp, a->unpermute_probs_t, a->unpermute_map_t}) em.Free(id);
+  }
   drop_dy();
   em.Begin("moe.combine_alltoall_bwd", l);
   TensorId r = Tmp(em, z.Hidden(t.receive), l, "moe.d_expert_output_ep");
@@ -511,7 +545,9 @@ TensorId RouterBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId d_de
   const std::int64_t n = z.tok.n, E = d.experts, k = d.topk;
   em.Begin("moe.router_bwd", l);
   const TensorId d_topk = Tmp(em, d.act_bytes * n * k, l, "moe.router.d_topk_probs");
-  const TensorId d_soft = Tmp(em, 4 * n * k, l, "moe.router.d_topk_scores_fp32");
+  // The softmax's input grad: over the top-k scores, or over all E logits (pre-softmax).
+  const TensorId d_soft =
+      Tmp(em, 4 * n * (d.router_pre_softmax ? E : k), l, "moe.router.d_softmax_fp32");
   const TensorId d_logits = Tmp(em, d.act_bytes * n * E, l, "moe.router.d_logits");
   const TensorId d_aux = d.aux_loss ? Tmp(em, 4 * n * E, l, "moe.router.d_aux_scores") : 0;
   const TensorId d_in = Tmp(em, z.Hidden(n), l, "moe.router.d_input");
@@ -667,7 +703,7 @@ TensorId MoeModule::Backward(ModuleContext& ctx, int l, ModuleSaved& saved, Tens
   // The branch grad feeds the routed path and the shared experts' (MoELayer.postprocess's add).
   const bool shared = ctx.d.ffn_shared > 0;
   const TensorId d_routed =
-      CombineBackward(ctx, z, l, dbranch, shared || dbranch == dy, a.combined_tokens);
+      CombineBackward(ctx, z, l, dbranch, shared || dbranch == dy, &a);
   TensorId d_probs = 0;
   const TensorId d_tokens = ExpertsBackward(ctx, z, l, d_routed, &a, &d_probs);
   TensorId d_dense_probs = 0;
