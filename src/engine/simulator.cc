@@ -89,6 +89,14 @@ class Simulation::Engine {
     events_.push({end, 2 * i + 1});
   }
 
+  // OpSink::TakeSpareOp.
+  workload::Op TakeSpareOp() {
+    if (spare_.empty()) return {};
+    workload::Op op = std::move(spare_.back());
+    spare_.pop_back();
+    return op;
+  }
+
   SimulateResult Finish() {
     if (PendingOp* last = Pending(last_comm_)) last->comm_idle_at_end = true;
     ProcessUntil(std::numeric_limits<SimTimeUs>::infinity());
@@ -130,6 +138,10 @@ class Simulation::Engine {
         End(p.op, e.time_us, p.comm_idle_at_end.value_or(true));
         p.ended = true;
         while (!pending_.empty() && pending_.front().ended) {
+          if (spare_.size() < kMaxSpareOps) {
+            pending_.front().op.Clear();
+            spare_.push_back(std::move(pending_.front().op));
+          }
           pending_.pop_front();
           ++base_;
         }
@@ -256,6 +268,10 @@ class Simulation::Engine {
   std::vector<EngineState> states_;
   // Streaming (simulator.h): the ops from index base_ on, the events not processed yet.
   std::deque<PendingOp> pending_;
+  // Ended ops, cleared, for the generator to fill again (TakeSpareOp): the op count of a run
+  // costs no heap blocks for names and lists.
+  static constexpr std::size_t kMaxSpareOps = 64;
+  std::vector<workload::Op> spare_;
   std::uint64_t base_ = 0;
   std::priority_queue<Event> events_;
   SimTimeUs compute_free_ = 0, comm_free_ = 0;
@@ -270,6 +286,7 @@ Simulation::Simulation(const config::Setup& setup, const SimulateOptions& option
     : engine_(std::make_unique<Engine>(setup, options, observer)) {}
 Simulation::~Simulation() = default;
 void Simulation::OnOp(workload::Op&& op) { engine_->Issue(std::move(op)); }
+workload::Op Simulation::TakeSpareOp() { return engine_->TakeSpareOp(); }
 SimulateResult Simulation::Finish() { return engine_->Finish(); }
 
 SimulateResult Simulate(const workload::Program& program, const config::Setup& setup,

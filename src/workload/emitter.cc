@@ -42,8 +42,8 @@ void Emitter::SetContext(int iteration, Phase phase, int micro_batch) {
 
 void Emitter::Begin(std::string_view name, int layer, int stream) {
   FinishOp();
-  Op op;
-  op.name = prefix_.empty() ? std::string(name) : prefix_ + std::string(name);
+  Op op = sink_ != nullptr ? sink_->TakeSpareOp() : Op{};
+  op.name.assign(prefix_).append(name);
   op.iteration = iteration_;
   op.phase = phase_;
   op.micro_batch = micro_batch_;
