@@ -5,11 +5,11 @@
 #include <limits>
 #include <optional>
 #include <queue>
-#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 #include "core/check.h"
+#include "core/id_table.h"
 #include "device/device_model.h"
 
 namespace memsim::engine {
@@ -89,6 +89,14 @@ class Simulation::Engine {
     events_.push({end, 2 * i + 1});
   }
 
+  // OpSink::TakeSpareOp.
+  workload::Op TakeSpareOp() {
+    if (spare_.empty()) return {};
+    workload::Op op = std::move(spare_.back());
+    spare_.pop_back();
+    return op;
+  }
+
   SimulateResult Finish() {
     if (PendingOp* last = Pending(last_comm_)) last->comm_idle_at_end = true;
     ProcessUntil(std::numeric_limits<SimTimeUs>::infinity());
@@ -130,6 +138,10 @@ class Simulation::Engine {
         End(p.op, e.time_us, p.comm_idle_at_end.value_or(true));
         p.ended = true;
         while (!pending_.empty() && pending_.front().ended) {
+          if (spare_.size() < kMaxSpareOps) {
+            pending_.front().op.Clear();
+            spare_.push_back(std::move(pending_.front().op));
+          }
           pending_.pop_front();
           ++base_;
         }
@@ -145,8 +157,8 @@ class Simulation::Engine {
       observer_.OnCommunicatorCreated(time_us, op.collective_group);
     }
     for (const auto& [tensor, stream] : op.record_streams) {
-      auto it = live_.find(tensor);  // absent for a tensor that was never allocated
-      if (it != live_.end()) allocator_->RecordStream(it->second.block, stream);
+      // Absent for a tensor that was never allocated.
+      if (const LiveTensor* t = live_.Find(tensor)) allocator_->RecordStream(t->block, stream);
     }
     for (const workload::TensorAlloc& t : op.allocs) Allocate(op, t, time_us);
     Notify(op, time_us, /*at_start=*/true);
@@ -155,11 +167,11 @@ class Simulation::Engine {
   void End(const workload::Op& op, SimTimeUs time_us, bool comm_idle) {
     for (workload::TensorId id : op.frees) {
       if (!failed_.empty() && failed_.erase(id) > 0) continue;
-      auto it = live_.find(id);
-      MEMSIM_CHECK(it != live_.end());  // the workload frees only what it allocated before
-      allocator_->Free(it->second.block);
-      by_category_[static_cast<int>(it->second.category)] -= it->second.block_bytes;
-      live_.erase(it);
+      const LiveTensor* t = live_.Find(id);
+      MEMSIM_CHECK(t != nullptr);  // the workload frees only what it allocated before
+      allocator_->Free(t->block);
+      by_category_[static_cast<int>(t->category)] -= t->block_bytes;
+      live_.Erase(id);
     }
     if (comm_idle) {
       allocator_->CompleteStream(workload::kCommStream);
@@ -169,7 +181,7 @@ class Simulation::Engine {
   }
 
   void Allocate(const workload::Op& op, const workload::TensorAlloc& t, SimTimeUs time_us) {
-    MEMSIM_CHECK(live_.find(t.id) == live_.end());
+    MEMSIM_CHECK(!live_.Contains(t.id));
     if (t.size_bytes <= 0) return;  // allocate(0) touches nothing (c10 NativeCachingAllocator)
     const Bytes before = allocator_->Stats().allocated_bytes.current;
     std::optional<alloc::BlockHandle> block = allocator_->Malloc(t.size_bytes, op.stream);
@@ -193,7 +205,7 @@ class Simulation::Engine {
       }
     }
     const Bytes block_bytes = allocator_->Stats().allocated_bytes.current - before;
-    live_.emplace(t.id, LiveTensor{*block, block_bytes, t.category});
+    live_.Insert(t.id, LiveTensor{*block, block_bytes, t.category});
     by_category_[static_cast<int>(t.category)] += block_bytes;
     observer_.OnTensorAllocated(op, t, block_bytes);
   }
@@ -203,13 +215,13 @@ class Simulation::Engine {
   EngineState State() const {
     std::vector<workload::TensorId> ids;
     ids.reserve(live_.size());
-    for (const auto& [id, t] : live_) ids.push_back(id);
+    live_.ForEach([&ids](workload::TensorId id, const LiveTensor&) { ids.push_back(id); });
     std::sort(ids.begin(), ids.end());
     std::vector<alloc::BlockHandle> handles;
     handles.reserve(ids.size());
     EngineState tail;
     for (workload::TensorId id : ids) {
-      const LiveTensor& t = live_.at(id);
+      const LiveTensor& t = *live_.Find(id);
       handles.push_back(t.block);
       tail.push_back(t.block_bytes);
       tail.push_back(static_cast<std::int64_t>(t.category));
@@ -247,8 +259,8 @@ class Simulation::Engine {
   const std::function<void(double)>& progress_;
   Observer& observer_;
   std::unique_ptr<alloc::Allocator> allocator_;
-  // Keyed by tensor id; only looked up, never iterated (determinism).
-  std::unordered_map<workload::TensorId, LiveTensor> live_;
+  // Keyed by tensor id; only looked up, or iterated into a sorted list (determinism).
+  IdTable<LiveTensor> live_;
   std::unordered_set<workload::TensorId> failed_;  // never allocated even when unbounded
   CategoryBytes by_category_;
   std::optional<OomEvent> first_oom_;
@@ -256,6 +268,10 @@ class Simulation::Engine {
   std::vector<EngineState> states_;
   // Streaming (simulator.h): the ops from index base_ on, the events not processed yet.
   std::deque<PendingOp> pending_;
+  // Ended ops, cleared, for the generator to fill again (TakeSpareOp): the op count of a run
+  // costs no heap blocks for names and lists.
+  static constexpr std::size_t kMaxSpareOps = 64;
+  std::vector<workload::Op> spare_;
   std::uint64_t base_ = 0;
   std::priority_queue<Event> events_;
   SimTimeUs compute_free_ = 0, comm_free_ = 0;
@@ -270,6 +286,7 @@ Simulation::Simulation(const config::Setup& setup, const SimulateOptions& option
     : engine_(std::make_unique<Engine>(setup, options, observer)) {}
 Simulation::~Simulation() = default;
 void Simulation::OnOp(workload::Op&& op) { engine_->Issue(std::move(op)); }
+workload::Op Simulation::TakeSpareOp() { return engine_->TakeSpareOp(); }
 SimulateResult Simulation::Finish() { return engine_->Finish(); }
 
 SimulateResult Simulate(const workload::Program& program, const config::Setup& setup,

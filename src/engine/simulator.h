@@ -128,6 +128,7 @@ class Simulation final : public workload::OpSink {
 
   // The next op in issue order. REQUIRES: Finish not called yet.
   void OnOp(workload::Op&& op) override;
+  workload::Op TakeSpareOp() override;
   // Processes the remaining events. REQUIRES: called once.
   SimulateResult Finish();
 

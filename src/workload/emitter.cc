@@ -42,8 +42,8 @@ void Emitter::SetContext(int iteration, Phase phase, int micro_batch) {
 
 void Emitter::Begin(std::string_view name, int layer, int stream) {
   FinishOp();
-  Op op;
-  op.name = prefix_.empty() ? std::string(name) : prefix_ + std::string(name);
+  Op op = sink_ != nullptr ? sink_->TakeSpareOp() : Op{};
+  op.name.assign(prefix_).append(name);
   op.iteration = iteration_;
   op.phase = phase_;
   op.micro_batch = micro_batch_;
@@ -66,12 +66,12 @@ void Emitter::FinishOp() {
   Op& op = Cur();
   double bytes = extra_bytes_;
   for (const TensorAlloc& a : op.allocs) bytes += static_cast<double>(a.size_bytes);
-  for (TensorId id : op.frees) bytes += static_cast<double>(sizes_.at(id));
+  for (TensorId id : op.frees) bytes += static_cast<double>(SizeOf(id));
   const double compute_us = flops_ / (peak_flops_ * kComputeEfficiency) * 1e6;
   const double memory_us = bytes / (bandwidth_ * kBandwidthEfficiency) * 1e6;
   op.duration_us = std::max(kMinOpUs, std::max(compute_us, memory_us) + comm_us_);
   open_ = false;
-  for (TensorId id : op.frees) sizes_.erase(id);
+  for (TensorId id : op.frees) sizes_.Erase(id);
   if (sink_ != nullptr) {
     sink_->OnOp(std::move(op));
     program_.ops.pop_back();
@@ -81,7 +81,7 @@ void Emitter::FinishOp() {
 TensorId Emitter::Alloc(Bytes size_bytes, Category category, std::string label) {
   MEMSIM_CHECK(open_ && size_bytes >= 0);
   const TensorId id = next_id_++;
-  sizes_.emplace(id, size_bytes);
+  sizes_.Insert(id, size_bytes);
   Cur().allocs.push_back({id, size_bytes, category, std::move(label)});
   return id;
 }

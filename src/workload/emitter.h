@@ -21,10 +21,11 @@
 #include <map>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "config/setup.h"
+#include "core/check.h"
+#include "core/id_table.h"
 #include "core/units.h"
 #include "workload/program.h"
 
@@ -67,7 +68,11 @@ class Emitter {
   int Refs(TensorId id) const;
   std::size_t ReferencedTensors() const { return refs_.size(); }
   // REQUIRES: `id` allocated and not freed by an op closed before.
-  Bytes SizeOf(TensorId id) const { return sizes_.at(id); }
+  Bytes SizeOf(TensorId id) const {
+    const Bytes* size = sizes_.Find(id);
+    MEMSIM_CHECK(size != nullptr);
+    return *size;
+  }
 
   void Flops(double flops) { flops_ += flops; }
   void MovedBytes(double bytes) { extra_bytes_ += bytes; }
@@ -87,7 +92,7 @@ class Emitter {
   Program program_;  // with a sink: at most the open op
   OpSink* sink_ = nullptr;
   // Sizes of the tensors not freed by a closed op (lookup only; bounded by the live tensors).
-  std::unordered_map<TensorId, Bytes> sizes_;
+  IdTable<Bytes> sizes_;
   TensorId next_id_ = 1;
   std::map<TensorId, int> refs_;  // holders of the tensors managed by Ref/Unref
   double peak_flops_ = 0, bandwidth_ = 0;

@@ -48,6 +48,26 @@ struct Op {
   bool synchronize = false;  // wait for all streams before starting
   bool empty_cache = false;  // torch.cuda.empty_cache() after the op
   bool operator==(const Op&) const = default;
+
+  // Back to a default Op, keeping the capacity of its strings and vectors, so that a spent op
+  // can carry the next one without new heap blocks (OpSink::TakeSpareOp).
+  // Every field is reset here (tests/workload/program_test.cc sets each and checks).
+  void Clear() {
+    name.clear();
+    iteration = 0;
+    phase = Phase::kInit;
+    micro_batch = -1;
+    layer = -1;
+    stream = kComputeStream;
+    duration_us = 0.0;
+    allocs.clear();
+    frees.clear();
+    record_streams.clear();
+    collective_group.clear();
+    collective_ranks = 0;
+    synchronize = false;
+    empty_cache = false;
+  }
 };
 
 // Where a generator hands its ops, one at a time in issue order (the engine's Simulation, or a
@@ -56,6 +76,9 @@ class OpSink {
  public:
   virtual ~OpSink() = default;
   virtual void OnOp(Op&& op) = 0;
+  // An empty Op (equal to Op{}) for the generator to fill: one the sink is done with, cleared
+  // (Op::Clear), when it has one, so that its buffers are reused.
+  virtual Op TakeSpareOp() { return Op{}; }
 };
 
 struct Program {
