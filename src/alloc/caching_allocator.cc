@@ -71,6 +71,26 @@ void CachingAllocator::InsertIntoPool(BlockIndex b) {
   blk.in_pool = true;
 }
 
+void CachingAllocator::MoveEntry(BlockIndex b, FreeSet::iterator entry) {
+  Block& blk = blocks_[b];
+  Pool& pool = pools_[blk.pool];
+  MEMSIM_CHECK(!blk.in_pool && blk.mapped && entry->stream == blk.stream);
+  const FreeKey key{blk.stream, blk.size_bytes, blk.addr, b};
+  const bool keeps_rank = (entry == pool.blocks.begin() || *std::prev(entry) < key) &&
+                          (std::next(entry) == pool.blocks.end() || key < *std::next(entry));
+  if (!keeps_rank) {
+    pool.blocks.erase(entry);
+    InsertIntoPool(b);
+    return;
+  }
+  entry->size_bytes = key.size_bytes;
+  entry->addr = key.addr;
+  entry->block = b;
+  blk.gc_count_base = pool.get_free_blocks_call_count;  // as insert_into_blocks
+  blk.free_entry = entry;
+  blk.in_pool = true;
+}
+
 void CachingAllocator::EraseFromPool(BlockIndex b) {
   Block& blk = blocks_[b];
   MEMSIM_CHECK(blk.in_pool);
@@ -138,13 +158,15 @@ std::optional<BlockHandle> CachingAllocator::Malloc(Bytes size_bytes, StreamId s
   }
   if (IsNpu() && options_.expandable_segments && p.size_bytes >= kSmallBuffer &&
       options_.base_addr_aligned_bytes != 0) {
+    if (blocks_[p.block].in_pool) EraseFromPool(p.block);
     NpuAlignBlock(p);
   }
   const bool split = ShouldSplit(p.block, p.size_bytes);
   return AllocFoundBlock(p, size_bytes, split);
 }
 
-// get_free_block (docs/allocator-rules.md, 'Best-fit search and max_split_size').
+// get_free_block (docs/allocator-rules.md, 'Best-fit search and max_split_size'). The block found
+// stays in its pool; AllocFoundBlock takes it out.
 bool CachingAllocator::GetFreeBlock(AllocParams& p) {
   Pool& pool = pools_[p.pool];
   if (GcEnabled()) ++pool.get_free_blocks_call_count;
@@ -173,7 +195,6 @@ bool CachingAllocator::GetFreeBlock(AllocParams& p) {
   const Bytes tolerance = IsNpu() ? kLargeBuffer : options_.max_non_split_rounding_bytes;
   if (p.size_bytes >= MaxSplit() && block_bytes >= p.size_bytes + tolerance) return false;
   p.block = it->block;
-  EraseFromPool(p.block);
   return true;
 }
 
@@ -332,12 +353,20 @@ bool CachingAllocator::ShouldSplit(BlockIndex b, Bytes size_bytes) const {
   return size_bytes < MaxSplit() && remaining > kSmallSize;
 }
 
-// alloc_found_block (docs/allocator-rules.md, 'Splitting').
+// alloc_found_block (docs/allocator-rules.md, 'Splitting'). A block still in its pool (found by
+// GetFreeBlock) hands its pool entry to the remainder of a split.
 BlockHandle CachingAllocator::AllocFoundBlock(const AllocParams& p, Bytes request_bytes,
                                               bool split) {
   BlockIndex b = p.block;
   const bool already_split = blocks_[b].IsSplit();
   const bool expandable = blocks_[b].expandable;
+  const bool had_entry = blocks_[b].in_pool;
+  const FreeSet::iterator entry = blocks_[b].free_entry;
+  if (had_entry) {
+    MEMSIM_CHECK(blocks_[b].mapped);
+    blocks_[b].in_pool = false;
+    if (!split) pools_[blocks_[b].pool].blocks.erase(entry);
+  }
   if (split) {
     const BlockIndex remaining = b;
     b = NewBlock();
@@ -355,7 +384,11 @@ BlockHandle CachingAllocator::AllocFoundBlock(const AllocParams& p, Bytes reques
     rem.prev = b;
     rem.addr += p.size_bytes;
     rem.size_bytes -= p.size_bytes;
-    InsertIntoPool(remaining);
+    if (had_entry) {
+      MoveEntry(remaining, entry);
+    } else {
+      InsertIntoPool(remaining);
+    }
     if (!expandable) {
       if (already_split) {
         Decrease(stats_.inactive_split_bytes, p.size_bytes);
@@ -471,15 +504,20 @@ void CachingAllocator::SynchronizeAndFreeEvents() {
 
 // try_merge_blocks: returns the bytes absorbed from `src`, 0 if not mergeable.
 Bytes CachingAllocator::TryMergeBlocks(BlockIndex dst, BlockIndex src) {
-  if (src == kNoBlock) return 0;
-  {
-    const Block& s = blocks_[src];
-    if (s.allocated || s.event_count > 0 || !s.stream_uses.empty() ||
-        s.mapped != blocks_[dst].mapped) {
-      return 0;
-    }
-  }
+  if (!CanMerge(dst, src)) return 0;
   EraseFromPool(src);
+  return MergeInto(dst, src);
+}
+
+bool CachingAllocator::CanMerge(BlockIndex dst, BlockIndex src) const {
+  if (src == kNoBlock) return false;
+  const Block& s = blocks_[src];
+  return !s.allocated && s.event_count == 0 && s.stream_uses.empty() &&
+         s.mapped == blocks_[dst].mapped;
+}
+
+Bytes CachingAllocator::MergeInto(BlockIndex dst, BlockIndex src) {
+  MEMSIM_CHECK(!blocks_[src].in_pool);
   Block& d = blocks_[dst];
   const Block& s = blocks_[src];
   if (d.prev == src) {
@@ -504,15 +542,33 @@ void CachingAllocator::FreeBlock(BlockIndex b) {
         blocks_[b].pool);
   std::int64_t net_blocks = 0;
   Bytes net_bytes = 0;
+  // try_merge_blocks with each neighbour, then insert_into_blocks; b takes over the pool entry of
+  // the larger merged neighbour (the nearest to b's new key), the other's entry is erased.
+  Pool& pool = pools_[blocks_[b].pool];
+  FreeSet::iterator entry;
+  Bytes entry_bytes = 0;  // 0: no entry taken
   const BlockIndex candidates[2] = {blocks_[b].prev, blocks_[b].next};
   for (BlockIndex c : candidates) {
-    const Bytes subsumed = TryMergeBlocks(b, c);
-    if (subsumed > 0) {
-      net_blocks -= 1;
-      net_bytes -= subsumed;
+    if (!CanMerge(b, c)) continue;
+    Block& s = blocks_[c];
+    MEMSIM_CHECK(s.in_pool && s.mapped);
+    if (s.size_bytes > entry_bytes) {
+      if (entry_bytes > 0) pool.blocks.erase(entry);
+      entry = s.free_entry;
+      entry_bytes = s.size_bytes;
+    } else {
+      pool.blocks.erase(s.free_entry);
     }
+    s.in_pool = false;
+    const Bytes subsumed = MergeInto(b, c);
+    net_blocks -= 1;
+    net_bytes -= subsumed;
   }
-  InsertIntoPool(b);
+  if (entry_bytes > 0) {
+    MoveEntry(b, entry);
+  } else {
+    InsertIntoPool(b);
+  }
   const Block& blk = blocks_[b];
   if (blk.IsSplit()) {
     net_blocks += 1;

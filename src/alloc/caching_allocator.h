@@ -27,11 +27,16 @@ inline constexpr Bytes kUnlimited = INT64_MAX;  // max_split_size default (SIZE_
 
 enum PoolId : std::uint8_t { kSmallPool = 0, kLargePool = 1 };
 
+// The order of a pool: (stream, size, address); `block` never decides, since no two free blocks
+// of a pool share an address. The fields other than `stream` are mutable so that a pool entry can
+// be given to another block, or follow its block's new size and address, in place when the new
+// key keeps its position (CachingAllocator::MoveEntry checks the neighbours): most splits and
+// merges change a block's key without changing its rank, and then cost no tree search.
 struct FreeKey {
   StreamId stream;
-  Bytes size_bytes;
-  Bytes addr;
-  BlockIndex block;
+  mutable Bytes size_bytes;
+  mutable Bytes addr;
+  mutable BlockIndex block;
   auto operator<=>(const FreeKey&) const = default;
 };
 
@@ -224,6 +229,14 @@ class CachingAllocator final : public Allocator {
   void ReleaseBlock(BlockIndex b);
   void InsertIntoPool(BlockIndex b);
   void EraseFromPool(BlockIndex b);
+  // Puts the free mapped block `b` (not in its pool) into its pool through `entry`, an entry of
+  // that pool no block owns any more: rewritten in place when b's key keeps the entry's rank,
+  // else erased and b inserted (the result is that of InsertIntoPool).
+  void MoveEntry(BlockIndex b, FreeSet::iterator entry);
+  // Whether src is free and of dst's kind (mapped or not), so that try_merge_blocks merges it.
+  bool CanMerge(BlockIndex dst, BlockIndex src) const;
+  // Merges the block src, out of its pool, into its neighbour dst; returns src's bytes.
+  Bytes MergeInto(BlockIndex dst, BlockIndex src);
   BlockIndex NewBlock();
   void DeleteBlock(BlockIndex b);
   std::int32_t NewSegment(Bytes size_bytes, StreamId stream, std::uint8_t pool, bool expandable,
