@@ -76,18 +76,41 @@ void CachingAllocator::MoveEntry(BlockIndex b, FreeSet::iterator entry) {
   Pool& pool = pools_[blk.pool];
   MEMSIM_CHECK(!blk.in_pool && blk.mapped && entry->stream == blk.stream);
   const FreeKey key{blk.stream, blk.size_bytes, blk.addr, b};
-  const bool keeps_rank = (entry == pool.blocks.begin() || *std::prev(entry) < key) &&
-                          (std::next(entry) == pool.blocks.end() || key < *std::next(entry));
-  if (!keeps_rank) {
-    pool.blocks.erase(entry);
-    InsertIntoPool(b);
-    return;
+  const FreeKeyLess less;
+  // The entries the key passes (all of b's stream) shift one place towards `entry`, the blocks
+  // they name following them, and b's key fills the place left: the pool stays in order at
+  // every step and nothing is searched from the root. Past kMaxShift entries an erase and an
+  // insert cost less: the place left is erased (its value lives on in its neighbour) and b is
+  // inserted.
+  constexpr int kMaxShift = 8;
+  const bool down = less(key, *entry);
+  FreeSet::iterator hole = entry;
+  for (int shifted = 0;; ++shifted) {
+    FreeSet::iterator from;
+    if (down) {
+      if (hole == pool.blocks.begin()) break;
+      from = std::prev(hole);
+      if (!less(key, *from)) break;
+    } else {
+      from = std::next(hole);
+      if (from == pool.blocks.end() || !less(*from, key)) break;
+    }
+    if (shifted == kMaxShift) {
+      pool.blocks.erase(hole);
+      InsertIntoPool(b);
+      return;
+    }
+    hole->size_bytes = from->size_bytes;
+    hole->addr = from->addr;
+    hole->block = from->block;
+    blocks_[hole->block].free_entry = hole;
+    hole = from;
   }
-  entry->size_bytes = key.size_bytes;
-  entry->addr = key.addr;
-  entry->block = b;
+  hole->size_bytes = key.size_bytes;
+  hole->addr = key.addr;
+  hole->block = b;
   blk.gc_count_base = pool.get_free_blocks_call_count;  // as insert_into_blocks
-  blk.free_entry = entry;
+  blk.free_entry = hole;
   blk.in_pool = true;
 }
 
@@ -170,8 +193,7 @@ std::optional<BlockHandle> CachingAllocator::Malloc(Bytes size_bytes, StreamId s
 bool CachingAllocator::GetFreeBlock(AllocParams& p) {
   Pool& pool = pools_[p.pool];
   if (GcEnabled()) ++pool.get_free_blocks_call_count;
-  auto it = pool.blocks.lower_bound({p.stream, p.size_bytes, std::numeric_limits<Bytes>::min(),
-                                     std::numeric_limits<BlockIndex>::min()});
+  auto it = pool.blocks.lower_bound(SizeQuery{p.stream, p.size_bytes});
   if (it == pool.blocks.end() || it->stream != p.stream) return false;
   if (blocks_[it->block].expandable && options_.expandable_segments) {
     // Best fit by the size the block could grow to: prefer a free block not followed by
@@ -232,8 +254,7 @@ bool CachingAllocator::ReleaseAvailableCachedBlocks(const AllocParams& p) {
   if (MaxSplit() == kUnlimited) return false;
   Pool& pool = pools_[p.pool];
   const Bytes key_bytes = std::max(p.size_bytes, MaxSplit());
-  auto it = pool.blocks.lower_bound({p.stream, key_bytes, std::numeric_limits<Bytes>::min(),
-                                     std::numeric_limits<BlockIndex>::min()});
+  auto it = pool.blocks.lower_bound(SizeQuery{p.stream, key_bytes});
   // torch_npu NPUCachingAllocator.cpp, release_available_cached_blocks: npuSynchronizeDevice
   // after the max_split_size check and the lower_bound. It changes no pool, so `it` stays valid
   // and the blocks it makes ready are not candidates here ('NPU synchronisation').

@@ -37,7 +37,29 @@ struct FreeKey {
   mutable Bytes size_bytes;
   mutable Bytes addr;
   mutable BlockIndex block;
-  auto operator<=>(const FreeKey&) const = default;
+};
+
+// A best-fit query: the first key of `stream` with at least `size_bytes`.
+struct SizeQuery {
+  StreamId stream;
+  Bytes size_bytes;
+};
+
+// The pool order of FreeKey (stream, size, address), written out field by field (cheaper than a
+// defaulted <=>), and a SizeQuery's place in it.
+struct FreeKeyLess {
+  using is_transparent = void;
+  bool operator()(const FreeKey& a, const FreeKey& b) const {
+    if (a.stream != b.stream) return a.stream < b.stream;
+    if (a.size_bytes != b.size_bytes) return a.size_bytes < b.size_bytes;
+    return a.addr < b.addr;
+  }
+  bool operator()(const FreeKey& a, const SizeQuery& q) const {
+    return a.stream < q.stream || (a.stream == q.stream && a.size_bytes < q.size_bytes);
+  }
+  bool operator()(const SizeQuery& q, const FreeKey& a) const {
+    return q.stream < a.stream || (q.stream == a.stream && q.size_bytes <= a.size_bytes);
+  }
 };
 
 struct UnmappedKey {
@@ -122,7 +144,7 @@ struct ArenaAllocator {
   }
 };
 
-using FreeSet = std::set<FreeKey, std::less<FreeKey>, ArenaAllocator<FreeKey>>;
+using FreeSet = std::set<FreeKey, FreeKeyLess, ArenaAllocator<FreeKey>>;
 using UnmappedSet = std::set<UnmappedKey, std::less<UnmappedKey>, ArenaAllocator<UnmappedKey>>;
 
 // CUDACachingAllocator.cpp `struct Block`. Invariant: blocks of one segment tile it in address
