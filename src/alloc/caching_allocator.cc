@@ -23,10 +23,23 @@ BlockIndex CachingAllocator::NewBlock() {
   if (!free_slots_.empty()) {
     b = free_slots_.back();
     free_slots_.pop_back();
-    // A fresh Block, except that stream_uses (empty since DeleteBlock) keeps its capacity.
-    std::vector<StreamId> uses = std::move(blocks_[b].stream_uses);
-    blocks_[b] = Block{};
-    blocks_[b].stream_uses = std::move(uses);
+    // A fresh Block, field by field (stream_uses, empty since DeleteBlock, keeps its capacity;
+    // the pool entries are meaningless while in_pool is false).
+    Block& blk = blocks_[b];
+    blk.size_bytes = 0;
+    blk.addr = 0;
+    blk.requested_bytes = 0;
+    blk.prev = kNoBlock;
+    blk.next = kNoBlock;
+    blk.stream = 0;
+    blk.segment = -1;
+    blk.event_count = 0;
+    blk.gc_count_base = 0;
+    blk.pool = kSmallPool;
+    blk.allocated = false;
+    blk.mapped = true;
+    blk.expandable = false;
+    blk.in_pool = false;
   } else {
     b = static_cast<BlockIndex>(blocks_.size());
     blocks_.emplace_back();

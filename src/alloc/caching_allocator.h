@@ -148,7 +148,8 @@ using FreeSet = std::set<FreeKey, FreeKeyLess, ArenaAllocator<FreeKey>>;
 using UnmappedSet = std::set<UnmappedKey, std::less<UnmappedKey>, ArenaAllocator<UnmappedKey>>;
 
 // CUDACachingAllocator.cpp `struct Block`. Invariant: blocks of one segment tile it in address
-// order via prev/next.
+// order via prev/next. A recycled slot is reset field by field in CachingAllocator::NewBlock: a
+// new field needs its reset there.
 struct Block {
   Bytes size_bytes = 0;
   Bytes addr = 0;

@@ -114,12 +114,7 @@ class IdInterner {
       if (slots_[i].hash == hash && Name(slots_[i].index) == id) return slots_[i].index;
       i = (i + 1) & mask;
     }
-    const auto index = static_cast<std::int32_t>(ends_.size());
-    arena_.append(id);
-    ends_.push_back(static_cast<std::uint32_t>(arena_.size()));  // the file is below 2^31 bytes
-    slots_[i] = {hash, index};
-    if (2 * ends_.size() > slots_.size()) Grow();
-    return index;
+    return Add(id, hash, i);
   }
   std::size_t size() const { return ends_.size(); }
   std::string_view Name(std::int32_t index) const {
@@ -133,6 +128,15 @@ class IdInterner {
     std::uint32_t hash = 0;
     std::int32_t index = -1;  // -1: empty
   };
+  // A new id into the empty slot i (out of line: the lookup above stays small where inlined).
+  [[gnu::noinline]] std::int32_t Add(std::string_view id, std::uint32_t hash, std::size_t i) {
+    const auto index = static_cast<std::int32_t>(ends_.size());
+    arena_.append(id);
+    ends_.push_back(static_cast<std::uint32_t>(arena_.size()));  // the file is below 2^31 bytes
+    slots_[i] = {hash, index};
+    if (2 * ends_.size() > slots_.size()) Grow();
+    return index;
+  }
   void Grow() {
     std::vector<Slot> slots(2 * slots_.size());
     const std::size_t mask = slots.size() - 1;
