@@ -30,7 +30,7 @@ enum PoolId : std::uint8_t { kSmallPool = 0, kLargePool = 1 };
 // The order of a pool: (stream, size, address); `block` never decides, since no two free blocks
 // of a pool share an address. The fields other than `stream` are mutable so that a pool entry can
 // be given to another block, or follow its block's new size and address, in place when the new
-// key keeps its position (CachingAllocator::MoveEntry checks the neighbours): most splits and
+// key keeps its position (CachingAllocator::MoveEntry checks the neighbours): many splits and
 // merges change a block's key without changing its rank, and then cost no tree search.
 struct FreeKey {
   StreamId stream;
