@@ -23,10 +23,23 @@ BlockIndex CachingAllocator::NewBlock() {
   if (!free_slots_.empty()) {
     b = free_slots_.back();
     free_slots_.pop_back();
-    // A fresh Block, except that stream_uses (empty since DeleteBlock) keeps its capacity.
-    std::vector<StreamId> uses = std::move(blocks_[b].stream_uses);
-    blocks_[b] = Block{};
-    blocks_[b].stream_uses = std::move(uses);
+    // A fresh Block, field by field (stream_uses, empty since DeleteBlock, keeps its capacity;
+    // the pool entries are meaningless while in_pool is false).
+    Block& blk = blocks_[b];
+    blk.size_bytes = 0;
+    blk.addr = 0;
+    blk.requested_bytes = 0;
+    blk.prev = kNoBlock;
+    blk.next = kNoBlock;
+    blk.stream = 0;
+    blk.segment = -1;
+    blk.event_count = 0;
+    blk.gc_count_base = 0;
+    blk.pool = kSmallPool;
+    blk.allocated = false;
+    blk.mapped = true;
+    blk.expandable = false;
+    blk.in_pool = false;
   } else {
     b = static_cast<BlockIndex>(blocks_.size());
     blocks_.emplace_back();
@@ -68,6 +81,33 @@ void CachingAllocator::InsertIntoPool(BlockIndex b) {
   } else {
     blk.unmapped_entry = pool.unmapped.insert({blk.stream, blk.addr, b}).first;
   }
+  blk.in_pool = true;
+}
+
+void CachingAllocator::MoveEntry(BlockIndex b, FreeSet::iterator entry) {
+  Block& blk = blocks_[b];
+  Pool& pool = pools_[blk.pool];
+  MEMSIM_CHECK(!blk.in_pool && blk.mapped && entry->stream == blk.stream);
+  const FreeKey key{blk.stream, blk.size_bytes, blk.addr, b};
+  const FreeKeyLess less;
+  // Only the neighbour on the side the key moves towards can pass it. Shifting the entries a key
+  // passes (instead of an erase and an insert) was measured too: it saves instructions when
+  // pools are small (alloc_bench: about 8 free blocks) and costs more when keys move far
+  // (`memsim run`: hundreds of free blocks per pool), so a key that passes any entry is erased
+  // and inserted by search (docs/performance.md, 'Pool entries moved in place').
+  const bool keeps_rank =
+      less(key, *entry) ? entry == pool.blocks.begin() || less(*std::prev(entry), key)
+                        : std::next(entry) == pool.blocks.end() || less(key, *std::next(entry));
+  if (!keeps_rank) {
+    pool.blocks.erase(entry);
+    InsertIntoPool(b);
+    return;
+  }
+  entry->size_bytes = key.size_bytes;
+  entry->addr = key.addr;
+  entry->block = b;
+  blk.gc_count_base = pool.get_free_blocks_call_count;  // as insert_into_blocks
+  blk.free_entry = entry;
   blk.in_pool = true;
 }
 
@@ -138,18 +178,19 @@ std::optional<BlockHandle> CachingAllocator::Malloc(Bytes size_bytes, StreamId s
   }
   if (IsNpu() && options_.expandable_segments && p.size_bytes >= kSmallBuffer &&
       options_.base_addr_aligned_bytes != 0) {
+    if (blocks_[p.block].in_pool) EraseFromPool(p.block);
     NpuAlignBlock(p);
   }
   const bool split = ShouldSplit(p.block, p.size_bytes);
   return AllocFoundBlock(p, size_bytes, split);
 }
 
-// get_free_block (docs/allocator-rules.md, 'Best-fit search and max_split_size').
+// get_free_block (docs/allocator-rules.md, 'Best-fit search and max_split_size'). The block found
+// stays in its pool; AllocFoundBlock takes it out.
 bool CachingAllocator::GetFreeBlock(AllocParams& p) {
   Pool& pool = pools_[p.pool];
   if (GcEnabled()) ++pool.get_free_blocks_call_count;
-  auto it = pool.blocks.lower_bound({p.stream, p.size_bytes, std::numeric_limits<Bytes>::min(),
-                                     std::numeric_limits<BlockIndex>::min()});
+  auto it = pool.blocks.lower_bound(SizeQuery{p.stream, p.size_bytes});
   if (it == pool.blocks.end() || it->stream != p.stream) return false;
   if (blocks_[it->block].expandable && options_.expandable_segments) {
     // Best fit by the size the block could grow to: prefer a free block not followed by
@@ -173,7 +214,6 @@ bool CachingAllocator::GetFreeBlock(AllocParams& p) {
   const Bytes tolerance = IsNpu() ? kLargeBuffer : options_.max_non_split_rounding_bytes;
   if (p.size_bytes >= MaxSplit() && block_bytes >= p.size_bytes + tolerance) return false;
   p.block = it->block;
-  EraseFromPool(p.block);
   return true;
 }
 
@@ -211,8 +251,7 @@ bool CachingAllocator::ReleaseAvailableCachedBlocks(const AllocParams& p) {
   if (MaxSplit() == kUnlimited) return false;
   Pool& pool = pools_[p.pool];
   const Bytes key_bytes = std::max(p.size_bytes, MaxSplit());
-  auto it = pool.blocks.lower_bound({p.stream, key_bytes, std::numeric_limits<Bytes>::min(),
-                                     std::numeric_limits<BlockIndex>::min()});
+  auto it = pool.blocks.lower_bound(SizeQuery{p.stream, key_bytes});
   // torch_npu NPUCachingAllocator.cpp, release_available_cached_blocks: npuSynchronizeDevice
   // after the max_split_size check and the lower_bound. It changes no pool, so `it` stays valid
   // and the blocks it makes ready are not candidates here ('NPU synchronisation').
@@ -332,12 +371,20 @@ bool CachingAllocator::ShouldSplit(BlockIndex b, Bytes size_bytes) const {
   return size_bytes < MaxSplit() && remaining > kSmallSize;
 }
 
-// alloc_found_block (docs/allocator-rules.md, 'Splitting').
+// alloc_found_block (docs/allocator-rules.md, 'Splitting'). A block still in its pool (found by
+// GetFreeBlock) hands its pool entry to the remainder of a split.
 BlockHandle CachingAllocator::AllocFoundBlock(const AllocParams& p, Bytes request_bytes,
                                               bool split) {
   BlockIndex b = p.block;
   const bool already_split = blocks_[b].IsSplit();
   const bool expandable = blocks_[b].expandable;
+  const bool had_entry = blocks_[b].in_pool;
+  const FreeSet::iterator entry = blocks_[b].free_entry;
+  if (had_entry) {
+    MEMSIM_CHECK(blocks_[b].mapped);
+    blocks_[b].in_pool = false;
+    if (!split) pools_[blocks_[b].pool].blocks.erase(entry);
+  }
   if (split) {
     const BlockIndex remaining = b;
     b = NewBlock();
@@ -355,7 +402,11 @@ BlockHandle CachingAllocator::AllocFoundBlock(const AllocParams& p, Bytes reques
     rem.prev = b;
     rem.addr += p.size_bytes;
     rem.size_bytes -= p.size_bytes;
-    InsertIntoPool(remaining);
+    if (had_entry) {
+      MoveEntry(remaining, entry);
+    } else {
+      InsertIntoPool(remaining);
+    }
     if (!expandable) {
       if (already_split) {
         Decrease(stats_.inactive_split_bytes, p.size_bytes);
@@ -471,15 +522,20 @@ void CachingAllocator::SynchronizeAndFreeEvents() {
 
 // try_merge_blocks: returns the bytes absorbed from `src`, 0 if not mergeable.
 Bytes CachingAllocator::TryMergeBlocks(BlockIndex dst, BlockIndex src) {
-  if (src == kNoBlock) return 0;
-  {
-    const Block& s = blocks_[src];
-    if (s.allocated || s.event_count > 0 || !s.stream_uses.empty() ||
-        s.mapped != blocks_[dst].mapped) {
-      return 0;
-    }
-  }
+  if (!CanMerge(dst, src)) return 0;
   EraseFromPool(src);
+  return MergeInto(dst, src);
+}
+
+bool CachingAllocator::CanMerge(BlockIndex dst, BlockIndex src) const {
+  if (src == kNoBlock) return false;
+  const Block& s = blocks_[src];
+  return !s.allocated && s.event_count == 0 && s.stream_uses.empty() &&
+         s.mapped == blocks_[dst].mapped;
+}
+
+Bytes CachingAllocator::MergeInto(BlockIndex dst, BlockIndex src) {
+  MEMSIM_CHECK(!blocks_[src].in_pool);
   Block& d = blocks_[dst];
   const Block& s = blocks_[src];
   if (d.prev == src) {
@@ -504,15 +560,33 @@ void CachingAllocator::FreeBlock(BlockIndex b) {
         blocks_[b].pool);
   std::int64_t net_blocks = 0;
   Bytes net_bytes = 0;
+  // try_merge_blocks with each neighbour, then insert_into_blocks; b takes over the pool entry of
+  // the larger merged neighbour (the nearest to b's new key), the other's entry is erased.
+  Pool& pool = pools_[blocks_[b].pool];
+  FreeSet::iterator entry;
+  Bytes entry_bytes = 0;  // 0: no entry taken
   const BlockIndex candidates[2] = {blocks_[b].prev, blocks_[b].next};
   for (BlockIndex c : candidates) {
-    const Bytes subsumed = TryMergeBlocks(b, c);
-    if (subsumed > 0) {
-      net_blocks -= 1;
-      net_bytes -= subsumed;
+    if (!CanMerge(b, c)) continue;
+    Block& s = blocks_[c];
+    MEMSIM_CHECK(s.in_pool && s.mapped);
+    if (s.size_bytes > entry_bytes) {
+      if (entry_bytes > 0) pool.blocks.erase(entry);
+      entry = s.free_entry;
+      entry_bytes = s.size_bytes;
+    } else {
+      pool.blocks.erase(s.free_entry);
     }
+    s.in_pool = false;
+    const Bytes subsumed = MergeInto(b, c);
+    net_blocks -= 1;
+    net_bytes -= subsumed;
   }
-  InsertIntoPool(b);
+  if (entry_bytes > 0) {
+    MoveEntry(b, entry);
+  } else {
+    InsertIntoPool(b);
+  }
   const Block& blk = blocks_[b];
   if (blk.IsSplit()) {
     net_blocks += 1;

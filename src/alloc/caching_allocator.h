@@ -27,12 +27,39 @@ inline constexpr Bytes kUnlimited = INT64_MAX;  // max_split_size default (SIZE_
 
 enum PoolId : std::uint8_t { kSmallPool = 0, kLargePool = 1 };
 
+// The order of a pool: (stream, size, address); `block` never decides, since no two free blocks
+// of a pool share an address. The fields other than `stream` are mutable so that a pool entry can
+// be given to another block, or follow its block's new size and address, in place when the new
+// key keeps its position (CachingAllocator::MoveEntry checks the neighbours): many splits and
+// merges change a block's key without changing its rank, and then cost no tree search.
 struct FreeKey {
   StreamId stream;
+  mutable Bytes size_bytes;
+  mutable Bytes addr;
+  mutable BlockIndex block;
+};
+
+// A best-fit query: the first key of `stream` with at least `size_bytes`.
+struct SizeQuery {
+  StreamId stream;
   Bytes size_bytes;
-  Bytes addr;
-  BlockIndex block;
-  auto operator<=>(const FreeKey&) const = default;
+};
+
+// The pool order of FreeKey (stream, size, address), written out field by field (cheaper than a
+// defaulted <=>), and a SizeQuery's place in it.
+struct FreeKeyLess {
+  using is_transparent = void;
+  bool operator()(const FreeKey& a, const FreeKey& b) const {
+    if (a.stream != b.stream) return a.stream < b.stream;
+    if (a.size_bytes != b.size_bytes) return a.size_bytes < b.size_bytes;
+    return a.addr < b.addr;
+  }
+  bool operator()(const FreeKey& a, const SizeQuery& q) const {
+    return a.stream < q.stream || (a.stream == q.stream && a.size_bytes < q.size_bytes);
+  }
+  bool operator()(const SizeQuery& q, const FreeKey& a) const {
+    return q.stream < a.stream || (q.stream == a.stream && q.size_bytes <= a.size_bytes);
+  }
 };
 
 struct UnmappedKey {
@@ -117,11 +144,12 @@ struct ArenaAllocator {
   }
 };
 
-using FreeSet = std::set<FreeKey, std::less<FreeKey>, ArenaAllocator<FreeKey>>;
+using FreeSet = std::set<FreeKey, FreeKeyLess, ArenaAllocator<FreeKey>>;
 using UnmappedSet = std::set<UnmappedKey, std::less<UnmappedKey>, ArenaAllocator<UnmappedKey>>;
 
 // CUDACachingAllocator.cpp `struct Block`. Invariant: blocks of one segment tile it in address
-// order via prev/next.
+// order via prev/next. A recycled slot is reset field by field in CachingAllocator::NewBlock: a
+// new field needs its reset there.
 struct Block {
   Bytes size_bytes = 0;
   Bytes addr = 0;
@@ -224,6 +252,14 @@ class CachingAllocator final : public Allocator {
   void ReleaseBlock(BlockIndex b);
   void InsertIntoPool(BlockIndex b);
   void EraseFromPool(BlockIndex b);
+  // Puts the free mapped block `b` (not in its pool) into its pool through `entry`, an entry of
+  // that pool no block owns any more: rewritten in place when b's key keeps the entry's rank,
+  // else erased and b inserted (the result is that of InsertIntoPool).
+  void MoveEntry(BlockIndex b, FreeSet::iterator entry);
+  // Whether src is free and of dst's kind (mapped or not), so that try_merge_blocks merges it.
+  bool CanMerge(BlockIndex dst, BlockIndex src) const;
+  // Merges the block src, out of its pool, into its neighbour dst; returns src's bytes.
+  Bytes MergeInto(BlockIndex dst, BlockIndex src);
   BlockIndex NewBlock();
   void DeleteBlock(BlockIndex b);
   std::int32_t NewSegment(Bytes size_bytes, StreamId stream, std::uint8_t pool, bool expandable,

@@ -76,9 +76,15 @@ std::string CachingAllocator::CheckInvariants() const {
       } else {
         if (!b.stream_uses.empty()) return fmt::format("free block {} has stream uses", bi);
         const Pool& pool = pools_[b.pool];
-        const bool in_pool =
-            b.mapped ? pool.blocks.count({b.stream, b.size_bytes, b.addr, bi}) == 1
-                     : pool.unmapped.count({b.stream, b.addr, bi}) == 1;
+        bool in_pool = false;
+        if (b.mapped) {
+          // The block's remembered entry is its own (MoveEntry rewrites entries in place).
+          auto it = pool.blocks.find({b.stream, b.size_bytes, b.addr, bi});
+          in_pool = b.in_pool && it != pool.blocks.end() && it->block == bi &&
+                    it == FreeSet::const_iterator(b.free_entry);
+        } else {
+          in_pool = b.in_pool && pool.unmapped.count({b.stream, b.addr, bi}) == 1;
+        }
         if (!in_pool) return fmt::format("free block {} missing from its pool", bi);
         (b.mapped ? free_mapped : unmapped)[b.pool]++;
         if (b.mapped && !b.expandable && b.IsSplit()) {
@@ -102,6 +108,14 @@ std::string CachingAllocator::CheckInvariants() const {
   for (int p = 0; p < 2; ++p) {
     if (pools_[p].blocks.size() != free_mapped[p] || pools_[p].unmapped.size() != unmapped[p]) {
       return fmt::format("pool {} holds stale entries", p);
+    }
+    // Entries rewritten in place must keep the pool's order (stream, size, address).
+    const FreeKey* prev = nullptr;
+    for (const FreeKey& k : pools_[p].blocks) {
+      if (prev != nullptr && !FreeKeyLess()(*prev, k)) {
+        return fmt::format("pool {} out of order at block {}", p, k.block);
+      }
+      prev = &k;
     }
   }
   if (pending_events != pending_events_) {

@@ -1,6 +1,7 @@
 #include "replay/trace.h"
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cstring>
 #include <functional>
@@ -73,15 +74,33 @@ class IdInterner {
       h = (h ^ w) * 0xFF51AFD7ED558CCDULL;
       h ^= h >> 32;
     }
-    std::uint64_t tail = 0;
-    for (std::size_t k = 0; k < n; ++k) tail |= std::uint64_t{static_cast<unsigned char>(p[k])} << (8 * k);
-    h ^= tail;
+    h ^= Tail(p, n);
     h ^= h >> 33;
     h *= 0xFF51AFD7ED558CCDULL;
     h ^= h >> 33;
     h *= 0xC4CEB9FE1A85EC53ULL;
     h ^= h >> 33;
     return static_cast<std::uint32_t>(h);
+  }
+  // The last n < 8 bytes as one little-endian word (byte k in bits 8k..8k+7, the rest 0), read
+  // with at most three loads instead of a loop: for n >= 4 two 4-byte loads that overlap (the
+  // shared bytes are the same bytes, so or-ing them changes nothing), for n < 4 three single
+  // bytes (again the same byte where they coincide).
+  static std::uint64_t Tail(const char* p, std::size_t n) {
+    auto byte = [p](std::size_t k) { return std::uint64_t{static_cast<unsigned char>(p[k])}; };
+    if (n >= 4) {
+      std::uint32_t lo, hi;
+      std::memcpy(&lo, p, 4);
+      std::memcpy(&hi, p + n - 4, 4);
+      if constexpr (std::endian::native == std::endian::little) {
+        return lo | (std::uint64_t{hi} << (8 * (n - 4)));
+      }
+      std::uint64_t v = 0;
+      for (std::size_t k = 0; k < n; ++k) v |= byte(k) << (8 * k);
+      return v;
+    }
+    if (n == 0) return 0;
+    return byte(0) | byte(n / 2) << (8 * (n / 2)) | byte(n - 1) << (8 * (n - 1));
   }
   // Asks the cache for the slot where a lookup of an id of this hash starts.
   void Prefetch(std::uint32_t hash) const {
@@ -95,12 +114,7 @@ class IdInterner {
       if (slots_[i].hash == hash && Name(slots_[i].index) == id) return slots_[i].index;
       i = (i + 1) & mask;
     }
-    const auto index = static_cast<std::int32_t>(ends_.size());
-    arena_.append(id);
-    ends_.push_back(static_cast<std::uint32_t>(arena_.size()));  // the file is below 2^31 bytes
-    slots_[i] = {hash, index};
-    if (2 * ends_.size() > slots_.size()) Grow();
-    return index;
+    return Add(id, hash, i);
   }
   std::size_t size() const { return ends_.size(); }
   std::string_view Name(std::int32_t index) const {
@@ -114,6 +128,15 @@ class IdInterner {
     std::uint32_t hash = 0;
     std::int32_t index = -1;  // -1: empty
   };
+  // A new id into the empty slot i (out of line: the lookup above stays small where inlined).
+  [[gnu::noinline]] std::int32_t Add(std::string_view id, std::uint32_t hash, std::size_t i) {
+    const auto index = static_cast<std::int32_t>(ends_.size());
+    arena_.append(id);
+    ends_.push_back(static_cast<std::uint32_t>(arena_.size()));  // the file is below 2^31 bytes
+    slots_[i] = {hash, index};
+    if (2 * ends_.size() > slots_.size()) Grow();
+    return index;
+  }
   void Grow() {
     std::vector<Slot> slots(2 * slots_.size());
     const std::size_t mask = slots.size() - 1;
@@ -219,9 +242,31 @@ class CsvLines {
     return c;
   }
 
+  // Where the id that starts at c ends for FastParse: at the first ',' or byte below 0x21
+  // (blank, '\t', '\r', '\n' and other control characters: FastParse then declines the line,
+  // which is not of its form, and Parse reads it), or at end. 8 bytes at a time where 8 remain:
+  // (x - 0x01..01 * n) & ~x & 0x80..80 marks the lowest byte of x below n exactly (marks above
+  // it may be false, and only the lowest is used); a ',' is a zero byte of x ^ ",,,,,,,,".
+  static const char* IdEnd(const char* c, const char* end) {
+    if constexpr (std::endian::native == std::endian::little) {
+      constexpr std::uint64_t kOnes = 0x0101010101010101ULL;
+      constexpr std::uint64_t kHigh = 0x8080808080808080ULL;
+      auto below = [](std::uint64_t x, unsigned char n) { return (x - kOnes * n) & ~x & kHigh; };
+      while (end - c >= 8) {
+        std::uint64_t w;
+        std::memcpy(&w, c, 8);
+        const std::uint64_t m = below(w ^ (kOnes * ','), 1) | below(w, 0x21);
+        if (m != 0) return c + std::countr_zero(m) / 8;
+        c += 8;
+      }
+    }
+    while (c != end && *c != ',' && static_cast<unsigned char>(*c) >= 0x21) ++c;
+    return c;
+  }
+
   // The common line, read in one pass from text[pos]: `malloc,ID,BYTES,STREAM` or
-  // `free,ID,BYTES,STREAM`, the id without ',', blank or '\r', bytes (below 10^18) and stream
-  // (below 10^9) plain digits or empty, bytes given for malloc. Such a line yields exactly what
+  // `free,ID,BYTES,STREAM`, the id without ',' or a byte below 0x21 (blank, control), bytes
+  // (below 10^18) and stream (below 10^9) plain digits or empty, bytes given for malloc. Such a line yields exactly what
   // Parse yields for it and `eol` is its end; for any other line nothing changes and Parse reads
   // it (and reports what is wrong with it).
   bool FastParse(std::string_view text, std::size_t pos, Parsed& out, std::size_t& eol) {
@@ -243,7 +288,7 @@ class CsvLines {
       return false;
     }
     const char* const id_begin = c;
-    while (c != end && *c != ',' && *c != ' ' && *c != '\t' && *c != '\r' && *c != '\n') ++c;
+    c = IdEnd(c, end);
     if (c == end || *c != ',' || c == id_begin) return false;
     const std::string_view id(id_begin, static_cast<std::size_t>(c - id_begin));
     constexpr std::ptrdiff_t kBytesDigits = 18;  // < 10^18 < 2^63
