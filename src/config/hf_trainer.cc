@@ -385,14 +385,19 @@ void ReadRest(const Readers& r, TrainingConfig& c, std::vector<std::string>* not
   // Trainer calls model.zero_grad(): nn.Module.zero_grad's set_to_none defaults to True since
   // PyTorch 2.0 and to False before (torch/nn/modules/module.py), when the .grad tensors are
   // zeroed in place and stay allocated. torch_version "MAJOR.MINOR" says which; absent: 2.x.
+  // Before 1.11 softmax's autograd node also saves its input (setup.h softmax_saves_input).
   c.zero_grad_set_to_none = true;
   if (std::optional<std::string> v = r.own.String("torch_version")) {
     const int major = std::atoi(v->c_str());
-    if (major < 1 || v->find_first_not_of("0123456789.") != std::string::npos) {
+    const std::size_t dot = v->find('.');
+    if (major < 1 || dot == std::string::npos || dot + 1 == v->size() ||
+        v->find_first_not_of("0123456789.") != std::string::npos) {
       Fail(r.own.At("torch_version"),
            fmt::format("expected a version such as \"2.5\", got \"{}\"", Printable(*v)));
     }
+    const int minor = std::atoi(v->c_str() + dot + 1);
     c.zero_grad_set_to_none = major >= 2;
+    c.softmax_saves_input = major == 1 && minor < 11;
   }
   for (const char* key : {"deepspeed", "fsdp"}) {
     const Json* v = t.Get(key);

@@ -234,6 +234,19 @@ TEST_CASE("hf-trainer BERT: saved tensors of one layer in fp32 and under fp16 au
   //   and output dense: 8h²): 12 h² × 2 bytes. Norm statistics as in fp32.
   const Bytes amp = 42 * kT * kH + 7 * kScores + 24 * kH * kH + 4 * 4 * kT;
   CHECK(testing::LayerSavedBytes(Build(TinyBert(true), 0), 2, 0, 1) == amp);
+
+  SECTION("PyTorch before 1.11: softmax also saves its input") {
+    // tools/autograd/derivatives.yaml before pytorch/pytorch#66018 (first in 1.11): _softmax's
+    // formula is _softmax_backward_data(grad, result, dim, self), so SoftmaxBackward keeps self,
+    // the masked scores, as well as the output. They are fp32 in both runs (fp32 weights; under
+    // autocast the fp32 additive mask promotes the fp16 scaled scores): 4 bytes a score more.
+    for (bool autocast : {false, true}) {
+      config::Setup s = TinyBert(autocast);
+      s.training.softmax_saves_input = true;
+      CHECK(testing::LayerSavedBytes(Build(s, 0), 2, 0, 1) ==
+            (autocast ? amp : fp32) + 4 * kScores);
+    }
+  }
 }
 
 }  // namespace
