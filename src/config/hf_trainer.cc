@@ -249,6 +249,16 @@ void ReadOptim(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* not
     notes->push_back(fmt::format("{}: \"adamw_hf\" modelled as a per-parameter AdamW; its "
                                  "transient denom (one parameter's size) is not emitted",
                                  t.At("optim")));
+  } else if (optim == "adafactor") {
+    // Trainer.get_optimizer_cls_and_kwargs: transformers.optimization.Adafactor with
+    // scale_parameter=False, relative_step=False and the lr; beta1 stays None (no exp_avg). Its
+    // step is a loop over parameters (optimizer.cc AdafactorGroup).
+    c.optimizer = OptimizerKind::kAdafactor;
+    c.optimizer_impl = OptimizerImpl::kFused;
+    if (t.Has("optim_args")) {
+      notes->push_back(fmt::format("{}: not read for adafactor (beta1 taken as None: no exp_avg)",
+                                   t.At("optim_args")));
+    }
   } else if (optim == "sgd") {
     // Trainer passes only lr: torch.optim.SGD's momentum 0, no momentum buffer.
     c.optimizer = OptimizerKind::kSgd;
@@ -256,7 +266,7 @@ void ReadOptim(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* not
     c.optimizer_impl = OptimizerImpl::kForeach;
   } else {
     throw UnsupportedError(fmt::format(
-        "{}: optim \"{}\" (memsim models adamw_torch, adamw_torch_fused, adamw_hf and sgd; the "
+        "{}: optim \"{}\" (memsim models adamw_torch, adamw_torch_fused, adamw_hf, adafactor and sgd; the "
         "state layout of this optimizer is not modelled)",
         t.At("optim"), optim));
   }

@@ -22,7 +22,8 @@ enum class Precision { kFp32, kFp16, kBf16 };
 enum class StateDtype { kFp32, kFp16, kBf16, kFp8 };
 enum class Normalization { kLayerNorm, kRMSNorm };
 enum class PositionEmbedding { kRope, kLearnedAbsolute, kNone };
-enum class OptimizerKind { kAdam, kSgd };
+// kAdafactor: transformers.optimization.Adafactor as the Trainer builds it (hf-trainer only).
+enum class OptimizerKind { kAdam, kSgd, kAdafactor };
 enum class OptimizerImpl { kFused, kForeach };
 enum class RecomputeGranularity { kNone, kSelective, kFull };
 enum class RecomputeMethod { kUniform, kBlock };

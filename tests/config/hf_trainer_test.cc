@@ -70,7 +70,11 @@ TEST_CASE("hf-trainer: optim names", "[config][hf]") {
   const TrainingConfig sgd = load("o2.json", "sgd");
   CHECK(sgd.optimizer == OptimizerKind::kSgd);
   CHECK(sgd.sgd_momentum == 0.0);  // Trainer passes lr only: torch.optim.SGD momentum 0
-  CHECK(IsUnsupported(Config("o3.json", kBase + ", \"optim\": \"adafactor\"")));
+  // Trainer.get_optimizer_cls_and_kwargs: transformers' Adafactor, one parameter at a time.
+  const TrainingConfig ada = load("o3.json", "adafactor");
+  CHECK(ada.optimizer == OptimizerKind::kAdafactor);
+  CHECK(ada.optimizer_impl == OptimizerImpl::kFused);
+  CHECK(IsUnsupported(Config("o4.json", kBase + ", \"optim\": \"adamw_bnb_8bit\"")));
 }
 
 TEST_CASE("hf-trainer: torch_version decides zero_grad and softmax's saved input", "[config][hf]") {
