@@ -9,7 +9,9 @@ BertOutput; the .grad of each parameter in the first backward; exp_avg / exp_avg
 step), with sizes rounded as the CUDA caching allocator rounds them (512 B) and one segment per
 request that does not fit the reserved memory (rounded to 2 MiB, never released). It exists to
 exercise `memsim compare` on the snapshot format; its numbers are NOT a measurement, and the
-file says so in its "_synthetic" key.
+file says so in its "_synthetic" key. Softmax saves its output only, as from PyTorch 1.11 (before,
+it kept its input too; docs/validation.md, "Hugging Face Trainer"), so the ctest that compares
+it runs the case at torch_version "1.12".
 
 Usage: tools/synthetic_hf_snapshot.py OUT.json [--batch 4] [--seq 512] [--steps 3]
 """

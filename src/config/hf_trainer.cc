@@ -249,6 +249,16 @@ void ReadOptim(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* not
     notes->push_back(fmt::format("{}: \"adamw_hf\" modelled as a per-parameter AdamW; its "
                                  "transient denom (one parameter's size) is not emitted",
                                  t.At("optim")));
+  } else if (optim == "adafactor") {
+    // Trainer.get_optimizer_cls_and_kwargs: transformers.optimization.Adafactor with
+    // scale_parameter=False, relative_step=False and the lr; beta1 stays None (no exp_avg). Its
+    // step is a loop over parameters (optimizer.cc AdafactorGroup).
+    c.optimizer = OptimizerKind::kAdafactor;
+    c.optimizer_impl = OptimizerImpl::kFused;
+    if (t.Has("optim_args")) {
+      notes->push_back(fmt::format("{}: not read for adafactor (beta1 taken as None: no exp_avg)",
+                                   t.At("optim_args")));
+    }
   } else if (optim == "sgd") {
     // Trainer passes only lr: torch.optim.SGD's momentum 0, no momentum buffer.
     c.optimizer = OptimizerKind::kSgd;
@@ -256,7 +266,7 @@ void ReadOptim(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* not
     c.optimizer_impl = OptimizerImpl::kForeach;
   } else {
     throw UnsupportedError(fmt::format(
-        "{}: optim \"{}\" (memsim models adamw_torch, adamw_torch_fused, adamw_hf and sgd; the "
+        "{}: optim \"{}\" (memsim models adamw_torch, adamw_torch_fused, adamw_hf, adafactor and sgd; the "
         "state layout of this optimizer is not modelled)",
         t.At("optim"), optim));
   }
@@ -385,14 +395,19 @@ void ReadRest(const Readers& r, TrainingConfig& c, std::vector<std::string>* not
   // Trainer calls model.zero_grad(): nn.Module.zero_grad's set_to_none defaults to True since
   // PyTorch 2.0 and to False before (torch/nn/modules/module.py), when the .grad tensors are
   // zeroed in place and stay allocated. torch_version "MAJOR.MINOR" says which; absent: 2.x.
+  // Before 1.11 softmax's autograd node also saves its input (setup.h softmax_saves_input).
   c.zero_grad_set_to_none = true;
   if (std::optional<std::string> v = r.own.String("torch_version")) {
     const int major = std::atoi(v->c_str());
-    if (major < 1 || v->find_first_not_of("0123456789.") != std::string::npos) {
+    const std::size_t dot = v->find('.');
+    if (major < 1 || dot == std::string::npos || dot + 1 == v->size() ||
+        v->find_first_not_of("0123456789.") != std::string::npos) {
       Fail(r.own.At("torch_version"),
            fmt::format("expected a version such as \"2.5\", got \"{}\"", Printable(*v)));
     }
+    const int minor = std::atoi(v->c_str() + dot + 1);
     c.zero_grad_set_to_none = major >= 2;
+    c.softmax_saves_input = major == 1 && minor < 11;
   }
   for (const char* key : {"deepspeed", "fsdp"}) {
     const Json* v = t.Get(key);

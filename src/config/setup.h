@@ -22,7 +22,8 @@ enum class Precision { kFp32, kFp16, kBf16 };
 enum class StateDtype { kFp32, kFp16, kBf16, kFp8 };
 enum class Normalization { kLayerNorm, kRMSNorm };
 enum class PositionEmbedding { kRope, kLearnedAbsolute, kNone };
-enum class OptimizerKind { kAdam, kSgd };
+// kAdafactor: transformers.optimization.Adafactor as the Trainer builds it (hf-trainer only).
+enum class OptimizerKind { kAdam, kSgd, kAdafactor };
 enum class OptimizerImpl { kFused, kForeach };
 enum class RecomputeGranularity { kNone, kSelective, kFull };
 enum class RecomputeMethod { kUniform, kBlock };
@@ -156,6 +157,11 @@ struct TrainingConfig {
   // gradients are freed and autograd allocates them again in the next backward. Not used with
   // megatron.
   bool zero_grad_set_to_none = true;
+  // hf-trainer only: PyTorch before 1.11 (torch_version), whose autograd formula for _softmax
+  // passes the input tensor to _softmax_backward_data (tools/autograd/derivatives.yaml), so
+  // SoftmaxBackward saves the input as well as the output; from 1.11 only its dtype
+  // (pytorch/pytorch#65242, relanded as #66018). Used by the eager attention paths.
+  bool softmax_saves_input = false;
   bool accumulate_allreduce_grads_in_fp32 = false;  // forced true for bf16 (Megatron arguments.py)
   // Megatron --grad-reduce-in-bf16: with bf16, gradients are accumulated and reduced in bf16
   // (validate_args then leaves accumulate_allreduce_grads_in_fp32 false).

@@ -184,7 +184,9 @@ json SetupJson(const config::Setup& setup) {
       {"num_layers_per_virtual_pipeline_stage", t.num_layers_per_virtual_pipeline_stage},
       {"sequence_parallel", t.sequence_parallel},
       {"precision", PrecisionName(t.precision)},
-      {"optimizer", t.optimizer == config::OptimizerKind::kAdam ? "adam" : "sgd"},
+      {"optimizer", t.optimizer == config::OptimizerKind::kAdam  ? "adam"
+                    : t.optimizer == config::OptimizerKind::kSgd ? "sgd"
+                                                                 : "adafactor"},
       {"optimizer_impl", t.optimizer_impl == config::OptimizerImpl::kFused ? "fused" : "foreach"},
       {"use_distributed_optimizer", t.use_distributed_optimizer},
       {"recompute_granularity", RecomputeName(t.recompute_granularity)},
@@ -310,7 +312,8 @@ std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& s
                             ? std::string("no autocast")
                             : fmt::format("{} autocast", PrecisionName(t.precision)))
           : std::string(PrecisionName(t.precision)),
-      t.optimizer == config::OptimizerKind::kSgd ? "SGD"
+      t.optimizer == config::OptimizerKind::kSgd         ? "SGD"
+      : t.optimizer == config::OptimizerKind::kAdafactor ? "Adafactor"
       : t.adam_coupled_weight_decay              ? "Adam (L2 weight decay)"
       : config::PyTorchLoop(t)                   ? "AdamW"
                                                  : "Adam",

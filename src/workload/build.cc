@@ -126,6 +126,10 @@ StaticSizes ComputeStaticSizes(const config::Setup& setup, int pipeline_rank) {
   };
   if (setup.training.optimizer == config::OptimizerKind::kAdam) {
     out.optimizer_state_bytes = state_of(layout.exp_avg) + state_of(layout.exp_avg_sq);
+  } else if (setup.training.optimizer == config::OptimizerKind::kAdafactor) {
+    for (const ShardSlice& s : dp->OptimizerSlices()) {
+      out.optimizer_state_bytes += AdafactorStateBytes(params.params[s.param]);
+    }
   } else if (setup.training.sgd_momentum > 0.0) {
     out.optimizer_state_bytes = state_of(layout.exp_avg);
   }

@@ -72,9 +72,9 @@ ClosedFormEstimate ComputeClosedFormEstimate(const config::Setup& setup, int pip
   } else {
     e.bytes_per_parameter = dist ? 6 + 12.0 / d.dp_cp : 18;
   }
-  if (tc.optimizer == OptimizerKind::kSgd) {
-    e.bytes_per_parameter -=
-        (tc.sgd_momentum > 0 ? state_elem : 2 * state_elem) / (dist ? d.dp_cp : 1);
+  if (tc.optimizer != OptimizerKind::kAdam) {  // Adafactor's factored state: taken as none
+    const bool momentum = tc.optimizer == OptimizerKind::kSgd && tc.sgd_momentum > 0;
+    e.bytes_per_parameter -= (momentum ? state_elem : 2 * state_elem) / (dist ? d.dp_cp : 1);
   }
   // MoE (PR #4687): the expert parameters at the bytes of the expert data-parallel group.
   const double expert_bytes =

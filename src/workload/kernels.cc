@@ -95,6 +95,11 @@ std::string Kernels::GradTarget(const std::string& param) const {
   return "";
 }
 
+bool Kernels::KeepsLinearInput(const std::string& param) const {
+  if (Trainable(param)) return true;
+  return !peft_->dropout && peft_->adapters.count(param) != 0;
+}
+
 void Kernels::AdaptersForward(const std::string& param, bool saved) {
   auto it = peft_->adapters.find(param);
   if (it == peft_->adapters.end()) return;

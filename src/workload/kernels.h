@@ -103,6 +103,16 @@ class Kernels {
   // [T, out] as transients; backward (WeightGradToAutograd) hands the adapters' grads to the
   // sink and frees what forward saved. `peft` must outlive the Kernels.
   void SetPeft(const PeftKernels* peft) { peft_ = peft; }
+  // Whether `param` gets a gradient: false for a frozen PEFT base weight (true without PEFT).
+  bool Trainable(const std::string& param) const { return !GradTarget(param).empty(); }
+  // Whether autograd keeps the input of the linear whose weight is `param` for the backward.
+  // MmBackward0 / AddmmBackward0 read the input only in the weight's formula
+  // (tools/autograd/derivatives.yaml mm: `mat2: mm_mat2_backward(grad, self, ...)`, the input's
+  // own formula reads its sizes and strides only), and the generated code saves a tensor used by
+  // one formula under `should_compute_output` of that input (tools/autograd/gen_variable_type.py
+  // guard_for), so a frozen weight keeps nothing. A LoRA adapter on it without dropout feeds the
+  // same input to lora_A, whose weight is trained, so it stays kept.
+  bool KeepsLinearInput(const std::string& param) const;
 
  private:
   Emitter& em_;

@@ -196,6 +196,7 @@ ModelDims ComputeDims(const config::Setup& setup) {
     d.wide_bytes = d.param_bytes;
     d.cast_inputs = true;
   }
+  d.softmax_saves_input = d.hf && tc.softmax_saves_input;
   d.flash = tc.use_flash_attn;
   d.te = tc.transformer_impl == "transformer_engine";
   d.npu = setup.device.allocator_backend == alloc::Backend::kNpu;

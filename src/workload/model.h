@@ -62,6 +62,9 @@ struct ModelDims {
   // autocast_mode.h). Elsewhere wide_bytes = act_bytes and cast_inputs is false.
   Bytes wide_bytes = 2;
   bool cast_inputs = false;
+  // Transformers eager attention under PyTorch before 1.11 (TrainingConfig::softmax_saves_input):
+  // SoftmaxBackward keeps softmax's input, the masked scores, until the layer's backward.
+  bool softmax_saves_input = false;
   bool layernorm = false;  // LayerNorm (mean + rstd, weight + bias) vs RMSNorm
   bool flash = true;       // flash/fused attention; false = Megatron unfused DotProductAttention
   bool te = true;          // transformer_impl == "transformer_engine"

@@ -84,6 +84,8 @@ void TorchOptimizer::Step(Emitter& em) {
     if (group_numel == 0) continue;
     if (tc_.optimizer == config::OptimizerKind::kAdam) {
       AdamGroup(em, gi, group_numel);
+    } else if (tc_.optimizer == config::OptimizerKind::kAdafactor) {
+      AdafactorGroup(em, gi);
     } else {
       SgdGroup(em, gi, group_numel);
     }
@@ -157,6 +159,72 @@ void TorchOptimizer::AdamGroup(Emitter& em, int gi, std::int64_t group_numel) {
   }
   // Reads/writes param, grad, two moments: 16 B/elem read + 12 written (fp32).
   em.MovedBytes(28.0 * static_cast<double>(group_numel));
+}
+
+Bytes AdafactorStateBytes(const ParamTensor& pt) {
+  const bool factored = pt.row_numel > 1;
+  const std::int64_t elems = factored ? pt.numel / pt.row_numel + pt.row_numel : pt.numel;
+  return 4 * elems + 4;
+}
+
+// transformers.optimization.Adafactor.step, one parameter at a time (no foreach): grad.float()
+// and p.float() for a 16-bit parameter; the state at its first step; RMS = _rms(p) replaces the
+// previous step's; update = grad**2 + eps (two tensors of the parameter's size, the square
+// freed once the sum exists); factored: the row and column means, then _approx_sq_grad's
+// r_factor [rows], c_factor [cols] and their product, a new update (the old one freed);
+// non-factored exp_avg_sq.rsqrt(); `p.add_(-update)` negates into one more tensor; all fp32.
+void TorchOptimizer::AdafactorGroup(Emitter& em, int gi) {
+  for (const MainTensor& mt : main_) {
+    if (mt.group != gi) continue;
+    const ParamTensor& pt = params_.params[mt.param];
+    em.Begin("optim.adafactor." + pt.name);
+    auto tmp = [&](std::int64_t elems, const char* what) {
+      return em.Alloc(4 * elems, Category::kTemporaries, fmt::format("optim.{}.{}", what, pt.name));
+    };
+    // The parameter's element size: its own storage (PEFT's fp32 adapters), else the loop's
+    // parameter dtype (OptimizerStateLayout gives it as the temporaries' size).
+    const bool sixteen = StateBytes(mt, layout_.temporary) < 4 * mt.numel;
+    const TensorId grad32 = sixteen ? tmp(mt.numel, "grad_fp32") : 0;
+    const TensorId param32 = sixteen ? tmp(mt.numel, "param_fp32") : 0;
+    const bool factored = pt.row_numel > 1;
+    const std::int64_t rows = factored ? mt.numel / pt.row_numel : 0;
+    if (!has_state_) {
+      if (factored) {
+        em.Alloc(4 * rows, Category::kOptimizerStates, "optim.exp_avg_sq_row." + pt.name);
+        em.Alloc(4 * pt.row_numel, Category::kOptimizerStates, "optim.exp_avg_sq_col." + pt.name);
+      } else {
+        em.Alloc(4 * mt.numel, Category::kOptimizerStates, "optim.exp_avg_sq." + pt.name);
+      }
+      // RMS: each later step stores a new 0-dim tensor in its place; modelled as this one kept
+      // (one 512-byte block either way; a fresh one each step would shift the small pool's
+      // blocks by one parameter a step and never repeat).
+      em.Alloc(4, Category::kOptimizerStates, "optim.rms." + pt.name);
+    }
+    em.Begin("optim.adafactor.update." + pt.name);
+    const TensorId square = tmp(mt.numel, "grad_squared");
+    TensorId update = tmp(mt.numel, "update");
+    em.Free(square);
+    if (factored) {
+      em.Begin("optim.adafactor.means." + pt.name);
+      em.Free(tmp(rows, "row_mean"));
+      em.Free(tmp(pt.row_numel, "col_mean"));
+      em.Begin("optim.adafactor.approx_sq_grad." + pt.name);
+      const TensorId r = tmp(rows, "r_factor");
+      const TensorId c = tmp(pt.row_numel, "c_factor");
+      const TensorId approx = tmp(mt.numel, "approx_sq_grad");
+      for (TensorId id : {r, c, update}) em.Free(id);
+      update = approx;
+    } else {
+      em.Begin("optim.adafactor.rsqrt." + pt.name);
+      const TensorId rsqrt = tmp(mt.numel, "exp_avg_sq_rsqrt");
+      em.Free(update);
+      update = rsqrt;
+    }
+    em.Begin("optim.adafactor.apply." + pt.name);
+    const TensorId negated = tmp(mt.numel, "neg_update");
+    for (TensorId id : {negated, update, grad32, param32}) em.Free(id);
+    em.MovedBytes(24.0 * static_cast<double>(mt.numel));
+  }
 }
 
 void TorchOptimizer::SgdGroup(Emitter& em, int gi, std::int64_t group_numel) {

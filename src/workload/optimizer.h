@@ -56,6 +56,14 @@ struct StateLayout {
 };
 StateLayout OptimizerStateLayout(const config::Setup& setup, const ModelDims& d);
 
+// transformers.optimization.Adafactor.step's state for one parameter, created in its first
+// step, always fp32 (`.to(grad)` of the grad's fp32 upcast): for a parameter of two or more
+// dimensions (_get_options: factored) exp_avg_sq_row [shape[:-1]] and exp_avg_sq_col
+// [shape[-1]], else exp_avg_sq of the parameter's size; and the 0-dim `RMS` tensor
+// (_rms(p_data_fp32)), 4 bytes, which each step replaces by another of the same size. No exp_avg: the Trainer leaves beta1 None. A parameter with
+// row_numel 1 is taken as 1-D.
+Bytes AdafactorStateBytes(const ParamTensor& pt);
+
 // torch.optim's update over the main tensors, with state as `layout` says.
 class TorchOptimizer {
  public:
@@ -69,6 +77,7 @@ class TorchOptimizer {
   void AdamGroup(Emitter& em, int group, std::int64_t group_numel);
   void AdamState(Emitter& em, int group);
   void SgdGroup(Emitter& em, int group, std::int64_t group_numel);
+  void AdafactorGroup(Emitter& em, int group);
   // Bytes of one state-sized tensor of `mt`: `per_element` bytes per element (the layout's
   // dtype), or the parameter's own storage where it has one (PEFT's fp32 adapters on a 16-bit
   // model; torch.optim makes the state zeros_like(param)).

@@ -70,7 +70,35 @@ TEST_CASE("hf-trainer: optim names", "[config][hf]") {
   const TrainingConfig sgd = load("o2.json", "sgd");
   CHECK(sgd.optimizer == OptimizerKind::kSgd);
   CHECK(sgd.sgd_momentum == 0.0);  // Trainer passes lr only: torch.optim.SGD momentum 0
-  CHECK(IsUnsupported(Config("o3.json", kBase + ", \"optim\": \"adafactor\"")));
+  // Trainer.get_optimizer_cls_and_kwargs: transformers' Adafactor, one parameter at a time.
+  const TrainingConfig ada = load("o3.json", "adafactor");
+  CHECK(ada.optimizer == OptimizerKind::kAdafactor);
+  CHECK(ada.optimizer_impl == OptimizerImpl::kFused);
+  CHECK(IsUnsupported(Config("o4.json", kBase + ", \"optim\": \"adamw_bnb_8bit\"")));
+}
+
+TEST_CASE("hf-trainer: torch_version decides zero_grad and softmax's saved input", "[config][hf]") {
+  auto load = [](const std::string& name, const std::string& version) {
+    return LoadSetup(Config(name, kBase + ", \"torch_version\": \"" + version + "\""), {}).training;
+  };
+  // nn.Module.zero_grad(set_to_none) defaults to True from 2.0; _softmax's autograd formula
+  // passes the input's dtype instead of the input from 1.11 (pytorch/pytorch#66018), so 1.10
+  // and earlier save softmax's input.
+  const TrainingConfig v110 = load("v1.json", "1.10");
+  CHECK_FALSE(v110.zero_grad_set_to_none);
+  CHECK(v110.softmax_saves_input);
+  const TrainingConfig v111 = load("v2.json", "1.11");
+  CHECK_FALSE(v111.zero_grad_set_to_none);
+  CHECK_FALSE(v111.softmax_saves_input);
+  const TrainingConfig v25 = load("v3.json", "2.5");
+  CHECK(v25.zero_grad_set_to_none);
+  CHECK_FALSE(v25.softmax_saves_input);
+  const TrainingConfig absent = LoadSetup(Config("v4.json", kBase), {}).training;
+  CHECK(absent.zero_grad_set_to_none);
+  CHECK_FALSE(absent.softmax_saves_input);
+  CHECK(ErrorOf(Config("v5.json", kBase + ", \"torch_version\": \"2\""))
+            .find("/training/torch_version: expected a version such as \"2.5\", got \"2\"") !=
+        std::string::npos);
 }
 
 TEST_CASE("hf-trainer: a key of another framework names the right one", "[config][hf]") {

@@ -213,6 +213,45 @@ TEST_CASE("hf-trainer Llama layer, sdpa, bf16 weights, gradient checkpointing",
   CHECK(b.freed_saved == kBf16Saved);  // the recomputed output too
 }
 
+// ---------------------------------------------------------------------------------------------
+// LoRA (peft tuners/lora/layer.py Linear.forward: result = base_layer(x) + lora_B(lora_A(
+// dropout(x))) · scaling) r = 4 on q_proj and v_proj over the bf16 weights above; every base
+// weight, the norms' included, is frozen. Autograd keeps a tensor only for a gradient that is
+// needed (tools/autograd/gen_variable_type.py guard_for: a saved tensor read by one input's
+// formula is saved under should_compute_output of that input):
+//   mm (nn.Linear): the input is read only by the weight's formula (derivatives.yaml mm,
+//     `mat2: mm_mat2_backward(grad, self, ...)`), so a frozen linear keeps no input;
+//   weight · c (LlamaRMSNorm): c is read only by the weight's formula, so a frozen norm keeps
+//     no c, 4096 a norm.
+// Against kBf16Saved: both norms' c, −2 × 4096; input_layernorm's output (read by q/k/v, all
+// frozen; the adapters read their dropout's output instead), −4096; post_attention_layernorm's
+// output (gate and up frozen), −4096; the product (down_proj frozen), −2·T·ffn = −8192. Kept as
+// before: rstd and the fp32 copies (pow, x·rstd), RoPE's outputs, v and the output (sdpa), the
+// gate output (SiLU), SiLU's output and up's output (the mul: each factor for the other's
+// grad), the residual sums.
+// The adapters keep, each: with lora_dropout 0.1 the bool mask T·in = 32·64 = 2048 and the
+// dropped input 2·T·in = 4096 (lora_A's input), and lora_A's output 2·T·r = 256 (lora_B's
+// input): 6400, two adapters 12800. Without dropout lora_A reads x itself: the norm output is
+// kept again (+4096) and each adapter keeps only its 256.
+TEST_CASE("hf-trainer Llama layer, sdpa, bf16 weights, LoRA: frozen linears keep no input",
+          "[workload][hf][hf_decoder][peft]") {
+  auto lora = [](double dropout) {
+    config::Setup s = TinyHfLlama(config::Precision::kBf16, false);
+    s.training.lora_r = 4;
+    s.training.lora_alpha = 8;
+    s.training.lora_dropout = dropout;
+    s.training.lora_target_modules = {"q_proj", "v_proj"};
+    return s;
+  };
+  constexpr Bytes kFrozen = kBf16Saved - 2 * 4096 - 4096 - 4096 - 8192;
+  const Program p = Build(lora(0.1), 0);
+  const std::map<TensorId, Bytes> saved = Saved(p, Phase::kForward);
+  CHECK(Sum(saved) == kFrozen + 2 * (2048 + 4096 + 256));
+  CHECK(Sum(saved) == 75008);
+  CHECK(MeasureBackward(p, saved).freed_saved == Sum(saved) - 4096);  // all but the output
+  CHECK(Sum(Saved(Build(lora(0.0), 0), Phase::kForward)) == kFrozen + 4096 + 2 * 256);
+}
+
 TEST_CASE("hf-trainer Llama layer: parameters under Transformers' names",
           "[workload][hf][hf_decoder]") {
   // LlamaDecoderLayer: q_proj 64·64, k_proj and v_proj 32·64, o_proj 64·64, gate/up/down

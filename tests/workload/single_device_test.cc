@@ -188,6 +188,55 @@ TEST_CASE("plain PyTorch with bf16 weights: bf16 grads and bf16 Adam state",
   CHECK(st.optimizer_state_bytes == 4 * kParams);
 }
 
+// optim "adafactor": transformers.optimization.Adafactor as the Trainer builds it (beta1 None,
+// so no exp_avg). Its state, fp32, is made in the first step, per parameter: a parameter of two
+// or more dimensions keeps exp_avg_sq_row [shape[:-1]] and exp_avg_sq_col [shape[-1]], a 1-D
+// one exp_avg_sq of its size, and each a 0-dim RMS tensor (4 bytes; later steps store a new one
+// of the same size in its place, which memsim keeps as the same tensor).
+// TinyPyTorch's model under hf-trainer, in Transformers' layout (rows + columns, or the
+// length): embed_tokens [256, 64]: 256 + 64 = 320; per layer input_layernorm [64]: 64, q_proj,
+// k_proj, v_proj, o_proj [64, 64]: 4 × 128, post_attention_layernorm [64]: 64, gate_proj and
+// up_proj [128, 64]: 2 × 192, down_proj [64, 128]: 192 → 1216 a layer; norm [64]: 64; lm_head
+// [256, 64]: 320. 320 + 2·1216 + 64 + 320 = 3136 elements, 12,544 bytes; 21 parameters, 21 RMS
+// scalars: 84 bytes.
+// The step's temporaries for the fp32 [256, 64] weights (the largest): grad**2 and the update (+ eps) are
+// both alive, then _approx_sq_grad's r_factor [256] and c_factor [64] with the new update
+// while the old one is, then `-update` next to it: at most 4 · (2 · 16384 + 256 + 64) bytes.
+TEST_CASE("hf-trainer adafactor: factored fp32 state made in the first step",
+          "[workload][hf][optim]") {
+  config::Setup s = TinyPyTorch(true);
+  s.training.framework = "hf-trainer";
+  s.training.optimizer = config::OptimizerKind::kAdafactor;
+  s.training.optimizer_impl = config::OptimizerImpl::kFused;
+  constexpr Bytes kState = 4 * 3136 + 4 * 21;
+  CHECK(ComputeStaticSizes(s, 0).optimizer_state_bytes == kState);
+  const Program p = Build(s, 0);
+  CHECK(Measure(p, Category::kOptimizerStates, 1, Phase::kBackward, 1).alive_after == 0);
+  CHECK(Measure(p, Category::kOptimizerStates, 1, Phase::kOptimizerStep, -1).alive_after == kState);
+  const Gauge second = Measure(p, Category::kOptimizerStates, 2, Phase::kOptimizerStep, -1);
+  CHECK(second.allocated == 0);
+  CHECK(second.alive_after == kState);
+  Bytes now = 0, peak = 0;
+  std::map<TensorId, Bytes> alive;
+  for (const Op& op : p.ops) {
+    if (op.iteration != 2 || op.phase != Phase::kOptimizerStep) continue;
+    for (const TensorAlloc& a : op.allocs) {
+      if (a.category != Category::kTemporaries) continue;
+      alive[a.id] = a.size_bytes;
+      now += a.size_bytes;
+    }
+    peak = std::max(peak, now);
+    for (TensorId id : op.frees) {
+      auto it = alive.find(id);
+      if (it == alive.end()) continue;
+      now -= it->second;
+      alive.erase(it);
+    }
+  }
+  CHECK(peak == 4 * (2 * 16384 + 256 + 64));
+  CHECK(now == 0);
+}
+
 // BERT under the Hugging Face Trainer (modeling_bert.py; PaperGpt's sizes: h 1024, a 16,
 // ffn 4096, dropout 0.1, LayerNorm, biases; seq 512, micro-batch 2, so T = 1024 tokens and
 // b·a·s² = 8,388,608 score elements), eager attention, fp32 weights; autocast: fp16 autocast.
@@ -234,6 +283,19 @@ TEST_CASE("hf-trainer BERT: saved tensors of one layer in fp32 and under fp16 au
   //   and output dense: 8h²): 12 h² × 2 bytes. Norm statistics as in fp32.
   const Bytes amp = 42 * kT * kH + 7 * kScores + 24 * kH * kH + 4 * 4 * kT;
   CHECK(testing::LayerSavedBytes(Build(TinyBert(true), 0), 2, 0, 1) == amp);
+
+  SECTION("PyTorch before 1.11: softmax also saves its input") {
+    // tools/autograd/derivatives.yaml before pytorch/pytorch#66018 (first in 1.11): _softmax's
+    // formula is _softmax_backward_data(grad, result, dim, self), so SoftmaxBackward keeps self,
+    // the masked scores, as well as the output. They are fp32 in both runs (fp32 weights; under
+    // autocast the fp32 additive mask promotes the fp16 scaled scores): 4 bytes a score more.
+    for (bool autocast : {false, true}) {
+      config::Setup s = TinyBert(autocast);
+      s.training.softmax_saves_input = true;
+      CHECK(testing::LayerSavedBytes(Build(s, 0), 2, 0, 1) ==
+            (autocast ? amp : fp32) + 4 * kScores);
+    }
+  }
 }
 
 }  // namespace

@@ -12,9 +12,11 @@ constexpr ResidualNames kNames = {"attn",          "ln1",          "proj",
 
 // Saved tensors of core attention. Flash: output and softmax statistics (lse1; on Ascend
 // npu_fusion_attention's softmax_max and softmax_sum, lse1 and lse2). Unfused: probabilities,
-// dropout mask and output, GQA's repeated K and V, and the output.
+// dropout mask and output, GQA's repeated K and V, and the output; under PyTorch before 1.11
+// also softmax's input (ModelDims::softmax_saves_input).
 struct CoreAttn {
   TensorId out = 0, lse1 = 0, lse2 = 0, probs = 0, dmask = 0, dout = 0, k_rep = 0, v_rep = 0;
+  TensorId softmax_in = 0;
   TensorId fa_out = 0;  // flash-attn 2's own [b, s, a/t, d] output under TE (te_flash_attn2)
 };
 
@@ -86,13 +88,16 @@ CoreAttn UnfusedForward(ModuleContext& ctx, int l, bool keep) {
     // no attention_mask in the batch, BertModel.forward makes one of ones and
     // get_extended_attention_mask (modeling_utils.py) turns it into the additive [b, 1, 1, s]
     // mask, in the model's dtype, so under autocast over fp32 weights the masked scores promote
-    // to fp32 (wide_bytes, model.h; act_bytes otherwise).
+    // to fp32 (wide_bytes, model.h; act_bytes otherwise). Before PyTorch 1.11 softmax saves
+    // the masked scores for its backward (ModelDims::softmax_saves_input).
     scores = em.Alloc(d.act_bytes * s2, Category::kTemporaries, LayerLabel(l, "attn.scores"));
     const TensorId scaled =
         em.Alloc(d.act_bytes * s2, Category::kTemporaries, LayerLabel(l, "attn.scores_scaled"));
     em.Free(scores);
     const TensorId masked =
-        em.Alloc(d.wide_bytes * s2, Category::kTemporaries, LayerLabel(l, "attn.scores_masked"));
+        em.Alloc(d.wide_bytes * s2,
+                 d.softmax_saves_input ? Category::kActivations : Category::kTemporaries,
+                 LayerLabel(l, "attn.scores_masked"));
     em.Free(scaled);
     scores = masked;
   } else {
@@ -104,7 +109,11 @@ CoreAttn UnfusedForward(ModuleContext& ctx, int l, bool keep) {
   // softmax is an autocast fp32 op (aten/src/ATen/autocast_mode.cpp): wide_bytes; it saves its
   // output.
   c.probs = em.Alloc(d.wide_bytes * s2, Category::kActivations, LayerLabel(l, "attn.probs"));
-  em.Free(scores);
+  if (d.hf && d.softmax_saves_input && keep) {
+    c.softmax_in = scores;
+  } else {
+    em.Free(scores);
+  }
   if (d.attention_dropout) {
     em.Begin("attn.dropout", l);
     c.dmask = em.Alloc(s2, Category::kActivations, LayerLabel(l, "attn.dropout_mask"));
@@ -217,8 +226,8 @@ QkvGrads UnfusedBackward(ModuleContext& ctx, int l, CoreAttn c, TensorId d_core,
     em.Begin("attn.softmax_bwd", l);
     const TensorId ds =
         em.Alloc(wide_s2, Category::kTemporaries, LayerLabel(l, "attn.d_scores_masked"));
-    FreeIds(em, {dp, c.probs});
-    c.probs = 0;
+    FreeIds(em, {dp, c.probs, c.softmax_in});
+    c.probs = c.softmax_in = 0;
     dp = CastScoresGrad(ctx, l, ds, s2, "attn.d_scores_scaled");
   }
   em.Begin("attn.scores_bwd", l);  // softmax backward in place, then baddbmm backward
@@ -226,7 +235,7 @@ QkvGrads UnfusedBackward(ModuleContext& ctx, int l, CoreAttn c, TensorId d_core,
   g.dq = em.Alloc(qbytes, Category::kTemporaries, LayerLabel(l, "attn.d_query"));
   const TensorId dkr =
       em.Alloc(qbytes, Category::kTemporaries, LayerLabel(l, "attn.d_key_repeated"));
-  FreeIds(em, {dp, c.probs, c.k_rep});
+  FreeIds(em, {dp, c.probs, c.softmax_in, c.k_rep});
   em.Flops(4.0 * d.b * d.s * d.s * d.q / d.t);
   if (d.g < d.a) {
     em.Begin("attn.repeat_kv_bwd", l);

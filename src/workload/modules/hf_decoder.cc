@@ -74,6 +74,11 @@ TensorId RmsNormForward(ModuleContext& ctx, int l, const Name& name, std::int64_
   if (nograd) {
     FreeAll(em, {s->rstd, s->c});
     *s = RmsSaved{};
+  } else if (!ctx.k.Trainable(LayerLabel(l, name + ".weight"))) {
+    // weight · c: MulBackward0 reads c only for the weight's grad (mul_tensor_backward(grad,
+    // other, ...) under should_compute_output of the weight), so a frozen weight keeps no c.
+    em.Free(s->c);
+    s->c = 0;
   }
   return y;
 }
@@ -100,7 +105,8 @@ TensorId RmsNormBackward(ModuleContext& ctx, int l, const Name& name, std::int64
     return em.Alloc(bytes, Category::kTemporaries, LayerLabel(l, name + label));
   };
   em.Begin(name + "_bwd.weight", l);
-  const TensorId prod = tmp(out_bytes * n, ".d_weight_product");
+  const bool weight_grad = ctx.k.Trainable(LayerLabel(l, name + ".weight"));
+  const TensorId prod = weight_grad ? tmp(out_bytes * n, ".d_weight_product") : 0;
   ctx.k.SmallWeightGrad(width, LayerLabel(l, name + ".weight_grad"), LayerLabel(l, name + ".weight"));
   TensorId g = tmp(out_bytes * n, ".d_normed");
   FreeAll(em, {prod, s.c, free_dy ? dy : 0});
@@ -139,8 +145,9 @@ TensorId RmsNormBackward(ModuleContext& ctx, int l, const Name& name, std::int64
 // autocast_mode.h cached_cast caches leaf weights only); the weight's autocast copy is
 // Kernels::CastWeight's. Returns the output [T, out] in C.
 struct LinearSaved {
-  TensorId input = 0;   // the input copy it saved (0: it saved the caller's tensor)
+  TensorId input = 0;   // the input copy it saved (0: the caller's tensor, or nothing)
   TensorId weight = 0;  // the weight copy it saved
+  bool cast_input = false;  // it cast a wide input (its input grad is cast back)
 };
 
 Name Param(int l, const Name& module, const char* what = "weight") {
@@ -153,13 +160,14 @@ TensorId LinearForward(ModuleContext& ctx, int l, const Name& module, std::int64
   Emitter& em = ctx.em;
   em.Begin(module, l);
   ctx.k.GemmWorkspace(/*torch_gemm=*/true);
+  s->cast_input = cast_input;
   if (cast_input) {
     s->input = em.Alloc(d.act_bytes * d.T * in, Category::kActivations, LayerLabel(l, module + ".input_cast"));
   }
   s->weight = ctx.k.CastWeight(out, in, Param(l, module), !nograd);
   const TensorId y = em.Alloc(d.act_bytes * d.T * out, Category::kActivations, LayerLabel(l, module + ".out"));
   em.Flops(2.0 * d.T * in * out);
-  if (nograd) {
+  if (nograd || !ctx.k.KeepsLinearInput(Param(l, module))) {
     em.Free(s->input);
     s->input = 0;
   }
@@ -183,7 +191,7 @@ TensorId LinearBackward(ModuleContext& ctx, int l, const Name& module, std::int6
   em.Free(s.input);
   ctx.k.ReleaseWeightCopy(s.weight);
   em.Flops(4.0 * d.T * in * out);
-  if (s.input != 0) {
+  if (s.cast_input) {
     em.Begin(module + "_bwd.cast", l);
     const TensorId wide = em.Alloc(d.wide_bytes * d.T * in, Category::kTemporaries, LayerLabel(l, module + ".d_input_wide"));
     em.Free(g);
@@ -570,8 +578,14 @@ void ProjectQkv(ModuleContext& ctx, int l, TensorId y, bool nograd, HfAttnSaved*
       out[i] = LinearForward(ctx, l, kProj[i], d.h, Widths(d, i, false), cast, nograd, &a->proj[i]);
     }
   }
-  // The norm output: saved by the linears unless each cast it (then no user is left).
-  if (cast || nograd) {
+  // The norm output: saved by the linears unless each cast it (then no user is left) or none
+  // keeps its input (frozen PEFT weights: Kernels::KeepsLinearInput).
+  bool kept = false;
+  for (int i = 0; i < 3; ++i) {
+    const Name module = ctx.model.fused_projections ? "self_attn.qkv_proj" : kProj[i];
+    kept = kept || ctx.k.KeepsLinearInput(Param(l, module));
+  }
+  if (cast || nograd || !kept) {
     ctx.em.Free(y);
   } else {
     a->ln_out = y;
@@ -629,7 +643,11 @@ TensorId HfAttentionModule::Forward(ModuleContext& ctx, int l, TensorId x, const
     EagerForward(ctx, l, mode.nograd, &a);
   }
   TensorId o = LinearForward(ctx, l, kProj[3], d.q, d.h, false, mode.nograd, &a.proj[3]);
-  if (mode.nograd) ctx.em.Free(a.out);
+  // sdpa saved its output too; eager's transposed copy is o_proj's alone.
+  if (mode.nograd || (!d.flash && !ctx.k.KeepsLinearInput(Param(l, kProj[3])))) {
+    ctx.em.Free(a.out);
+    a.out = 0;
+  }
   if (ctx.model.sandwich_norms) o = BranchNorm(ctx, l, "post_attention_layernorm", o, mode.nograd, &a.post);
   const TensorId out = ResidualSum(ctx, l, "self_attn", x, o, mode);
   if (!mode.nograd) *saved = std::make_unique<HfAttnSaved>(a);
@@ -769,13 +787,20 @@ TensorId HfMlpModule::Forward(ModuleContext& ctx, int l, TensorId x, const Forwa
   const TensorId y = RmsNormForward(ctx, l, InputNorm(ctx.model), d.T, d.h, d.wide_bytes,
                                     d.wide_bytes, nograd, &a.ln);
   const TensorId h = GatedForward(ctx, l, nograd, &a);
-  if (d.cast_inputs || nograd) {
+  const bool kept = ctx.model.fused_projections
+                        ? ctx.k.KeepsLinearInput(Param(l, "mlp.gate_up_proj"))
+                        : ctx.k.KeepsLinearInput(Param(l, "mlp.gate_proj")) ||
+                              ctx.k.KeepsLinearInput(Param(l, "mlp.up_proj"));
+  if (d.cast_inputs || nograd || !kept) {
     ctx.em.Free(y);
   } else {
     a.ln_out = y;  // saved by gate and up (or gate_up)
   }
   TensorId down = LinearForward(ctx, l, "mlp.down_proj", d.ffn, d.h, false, nograd, &a.proj[2]);
-  if (nograd) ctx.em.Free(h);
+  if (nograd || !ctx.k.KeepsLinearInput(Param(l, "mlp.down_proj"))) {
+    ctx.em.Free(h);  // the product's only reader is down_proj
+    a.prod = 0;
+  }
   if (ctx.model.sandwich_norms) down = BranchNorm(ctx, l, "post_feedforward_layernorm", down, nograd, &a.post);
   const TensorId out = ResidualSum(ctx, l, "mlp", x, down, mode);
   if (!nograd) *saved = std::make_unique<HfMlpSaved>(a);
