@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "config/iterations.h"
 #include "config/load.h"
@@ -339,6 +340,16 @@ TEST_CASE("hf-trainer: bad values name the TrainingArguments field written", "[c
                                            "\"eval_batches\": 1"),
                   {})
             .training.eval_steps == 1);
+  // LoRA rank: memsim's limit 2^16; unknown adapter keys are named at the adapter's object.
+  const std::string rank = Config("b10.json", kBase + ", \"adapter_config\": {\"r\": 65537, "
+                                                      "\"target_modules\": [\"q_proj\"]}");
+  CHECK(ErrorOf(rank) == rank + ": /training/adapter_config/r: expected an integer from 1 to "
+                                "65536, got 65537");
+  const std::string extra = Config("b11.json", kBase + ", \"adapter_config\": {\"foo\": 1, "
+                                                       "\"target_modules\": [\"q_proj\"]}");
+  CHECK(LoadSetup(extra, {}).warnings ==
+        std::vector<std::string>{extra + ": /training/adapter_config: adapter_config keys memsim "
+                                         "does not know, ignored: foo"});
   // The fp16 report names training.skipped_iterations: the Trainer's block reads it too
   // (GradScaler.step skips the step), with fp16 only.
   CHECK(LoadSetup(Config("b8.json", kBase + ", \"fp16\": true, \"skipped_iterations\": 1"), {})
