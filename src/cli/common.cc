@@ -58,7 +58,8 @@ Bytes ParseSizeArg(std::string_view text, std::string_view option) {
   // overflow the byte arithmetic downstream.
   if (bytes < kMiB || bytes > (Bytes{1} << 50)) {
     throw InputError(
-        fmt::format("{} {}: expected a size from 1 MiB to 1 PiB, e.g. 80GiB", option, text));
+        fmt::format("{} {}: expected a size from 1MiB to 1024TiB (2^50 bytes), e.g. 80GiB",
+                    option, text));
   }
   return bytes;
 }

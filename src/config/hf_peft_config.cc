@@ -10,6 +10,8 @@
 namespace memsim::config::internal {
 namespace {
 
+constexpr int kMaxLoraRank = 65536;  // 2^16, docs/config.md "Limits"
+
 const std::vector<std::string> kTargets = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                            "gate_proj", "up_proj", "down_proj"};
 
@@ -43,7 +45,9 @@ void ReadLora(ObjectReader& a, TrainingConfig& c, std::vector<std::string>* warn
     throw UnsupportedError(fmt::format("{}: peft_type '{}' (memsim models LORA)", a.At("peft_type"),
                                        Printable(*t)));
   }
-  if (std::optional<int> r = a.PositiveInt("r")) {
+  // LoraConfig.r has no upper bound; memsim's limit (an estimate far above real adapters, whose
+  // rank is at most the layer width) keeps r × width × layers within its 64-bit byte counts.
+  if (std::optional<int> r = a.IntInRange("r", 1, kMaxLoraRank)) {
     c.lora_r = *r;
   } else {
     c.lora_r = 8;  // LoraConfig.r default
@@ -95,7 +99,7 @@ void ReadLora(ObjectReader& a, TrainingConfig& c, std::vector<std::string>* warn
   }
   if (!unknown.empty()) {
     warnings->push_back(fmt::format("{}: adapter_config keys memsim does not know, ignored: {}",
-                                    a.At(""), unknown));
+                                    a.source().At(a.pointer()), unknown));
   }
 }
 

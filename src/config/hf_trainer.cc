@@ -8,13 +8,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <string_view>
 
 #include "config/documents.h"
 #include "config/iterations.h"
 #include "core/error.h"
 #include "config/hf_peft_config.h"
+#include "config/rules.h"
+#include "config/training.h"
 
 namespace memsim::config::internal {
 namespace {
@@ -35,7 +39,7 @@ const std::vector<std::string> kModelled = {
 const std::vector<std::string> kOwnKeys = {
     "framework",     "training_args",  "max_seq_length",     "torch_dtype",
     "attn_implementation", "world_size", "adapter_config", "quantization_config",
-    "torch_version", "eval_batches", "compute_metrics"};
+    "torch_version", "eval_batches", "compute_metrics", "skipped_iterations"};
 
 // TrainingArguments fields without an effect on device memory in a Trainer run on one device
 // (schedules, logging, saving, seeds, the data loader's host side): accepted with a note.
@@ -111,6 +115,31 @@ Precision DtypeOf(const std::string& name) {
   return name == "bfloat16" ? Precision::kBf16 : name == "float16" ? Precision::kFp16 : Precision::kFp32;
 }
 
+// memsim's limits (rules.h) on what ReadBatch read, named by the keys of this block (rules.cc
+// checks them again on the derived Megatron values, under Megatron's names): micro-batches per
+// step (gradient_accumulation_steps), tokens of a micro-batch, and the global batch in an int.
+void CheckBatchLimits(const Readers& r, const TrainingConfig& c, int ga) {
+  if (ga > kMaxMicroBatches) {
+    Fail(r.args.At("gradient_accumulation_steps"),
+         fmt::format("{} micro-batches per step exceed memsim's limit of {}", ga, kMaxMicroBatches));
+  }
+  const std::int64_t tokens = std::int64_t{c.micro_batch_size} * c.seq_length;
+  if (tokens > kMaxTokensPerMicroBatch) {
+    Fail(r.args.At("per_device_train_batch_size"),
+         fmt::format("per_device_train_batch_size × max_seq_length = {} × {} = {} tokens exceed "
+                     "memsim's limit of {}",
+                     c.micro_batch_size, c.seq_length, tokens, kMaxTokensPerMicroBatch));
+  }
+  const std::int64_t global = std::int64_t{c.micro_batch_size} * ga * c.data_parallel_size;
+  if (global > std::numeric_limits<int>::max()) {
+    Fail(r.own.At("world_size"),
+         fmt::format("the global batch per_device_train_batch_size × gradient_accumulation_steps "
+                     "× world_size = {} × {} × {} = {} samples exceeds memsim's limit of {}",
+                     c.micro_batch_size, ga, c.data_parallel_size, global,
+                     std::numeric_limits<int>::max()));
+  }
+}
+
 // Batch, sequence, steps and processes.
 void ReadBatch(const Readers& r, TrainingConfig& c, std::vector<std::string>* notes) {
   ObjectReader& t = r.args;
@@ -132,6 +161,7 @@ void ReadBatch(const Readers& r, TrainingConfig& c, std::vector<std::string>* no
   // torchrun's WORLD_SIZE: one process per device, the model wrapped in DistributedDataParallel
   // when above 1 (Trainer._wrap_model, accelerate Accelerator.prepare_model).
   c.data_parallel_size = own.PositiveInt("world_size").value_or(1);
+  CheckBatchLimits(r, c, ga);
   c.global_batch_size = c.micro_batch_size * ga * c.data_parallel_size;
   // TrainingArguments.max_steps default -1 (epochs decide); memsim simulates a few steps.
   if (std::optional<int> m = t.IntInRange("max_steps", -1, 1 << 30); m && *m > 0) {
@@ -193,6 +223,8 @@ void ReadPrecision(const Readers& r, TrainingConfig& c, std::vector<std::string>
   // TrainingArguments.__post_init__ refuses both.
   if (fp16 && bf16) Fail(t.At("bf16"), "fp16 and bf16 are both true (TrainingArguments refuses this)");
   c.precision = fp16 ? Precision::kFp16 : bf16 ? Precision::kBf16 : Precision::kFp32;
+  // GradScaler.step skips the optimizer step on inf/nan gradients (torch/amp/grad_scaler.py).
+  ReadSkippedIterations(own, c);
   if (std::optional<std::string> d =
           own.Choice("torch_dtype", {"float32", "bfloat16", "float16"})) {
     c.torch_dtype = DtypeOf(*d);
@@ -300,6 +332,30 @@ void ReadCheckpointing(ObjectReader& t, TrainingConfig& c, std::vector<std::stri
   }
 }
 
+// evaluation_strategy, the old name of eval_strategy (TrainingArguments keeps it as a
+// deprecated alias): when both are given they must agree, as one of them would be dropped.
+void CheckOldStrategyName(ObjectReader& t, const std::string& strategy) {
+  const std::optional<std::string> old =
+      t.Choice("evaluation_strategy", {"no", "steps", "epoch"});
+  if (old && t.Has("eval_strategy") && *old != strategy) {
+    Fail(t.At("evaluation_strategy"),
+         fmt::format("\"{}\" conflicts with eval_strategy \"{}\" (evaluation_strategy is its "
+                     "old name; write one of them)",
+                     *old, strategy));
+  }
+}
+
+// memsim's limit on the tokens of one batch (rules.h), for an evaluation batch.
+void CheckEvalBatchTokens(ObjectReader& t, const TrainingConfig& c) {
+  const std::int64_t tokens = std::int64_t{c.eval_batch_size} * c.seq_length;
+  if (tokens > kMaxTokensPerMicroBatch) {
+    Fail(t.At("per_device_eval_batch_size"),
+         fmt::format("per_device_eval_batch_size × max_seq_length = {} × {} = {} tokens exceed "
+                     "memsim's limit of {}",
+                     c.eval_batch_size, c.seq_length, tokens, kMaxTokensPerMicroBatch));
+  }
+}
+
 // The evaluation pass inside training (setup.h eval_steps). TrainingArguments.__post_init__:
 // eval_strategy (evaluation_strategy, its old name) "no" by default; "steps" without eval_steps
 // takes logging_steps (default 500); an eval_steps below 1 is a ratio of max_steps
@@ -313,7 +369,7 @@ void ReadEval(const Readers& r, TrainingConfig& c, std::vector<std::string>* not
   static const std::vector<std::string> kStrategies = {"no", "steps", "epoch"};
   const char* strategy_key = t.Has("eval_strategy") ? "eval_strategy" : "evaluation_strategy";
   const std::string strategy = t.Choice(strategy_key, kStrategies).value_or("no");
-  (void)t.Choice("evaluation_strategy", kStrategies);  // the old name, when both are present
+  CheckOldStrategyName(t, strategy);
   const std::optional<double> steps = t.Number("eval_steps", 0, 1e9, false, false);
   const int logging_steps = t.PositiveInt("logging_steps").value_or(500);
   c.eval_batch_size = t.PositiveInt("per_device_eval_batch_size").value_or(8);
@@ -359,6 +415,7 @@ void ReadEval(const Readers& r, TrainingConfig& c, std::vector<std::string>* not
          "world_size)) (memsim's own key)");
   }
   c.eval_batches = *batches;
+  CheckEvalBatchTokens(t, c);
   c.eval_keep_predictions = metrics && !loss_only;
   if (!own.Has("compute_metrics")) {
     notes->push_back(fmt::format("{}: absent, false taken (Trainer(compute_metrics=None): "
@@ -443,7 +500,69 @@ TrainingConfig ReadFromArgs(const Readers& r, std::vector<std::string>* notes,
   return c;
 }
 
+// A key of the Megatron / "pytorch" set: an error naming the TrainingArguments field to write.
+void RejectForeign(ObjectReader& t) {
+  for (const Foreign& f : kForeign) {
+    if (t.Has(f.key)) {
+      Fail(t.At(f.key), fmt::format("not a framework \"hf-trainer\" key (it is a Megatron / "
+                                    "\"pytorch\" training key); write {}",
+                                    f.instead));
+    }
+  }
+}
+
+// A training_args file holds TrainingArguments fields only: not another framework's keys, not
+// memsim's own keys (they belong in the training block), not a whole memsim training config.
+void CheckArgsFile(ObjectReader& args) {
+  if (args.Has("training") || args.Has("model")) {
+    Fail(args.At(args.Has("training") ? "training" : "model"),
+         "a memsim training config, not a TrainingArguments JSON (trainer.args.to_json_string())");
+  }
+  RejectForeign(args);
+  for (const std::string& key : kOwnKeys) {
+    if (args.Has(key)) {
+      Fail(args.At(key), "memsim's own key, not a TrainingArguments field: write it in the "
+                         "training block of the config");
+    }
+  }
+}
+
+// Keys only framework "hf-trainer" reads, and what a "megatron" / "pytorch" block writes instead.
+constexpr Foreign kHfOnly[] = {
+    {"per_device_train_batch_size", "micro_batch_size"},
+    {"max_seq_length", "seq_length"},
+    {"max_steps", "train_iters"},
+    {"world_size", "data_parallel_size"},
+    {"optim", "optimizer and optimizer_impl"},
+    {"gradient_checkpointing", "recompute_granularity"},
+    {"gradient_checkpointing_kwargs", "recompute_granularity"},
+    {"attn_implementation", "use_flash_attn"},
+    {"ddp_bucket_cap_mb", "bucket_cap_mb (framework \"pytorch\")"},
+    {"ddp_find_unused_parameters", "find_unused_parameters (framework \"pytorch\")"},
+    {"torch_version", "zero_grad_set_to_none"},
+    {"training_args", "the Megatron / \"pytorch\" keys in the block"},
+    {"eval_strategy", ""}, {"evaluation_strategy", ""}, {"eval_steps", ""}, {"eval_delay", ""},
+    {"per_device_eval_batch_size", ""}, {"eval_accumulation_steps", ""},
+    {"eval_do_concat_batches", ""}, {"prediction_loss_only", ""}, {"eval_batches", ""},
+    {"compute_metrics", ""},
+    {"adapter_config", ""}, {"quantization_config", ""},
+};
+
 }  // namespace
+
+void RejectHfTrainerKeys(ObjectReader& t, std::string_view framework) {
+  for (const Foreign& f : kHfOnly) {
+    if (!t.Has(f.key)) continue;
+    const std::string what =
+        !f.instead.empty() ? fmt::format("write {}", f.instead)
+        : f.key.find("config") != std::string_view::npos
+            ? std::string("LoRA / QLoRA are modelled with framework \"hf-trainer\" only")
+            : std::string("the evaluation pass is modelled with framework \"hf-trainer\" only");
+    Fail(t.At(f.key), fmt::format("a framework \"hf-trainer\" key (TrainingArguments or memsim's "
+                                  "own), not one of framework \"{}\"; {}",
+                                  Printable(framework), what));
+  }
+}
 
 bool IsHfTrainer(ObjectReader& t) {
   const Json* fw = t.Get("framework");
@@ -452,13 +571,7 @@ bool IsHfTrainer(ObjectReader& t) {
 
 TrainingConfig ReadHfTrainer(ObjectReader& t, const Document& config,
                              std::vector<std::string>* notes, std::vector<std::string>* warnings) {
-  for (const Foreign& f : kForeign) {
-    if (t.Has(f.key)) {
-      Fail(t.At(f.key), fmt::format("not a framework \"hf-trainer\" key (it is a Megatron / "
-                                    "\"pytorch\" training key); write {}",
-                                    f.instead));
-    }
-  }
+  RejectForeign(t);
   std::optional<std::string> args_ref = t.String("training_args");
   if (!args_ref) {
     t.RejectUnknown(KnownKeys(true));
@@ -466,6 +579,13 @@ TrainingConfig ReadHfTrainer(ObjectReader& t, const Document& config,
   }
   // A TrainingArguments JSON (trainer.args.to_json_string()): its fields come from the file,
   // memsim's own keys from the block.
+  for (const std::string& key : KnownKeys(false)) {
+    if (t.Has(key)) {
+      Fail(t.At(key), fmt::format("a TrainingArguments field: with training_args it is read from "
+                                  "{} (set it there)",
+                                  Printable(*args_ref)));
+    }
+  }
   t.RejectUnknown(kOwnKeys);
   const Document doc =
       FindReferencedDocument(*args_ref, t.At("training_args"), config, "the TrainingArguments JSON");
@@ -473,6 +593,7 @@ TrainingConfig ReadHfTrainer(ObjectReader& t, const Document& config,
   if (!json.is_object()) Fail(doc.label, fmt::format("expected an object, got {}", Describe(json)));
   Source source{doc.label, {}};
   ObjectReader args(source, json, "");
+  CheckArgsFile(args);
   TrainingConfig c = ReadFromArgs(Readers{args, t, config}, notes, warnings);
   // Fields of a newer or older transformers than memsim's list: one warning naming them.
   std::string unknown;

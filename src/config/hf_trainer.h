@@ -10,6 +10,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/documents.h"
@@ -20,6 +21,11 @@ namespace memsim::config::internal {
 
 // Whether the training block asks for framework "hf-trainer".
 bool IsHfTrainer(ObjectReader& t);
+
+// Throws InputError naming the first key of the block that only framework "hf-trainer" reads
+// (per_device_train_batch_size, max_seq_length, optim, the evaluation keys, adapter_config, ...)
+// and the key `framework` ("megatron" or "pytorch") reads instead.
+void RejectHfTrainerKeys(ObjectReader& t, std::string_view framework);
 
 // Rejects unknown and foreign keys, then reads the block. Throws InputError (a bad or foreign
 // key, naming it and what to write instead) or UnsupportedError (a setting memsim recognises and

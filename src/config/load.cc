@@ -130,6 +130,15 @@ void NoteSoftwareVersions(ObjectReader& t, Setup* s) {
       }
     }
   }
+  // workload/model.cc: the data loader's causal mask is modelled for Megatron's get_batch on
+  // CUDA only (MindSpeed-LLM replaces get_batch on Ascend; a plain PyTorch loop has its own).
+  if (t.Has("create_attention_mask_in_dataloader") &&
+      (s->training.framework != "megatron" ||
+       s->device.allocator_backend != alloc::Backend::kCuda)) {
+    s->notes.push_back(fmt::format("{}: no effect here (modelled for framework \"megatron\" on "
+                                   "CUDA devices: Megatron's get_batch)",
+                                   t.At("create_attention_mask_in_dataloader")));
+  }
   if (te && s->training.gradient_accumulation_fusion) {
     for (const char* key : {"transformer_engine_version", "megatron_core_version"}) {
       if (t.Get(key) == nullptr || t.Get(key)->is_null()) {
@@ -171,6 +180,15 @@ void ApplyCommandLine(const LoadOptions& options, Json* root, Source* source) {
   }
 }
 
+// Where the model's model_type was written: its key in the model file, else the model file, else
+// the config's /model (an inline model, or a shipped one by name).
+std::string ModelTypeWhere(const ObjectReader& top, const internal::LocatedModel& located,
+                           const Setup& s) {
+  const auto it = located.where.find("model_type");
+  if (it != located.where.end()) return it->second;
+  return s.model_path.empty() ? top.At("model") : s.model_path;
+}
+
 Setup LoadParsedConfig(const Document& config, const Json& root, const Source& source,
                        const LoadOptions& options) {
   Setup s;
@@ -196,6 +214,9 @@ Setup LoadParsedConfig(const Document& config, const Json& root, const Source& s
     s.training = internal::ReadHfTrainer(t, config, &s.notes, &s.warnings);
   } else {
     internal::RejectUnsupported(t);
+    const Json* fw = t.Get("framework");
+    internal::RejectHfTrainerKeys(t, fw != nullptr && fw->is_string() ? fw->get<std::string>()
+                                                                      : "megatron");
     std::vector<std::string> known = internal::TrainingKeys();
     known.insert(known.end(), internal::MegatronArchitectureKeys().begin(),
                  internal::MegatronArchitectureKeys().end());
@@ -215,13 +236,13 @@ Setup LoadParsedConfig(const Document& config, const Json& root, const Source& s
       s.model.model_type != "qwen2" && s.model.model_type != "qwen3") {
     throw UnsupportedError(fmt::format("{}: LoRA on model_type '{}' (memsim maps target_modules onto "
                                        "llama-family layers: llama, mistral, qwen2, qwen3)",
-                                       (s.model_path.empty() ? std::string("model") : s.model_path), s.model.model_type));
+                                       ModelTypeWhere(top, located, s), s.model.model_type));
   }
   if (s.model.type_vocab_size > 0 && !PyTorchLoop(s.training)) {
     throw UnsupportedError(fmt::format(
         "{}: encoder model_type '{}' under framework \"{}\" (memsim models encoders with "
         "framework \"hf-trainer\" or \"pytorch\")",
-        located.where.count("model_type") ? located.where["model_type"] : s.model_path,
+        ModelTypeWhere(top, located, s),
         s.model.model_type, s.training.framework));
   }
   internal::Origin origin{source, located.where,

@@ -131,8 +131,10 @@ void ApplyMegatronMoe(ObjectReader& t, LocatedModel* located, std::vector<std::s
     m.moe_layer_pattern = MegatronLayerPattern(t, m.num_hidden_layers);
   }
   if (m.num_experts <= 1) {
-    for (const std::string& key : MegatronMoeArchitectureKeys()) {
-      if (t.Has(key)) notes->push_back(fmt::format("{}: ignored (dense model)", t.At(key)));
+    for (const auto* keys : {&MegatronMoeArchitectureKeys(), &MoeTrainingKeys()}) {
+      for (const std::string& key : *keys) {
+        if (t.Has(key)) notes->push_back(fmt::format("{}: ignored (dense model)", t.At(key)));
+      }
     }
     return;
   }

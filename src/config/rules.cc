@@ -25,9 +25,7 @@ namespace {
 // iterations × 32 layers = 2^21 passes in 78 s), so 2^21 passes stay near 80 s (the issue's
 // benchmark of 16384 micro-batches of the default is accepted). The micro-batch limit only keeps
 // m within what 2^21 passes allow for a small model (8 layers × 4 iterations × 2^16).
-constexpr int kMaxMicroBatches = 65536;
-constexpr std::int64_t kMaxLayerPasses = std::int64_t{1} << 21;
-constexpr std::int64_t kMaxTokensPerMicroBatch = std::int64_t{1} << 26;
+// kMaxMicroBatches, kMaxLayerPasses and kMaxTokensPerMicroBatch: rules.h.
 constexpr std::int64_t kMaxPaddedVocab = std::int64_t{1} << 27;
 
 // memsim's bound on the bytes of one rank: any one tensor, and the weights, gradients and
@@ -184,6 +182,20 @@ void CheckLayerPasses(const Setup& s, const Origin& origin) {
                      "= {} layer passes exceed memsim's limit of {}; reduce train_iters, "
                      "global_batch_size (micro-batches) or num_hidden_layers",
                      what, iters, c.num_micro_batches, layers, passes, kMaxLayerPasses));
+  }
+  // hf-trainer evaluation (iterations.h FirstEvaluationStep): eval_batches forward passes of
+  // every layer after each step k <= iters that is a multiple of eval_steps, from the first.
+  const int first = FirstEvaluationStep(c);
+  if (first == 0 || first > iters) return;
+  const std::int64_t evaluations = (iters - first) / c.eval_steps + 1;
+  const std::int64_t eval_passes = evaluations * c.eval_batches * layers;
+  if (passes + eval_passes > kMaxLayerPasses) {
+    Fail(origin.Training("eval_batches"),
+         fmt::format("evaluations × eval_batches × num_hidden_layers = {} × {} × {} = {} "
+                     "forward passes, with the {} layer passes of training, exceed memsim's "
+                     "limit of {}; reduce eval_batches or raise eval_steps",
+                     evaluations, c.eval_batches, layers, eval_passes, passes,
+                     kMaxLayerPasses));
   }
 }
 

@@ -7,10 +7,21 @@
 // which a config with several problems reports the first.
 #pragma once
 
+#include <cstdint>
+
 #include "config/origin.h"
 #include "config/setup.h"
 
 namespace memsim::config::internal {
+
+// memsim's simulation-size limits (estimates: every accepted setup simulates in about a minute
+// at most; the measurement is in rules.cc and docs/config.md "Limits"): micro-batches per
+// iteration, layer passes of all stages over the simulated iterations (forward passes of an
+// hf-trainer evaluation count as one each), tokens of one micro-batch (an evaluation batch too).
+// The hf-trainer reader (hf_trainer.cc) checks them too, where it can name the keys it read.
+inline constexpr int kMaxMicroBatches = 65536;
+inline constexpr std::int64_t kMaxLayerPasses = std::int64_t{1} << 21;
+inline constexpr std::int64_t kMaxTokensPerMicroBatch = std::int64_t{1} << 26;
 
 // Heads, key/value heads and FFN width divisible by TP; layers by PP and, with interleaving, by
 // the virtual stages; global_batch_size by micro_batch_size × DP; the tokens of a micro-batch.

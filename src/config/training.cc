@@ -368,19 +368,6 @@ void ReadOptimizer(ObjectReader& t, TrainingConfig& c, std::vector<std::string>*
   }
 }
 
-// skipped_iterations: the fp16 loss scaler's skipped steps (TrainingConfig::skipped_iterations).
-void ReadSkippedIterations(ObjectReader& t, TrainingConfig& c) {
-  c.skipped_iterations = t.NonNegativeInt("skipped_iterations").value_or(0);
-  if (c.skipped_iterations > 0 && c.precision != Precision::kFp16) {
-    // Megatron builds a grad scaler for fp16 (DynamicGradScaler) and, in bf16, only with an
-    // explicit --loss-scale (megatron/core/optimizer/__init__.py); memsim's bf16 and fp32 have
-    // none, and torch.amp's GradScaler is an fp16 device.
-    Fail(t.At("skipped_iterations"),
-         fmt::format("{} needs precision \"fp16\" (only the fp16 loss scaler skips steps)",
-                     c.skipped_iterations));
-  }
-}
-
 // The precision-aware optimizer and its dtypes (TrainingConfig::use_precision_aware_optimizer).
 // Megatron's rules: OptimizerConfig.__post_init__ (megatron/core/optimizer/optimizer_config.py)
 // asserts the dtypes stay fp32 without it and Adam with it; get_megatron_optimizer
@@ -710,6 +697,19 @@ void ReadOutsideAllocator(ObjectReader& t, TrainingConfig& c) {
 }
 
 }  // namespace
+
+// skipped_iterations: the fp16 loss scaler's skipped steps (TrainingConfig::skipped_iterations).
+void ReadSkippedIterations(ObjectReader& t, TrainingConfig& c) {
+  c.skipped_iterations = t.NonNegativeInt("skipped_iterations").value_or(0);
+  if (c.skipped_iterations > 0 && c.precision != Precision::kFp16) {
+    // Megatron builds a grad scaler for fp16 (DynamicGradScaler) and, in bf16, only with an
+    // explicit --loss-scale (megatron/core/optimizer/__init__.py); memsim's bf16 and fp32 have
+    // none, and torch.amp's GradScaler is an fp16 device.
+    Fail(t.At("skipped_iterations"),
+         fmt::format("{} needs precision \"fp16\" (only the fp16 loss scaler skips steps)",
+                     c.skipped_iterations));
+  }
+}
 
 void RejectUnsupported(ObjectReader& t) {
   if (std::optional<std::string> fw = t.String("framework");

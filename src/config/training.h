@@ -23,6 +23,10 @@ void RejectUnsupported(ObjectReader& t);
 // The keys the training block may hold, besides MegatronArchitectureKeys() (parts.h).
 const std::vector<std::string>& TrainingKeys();
 
+// skipped_iterations (TrainingConfig::skipped_iterations): the fp16 loss scaler's skipped steps,
+// read after c.precision; an error naming it with another precision. Also read by hf-trainer.
+void ReadSkippedIterations(ObjectReader& t, TrainingConfig& c);
+
 // Reads the training block; appends to `notes` what was defaulted, adjusted or not used.
 // REQUIRES: RejectUnsupported(t) passed.
 // `notes` collects what --verbose prints (defaults taken, accepted keys); `warnings` what is

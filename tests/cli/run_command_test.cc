@@ -55,6 +55,11 @@ TEST_CASE("memsim run: bad input exits 2 with one message and leaves no file", "
   CHECK(r.err == "memsim run: --pipeline-rank 1: expected 0..0 (pipeline_model_parallel_size 1)\n");
   r = RunMemsim(dir, "run --capacity 12XB");
   CHECK(r.exit_code == 2);
+  // Out of range: the message's bounds are written in units --capacity accepts (no PiB).
+  r = RunMemsim(dir, "run --capacity 1025TiB");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim run: --capacity 1025TiB: expected a size from 1MiB to 1024TiB (2^50 "
+                 "bytes), e.g. 80GiB\n");
   r = RunMemsim(dir, "rnu");
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("unknown subcommand 'rnu' (did you mean 'run'?)") != std::string::npos);

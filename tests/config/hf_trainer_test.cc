@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "config/iterations.h"
 #include "config/load.h"
@@ -261,6 +262,33 @@ TEST_CASE("hf-trainer: a LoRA run builds", "[config][hf]") {
 
 // A TrainingArguments JSON as trainer.args.to_json_string() prints it (a few of its fields, one
 // this memsim does not know) and an adapter_config.json, both referenced by path.
+TEST_CASE("hf-trainer keys in a megatron / pytorch block name the key to write", "[config][hf]") {
+  const auto block = [](const std::string& name, const std::string& training) {
+    return Write(name, "{\"model\": \"llama3.2-1b\", \"device\": \"a100-80g\", \"training\": "
+                       "{\"seq_length\": 512, " + training + "}}");
+  };
+  const std::string batch = block("r1.json", "\"framework\": \"pytorch\", "
+                                             "\"per_device_train_batch_size\": 2");
+  CHECK(ErrorOf(batch) == batch + ": /training/per_device_train_batch_size: a framework "
+                                  "\"hf-trainer\" key (TrainingArguments or memsim's own), not "
+                                  "one of framework \"pytorch\"; write micro_batch_size");
+  const std::string ddp = block("r2.json", "\"framework\": \"pytorch\", \"ddp_bucket_cap_mb\": 50");
+  CHECK(ErrorOf(ddp) == ddp + ": /training/ddp_bucket_cap_mb: a framework \"hf-trainer\" key "
+                              "(TrainingArguments or memsim's own), not one of framework "
+                              "\"pytorch\"; write bucket_cap_mb (framework \"pytorch\")");
+  // No framework: Megatron's block.
+  const std::string eval = block("r3.json", "\"eval_strategy\": \"steps\"");
+  CHECK(ErrorOf(eval) == eval + ": /training/eval_strategy: a framework \"hf-trainer\" key "
+                                "(TrainingArguments or memsim's own), not one of framework "
+                                "\"megatron\"; the evaluation pass is modelled with framework "
+                                "\"hf-trainer\" only");
+  const std::string lora = block("r4.json", "\"adapter_config\": {\"r\": 8}");
+  CHECK(ErrorOf(lora).ends_with("/training/adapter_config: a framework \"hf-trainer\" key "
+                                "(TrainingArguments or memsim's own), not one of framework "
+                                "\"megatron\"; LoRA / QLoRA are modelled with framework "
+                                "\"hf-trainer\" only"));
+}
+
 TEST_CASE("hf-trainer: training_args and adapter_config files", "[config][hf]") {
   Write("args.json", "{\"output_dir\": \"out\", \"per_device_train_batch_size\": 4, "
                      "\"gradient_accumulation_steps\": 2, \"bf16\": true, \"optim\": "
@@ -289,9 +317,99 @@ TEST_CASE("hf-trainer: training_args and adapter_config files", "[config][hf]") 
       "t2.json", "{\"model\": \"llama3-8b\", \"device\": \"l40s-48g\", \"training\": "
                  "{\"framework\": \"hf-trainer\", \"training_args\": \"args.json\", "
                  "\"max_seq_length\": 256, \"fp16\": true}}");
-  CHECK(ErrorOf(both).find("/training/fp16: unknown key") != std::string::npos);
+  CHECK(ErrorOf(both) == both + ": /training/fp16: a TrainingArguments field: with training_args "
+                                "it is read from args.json (set it there)");
   // LoRA r = 16 on q_proj and k_proj: 32 × 16 × ((4096 + 4096) + (4096 + 1024)) = 6,815,744.
   CHECK(workload::ComputeStaticSizes(s, 0).trainable_parameter_count == 6815744);
+}
+
+TEST_CASE("hf-trainer: bad values name the TrainingArguments field written", "[config][hf]") {
+  // memsim's limits (docs/config.md "Limits"): 2^16 = 65536 micro-batches a step, 2^26 tokens a
+  // micro-batch, the global batch in an int (2^31 - 1), 2^21 layer passes.
+  const std::string ga = Config("b1.json", kBase + ", \"gradient_accumulation_steps\": 100000");
+  CHECK(ErrorOf(ga) == ga + ": /training/gradient_accumulation_steps: 100000 micro-batches per "
+                            "step exceed memsim's limit of 65536");
+  // 2 × 65536 × 65536 = 8589934592 samples: beyond an int (it wrapped before).
+  const std::string world =
+      Config("b2.json", kBase + ", \"gradient_accumulation_steps\": 65536, \"world_size\": 65536");
+  CHECK(ErrorOf(world) ==
+        world + ": /training/world_size: the global batch per_device_train_batch_size × "
+                "gradient_accumulation_steps × world_size = 2 × 65536 × 65536 = 8589934592 "
+                "samples exceeds memsim's limit of 2147483647");
+  // 131073 × 512 = 67109376 tokens, 512 above 2^26.
+  const std::string tokens = Config("b3.json", "\"max_seq_length\": 512, "
+                                               "\"per_device_train_batch_size\": 131073");
+  CHECK(ErrorOf(tokens) == tokens + ": /training/per_device_train_batch_size: "
+                                    "per_device_train_batch_size × max_seq_length = 131073 × 512 "
+                                    "= 67109376 tokens exceed memsim's limit of 67108864");
+  const std::string eval = kBase + ", \"max_steps\": 4, \"eval_strategy\": \"steps\", "
+                                   "\"eval_steps\": 1";
+  const std::string eval_tokens =
+      Config("b4.json", eval + ", \"eval_batches\": 1, \"per_device_eval_batch_size\": 131073");
+  CHECK(ErrorOf(eval_tokens) == eval_tokens + ": /training/per_device_eval_batch_size: "
+                                              "per_device_eval_batch_size × max_seq_length = "
+                                              "131073 × 512 = 67109376 tokens exceed memsim's "
+                                              "limit of 67108864");
+  // Evaluations after steps 1..4 of 1000000 no-grad forward passes of the 2 layers: 8000000
+  // passes, with 4 steps × 1 micro-batch × 2 layers = 8 of training (it used to run for hours).
+  const std::string batches = Config("b5.json", eval + ", \"eval_batches\": 1000000");
+  CHECK(ErrorOf(batches) == batches + ": /training/eval_batches: evaluations × eval_batches × "
+                                      "num_hidden_layers = 4 × 1000000 × 2 = 8000000 forward "
+                                      "passes, with the 8 layer passes of training, exceed "
+                                      "memsim's limit of 2097152; reduce eval_batches or raise "
+                                      "eval_steps");
+  // Both names of the strategy, disagreeing: one would be dropped silently.
+  const std::string names = Config("b6.json", kBase + ", \"eval_strategy\": \"no\", "
+                                                      "\"evaluation_strategy\": \"steps\"");
+  CHECK(ErrorOf(names) == names + ": /training/evaluation_strategy: \"steps\" conflicts with "
+                                  "eval_strategy \"no\" (evaluation_strategy is its old name; "
+                                  "write one of them)");
+  CHECK(LoadSetup(Config("b7.json", eval + ", \"evaluation_strategy\": \"steps\", "
+                                           "\"eval_batches\": 1"),
+                  {})
+            .training.eval_steps == 1);
+  // LoRA rank: memsim's limit 2^16; unknown adapter keys are named at the adapter's object.
+  const std::string rank = Config("b10.json", kBase + ", \"adapter_config\": {\"r\": 65537, "
+                                                      "\"target_modules\": [\"q_proj\"]}");
+  CHECK(ErrorOf(rank) == rank + ": /training/adapter_config/r: expected an integer from 1 to "
+                                "65536, got 65537");
+  const std::string extra = Config("b11.json", kBase + ", \"adapter_config\": {\"foo\": 1, "
+                                                       "\"target_modules\": [\"q_proj\"]}");
+  CHECK(LoadSetup(extra, {}).warnings ==
+        std::vector<std::string>{extra + ": /training/adapter_config: adapter_config keys memsim "
+                                         "does not know, ignored: foo"});
+  // The fp16 report names training.skipped_iterations: the Trainer's block reads it too
+  // (GradScaler.step skips the step), with fp16 only.
+  CHECK(LoadSetup(Config("b8.json", kBase + ", \"fp16\": true, \"skipped_iterations\": 1"), {})
+            .training.skipped_iterations == 1);
+  const std::string bf16 = Config("b9.json", kBase + ", \"bf16\": true, \"skipped_iterations\": 1");
+  CHECK(ErrorOf(bf16) == bf16 + ": /training/skipped_iterations: 1 needs precision \"fp16\" (only "
+                                "the fp16 loss scaler skips steps)");
+}
+
+TEST_CASE("hf-trainer: what a training_args file may hold", "[config][hf]") {
+  const auto with_args = [](const std::string& name, const std::string& args_file) {
+    return Write(name, "{\"model\": \"llama3-8b\", \"device\": \"l40s-48g\", \"training\": "
+                       "{\"framework\": \"hf-trainer\", \"training_args\": \"" +
+                           args_file + "\", \"max_seq_length\": 256}}");
+  };
+  const std::string dir = (std::filesystem::temp_directory_path() / "memsim_hf_trainer_test").string();
+  Write("a1.json", "{\"per_device_train_batch_size\": 2, \"micro_batch_size\": 2}");
+  CHECK(ErrorOf(with_args("ta1.json", "a1.json")) ==
+        dir + "/a1.json: /micro_batch_size: not a framework \"hf-trainer\" key (it is a Megatron "
+              "/ \"pytorch\" training key); write per_device_train_batch_size");
+  Write("a2.json", "{\"per_device_train_batch_size\": 2, \"max_seq_length\": 128}");
+  CHECK(ErrorOf(with_args("ta2.json", "a2.json")) ==
+        dir + "/a2.json: /max_seq_length: memsim's own key, not a TrainingArguments field: write "
+              "it in the training block of the config");
+  // A whole memsim config given as the TrainingArguments JSON.
+  const std::string config = with_args("ta3.json", "a1.json");
+  CHECK(ErrorOf(with_args("ta4.json", "ta3.json")) ==
+        config + ": /training: a memsim training config, not a TrainingArguments JSON "
+                 "(trainer.args.to_json_string())");
+  // An endless file stops at memsim's 64 MiB bound for a JSON file instead of hanging.
+  CHECK(ErrorOf(with_args("ta5.json", "/dev/zero")) ==
+        "/dev/zero: larger than memsim's limit of 67108864 bytes (64 MiB) for a JSON file");
 }
 
 TEST_CASE("hf-trainer: the evaluation keys", "[config][hf][eval]") {

@@ -453,6 +453,26 @@ TEST_CASE("unsupported: recognised but not modelled", "[config]") {
             "\"hf-trainer\")");
 }
 
+TEST_CASE("keys without effect on this setup are noted, not dropped", "[config]") {
+  const std::string llama = "{\"model_type\": \"llama\"}";
+  const auto noted = [](const Setup& s, const std::string& part) {
+    return std::any_of(s.notes.begin(), s.notes.end(),
+                       [&](const std::string& n) { return n.find(part) != std::string::npos; });
+  };
+  // MoE training keys of a dense model (no experts: the router is never built).
+  const std::string dense = InlineConfig("n1.json", llama, "\"seq_length\": 512, "
+                                                           "\"moe_router_pre_softmax\": true");
+  CHECK(noted(LoadSetup(dense, {}), dense + ": /training/moe_router_pre_softmax: ignored (dense "
+                                            "model)"));
+  // The data loader's mask is Megatron's get_batch (workload/model.cc): not under "pytorch".
+  const std::string mask = InlineConfig("n2.json", llama,
+                                        "\"seq_length\": 512, \"framework\": \"pytorch\", "
+                                        "\"create_attention_mask_in_dataloader\": false");
+  CHECK(noted(LoadSetup(mask, {}), mask + ": /training/create_attention_mask_in_dataloader: no "
+                                          "effect here (modelled for framework \"megatron\" on "
+                                          "CUDA devices: Megatron's get_batch)"));
+}
+
 TEST_CASE("precision: explicit false flags", "[config]") {
   const std::string llama = "{\"model_type\": \"llama\"}";
   // Megatron trains in fp32 without --bf16 / --fp16: "bf16": false alone means fp32.
