@@ -12,11 +12,12 @@ Bytes DeviceOrReserved(const Sample& s) {
   return s.device_bytes != kUnknownBytes ? s.device_bytes : s.reserved_bytes;
 }
 
-// Keeps, of `in` (time order), the first lowest and first highest allocated and device samples,
-// in time order, without repeats.
-void KeepExtremes(std::vector<Sample>& in) {
+// Keeps, of the n samples at `in` (time order), the first lowest and first highest allocated
+// and device samples, in time order, without repeats; writes them to `out` (which may be `in`:
+// the k-th kept sample comes from an index >= k) and returns how many (1 to 4).
+std::size_t KeepExtremes(const Sample* in, std::size_t n, Sample* out) {
   std::size_t lo_a = 0, hi_a = 0, lo_d = 0, hi_d = 0;
-  for (std::size_t i = 1; i < in.size(); ++i) {
+  for (std::size_t i = 1; i < n; ++i) {
     if (in[i].allocated_bytes < in[lo_a].allocated_bytes) lo_a = i;
     if (in[i].allocated_bytes > in[hi_a].allocated_bytes) hi_a = i;
     if (DeviceOrReserved(in[i]) < DeviceOrReserved(in[lo_d])) lo_d = i;
@@ -24,11 +25,15 @@ void KeepExtremes(std::vector<Sample>& in) {
   }
   std::size_t idx[4] = {lo_a, hi_a, lo_d, hi_d};
   std::sort(std::begin(idx), std::end(idx));
-  std::vector<Sample> out;
+  std::size_t kept = 0;
   for (std::size_t k = 0; k < 4; ++k) {
-    if (k == 0 || idx[k] != idx[k - 1]) out.push_back(in[idx[k]]);
+    if (k == 0 || idx[k] != idx[k - 1]) out[kept++] = in[idx[k]];
   }
-  in.swap(out);
+  return kept;
+}
+
+void KeepExtremes(std::vector<Sample>& in) {
+  in.resize(KeepExtremes(in.data(), in.size(), in.data()));
 }
 
 }  // namespace
@@ -48,6 +53,9 @@ void BoundedCurve::Add(const Sample& sample) {
 void BoundedCurve::CloseOpenBucket() {
   if (open_raw_ == 0) return;
   if (bucket_size_ > 1) KeepExtremes(open_);
+  // Reserved once, so the kept samples are never copied to a larger buffer (pages are touched
+  // only as samples arrive).
+  if (kept_.capacity() == 0) kept_.reserve(max_samples_ + 4);
   kept_.insert(kept_.end(), open_.begin(), open_.end());
   counts_.push_back(static_cast<std::uint8_t>(open_.size()));
   open_.clear();
@@ -57,23 +65,19 @@ void BoundedCurve::CloseOpenBucket() {
 
 void BoundedCurve::MergeBuckets() {
   // Merges buckets 2i and 2i+1 until the kept samples fit; a last odd bucket stays alone (it
-  // holds fewer raw samples, which changes no extreme).
+  // holds fewer raw samples, which changes no extreme). In place: a merged bucket keeps at most
+  // as many samples as its two parts hold, so the write position never passes the read one.
   while (kept_.size() > max_samples_) {
-    std::vector<Sample> kept;
-    std::vector<std::uint8_t> counts;
-    kept.reserve(kept_.size());
-    std::size_t at = 0;
+    std::size_t read = 0, write = 0, merged = 0;
     for (std::size_t b = 0; b < counts_.size(); b += 2) {
-      std::size_t n = counts_[b] + (b + 1 < counts_.size() ? counts_[b + 1] : 0);
-      std::vector<Sample> part(kept_.begin() + static_cast<std::ptrdiff_t>(at),
-                               kept_.begin() + static_cast<std::ptrdiff_t>(at + n));
-      at += n;
-      KeepExtremes(part);
-      kept.insert(kept.end(), part.begin(), part.end());
-      counts.push_back(static_cast<std::uint8_t>(part.size()));
+      const std::size_t n = counts_[b] + (b + 1 < counts_.size() ? counts_[b + 1] : 0);
+      const std::size_t k = KeepExtremes(&kept_[read], n, &kept_[write]);
+      read += n;
+      write += k;
+      counts_[merged++] = static_cast<std::uint8_t>(k);
     }
-    kept_.swap(kept);
-    counts_.swap(counts);
+    kept_.resize(write);
+    counts_.resize(merged);
     bucket_size_ *= 2;
   }
 }
