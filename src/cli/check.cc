@@ -13,6 +13,7 @@
 #include "cli/common.h"
 #include "config/load.h"
 #include "core/error.h"
+#include "core/read_file.h"
 #include "engine/stages.h"
 #include "report/format.h"
 #include "report/run_report.h"
@@ -34,12 +35,15 @@ struct CheckArgs {
   std::string json_path;
 };
 
+// A baseline is a `run --json` report: kilobytes to a few MiB. memsim's bound, 64 MiB (an
+// estimate far above any report), stops a read of an endless file such as /dev/zero.
+constexpr std::int64_t kMaxBaselineBytes = std::int64_t{1} << 26;
+
 std::string ReadBaselineFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot read the baseline file", path));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  std::optional<std::string> text =
+      ReadBoundedFile(path, path, kMaxBaselineBytes, "a baseline report");
+  if (!text) throw InputError(fmt::format("{}: cannot read the baseline file", path));
+  return *std::move(text);
 }
 
 // The baseline file of `config`: --baseline FILE itself, or DIR/<config stem>.json.

@@ -17,16 +17,20 @@ constexpr int kMaxLoraRank = 65536;  // 2^16, docs/config.md "Limits"
 const std::vector<std::string> kTargets = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                            "gate_proj", "up_proj", "down_proj"};
 
+// modules_to_save names memsim places a trainable copy of (workload/hf_peft.cc SavedModule).
+const std::vector<std::string> kSavable = {"lm_head", "embed_tokens", "classifier", "score",
+                                           "pooler"};
+
 // LoraConfig fields (peft/tuners/lora/config.py and PeftConfig) read or accepted.
 const std::vector<std::string> kLoraKeys = {
     "peft_type", "r", "lora_alpha", "lora_dropout", "target_modules", "modules_to_save", "bias",
     "task_type", "use_dora", "exclude_modules", "layers_to_transform", "layers_pattern", "rank_pattern",
-    "alpha_pattern",
+    "alpha_pattern", "layer_replication", "lora_bias", "trainable_token_indices",
+    "target_parameters",
     // no effect on memory
     "base_model_name_or_path", "revision", "inference_mode", "fan_in_fan_out", "init_lora_weights",
     "use_rslora", "auto_mapping", "megatron_config", "megatron_core",
-    "loftq_config", "layer_replication", "lora_bias", "eva_config", "corda_config",
-    "trainable_token_indices", "runtime_config", "target_parameters", "use_qalora",
+    "loftq_config", "eva_config", "corda_config", "runtime_config", "use_qalora",
     "qalora_group_size"};
 
 std::vector<std::string> StringList(ObjectReader& r, const char* key) {
@@ -117,6 +121,38 @@ void ReadTargets(ObjectReader& a, TrainingConfig& c, std::vector<std::string>* n
   c.lora_target_modules = t.names;
 }
 
+// LoraConfig fields that change the adapters in ways memsim does not model: unsupported when
+// they move much memory, a warning when little.
+void ReadUnmodelled(ObjectReader& a, std::vector<std::string>* warnings) {
+  auto set = [&a](const char* key) {
+    const Json* v = a.Get(key);
+    return v != nullptr && !v->is_null() && !(v->is_boolean() && !v->get<bool>()) &&
+           !((v->is_array() || v->is_object()) && v->empty());
+  };
+  for (const char* key : {"layers_to_transform", "rank_pattern", "alpha_pattern"}) {
+    if (set(key)) throw UnsupportedError(fmt::format("{}: per-layer adapters (not modelled)", a.At(key)));
+  }
+  if (set("layers_pattern") && !set("layers_to_transform")) {
+    // peft/tuners/lora/config.py LoraConfig.__post_init__ raises ValueError.
+    Fail(a.At("layers_pattern"), "needs layers_to_transform (PEFT refuses layers_pattern alone)");
+  }
+  if (set("layer_replication")) {
+    throw UnsupportedError(fmt::format("{}: replicated decoder layers (not modelled)",
+                                       a.At("layer_replication")));
+  }
+  if (set("target_parameters")) {
+    throw UnsupportedError(fmt::format("{}: LoRA on parameters rather than modules (not modelled)",
+                                       a.At("target_parameters")));
+  }
+  for (const char* key : {"lora_bias", "trainable_token_indices"}) {
+    if (set(key)) {
+      warnings->push_back(fmt::format("{}: not modelled (a trained bias of each lora_B, or "
+                                      "trained rows of the embedding: a few MiB at most), ignored",
+                                      a.At(key)));
+    }
+  }
+}
+
 void ReadLora(ObjectReader& a, TrainingConfig& c, std::vector<std::string>* notes,
               std::vector<std::string>* warnings, LoraModuleMatch* match) {
   if (std::optional<std::string> t = a.String("peft_type"); t && *t != "LORA") {
@@ -140,8 +176,20 @@ void ReadLora(ObjectReader& a, TrainingConfig& c, std::vector<std::string>* note
     match->exclude_where = a.At("exclude_modules");
   }
   c.lora_modules_to_save = StringList(a, "modules_to_save");
+  for (const std::string& m : c.lora_modules_to_save) {
+    if (std::find(kSavable.begin(), kSavable.end(), m) == kSavable.end()) {
+      warnings->push_back(fmt::format("{}: '{}': no trainable copy of it is modelled (memsim copies "
+                                      "lm_head, embed_tokens, classifier, score, pooler)",
+                                      a.At("modules_to_save"), Printable(m)));
+    }
+  }
+  // peft/config.py PeftConfig.__post_init__ refuses a task_type outside TaskType
+  // (peft/utils/peft_types.py).
+  const std::optional<std::string> task = a.Choice(
+      "task_type", {"SEQ_CLS", "SEQ_2_SEQ_LM", "CAUSAL_LM", "TOKEN_CLS", "QUESTION_ANS",
+                    "FEATURE_EXTRACTION"});
   // PeftModelForSequenceClassification adds its heads to modules_to_save (peft/peft_model.py).
-  if (a.String("task_type").value_or("") == "SEQ_CLS") {
+  if (task.value_or("") == "SEQ_CLS") {
     for (const char* m : {"classifier", "score"}) c.lora_modules_to_save.emplace_back(m);
   }
   if (a.Bool("use_dora").value_or(false)) {
@@ -154,12 +202,7 @@ void ReadLora(ObjectReader& a, TrainingConfig& c, std::vector<std::string>* note
                                        "modelled)",
                                        a.At("bias"), Printable(*b)));
   }
-  for (const char* key : {"layers_to_transform", "rank_pattern", "alpha_pattern"}) {
-    const Json* v = a.Get(key);
-    if (v != nullptr && !v->is_null() && !v->empty()) {
-      throw UnsupportedError(fmt::format("{}: per-layer adapters (not modelled)", a.At(key)));
-    }
-  }
+  ReadUnmodelled(a, warnings);
   std::string unknown;
   for (const std::string& key : a.Unread()) {
     if (std::find(kLoraKeys.begin(), kLoraKeys.end(), key) == kLoraKeys.end()) {

@@ -197,8 +197,8 @@ void ReadBatch(const Readers& r, TrainingConfig& c, std::vector<std::string>* no
     c.train_iters = *m;
   } else {
     c.train_iters = 4;
-    notes->push_back(fmt::format("{}: absent or -1, 4 optimizer steps simulated (memory repeats "
-                                 "from step 2 on)",
+    notes->push_back(fmt::format("{}: absent, 0 or -1 (the epochs decide), 4 optimizer steps "
+                                 "simulated (memory repeats from step 2 on)",
                                  t.At("max_steps")));
   }
 }

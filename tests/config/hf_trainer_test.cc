@@ -502,6 +502,35 @@ TEST_CASE("hf-trainer: target_modules as a regular expression", "[config][hf][pe
   CHECK(modules(targets("p13.json", R"("lora_alpha": 16)")) == Names{"q_proj", "v_proj"});
 }
 
+// LoraConfig fields that change the adapters in ways memsim does not model are never dropped
+// silently: unsupported, an error where PEFT refuses them, or a warning naming them.
+TEST_CASE("hf-trainer: adapter_config fields memsim does not model", "[config][hf][peft]") {
+  const auto adapter = [](const std::string& name, const std::string& extra) {
+    return Write(name, "{\"model\": \"llama3-8b\", \"device\": \"rtx-4090-24g\", \"training\": "
+                       "{\"framework\": \"hf-trainer\", \"max_seq_length\": 512, \"adapter_config\": "
+                       "{\"r\": 8, \"target_modules\": [\"q_proj\"], " + extra + "}}}");
+  };
+  CHECK(IsUnsupported(adapter("u1.json", "\"layer_replication\": [[0, 4], [2, 5]]")));
+  CHECK(IsUnsupported(adapter("u2.json", "\"target_parameters\": [\"mlp.experts.down_proj\"]")));
+  const std::string pattern = adapter("u3.json", "\"layers_pattern\": \"layers\"");
+  CHECK(ErrorOf(pattern) == pattern + ": /training/adapter_config/layers_pattern: needs "
+                                      "layers_to_transform (PEFT refuses layers_pattern alone)");
+  const std::string task = adapter("u4.json", "\"task_type\": \"CAUSAL-LM\"");
+  CHECK(ErrorOf(task).starts_with(task + ": /training/adapter_config/task_type: expected one of"));
+  const std::string bias = adapter("u5.json", "\"lora_bias\": true");
+  CHECK(LoadSetup(bias, {}).warnings ==
+        std::vector<std::string>{bias + ": /training/adapter_config/lora_bias: not modelled (a "
+                                        "trained bias of each lora_B, or trained rows of the "
+                                        "embedding: a few MiB at most), ignored"});
+  const std::string save = adapter("u6.json", "\"modules_to_save\": [\"lm_head\", \"norm\"]");
+  CHECK(LoadSetup(save, {}).warnings ==
+        std::vector<std::string>{save + ": /training/adapter_config/modules_to_save: 'norm': no "
+                                        "trainable copy of it is modelled (memsim copies lm_head, "
+                                        "embed_tokens, classifier, score, pooler)"});
+  CHECK(LoadSetup(adapter("u7.json", "\"lora_bias\": false, \"rank_pattern\": {}"), {})
+            .warnings.empty());
+}
+
 TEST_CASE("hf-trainer: what a training_args file may hold", "[config][hf]") {
   const auto with_args = [](const std::string& name, const std::string& args_file) {
     return Write(name, "{\"model\": \"llama3-8b\", \"device\": \"l40s-48g\", \"training\": "
