@@ -219,6 +219,16 @@ void ApplyOverride(const std::string& text, Json* root, Source* source) {
     throw InputError(fmt::format("{}: expected a key training.<name> or allocator.<name>", label));
   }
   const std::string name = key.substr(dot + 1);
+  if (const size_t inner = name.find('.'); inner != std::string::npos) {
+    // No key of a block holds a '.': this names a member of a nested object, which --set does
+    // not edit (it would add an unknown key "a.b" to the block).
+    throw InputError(fmt::format("{}: {} is a key inside {}.{}; --set replaces a key of the {} "
+                                 "block as a whole: give its whole value, e.g. --set "
+                                 "'{}.{}={{...}}'",
+                                 label, Printable(name.substr(inner + 1)), section,
+                                 Printable(name.substr(0, inner)), section, section,
+                                 Printable(name.substr(0, inner))));
+  }
   Json value;
   if (raw == "True" || raw == "False") {
     value = raw == "True";
