@@ -299,27 +299,32 @@ bool InModulesToSave(const std::vector<std::string>& save, const std::string& na
   });
 }
 
-}  // namespace
-
-void ResolveLoraModules(const LoraModuleMatch& match, const ModelConfig& model,
-                        TrainingConfig& c) {
+// PEFT's matching (tuners_utils.py check_target_module_exists, in inject_adapter's order of
+// model.named_modules()): exclude_modules and modules_to_save first, then target_modules.
+// Returns, for each linear of kTargets, the layers it is adapted in; `targeted_excluded`: a
+// module target_modules matches was excluded; `exclude_used`: exclude_modules excluded one.
+// Fails as ResolveLoraModules (hf_peft_config.h) on a matched head or a module not a linear.
+struct Matched {
+  std::vector<int> layers = std::vector<int>(kTargets.size(), 0);
+  bool targeted_excluded = false;
+  bool exclude_used = false;
+};
+Matched MatchModules(const LoraModuleMatch& match, const ModelConfig& model,
+                     const TrainingConfig& c) {
   const std::string& where = match.target_where;
-  // A linear adapted in some layers only, or no module left: named by exclude_modules when it
-  // took modules from a list of names (the list itself adapts every layer).
-  const bool by_exclude = !match.exclude_where.empty();
-  const std::string& narrowed = !match.target_regex && by_exclude ? match.exclude_where : where;
   std::optional<std::regex> target, exclude;
   if (match.target_regex) target = CompileModuleRegex(*match.target_regex, match.target_where);
   if (match.exclude_regex) exclude = CompileModuleRegex(*match.exclude_regex, match.exclude_where);
-  std::vector<int> layers(kTargets.size(), 0);  // layers in which each linear is adapted
-  bool excluded = false;
+  Matched out;
   for (const Module& m : LlamaModules(model)) {
     const bool targeted = target ? FullMatch(*target, m.name, match.target_where)
                                  : ListMatches(c.lora_target_modules, m.name);
+    const bool excluded = (exclude && FullMatch(*exclude, m.name, match.exclude_where)) ||
+                          ListMatches(match.exclude_names, m.name);
+    out.exclude_used |= excluded;
     if (!targeted) continue;
-    if ((exclude && FullMatch(*exclude, m.name, match.exclude_where)) ||
-        ListMatches(match.exclude_names, m.name) || InModulesToSave(c.lora_modules_to_save, m.name)) {
-      excluded = true;
+    if (excluded || InModulesToSave(c.lora_modules_to_save, m.name)) {
+      out.targeted_excluded = true;
       continue;
     }
     if (m.head) {
@@ -333,7 +338,29 @@ void ResolveLoraModules(const LoraModuleMatch& match, const ModelConfig& model,
                               "it: LoRA replaces Linear, Embedding and Conv layers)",
                               m.name));
     }
-    ++layers[static_cast<std::size_t>(m.target)];
+    ++out.layers[static_cast<std::size_t>(m.target)];
+  }
+  return out;
+}
+
+}  // namespace
+
+void ResolveLoraModules(const LoraModuleMatch& match, const ModelConfig& model,
+                        TrainingConfig& c, std::vector<std::string>* warnings) {
+  const std::string& where = match.target_where;
+  // A linear adapted in some layers only, or no module left: named by exclude_modules when it
+  // took modules from a list of names (the list itself adapts every layer).
+  const bool by_exclude = !match.exclude_where.empty();
+  const std::string& narrowed = !match.target_regex && by_exclude ? match.exclude_where : where;
+  const Matched matched = MatchModules(match, model, c);
+  const std::vector<int>& layers = matched.layers;
+  const bool excluded = matched.targeted_excluded;
+  if (by_exclude && !matched.exclude_used) {
+    // tuners_utils.py inject_adapter warns "You have passed exclude_modules=... but no modules
+    // were excluded".
+    warnings->push_back(fmt::format("{}: excludes no module of the model (module names look like "
+                                    "model.layers.0.mlp.down_proj)",
+                                    match.exclude_where));
   }
   std::vector<std::string> targets;
   for (std::size_t k = 0; k < kTargets.size(); ++k) {

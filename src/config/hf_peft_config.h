@@ -43,9 +43,10 @@ void ReadPeft(ObjectReader& own, const Document& config, TrainingConfig& c,
 // model is llama-family. Errors: InputError naming target_modules (or exclude_modules) when no
 // module is left, or a matched module is not a linear (PEFT refuses it); UnsupportedError when a
 // linear is matched in some layers only (per-layer adapters) or an adapter would sit on
-// lm_head, embed_tokens or a classification head.
+// lm_head, embed_tokens or a classification head. `warnings` gets exclude_modules that excludes
+// nothing (PEFT warns too).
 void ResolveLoraModules(const LoraModuleMatch& match, const ModelConfig& model,
-                        TrainingConfig& c);
+                        TrainingConfig& c, std::vector<std::string>* warnings);
 
 // The names LoRA may target in a llama-family decoder (LlamaAttention, LlamaMLP).
 const std::vector<std::string>& LoraTargetNames();

@@ -246,7 +246,7 @@ Setup LoadParsedConfig(const Document& config, const Json& root, const Source& s
                                        ModelTypeWhere(top, located, s), s.model.model_type));
   }
   if (s.training.lora_r > 0 && hf.lora_modules.needed()) {
-    internal::ResolveLoraModules(hf.lora_modules, s.model, s.training);
+    internal::ResolveLoraModules(hf.lora_modules, s.model, s.training, &s.warnings);
   }
   if (s.model.type_vocab_size > 0 && !PyTorchLoop(s.training)) {
     throw UnsupportedError(fmt::format(

@@ -494,6 +494,12 @@ TEST_CASE("hf-trainer: target_modules as a regular expression", "[config][hf][pe
   CHECK(ErrorOf(all_out) == all_out + ": /training/adapter_config/exclude_modules: excludes every "
                                       "module target_modules matches (with modules_to_save): "
                                       "PEFT refuses an adapter without modules");
+  // exclude_modules that excludes nothing: a warning, as PEFT's.
+  const std::string unused = targets("p14.json", R"("target_modules": ["q_proj"], "exclude_modules": ["x_proj"])");
+  CHECK(LoadSetup(unused, {}).warnings ==
+        std::vector<std::string>{unused + ": /training/adapter_config/exclude_modules: excludes no "
+                                          "module of the model (module names look like "
+                                          "model.layers.0.mlp.down_proj)"});
   // "all-linear" inside a list is a module name to PEFT, matching nothing.
   const std::string listed = targets("p12.json", R"("target_modules": ["all-linear"])");
   CHECK(ErrorOf(listed).starts_with(listed + ": /training/adapter_config/target_modules: "
