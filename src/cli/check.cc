@@ -55,6 +55,23 @@ std::string BaselinePath(const std::string& baseline, const std::string& config)
   return baseline;
 }
 
+// --update-baseline writes FILE, or DIR/<config stem>.json: never over one of the configs (a
+// config kept in the baseline directory has that very name; it used to be replaced by a report).
+void CheckBaselineTargets(const CheckArgs& a) {
+  for (const std::string& config : a.configs) {
+    const std::string path = BaselinePath(a.baseline, config);
+    for (const std::string& input : a.configs) {
+      std::error_code ec;
+      if (fs::equivalent(path, input, ec)) {
+        throw InputError(fmt::format("--baseline {}: {} is the config {}; --update-baseline would "
+                                     "replace it with a report (keep baselines in a directory of "
+                                     "their own)",
+                                     a.baseline, path, input));
+      }
+    }
+  }
+}
+
 int Check(const CheckArgs& a) {
   report::CheckOptions options;
   std::optional<Bytes> capacity;
@@ -78,6 +95,7 @@ int Check(const CheckArgs& a) {
         "--baseline {}: no such directory (create it with --update-baseline)", a.baseline));
   }
   report::CheckOutputs({a.junit_path, a.json_path}, a.configs);
+  if (a.update_baseline) CheckBaselineTargets(a);
   std::vector<std::string> notes;
 
   std::vector<report::StageVerdict> verdicts;
