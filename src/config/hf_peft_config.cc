@@ -155,6 +155,14 @@ void ReadUnmodelled(ObjectReader& a, std::vector<std::string>* warnings) {
 
 void ReadLora(ObjectReader& a, TrainingConfig& c, std::vector<std::string>* notes,
               std::vector<std::string>* warnings, LoraModuleMatch* match) {
+  // Another JSON given as the adapter's (its keys would only be listed as unknown and every
+  // LoraConfig default taken).
+  if (a.Has("training") || a.Has("model_type")) {
+    Fail(a.At(a.Has("training") ? "training" : "model_type"),
+         fmt::format("{}, not an adapter_config.json (PEFT's LoraConfig fields)",
+                     a.Has("training") ? "a memsim training config"
+                                       : "a model's config.json"));
+  }
   if (std::optional<std::string> t = a.String("peft_type"); t && *t != "LORA") {
     throw UnsupportedError(fmt::format("{}: peft_type '{}' (memsim models LORA)", a.At("peft_type"),
                                        Printable(*t)));

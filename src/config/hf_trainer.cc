@@ -555,6 +555,10 @@ void CheckArgsFile(ObjectReader& args) {
     Fail(args.At(args.Has("training") ? "training" : "model"),
          "a memsim training config, not a TrainingArguments JSON (trainer.args.to_json_string())");
   }
+  if (args.Has("model_type")) {
+    Fail(args.At("model_type"), "a model's config.json, not a TrainingArguments JSON "
+                                "(trainer.args.to_json_string())");
+  }
   RejectForeign(args);
   for (const std::string& key : kOwnKeys) {
     if (args.Has(key)) {

@@ -535,6 +535,14 @@ TEST_CASE("hf-trainer: adapter_config fields memsim does not model", "[config][h
                                         "embed_tokens, classifier, score, pooler)"});
   CHECK(LoadSetup(adapter("u7.json", "\"lora_bias\": false, \"rank_pattern\": {}"), {})
             .warnings.empty());
+  // Another JSON given as the adapter's: refused, not read as all defaults.
+  const std::string model = Write(
+      "u8.json", "{\"model\": \"llama3-8b\", \"device\": \"rtx-4090-24g\", \"training\": "
+                 "{\"framework\": \"hf-trainer\", \"max_seq_length\": 512, \"adapter_config\": "
+                 "\"" + std::string(MEMSIM_SOURCE_DIR) + "/models/llama3-8b.json\"}}");
+  CHECK(ErrorOf(model) == std::string(MEMSIM_SOURCE_DIR) + "/models/llama3-8b.json: /model_type: "
+                          "a model's config.json, not an adapter_config.json (PEFT's LoraConfig "
+                          "fields)");
 }
 
 TEST_CASE("hf-trainer: what a training_args file may hold", "[config][hf]") {
@@ -557,6 +565,11 @@ TEST_CASE("hf-trainer: what a training_args file may hold", "[config][hf]") {
   CHECK(ErrorOf(with_args("ta4.json", "ta3.json")) ==
         config + ": /training: a memsim training config, not a TrainingArguments JSON "
                  "(trainer.args.to_json_string())");
+  // A model's config.json given as the TrainingArguments JSON.
+  Write("a3.json", "{\"model_type\": \"llama\", \"hidden_size\": 4096}");
+  CHECK(ErrorOf(with_args("ta6.json", "a3.json")) ==
+        dir + "/a3.json: /model_type: a model's config.json, not a TrainingArguments JSON "
+              "(trainer.args.to_json_string())");
   // An endless file stops at memsim's 64 MiB bound for a JSON file instead of hanging.
   CHECK(ErrorOf(with_args("ta5.json", "/dev/zero")) ==
         "/dev/zero: larger than memsim's limit of 67108864 bytes (64 MiB) for a JSON file");
