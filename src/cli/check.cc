@@ -13,6 +13,7 @@
 #include "cli/common.h"
 #include "config/load.h"
 #include "core/error.h"
+#include "core/read_file.h"
 #include "engine/stages.h"
 #include "report/format.h"
 #include "report/run_report.h"
@@ -34,12 +35,15 @@ struct CheckArgs {
   std::string json_path;
 };
 
+// A baseline is a `run --json` report: kilobytes to a few MiB. memsim's bound, 64 MiB (an
+// estimate far above any report), stops a read of an endless file such as /dev/zero.
+constexpr std::int64_t kMaxBaselineBytes = std::int64_t{1} << 26;
+
 std::string ReadBaselineFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot read the baseline file", path));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  std::optional<std::string> text =
+      ReadBoundedFile(path, path, kMaxBaselineBytes, "a baseline report");
+  if (!text) throw InputError(fmt::format("{}: cannot read the baseline file", path));
+  return *std::move(text);
 }
 
 // The baseline file of `config`: --baseline FILE itself, or DIR/<config stem>.json.
@@ -49,6 +53,23 @@ std::string BaselinePath(const std::string& baseline, const std::string& config)
     return (fs::path(baseline) / (fs::path(config).stem().string() + ".json")).string();
   }
   return baseline;
+}
+
+// --update-baseline writes FILE, or DIR/<config stem>.json: never over one of the configs (a
+// config kept in the baseline directory has that very name; it used to be replaced by a report).
+void CheckBaselineTargets(const CheckArgs& a) {
+  for (const std::string& config : a.configs) {
+    const std::string path = BaselinePath(a.baseline, config);
+    for (const std::string& input : a.configs) {
+      std::error_code ec;
+      if (fs::equivalent(path, input, ec)) {
+        throw InputError(fmt::format("--baseline {}: {} is the config {}; --update-baseline would "
+                                     "replace it with a report (keep baselines in a directory of "
+                                     "their own)",
+                                     a.baseline, path, input));
+      }
+    }
+  }
 }
 
 int Check(const CheckArgs& a) {
@@ -74,6 +95,7 @@ int Check(const CheckArgs& a) {
         "--baseline {}: no such directory (create it with --update-baseline)", a.baseline));
   }
   report::CheckOutputs({a.junit_path, a.json_path}, a.configs);
+  if (a.update_baseline) CheckBaselineTargets(a);
   std::vector<std::string> notes;
 
   std::vector<report::StageVerdict> verdicts;

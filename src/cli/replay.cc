@@ -45,6 +45,11 @@ struct ReplayArgs {
 // read of an endless file such as /dev/zero instead of hanging until memory runs out.
 constexpr std::size_t kMaxTraceBytes = std::size_t{1} << 31;
 
+// A CSV line is short (an op, an id, two integers); one of more than 2^20 bytes (1 MiB, an
+// estimate far above any real id) without a line end is refused when seen instead of being
+// buffered up to kMaxTraceBytes (an endless stream such as `yes | tr -d '\n'`).
+constexpr std::size_t kMaxCsvLineBytes = std::size_t{1} << 20;
+
 // A trace file read in blocks (no per-line allocation; a pipe or device works too).
 class TraceFile {
  public:
@@ -110,6 +115,11 @@ replay::ReplayResult ReplayFile(TraceFile& file, const ReplayArgs& args,
     if (end != std::string::npos) {
       csv.Feed(std::string_view(buffer).substr(0, end + 1));
       buffer.erase(0, end + 1);
+    } else if (buffer.size() > kMaxCsvLineBytes) {
+      throw InputError(fmt::format("{}:{}: no line end in the first {} bytes of the line: not a "
+                                   "CSV trace (expected lines op,id,bytes,stream; "
+                                   "docs/interfaces.md, 'Allocator traces')",
+                                   args.trace, csv.next_line(), kMaxCsvLineBytes));
     }
     eof = file.ReadMore(buffer);
   }

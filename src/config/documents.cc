@@ -13,6 +13,7 @@
 
 #include "config/embedded.h"
 #include "core/error.h"
+#include "core/read_file.h"
 
 namespace memsim::config {
 namespace {
@@ -54,24 +55,14 @@ namespace {
 // memsim's bound on one JSON document (config, model file, device preset, TrainingArguments or
 // adapter JSON): 64 MiB, an estimate far above any of them (kilobytes). It stops a read of an
 // endless file such as /dev/zero instead of hanging until memory runs out.
-constexpr std::streamsize kMaxDocumentBytes = std::streamsize{1} << 26;
+constexpr std::int64_t kMaxDocumentBytes = std::int64_t{1} << 26;
 
 bool ReadFile(const std::string& path, std::string* text) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) return false;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  text->clear();
-  char block[1 << 16];
-  while (in.read(block, sizeof block) || in.gcount() > 0) {
-    text->append(block, static_cast<std::size_t>(in.gcount()));
-    if (static_cast<std::streamsize>(text->size()) > kMaxDocumentBytes) {
-      throw InputError(fmt::format("{}: larger than memsim's limit of {} bytes (64 MiB) for a "
-                                   "JSON file",
-                                   Printable(path), kMaxDocumentBytes));
-    }
-  }
-  return !in.bad();
+  std::optional<std::string> read =
+      ReadBoundedFile(path, Printable(path), kMaxDocumentBytes, "a JSON file");
+  if (!read) return false;
+  *text = std::move(*read);
+  return true;
 }
 
 std::optional<Document> FindEmbeddedDocument(const std::string& relative) {
@@ -228,6 +219,16 @@ void ApplyOverride(const std::string& text, Json* root, Source* source) {
     throw InputError(fmt::format("{}: expected a key training.<name> or allocator.<name>", label));
   }
   const std::string name = key.substr(dot + 1);
+  if (const size_t inner = name.find('.'); inner != std::string::npos) {
+    // No key of a block holds a '.': this names a member of a nested object, which --set does
+    // not edit (it would add an unknown key "a.b" to the block).
+    throw InputError(fmt::format("{}: {} is a key inside {}.{}; --set replaces a key of the {} "
+                                 "block as a whole: give its whole value, e.g. --set "
+                                 "'{}.{}={{...}}'",
+                                 label, Printable(name.substr(inner + 1)), section,
+                                 Printable(name.substr(0, inner)), section, section,
+                                 Printable(name.substr(0, inner))));
+  }
   Json value;
   if (raw == "True" || raw == "False") {
     value = raw == "True";

@@ -4,6 +4,8 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cctype>
+#include <regex>
 
 #include "core/error.h"
 
@@ -15,16 +17,20 @@ constexpr int kMaxLoraRank = 65536;  // 2^16, docs/config.md "Limits"
 const std::vector<std::string> kTargets = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                            "gate_proj", "up_proj", "down_proj"};
 
+// modules_to_save names memsim places a trainable copy of (workload/hf_peft.cc SavedModule).
+const std::vector<std::string> kSavable = {"lm_head", "embed_tokens", "classifier", "score",
+                                           "pooler"};
+
 // LoraConfig fields (peft/tuners/lora/config.py and PeftConfig) read or accepted.
 const std::vector<std::string> kLoraKeys = {
     "peft_type", "r", "lora_alpha", "lora_dropout", "target_modules", "modules_to_save", "bias",
-    "task_type", "use_dora", "layers_to_transform", "layers_pattern", "rank_pattern",
-    "alpha_pattern",
+    "task_type", "use_dora", "exclude_modules", "layers_to_transform", "layers_pattern", "rank_pattern",
+    "alpha_pattern", "layer_replication", "lora_bias", "trainable_token_indices",
+    "target_parameters",
     // no effect on memory
     "base_model_name_or_path", "revision", "inference_mode", "fan_in_fan_out", "init_lora_weights",
-    "use_rslora", "auto_mapping", "exclude_modules", "megatron_config", "megatron_core",
-    "loftq_config", "layer_replication", "lora_bias", "eva_config", "corda_config",
-    "trainable_token_indices", "runtime_config", "target_parameters", "use_qalora",
+    "use_rslora", "auto_mapping", "megatron_config", "megatron_core",
+    "loftq_config", "eva_config", "corda_config", "runtime_config", "use_qalora",
     "qalora_group_size"};
 
 std::vector<std::string> StringList(ObjectReader& r, const char* key) {
@@ -40,7 +46,123 @@ std::vector<std::string> StringList(ObjectReader& r, const char* key) {
   return out;
 }
 
-void ReadLora(ObjectReader& a, TrainingConfig& c, std::vector<std::string>* warnings) {
+// A regular expression of target_modules or exclude_modules, compiled once to check it
+// (ECMAScript grammar: Python's re extensions such as (?P<name>...) are refused).
+std::regex CompileModuleRegex(const std::string& pattern, const std::string& where) {
+  try {
+    return std::regex(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    Fail(where, fmt::format("\"{}\" is not a valid regular expression ({}; memsim reads the "
+                            "ECMAScript grammar)",
+                            Printable(pattern), e.what()));
+  }
+}
+
+// A string that PEFT treats as a regular expression, or a list of names.
+struct NamesOrRegex {
+  std::vector<std::string> names;
+  std::optional<std::string> regex;
+};
+NamesOrRegex ReadNamesOrRegex(ObjectReader& a, const char* key) {
+  const Json* v = a.Get(key);
+  if (v != nullptr && v->is_string()) {
+    (void)CompileModuleRegex(v->get<std::string>(), a.At(key));
+    return {{}, v->get<std::string>()};
+  }
+  return {StringList(a, key), std::nullopt};
+}
+
+// target_modules (peft/tuners/tuners_utils.py check_target_module_exists): a string is
+// "all-linear" (any case; _maybe_include_all_linear_layers: every linear but the output layer)
+// or a regular expression, resolved against the model's module names (ResolveLoraModules); a
+// list holds module names matched as a name's last dotted parts. Absent: PEFT's default for the
+// model_type (peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: q_proj
+// and v_proj for llama, mistral, qwen2 and qwen3, the model types memsim models LoRA on).
+void ReadTargets(ObjectReader& a, TrainingConfig& c, std::vector<std::string>* notes,
+                 LoraModuleMatch* match) {
+  const std::string where = a.At("target_modules");
+  match->target_where = where;
+  if (!a.Has("target_modules")) {
+    c.lora_target_modules = {"q_proj", "v_proj"};
+    notes->push_back(fmt::format("{}: absent, [\"q_proj\", \"v_proj\"] taken (PEFT's default for "
+                                 "llama-family models)",
+                                 where));
+    return;
+  }
+  NamesOrRegex t = ReadNamesOrRegex(a, "target_modules");
+  if (t.regex) {
+    std::string lower = *t.regex;
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+    if (lower == "all-linear") {
+      c.lora_target_modules = kTargets;  // not lm_head
+    } else {
+      match->target_regex = t.regex;
+    }
+    return;
+  }
+  if (t.names.empty()) {
+    Fail(where, "empty, expected names among q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+                "down_proj, \"all-linear\" or a regular expression");
+  }
+  for (const std::string& name : t.names) {
+    if (name == "all-linear") {
+      Fail(where, "\"all-linear\" inside a list is a module name to PEFT (it matches no module); "
+                  "write it as a string: \"target_modules\": \"all-linear\"");
+    }
+    if (std::find(kTargets.begin(), kTargets.end(), name) == kTargets.end()) {
+      const std::string guess = ClosestMatch(name, kTargets);
+      Fail(where,
+           fmt::format("'{}' is not a linear of a llama-family decoder layer (q_proj, k_proj, "
+                       "v_proj, o_proj, gate_proj, up_proj, down_proj){}",
+                       Printable(name), guess.empty() ? "" : fmt::format("; did you mean '{}'?", guess)));
+    }
+  }
+  c.lora_target_modules = t.names;
+}
+
+// LoraConfig fields that change the adapters in ways memsim does not model: unsupported when
+// they move much memory, a warning when little.
+void ReadUnmodelled(ObjectReader& a, std::vector<std::string>* warnings) {
+  auto set = [&a](const char* key) {
+    const Json* v = a.Get(key);
+    return v != nullptr && !v->is_null() && !(v->is_boolean() && !v->get<bool>()) &&
+           !((v->is_array() || v->is_object()) && v->empty());
+  };
+  for (const char* key : {"layers_to_transform", "rank_pattern", "alpha_pattern"}) {
+    if (set(key)) throw UnsupportedError(fmt::format("{}: per-layer adapters (not modelled)", a.At(key)));
+  }
+  if (set("layers_pattern") && !set("layers_to_transform")) {
+    // peft/tuners/lora/config.py LoraConfig.__post_init__ raises ValueError.
+    Fail(a.At("layers_pattern"), "needs layers_to_transform (PEFT refuses layers_pattern alone)");
+  }
+  if (set("layer_replication")) {
+    throw UnsupportedError(fmt::format("{}: replicated decoder layers (not modelled)",
+                                       a.At("layer_replication")));
+  }
+  if (set("target_parameters")) {
+    throw UnsupportedError(fmt::format("{}: LoRA on parameters rather than modules (not modelled)",
+                                       a.At("target_parameters")));
+  }
+  for (const char* key : {"lora_bias", "trainable_token_indices"}) {
+    if (set(key)) {
+      warnings->push_back(fmt::format("{}: not modelled (a trained bias of each lora_B, or "
+                                      "trained rows of the embedding: a few MiB at most), ignored",
+                                      a.At(key)));
+    }
+  }
+}
+
+void ReadLora(ObjectReader& a, TrainingConfig& c, std::vector<std::string>* notes,
+              std::vector<std::string>* warnings, LoraModuleMatch* match) {
+  // Another JSON given as the adapter's (its keys would only be listed as unknown and every
+  // LoraConfig default taken).
+  if (a.Has("training") || a.Has("model_type")) {
+    Fail(a.At(a.Has("training") ? "training" : "model_type"),
+         fmt::format("{}, not an adapter_config.json (PEFT's LoraConfig fields)",
+                     a.Has("training") ? "a memsim training config"
+                                       : "a model's config.json"));
+  }
   if (std::optional<std::string> t = a.String("peft_type"); t && *t != "LORA") {
     throw UnsupportedError(fmt::format("{}: peft_type '{}' (memsim models LORA)", a.At("peft_type"),
                                        Printable(*t)));
@@ -54,25 +176,28 @@ void ReadLora(ObjectReader& a, TrainingConfig& c, std::vector<std::string>* warn
   }
   c.lora_alpha = a.Number("lora_alpha", 0, 1e9, false, false).value_or(8);
   c.lora_dropout = a.Number("lora_dropout", 0, 1, false, true).value_or(0.0);
-  std::vector<std::string> targets = StringList(a, "target_modules");
-  if (targets.size() == 1 && targets[0] == "all-linear") targets = kTargets;  // not lm_head
-  if (targets.empty()) {
-    Fail(a.At("target_modules"), "missing, expected names among q_proj, k_proj, v_proj, o_proj, "
-                                 "gate_proj, up_proj, down_proj or \"all-linear\"");
+  ReadTargets(a, c, notes, match);
+  if (a.Has("exclude_modules")) {
+    NamesOrRegex x = ReadNamesOrRegex(a, "exclude_modules");
+    match->exclude_names = x.names;
+    match->exclude_regex = x.regex;
+    match->exclude_where = a.At("exclude_modules");
   }
-  for (const std::string& t : targets) {
-    if (std::find(kTargets.begin(), kTargets.end(), t) == kTargets.end()) {
-      const std::string guess = ClosestMatch(t, kTargets);
-      Fail(a.At("target_modules"),
-           fmt::format("'{}' is not a linear of a llama-family decoder layer (q_proj, k_proj, "
-                       "v_proj, o_proj, gate_proj, up_proj, down_proj){}",
-                       Printable(t), guess.empty() ? "" : fmt::format("; did you mean '{}'?", guess)));
+  c.lora_modules_to_save = StringList(a, "modules_to_save");
+  for (const std::string& m : c.lora_modules_to_save) {
+    if (std::find(kSavable.begin(), kSavable.end(), m) == kSavable.end()) {
+      warnings->push_back(fmt::format("{}: '{}': no trainable copy of it is modelled (memsim copies "
+                                      "lm_head, embed_tokens, classifier, score, pooler)",
+                                      a.At("modules_to_save"), Printable(m)));
     }
   }
-  c.lora_target_modules = targets;
-  c.lora_modules_to_save = StringList(a, "modules_to_save");
+  // peft/config.py PeftConfig.__post_init__ refuses a task_type outside TaskType
+  // (peft/utils/peft_types.py).
+  const std::optional<std::string> task = a.Choice(
+      "task_type", {"SEQ_CLS", "SEQ_2_SEQ_LM", "CAUSAL_LM", "TOKEN_CLS", "QUESTION_ANS",
+                    "FEATURE_EXTRACTION"});
   // PeftModelForSequenceClassification adds its heads to modules_to_save (peft/peft_model.py).
-  if (a.String("task_type").value_or("") == "SEQ_CLS") {
+  if (task.value_or("") == "SEQ_CLS") {
     for (const char* m : {"classifier", "score"}) c.lora_modules_to_save.emplace_back(m);
   }
   if (a.Bool("use_dora").value_or(false)) {
@@ -85,12 +210,7 @@ void ReadLora(ObjectReader& a, TrainingConfig& c, std::vector<std::string>* warn
                                        "modelled)",
                                        a.At("bias"), Printable(*b)));
   }
-  for (const char* key : {"layers_to_transform", "rank_pattern", "alpha_pattern"}) {
-    const Json* v = a.Get(key);
-    if (v != nullptr && !v->is_null() && !v->empty()) {
-      throw UnsupportedError(fmt::format("{}: per-layer adapters (not modelled)", a.At(key)));
-    }
-  }
+  ReadUnmodelled(a, warnings);
   std::string unknown;
   for (const std::string& key : a.Unread()) {
     if (std::find(kLoraKeys.begin(), kLoraKeys.end(), key) == kLoraKeys.end()) {
@@ -125,12 +245,162 @@ void ReadQuantization(ObjectReader& q, TrainingConfig& c) {
   }
 }
 
+// A module of a llama-family causal LM, as model.named_modules() names it.
+struct Module {
+  std::string name;
+  int target = -1;    // index in kTargets for a decoder layer's linear, else -1
+  bool head = false;  // lm_head, embed_tokens or a classification head: adaptable, not modelled
+};
+
+// transformers/models/llama/modeling_llama.py (LlamaForCausalLM: model, lm_head; LlamaModel:
+// embed_tokens, layers, norm, rotary_emb; LlamaDecoderLayer: self_attn, mlp, input_layernorm,
+// post_attention_layernorm; LlamaMLP: gate_proj, up_proj, down_proj, act_fn); mistral and qwen2
+// alike, qwen3's attention adds q_norm and k_norm (modeling_qwen3.py Qwen3Attention). The root
+// module ("") is skipped as PEFT's inject_adapter skips it; "score" stands for the head of a
+// *ForSequenceClassification model.
+std::vector<Module> LlamaModules(const ModelConfig& m) {
+  std::vector<Module> out = {{"model"}, {"model.embed_tokens", -1, true}, {"model.layers"}};
+  const bool qk_norm = m.model_type == "qwen3";
+  for (int i = 0; i < m.num_hidden_layers; ++i) {
+    const std::string layer = fmt::format("model.layers.{}", i);
+    out.push_back({layer});
+    out.push_back({layer + ".self_attn"});
+    for (int k = 0; k < 4; ++k) out.push_back({layer + ".self_attn." + kTargets[k], k});
+    if (qk_norm) {
+      out.push_back({layer + ".self_attn.q_norm"});
+      out.push_back({layer + ".self_attn.k_norm"});
+    }
+    out.push_back({layer + ".mlp"});
+    for (int k = 4; k < 7; ++k) out.push_back({layer + ".mlp." + kTargets[k], k});
+    out.push_back({layer + ".mlp.act_fn"});
+    out.push_back({layer + ".input_layernorm"});
+    out.push_back({layer + ".post_attention_layernorm"});
+  }
+  for (const char* n : {"model.norm", "model.rotary_emb"}) out.push_back({n});
+  out.push_back({"lm_head", -1, true});
+  out.push_back({"score", -1, true});
+  return out;
+}
+
+bool FullMatch(const std::regex& re, const std::string& name, const std::string& where) {
+  try {
+    return std::regex_match(name, re);
+  } catch (const std::regex_error& e) {
+    Fail(where, fmt::format("matching the regular expression failed on '{}' ({})", name, e.what()));
+  }
+}
+
+// A name listed in target_modules / exclude_modules: the module's name, or its last dotted parts.
+bool ListMatches(const std::vector<std::string>& list, const std::string& name) {
+  return std::any_of(list.begin(), list.end(), [&name](const std::string& e) {
+    return name == e || (name.size() > e.size() && name.ends_with(e) &&
+                         name[name.size() - e.size() - 1] == '.');
+  });
+}
+
+// modules_to_save: PEFT never adapts them nor what is inside them
+// (re.match(rf"(^|.*\.){m}($|\..*)", key), here with m taken literally).
+bool InModulesToSave(const std::vector<std::string>& save, const std::string& name) {
+  return std::any_of(save.begin(), save.end(), [&name](const std::string& m) {
+    const std::string dotted = "." + name + ".";
+    return dotted.find("." + m + ".") != std::string::npos;
+  });
+}
+
+// PEFT's matching (tuners_utils.py check_target_module_exists, in inject_adapter's order of
+// model.named_modules()): exclude_modules and modules_to_save first, then target_modules.
+// Returns, for each linear of kTargets, the layers it is adapted in; `targeted_excluded`: a
+// module target_modules matches was excluded; `exclude_used`: exclude_modules excluded one.
+// Fails as ResolveLoraModules (hf_peft_config.h) on a matched head or a module not a linear.
+struct Matched {
+  std::vector<int> layers = std::vector<int>(kTargets.size(), 0);
+  bool targeted_excluded = false;
+  bool exclude_used = false;
+};
+Matched MatchModules(const LoraModuleMatch& match, const ModelConfig& model,
+                     const TrainingConfig& c) {
+  const std::string& where = match.target_where;
+  std::optional<std::regex> target, exclude;
+  if (match.target_regex) target = CompileModuleRegex(*match.target_regex, match.target_where);
+  if (match.exclude_regex) exclude = CompileModuleRegex(*match.exclude_regex, match.exclude_where);
+  Matched out;
+  for (const Module& m : LlamaModules(model)) {
+    const bool targeted = target ? FullMatch(*target, m.name, match.target_where)
+                                 : ListMatches(c.lora_target_modules, m.name);
+    const bool excluded = (exclude && FullMatch(*exclude, m.name, match.exclude_where)) ||
+                          ListMatches(match.exclude_names, m.name);
+    out.exclude_used |= excluded;
+    if (!targeted) continue;
+    if (excluded || InModulesToSave(c.lora_modules_to_save, m.name)) {
+      out.targeted_excluded = true;
+      continue;
+    }
+    if (m.head) {
+      throw UnsupportedError(fmt::format("{}: an adapter on '{}' (LoRA on the embedding or an "
+                                         "output head is not modelled)",
+                                         where, m.name));
+    }
+    if (m.target < 0) {
+      // peft/tuners/lora/model.py _create_new_module: "Target module ... is not supported".
+      Fail(where, fmt::format("matches '{}', which is not a linear layer (PEFT refuses to adapt "
+                              "it: LoRA replaces Linear, Embedding and Conv layers)",
+                              m.name));
+    }
+    ++out.layers[static_cast<std::size_t>(m.target)];
+  }
+  return out;
+}
+
 }  // namespace
+
+void ResolveLoraModules(const LoraModuleMatch& match, const ModelConfig& model,
+                        TrainingConfig& c, std::vector<std::string>* warnings) {
+  const std::string& where = match.target_where;
+  // A linear adapted in some layers only, or no module left: named by exclude_modules when it
+  // took modules from a list of names (the list itself adapts every layer).
+  const bool by_exclude = !match.exclude_where.empty();
+  const std::string& narrowed = !match.target_regex && by_exclude ? match.exclude_where : where;
+  const Matched matched = MatchModules(match, model, c);
+  const std::vector<int>& layers = matched.layers;
+  const bool excluded = matched.targeted_excluded;
+  if (by_exclude && !matched.exclude_used) {
+    // tuners_utils.py inject_adapter warns "You have passed exclude_modules=... but no modules
+    // were excluded".
+    warnings->push_back(fmt::format("{}: excludes no module of the model (module names look like "
+                                    "model.layers.0.mlp.down_proj)",
+                                    match.exclude_where));
+  }
+  std::vector<std::string> targets;
+  for (std::size_t k = 0; k < kTargets.size(); ++k) {
+    if (layers[k] == 0) continue;
+    if (layers[k] != model.num_hidden_layers) {
+      throw UnsupportedError(fmt::format("{}: adapts {} in {} of the {} layers (per-layer "
+                                         "adapters, not modelled)",
+                                         narrowed, kTargets[k], layers[k], model.num_hidden_layers));
+    }
+    targets.push_back(kTargets[k]);
+  }
+  if (targets.empty()) {
+    // tuners_utils.py inject_adapter: "All modules were excluded" / "Target modules ... not found
+    // in the base model".
+    if (!excluded) {
+      Fail(where, "matches no module of the model (PEFT: target modules not found in the base "
+                  "model); module names look like model.layers.0.self_attn.q_proj");
+    }
+    Fail(by_exclude ? match.exclude_where : where,
+         fmt::format("{} every module target_modules matches{}: PEFT refuses an adapter without "
+                     "modules",
+                     by_exclude ? "excludes" : "modules_to_save holds",
+                     by_exclude ? " (with modules_to_save)" : ""));
+  }
+  c.lora_target_modules = targets;
+}
 
 const std::vector<std::string>& LoraTargetNames() { return kTargets; }
 
 void ReadPeft(ObjectReader& own, const Document& config, TrainingConfig& c,
-              std::vector<std::string>* notes, std::vector<std::string>* warnings) {
+              std::vector<std::string>* notes, std::vector<std::string>* warnings,
+              LoraModuleMatch* match) {
   if (const Json* v = own.Get("adapter_config"); v != nullptr && !v->is_null()) {
     if (v->is_string()) {
       const Document doc = FindReferencedDocument(v->get<std::string>(), own.At("adapter_config"),
@@ -139,10 +409,10 @@ void ReadPeft(ObjectReader& own, const Document& config, TrainingConfig& c,
       if (!json.is_object()) Fail(doc.label, fmt::format("expected an object, got {}", Describe(json)));
       Source source{doc.label, {}};
       ObjectReader a(source, json, "");
-      ReadLora(a, c, warnings);
+      ReadLora(a, c, notes, warnings, match);
     } else if (v->is_object()) {
       ObjectReader a(own.source(), *v, own.PointerOf("adapter_config"));
-      ReadLora(a, c, warnings);
+      ReadLora(a, c, notes, warnings, match);
     } else {
       Fail(own.At("adapter_config"),
            fmt::format("expected a path to adapter_config.json or an object, got {}", Describe(*v)));

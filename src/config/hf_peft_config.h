@@ -4,6 +4,7 @@
 // BitsAndBytesConfig names; transformers/utils/quantization_config.py).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,11 +14,39 @@
 
 namespace memsim::config::internal {
 
-// Reads both keys of `own` into c.lora_* and c.load_in_4bit / bnb_4bit_use_double_quant.
-// Errors: InputError for a bad value; UnsupportedError for what memsim recognises and does not
-// model (DoRA, bias training, per-layer patterns, 8-bit loading, another peft_type).
+// What PEFT decides from the model's module names (peft/tuners/tuners_utils.py
+// check_target_module_exists), kept from ReadPeft until the model is read: target_modules given
+// as a string other than "all-linear" (a regular expression matched with re.fullmatch against
+// each module's full name; peft/utils/other.py match_target_against_key) and exclude_modules
+// (a list matches a name or its last dotted parts, a string is such a regular expression).
+struct LoraModuleMatch {
+  std::optional<std::string> target_regex;
+  std::string target_where;  // "<file>: <pointer>" of target_modules
+  std::vector<std::string> exclude_names;
+  std::optional<std::string> exclude_regex;
+  std::string exclude_where;  // of exclude_modules
+  bool needed() const { return target_regex || exclude_regex || !exclude_names.empty(); }
+};
+
+// Reads both keys of `own` into c.lora_* and c.load_in_4bit / bnb_4bit_use_double_quant, and
+// into `match` what needs the model's module names. Errors: InputError for a bad value (an
+// invalid regular expression in target_modules or exclude_modules too); UnsupportedError for
+// what memsim recognises and does not model (DoRA, bias training, per-layer patterns, 8-bit
+// loading, another peft_type).
 void ReadPeft(ObjectReader& own, const Document& config, TrainingConfig& c,
-              std::vector<std::string>* notes, std::vector<std::string>* warnings);
+              std::vector<std::string>* notes, std::vector<std::string>* warnings,
+              LoraModuleMatch* match);
+
+// Sets c.lora_target_modules from `match` and the module names of `model` (a llama-family
+// decoder: model.layers.<i>.self_attn.q_proj, ..., model.layers.<i>.mlp.down_proj, the norms,
+// model.embed_tokens, lm_head), as PEFT's inject_adapter does. REQUIRES: match.needed(), the
+// model is llama-family. Errors: InputError naming target_modules (or exclude_modules) when no
+// module is left, or a matched module is not a linear (PEFT refuses it); UnsupportedError when a
+// linear is matched in some layers only (per-layer adapters) or an adapter would sit on
+// lm_head, embed_tokens or a classification head. `warnings` gets exclude_modules that excludes
+// nothing (PEFT warns too).
+void ResolveLoraModules(const LoraModuleMatch& match, const ModelConfig& model,
+                        TrainingConfig& c, std::vector<std::string>* warnings);
 
 // The names LoRA may target in a llama-family decoder (LlamaAttention, LlamaMLP).
 const std::vector<std::string>& LoraTargetNames();

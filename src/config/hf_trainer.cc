@@ -16,7 +16,6 @@
 #include "config/documents.h"
 #include "config/iterations.h"
 #include "core/error.h"
-#include "config/hf_peft_config.h"
 #include "config/rules.h"
 #include "config/training.h"
 
@@ -111,6 +110,36 @@ struct Readers {
   const Document& config;
 };
 
+// The TrainingConfig fields this reader sets from a key of another name, or from a
+// TrainingArguments field that may sit in the training_args file: the key the user wrote, for
+// the rules' messages (origin.h KeyAliases). `own`: memsim's own key of the block, else a
+// TrainingArguments field (the block, or the training_args file).
+struct Alias {
+  std::string_view field;
+  std::string_view key;
+  bool own;
+};
+constexpr Alias kAliases[] = {
+    {"micro_batch_size", "per_device_train_batch_size", false},
+    {"gradient_accumulation_steps", "gradient_accumulation_steps", false},
+    // global_batch_size = per_device_train_batch_size × gradient_accumulation_steps ×
+    // world_size (ReadBatch); the rules name it for the micro-batches of a step, which
+    // gradient_accumulation_steps sets.
+    {"global_batch_size", "gradient_accumulation_steps", false},
+    {"seq_length", "max_seq_length", true},
+    {"train_iters", "max_steps", false},
+    {"data_parallel_size", "world_size", true},
+    {"use_flash_attn", "attn_implementation", true},
+    {"recompute_granularity", "gradient_checkpointing", false},
+    {"recompute_num_layers", "gradient_checkpointing", false},
+    {"optimizer", "optim", false},
+    {"optimizer_impl", "optim", false},
+    {"eval_steps", "eval_steps", false},
+    {"eval_batch_size", "per_device_eval_batch_size", false},
+    {"ddp_bucket_cap_mb", "ddp_bucket_cap_mb", false},
+    {"ddp_find_unused_parameters", "ddp_find_unused_parameters", false},
+};
+
 Precision DtypeOf(const std::string& name) {
   return name == "bfloat16" ? Precision::kBf16 : name == "float16" ? Precision::kFp16 : Precision::kFp32;
 }
@@ -168,8 +197,8 @@ void ReadBatch(const Readers& r, TrainingConfig& c, std::vector<std::string>* no
     c.train_iters = *m;
   } else {
     c.train_iters = 4;
-    notes->push_back(fmt::format("{}: absent or -1, 4 optimizer steps simulated (memory repeats "
-                                 "from step 2 on)",
+    notes->push_back(fmt::format("{}: absent, 0 or -1 (the epochs decide), 4 optimizer steps "
+                                 "simulated (memory repeats from step 2 on)",
                                  t.At("max_steps")));
   }
 }
@@ -485,8 +514,16 @@ void ReadRest(const Readers& r, TrainingConfig& c, std::vector<std::string>* not
   }
 }
 
+KeyAliases AliasesOf(const Readers& r) {
+  KeyAliases keys;
+  for (const Alias& a : kAliases) {
+    keys.emplace(std::string(a.field), WrittenKey{std::string(a.key), (a.own ? r.own : r.args).At(a.key)});
+  }
+  return keys;
+}
+
 TrainingConfig ReadFromArgs(const Readers& r, std::vector<std::string>* notes,
-                            std::vector<std::string>* warnings) {
+                            std::vector<std::string>* warnings, LoraModuleMatch* lora_modules) {
   TrainingConfig c;
   c.framework = std::string(kFramework);
   ReadBatch(r, c, notes);
@@ -495,7 +532,7 @@ TrainingConfig ReadFromArgs(const Readers& r, std::vector<std::string>* notes,
   ReadCheckpointing(r.args, c, notes);
   ReadRest(r, c, notes);
   ReadEval(r, c, notes, warnings);
-  ReadPeft(r.own, r.config, c, notes, warnings);
+  ReadPeft(r.own, r.config, c, notes, warnings, lora_modules);
   ReadDdp(r.args, c, notes);
   return c;
 }
@@ -517,6 +554,10 @@ void CheckArgsFile(ObjectReader& args) {
   if (args.Has("training") || args.Has("model")) {
     Fail(args.At(args.Has("training") ? "training" : "model"),
          "a memsim training config, not a TrainingArguments JSON (trainer.args.to_json_string())");
+  }
+  if (args.Has("model_type")) {
+    Fail(args.At("model_type"), "a model's config.json, not a TrainingArguments JSON "
+                                "(trainer.args.to_json_string())");
   }
   RejectForeign(args);
   for (const std::string& key : kOwnKeys) {
@@ -570,12 +611,14 @@ bool IsHfTrainer(ObjectReader& t) {
 }
 
 TrainingConfig ReadHfTrainer(ObjectReader& t, const Document& config,
-                             std::vector<std::string>* notes, std::vector<std::string>* warnings) {
+                             std::vector<std::string>* notes, std::vector<std::string>* warnings,
+                             HfTrainerExtras* extras) {
   RejectForeign(t);
   std::optional<std::string> args_ref = t.String("training_args");
   if (!args_ref) {
     t.RejectUnknown(KnownKeys(true));
-    return ReadFromArgs(Readers{t, t, config}, notes, warnings);
+    extras->keys = AliasesOf(Readers{t, t, config});
+    return ReadFromArgs(Readers{t, t, config}, notes, warnings, &extras->lora_modules);
   }
   // A TrainingArguments JSON (trainer.args.to_json_string()): its fields come from the file,
   // memsim's own keys from the block.
@@ -594,7 +637,8 @@ TrainingConfig ReadHfTrainer(ObjectReader& t, const Document& config,
   Source source{doc.label, {}};
   ObjectReader args(source, json, "");
   CheckArgsFile(args);
-  TrainingConfig c = ReadFromArgs(Readers{args, t, config}, notes, warnings);
+  extras->keys = AliasesOf(Readers{args, t, config});
+  TrainingConfig c = ReadFromArgs(Readers{args, t, config}, notes, warnings, &extras->lora_modules);
   // Fields of a newer or older transformers than memsim's list: one warning naming them.
   std::string unknown;
   for (const std::string& key : args.Unread()) unknown += (unknown.empty() ? "" : ", ") + key;

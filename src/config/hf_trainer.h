@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "config/documents.h"
+#include "config/hf_peft_config.h"
+#include "config/origin.h"
 #include "config/reader.h"
 #include "config/setup.h"
 
@@ -30,10 +32,20 @@ void RejectHfTrainerKeys(ObjectReader& t, std::string_view framework);
 // Rejects unknown and foreign keys, then reads the block. Throws InputError (a bad or foreign
 // key, naming it and what to write instead) or UnsupportedError (a setting memsim recognises and
 // does not model: DeepSpeed, FSDP, torch.compile, optimizers without a model).
+// What ReadHfTrainer hands on besides the TrainingConfig: for each TrainingConfig field set
+// from a key of another name or from the training_args file, the key and its place (origin.h),
+// so that the rules (rules.h) name what the user wrote; and the adapter's module matching, which
+// needs the model (hf_peft_config.h ResolveLoraModules).
+struct HfTrainerExtras {
+  KeyAliases keys;
+  LoraModuleMatch lora_modules;
+};
+
 // `notes` collects defaults taken and keys without effect; `warnings` what the user should see.
 // `config` is the document holding the block (a training_args or adapter_config path is
 // relative to it).
 TrainingConfig ReadHfTrainer(ObjectReader& t, const Document& config,
-                             std::vector<std::string>* notes, std::vector<std::string>* warnings);
+                             std::vector<std::string>* notes, std::vector<std::string>* warnings,
+                             HfTrainerExtras* extras);
 
 }  // namespace memsim::config::internal

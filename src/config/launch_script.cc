@@ -16,6 +16,7 @@
 
 #include "config/reader.h"
 #include "core/error.h"
+#include "core/read_file.h"
 
 namespace memsim::config {
 namespace {
@@ -901,15 +902,15 @@ MegatronLaunch ReadCommandLineArguments(const std::vector<std::string>& words) {
   return out;
 }
 
+// A launch script is kilobytes; an arguments log may be a whole training log. memsim's bound,
+// 256 MiB (an estimate), stops a read of an endless file such as /dev/zero.
+constexpr std::int64_t kMaxLaunchFileBytes = std::int64_t{1} << 28;
+
 MegatronLaunch ReadMegatronArgsFile(const std::string& path) {
-  std::error_code ec;
-  std::ifstream in(path, std::ios::binary);
-  if (std::filesystem::is_directory(path, ec) || !in) {
-    throw InputError(fmt::format("{}: cannot read the file", Printable(path)));
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  const std::optional<std::string> read =
+      ReadBoundedFile(path, Printable(path), kMaxLaunchFileBytes, "a --megatron-args file");
+  if (!read) throw InputError(fmt::format("{}: cannot read the file", Printable(path)));
+  const std::string& text = *read;
   if (LooksLikeArgumentsLog(text)) return ReadArgumentsLog(Printable(path), text);
   return ReadLaunchScript(Printable(path), text);
 }

@@ -173,9 +173,15 @@ namespace internal {
 
 void ApplyCommandLine(const LoadOptions& options, Json* root, Source* source) {
   for (const std::string& o : options.overrides) internal::ApplyOverride(o, root, source);
-  if (options.iterations > 0) {  // --iterations N: training.train_iters, named as given
-    internal::ApplyOverride(fmt::format("training.train_iters={}", options.iterations), root, source);
-    source->set_labels[internal::Child("/training", "train_iters")] =
+  if (options.iterations > 0) {
+    // --iterations N: the key of the training block's key set that counts optimizer steps,
+    // named as given: train_iters, or max_steps for framework "hf-trainer" (hf_trainer.h).
+    const auto training = root->find("training");
+    const bool hf = training != root->end() && training->is_object() &&
+                    training->value("framework", Json()) == Json("hf-trainer");
+    const char* key = hf ? "max_steps" : "train_iters";
+    internal::ApplyOverride(fmt::format("training.{}={}", key, options.iterations), root, source);
+    source->set_labels[internal::Child("/training", key)] =
         fmt::format("--iterations {}", options.iterations);
   }
 }
@@ -210,8 +216,9 @@ Setup LoadParsedConfig(const Document& config, const Json& root, const Source& s
   // key is reported as such, not as a missing one).
   // framework "hf-trainer" has its own key set (TrainingArguments names, hf_trainer.h).
   const bool hf_trainer = internal::IsHfTrainer(t);
+  internal::HfTrainerExtras hf;
   if (hf_trainer) {
-    s.training = internal::ReadHfTrainer(t, config, &s.notes, &s.warnings);
+    s.training = internal::ReadHfTrainer(t, config, &s.notes, &s.warnings, &hf);
   } else {
     internal::RejectUnsupported(t);
     const Json* fw = t.Get("framework");
@@ -238,6 +245,9 @@ Setup LoadParsedConfig(const Document& config, const Json& root, const Source& s
                                        "llama-family layers: llama, mistral, qwen2, qwen3)",
                                        ModelTypeWhere(top, located, s), s.model.model_type));
   }
+  if (s.training.lora_r > 0 && hf.lora_modules.needed()) {
+    internal::ResolveLoraModules(hf.lora_modules, s.model, s.training, &s.warnings);
+  }
   if (s.model.type_vocab_size > 0 && !PyTorchLoop(s.training)) {
     throw UnsupportedError(fmt::format(
         "{}: encoder model_type '{}' under framework \"{}\" (memsim models encoders with "
@@ -247,7 +257,7 @@ Setup LoadParsedConfig(const Document& config, const Json& root, const Source& s
   }
   internal::Origin origin{source, located.where,
                           t.PositiveInt("num_virtual_stages_per_pipeline_rank"),
-                          t.PositiveInt("gradient_accumulation_steps")};
+                          t.PositiveInt("gradient_accumulation_steps"), hf.keys};
   ReadDeviceSection(top, config, options, &s);
   ReadAllocatorSection(top, options, &s);
   NoteSoftwareVersions(t, &s);

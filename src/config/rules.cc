@@ -51,6 +51,21 @@ std::string AlsoTraining(const Setup& s, const Origin& origin, const char* field
                        : std::string();
 }
 
+// When a training value conflicts with the model's `field`, the message names the training key
+// and, after it, where the model's field was written: ": <field> at <where>", or "" when it was
+// not written (a default).
+std::string AlsoModel(const Origin& origin, const char* field) {
+  auto it = origin.model.find(field);
+  return it == origin.model.end() ? std::string() : fmt::format(": {} at {}", field, it->second);
+}
+
+// How to ask for the flash / memory-efficient attention kernels under the key set in use.
+std::string FlashAttentionHint(const Origin& origin) {
+  const std::string key = origin.TrainingKey("use_flash_attn");
+  return key == "use_flash_attn" ? ", or set use_flash_attn"
+                                 : fmt::format(", or set {} to \"sdpa\" or \"flash_attention_2\"", key);
+}
+
 // Megatron core: divide(num_attention_heads, TP) and divide(num_query_groups, TP) in
 // attention.py (ensure_divisibility); the MLP's ColumnParallelLinear (fc1) and RowParallelLinear
 // (fc2) in tensor_parallel/layers.py take divide(ffn_hidden_size, TP) columns / rows per rank;
@@ -124,13 +139,16 @@ void CheckBatch(const Setup& s, const Origin& origin) {
   const std::int64_t per_step = std::int64_t{c.micro_batch_size} * c.data_parallel_size;
   if (c.global_batch_size % per_step != 0) {
     Fail(origin.Training("global_batch_size"),
-         fmt::format("{} is not divisible by micro_batch_size × data_parallel_size = {} × {}",
-                     c.global_batch_size, c.micro_batch_size, c.data_parallel_size));
+         fmt::format("{} is not divisible by {} × {} = {} × {}", c.global_batch_size,
+                     origin.TrainingKey("micro_batch_size"),
+                     origin.TrainingKey("data_parallel_size"), c.micro_batch_size,
+                     c.data_parallel_size));
   }
   const std::int64_t tokens = std::int64_t{c.seq_length} * c.micro_batch_size;
   if (tokens > kMaxTokensPerMicroBatch) {
     Fail(origin.Training("micro_batch_size"),
-         fmt::format("seq_length × micro_batch_size = {} tokens exceeds memsim's limit of {}",
+         fmt::format("{} × {} = {} tokens exceeds memsim's limit of {}",
+                     origin.TrainingKey("seq_length"), origin.TrainingKey("micro_batch_size"),
                      tokens, kMaxTokensPerMicroBatch));
   }
 }
@@ -156,8 +174,9 @@ void CheckSequence(const Setup& s, const Origin& origin) {
       c.seq_length > m.max_position_embeddings) {
     Fail(origin.Training("seq_length"),
          fmt::format("{} exceeds max_position_embeddings {} (learned absolute position "
-                     "embeddings)",
-                     c.seq_length, m.max_position_embeddings));
+                     "embeddings{})",
+                     c.seq_length, m.max_position_embeddings,
+                     AlsoModel(origin, "max_position_embeddings")));
   }
   const int layers_per_stage = m.num_hidden_layers / c.pipeline_model_parallel_size;
   if (c.recompute_granularity == RecomputeGranularity::kFull &&
@@ -175,13 +194,15 @@ void CheckLayerPasses(const Setup& s, const Origin& origin) {
   const int layers = s.model.num_hidden_layers;
   const int iters = MaxSimulatedIterations(s);
   const std::int64_t passes = std::int64_t{iters} * c.num_micro_batches * layers;
-  const char* what = iters < c.train_iters ? "simulated iterations" : "train_iters";
+  const std::string iters_key = origin.TrainingKey("train_iters");
+  const std::string what = iters < c.train_iters ? "simulated iterations" : iters_key;
   if (passes > kMaxLayerPasses) {
     Fail(origin.Training("train_iters"),
          fmt::format("{} × micro-batches per iteration × num_hidden_layers = {} × {} × {} "
-                     "= {} layer passes exceed memsim's limit of {}; reduce train_iters, "
-                     "global_batch_size (micro-batches) or num_hidden_layers",
-                     what, iters, c.num_micro_batches, layers, passes, kMaxLayerPasses));
+                     "= {} layer passes exceed memsim's limit of {}; reduce {}, "
+                     "{} (micro-batches) or num_hidden_layers",
+                     what, iters, c.num_micro_batches, layers, passes, kMaxLayerPasses,
+                     iters_key, origin.TrainingKey("global_batch_size")));
   }
   // hf-trainer evaluation (iterations.h FirstEvaluationStep): eval_batches forward passes of
   // every layer after each step k <= iters that is a multiple of eval_steps, from the first.
@@ -193,9 +214,9 @@ void CheckLayerPasses(const Setup& s, const Origin& origin) {
     Fail(origin.Training("eval_batches"),
          fmt::format("evaluations × eval_batches × num_hidden_layers = {} × {} × {} = {} "
                      "forward passes, with the {} layer passes of training, exceed memsim's "
-                     "limit of {}; reduce eval_batches or raise eval_steps",
+                     "limit of {}; reduce eval_batches or raise {}",
                      evaluations, c.eval_batches, layers, eval_passes, passes,
-                     kMaxLayerPasses));
+                     kMaxLayerPasses, origin.TrainingKey("eval_steps")));
   }
 }
 
@@ -283,8 +304,10 @@ void CheckActivation(const Setup& s, const Origin& origin) {
     Fail(origin.Training("seq_length"),
          fmt::format("model too large for memsim: one activation of a micro-batch would take "
                      "about {:.3g} bytes, over memsim's limit of 2^50 bytes (1 PiB); reduce "
-                     "seq_length, micro_batch_size or the model's width{}",
-                     largest * 4, c.use_flash_attn ? "" : ", or set use_flash_attn"));
+                     "{}, {} or the model's width{}",
+                     largest * 4, origin.TrainingKey("seq_length"),
+                     origin.TrainingKey("micro_batch_size"),
+                     c.use_flash_attn ? "" : FlashAttentionHint(origin)));
   }
 }
 
@@ -338,9 +361,9 @@ void CheckDerived(const Setup& s, const Origin& origin) {
       *origin.gradient_accumulation_steps != c.num_micro_batches) {
     Fail(
         origin.Training("gradient_accumulation_steps"),
-        fmt::format("{} disagrees with global_batch_size / (micro_batch_size × data_parallel_size) "
-                    "= {}",
-                    *origin.gradient_accumulation_steps, c.num_micro_batches));
+        fmt::format("{} disagrees with global_batch_size / ({} × {}) = {}",
+                    *origin.gradient_accumulation_steps, origin.TrainingKey("micro_batch_size"),
+                    origin.TrainingKey("data_parallel_size"), c.num_micro_batches));
   }
 }
 

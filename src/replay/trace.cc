@@ -40,6 +40,33 @@ bool ParseNonNegative(std::string_view s, std::int64_t max, std::int64_t& out) {
   return true;
 }
 
+// When the first line of a file is the header of a memory timeline that memsim writes (a
+// different CSV: `run --csv`, the memsim-csv profile format, or `replay --csv`), what the file
+// is and what replay reads instead (docs/interfaces.md, 'Allocator traces' and 'CSV timeline').
+std::optional<std::string> TimelineHeader(std::string_view line) {
+  bool memory_columns = false;
+  for (std::string_view rest = line; !memory_columns;) {
+    const std::size_t comma = rest.find(',');
+    memory_columns = Trim(rest.substr(0, comma)) == "allocated_bytes";
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  if (!memory_columns) return std::nullopt;
+  constexpr std::string_view kExpected =
+      "replay reads an allocator trace, lines op,id,bytes,stream, or a PyTorch memory snapshot "
+      "(docs/interfaces.md, 'Allocator traces')";
+  if (line.starts_with("op_index,")) {
+    return fmt::format("a `memsim replay --csv` timeline (header op_index,op,allocated_bytes,...: "
+                       "the stats after each operation), not an allocator trace; {}; replay the "
+                       "trace it was written from",
+                       kExpected);
+  }
+  return fmt::format("a memory timeline (header with allocated_bytes: `memsim run --csv` or a "
+                     "memsim-csv profile), not an allocator trace; {}; a timeline is a profile "
+                     "for `memsim compare --profile` (docs/interfaces.md, 'CSV timeline')",
+                     kExpected);
+}
+
 // The op of a CSV line (ops are lower case); false for any other name.
 bool OpNamed(std::string_view name, TraceOp& op) {
   static constexpr TraceOp kOps[] = {TraceOp::kMalloc, TraceOp::kFree, TraceOp::kRecordStream,
@@ -216,6 +243,9 @@ class CsvLines {
     }
   }
 
+  // The lines read so far (blank lines and comments too).
+  std::int32_t lines_read() const { return line_no_; }
+
  private:
   // One line's operation, its id not interned yet.
   struct Parsed {
@@ -326,6 +356,9 @@ class CsvLines {
     if (trimmed.empty() || trimmed.front() == '#') return false;
     const bool is_first = header_allowed;
     header_allowed = false;
+    if (is_first) {
+      if (std::optional<std::string> what = TimelineHeader(trimmed)) throw fail(*what);
+    }
     std::string_view fields[4];
     int n = 0;
     std::string_view rest = line;
@@ -486,6 +519,25 @@ class Replayer {
   ReplayResult result_;
 };
 
+// A trace is text (CSV or JSON) or a pickle (told apart before this). A NUL byte among the
+// first kSniffBytes bytes means binary data (an image, an archive, /dev/zero, UTF-16 text), which
+// is refused at once rather than read as one endless line. "<file>:<line>: ...".
+void CheckNotBinary(std::string_view text, std::string_view file_name) {
+  constexpr std::size_t kSniffBytes = 4096;
+  const std::string_view head = text.substr(0, kSniffBytes);
+  const std::size_t nul = head.find('\0');
+  if (nul == std::string_view::npos) return;
+  const auto line = 1 + std::count(head.begin(), head.begin() + static_cast<std::ptrdiff_t>(nul), '\n');
+  const std::string_view what =
+      head.starts_with("\x1f\x8b")                                  ? "gzip data (decompress it first)"
+      : head.starts_with("\xff\xfe") || head.starts_with("\xfe\xff") ? "UTF-16 text (save it as UTF-8)"
+                                                                     : "binary data";
+  throw InputError(fmt::format("{}:{}: {}: a NUL byte at byte {}, not an allocator trace; replay "
+                               "reads lines op,id,bytes,stream or a PyTorch memory snapshot "
+                               "(docs/interfaces.md, 'Allocator traces')",
+                               file_name, line, what, nul));
+}
+
 }  // namespace
 
 std::string_view TraceOpName(TraceOp op) {
@@ -534,6 +586,7 @@ bool IsCsvTrace(std::string_view text, std::string_view file_name) {
                                  "protocols 2 to 5",
                                  file_name, text.size() > 1 ? static_cast<unsigned char>(text[1]) : 0));
   }
+  CheckNotBinary(text, file_name);
   for (char c : text) {
     if (c == ' ' || c == '\t' || c == '\r' || c == '\n') continue;
     return c != '{' && c != '[';
@@ -608,6 +661,8 @@ void CsvReplay::Feed(std::string_view lines) {
 }
 
 ReplayResult CsvReplay::Finish() { return state_->replayer.Finish(); }
+
+std::int64_t CsvReplay::next_line() const { return std::int64_t{state_->lines.lines_read()} + 1; }
 
 ReplayResult ReplayTraceText(std::string_view text, std::string_view file_name,
                              int device_index, alloc::Allocator& allocator,

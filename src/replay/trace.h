@@ -55,7 +55,9 @@ std::string EchoField(std::string_view field);
 Trace ParseCsvTrace(std::string_view text, std::string_view file_name);
 
 // Whether `text` is the CSV form: not a pickle and its first non-blank character neither '{'
-// nor '[' (a snapshot). Throws InputError for a pickle of a protocol memsim does not read.
+// nor '[' (a snapshot). Throws InputError for a pickle of a protocol memsim does not read, and
+// "<file>:<line>: binary data: a NUL byte at byte N, ..." for a NUL byte among the first 4096
+// bytes of what is not a pickle (binary data, /dev/zero, gzip, UTF-16).
 bool IsCsvTrace(std::string_view text, std::string_view file_name);
 
 // CSV or snapshot JSON, told apart by content (IsCsvTrace).
@@ -106,6 +108,8 @@ class CsvReplay {
   // last piece.
   void Feed(std::string_view lines);
   ReplayResult Finish();
+  // The number of the line the next piece starts with (1-based), for the caller's messages.
+  std::int64_t next_line() const;
 
  private:
   struct State;

@@ -1,5 +1,8 @@
 // `memsim check` end to end (issue 6): exit codes, messages, baselines and report files.
 #include <catch2/catch.hpp>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <tinyxml2.h>
 
 #include "cli/cli_test_util.h"
@@ -83,6 +86,32 @@ TEST_CASE("memsim check: a malformed baseline exits 2 naming the file", "[check]
   tinyxml2::XMLDocument doc;
   REQUIRE(doc.LoadFile((dir.path() / "j.xml").c_str()) == tinyxml2::XML_SUCCESS);
   CHECK(doc.FirstChildElement("testsuites")->IntAttribute("errors") == 1);
+}
+
+// An endless baseline stops at memsim's 64 MiB bound for a report (it was read until the
+// process was killed for memory).
+TEST_CASE("memsim check: an endless baseline exits 2", "[check][cli]") {
+  ScratchDir dir("check");
+  const auto r = RunMemsim(dir, "check " + kDefault + " --baseline /dev/zero");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim check: /dev/zero: larger than memsim's limit of 67108864 bytes (64 MiB) "
+                 "for a baseline report\n");
+}
+
+// A baseline directory holding the config: the config's own name is where its report would go.
+TEST_CASE("memsim check: --update-baseline never replaces a config", "[check][cli]") {
+  ScratchDir dir("check");
+  const std::string config = "{\"model\": \"llama3.2-1b\", \"device\": \"a100-80g\", "
+                             "\"training\": {\"seq_length\": 128, \"train_iters\": 2}}";
+  dir.Write("c.json", config);
+  auto r = RunMemsim(dir, "check c.json --baseline . --update-baseline");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim check: --baseline .: ./c.json is the config c.json; --update-baseline "
+                 "would replace it with a report (keep baselines in a directory of their own)\n");
+  r = RunMemsim(dir, "check c.json --baseline c.json --update-baseline");
+  CHECK(r.exit_code == 2);
+  std::ifstream in(dir.path() / "c.json");
+  CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == config);
 }
 
 TEST_CASE("memsim check: --junit writes XML with testsuites, testsuite, testcase and failure",

@@ -104,7 +104,8 @@ TEST_CASE("other shapes the workload cannot take are rejected", "[config]") {
       "pos.json", "{\"model\": {\"model_type\": \"gpt2\", \"n_positions\": 512}, \"device\": "
                   "\"a100-80g\", \"training\": {\"seq_length\": 1024}}");
   CHECK(ErrorOf(pos) == pos + ": /training/seq_length: 1024 exceeds max_position_embeddings 512 "
-                              "(learned absolute position embeddings)");
+                              "(learned absolute position embeddings: max_position_embeddings at " +
+                              pos + ": /model/n_positions)");
 }
 
 TEST_CASE("JSON nested deeper than 64 levels is rejected while parsing", "[config]") {

@@ -387,6 +387,164 @@ TEST_CASE("hf-trainer: bad values name the TrainingArguments field written", "[c
                                 "the fp16 loss scaler skips steps)");
 }
 
+// The cross-field rules (rules.h) read the Megatron fields the block is read into; their
+// messages name the key the config wrote, and where (hf_trainer.cc kAliases).
+TEST_CASE("hf-trainer: limit messages name the TrainingArguments key written", "[config][hf]") {
+  // 20 steps × 65536 micro-batches × 2 layers = 2621440 layer passes, above 2^21 = 2097152
+  // (20 steps are all simulated: below the long-run bound, config/iterations.h).
+  const std::string training = "\"max_seq_length\": 8, \"per_device_train_batch_size\": 1, "
+                               "\"gradient_accumulation_steps\": 65536, \"max_steps\": 20";
+  const std::string passes = Config("k1.json", training);
+  CHECK(ErrorOf(passes) ==
+        passes + ": /training/max_steps: max_steps × micro-batches per iteration × "
+                 "num_hidden_layers = 20 × 65536 × 2 = 2621440 layer passes exceed memsim's limit "
+                 "of 2097152; reduce max_steps, gradient_accumulation_steps (micro-batches) or "
+                 "num_hidden_layers");
+  // The same from a training_args file: named at the file's field.
+  const std::string dir = (std::filesystem::temp_directory_path() / "memsim_hf_trainer_test").string();
+  Write("k2-args.json", "{\"per_device_train_batch_size\": 1, \"gradient_accumulation_steps\": "
+                        "65536, \"max_steps\": 20}");
+  const std::string in_file = Write(
+      "k2.json", "{\"model\": {\"model_type\": \"llama\", \"hidden_size\": 256, "
+                 "\"intermediate_size\": 688, \"num_attention_heads\": 32, \"num_key_value_heads\": "
+                 "8, \"num_hidden_layers\": 2, \"vocab_size\": 32001}, \"device\": \"a100-80g\", "
+                 "\"training\": {\"framework\": \"hf-trainer\", \"training_args\": "
+                 "\"k2-args.json\", \"max_seq_length\": 8}}");
+  CHECK(ErrorOf(in_file).starts_with(dir + "/k2-args.json: /max_steps: max_steps × micro-batches"));
+  // BERT's learned positions: 512 (models/bert-large-uncased.json max_position_embeddings).
+  const std::string bert = Write(
+      "k3.json", "{\"model\": \"bert-large-uncased\", \"device\": \"a100-80g\", \"training\": "
+                 "{\"framework\": \"hf-trainer\", \"max_seq_length\": 1024}}");
+  const std::string err = ErrorOf(bert);
+  CHECK(err.starts_with(bert + ": /training/max_seq_length: 1024 exceeds max_position_embeddings "
+                               "512 (learned absolute position embeddings: "
+                               "max_position_embeddings at "));
+  CHECK(err.ends_with("bert-large-uncased.json: /max_position_embeddings)"));
+  // One activation over 2^50 bytes: the logits of 64 × 2^20 = 2^26 tokens × vocab 2^26, 4 bytes
+  // each: 2^54 = 1.8e+16 bytes (eager attention's scores, 2^26 × 32 heads × 2^20, are half).
+  const std::string wide = Write(
+      "k4.json", "{\"model\": {\"model_type\": \"llama\", \"hidden_size\": 256, "
+                 "\"intermediate_size\": 688, \"num_attention_heads\": 32, \"num_key_value_heads\": "
+                 "8, \"num_hidden_layers\": 2, \"vocab_size\": 67108864}, \"device\": \"a100-80g\", "
+                 "\"training\": {\"framework\": \"hf-trainer\", \"max_seq_length\": 1048576, "
+                 "\"per_device_train_batch_size\": 64, \"attn_implementation\": \"eager\"}}");
+  CHECK(ErrorOf(wide) ==
+        wide + ": /training/max_seq_length: model too large for memsim: one activation of a "
+               "micro-batch would take about 1.8e+16 bytes, over memsim's limit of 2^50 bytes "
+               "(1 PiB); reduce max_seq_length, per_device_train_batch_size or the model's width, "
+               "or set attn_implementation to \"sdpa\" or \"flash_attention_2\"");
+}
+
+// --iterations N sets the steps under the block's own name: max_steps for hf-trainer.
+TEST_CASE("hf-trainer: --iterations sets max_steps", "[config][hf]") {
+  LoadOptions three;
+  three.iterations = 3;
+  CHECK(LoadSetup(Config("i1.json", kBase + ", \"max_steps\": 10"), three).training.train_iters == 3);
+  Write("i2-args.json", "{\"per_device_train_batch_size\": 1}");
+  const std::string with_file = Write(
+      "i2.json", "{\"model\": \"llama3.2-1b\", \"device\": \"a100-80g\", \"training\": "
+                 "{\"framework\": \"hf-trainer\", \"training_args\": \"i2-args.json\", "
+                 "\"max_seq_length\": 8}}");
+  CHECK(ErrorOf(with_file, three) == "--iterations 3: a TrainingArguments field: with "
+                                     "training_args it is read from i2-args.json (set it there)");
+}
+
+// target_modules as PEFT reads it (peft/tuners/tuners_utils.py check_target_module_exists): a
+// string other than "all-linear" is a regular expression matched with re.fullmatch against each
+// module's full name (model.layers.<i>.self_attn.q_proj, ...); a list names modules by suffix.
+TEST_CASE("hf-trainer: target_modules as a regular expression", "[config][hf][peft]") {
+  const auto targets = [](const std::string& name, const std::string& adapter) {
+    return Write(name, "{\"model\": \"llama3-8b\", \"device\": \"rtx-4090-24g\", \"training\": "
+                       "{\"framework\": \"hf-trainer\", \"max_seq_length\": 512, \"adapter_config\": "
+                       "{\"r\": 8, " + adapter + "}}}");
+  };
+  const auto modules = [](const std::string& path) {
+    return LoadSetup(path, {}).training.lora_target_modules;
+  };
+  using Names = std::vector<std::string>;
+  CHECK(modules(targets("p1.json", R"("target_modules": ".*\\.self_attn\\.(q|v)_proj")")) ==
+        Names{"q_proj", "v_proj"});
+  CHECK(modules(targets("p2.json", R"("target_modules": ".*_proj")")) ==
+        Names{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"});
+  // "all-linear" in any case is PEFT's shorthand (_maybe_include_all_linear_layers: .lower()).
+  CHECK(modules(targets("p3.json", R"("target_modules": "ALL-LINEAR")")).size() == 7);
+  // A full match: "q_proj" alone is no module's full name.
+  const std::string none = targets("p4.json", R"("target_modules": "q_proj")");
+  CHECK(ErrorOf(none) == none + ": /training/adapter_config/target_modules: matches no module of "
+                                "the model (PEFT: target modules not found in the base model); "
+                                "module names look like model.layers.0.self_attn.q_proj");
+  const std::string invalid = targets("p5.json", R"("target_modules": "(q_proj")");
+  CHECK(ErrorOf(invalid).starts_with(invalid + ": /training/adapter_config/target_modules: "
+                                               "\"(q_proj\" is not a valid regular expression ("));
+  // A norm is not a linear: PEFT refuses to adapt it.
+  const std::string norm = targets("p6.json", R"("target_modules": ".*layernorm")");
+  CHECK(ErrorOf(norm) == norm + ": /training/adapter_config/target_modules: matches "
+                                "'model.layers.0.input_layernorm', which is not a linear layer "
+                                "(PEFT refuses to adapt it: LoRA replaces Linear, Embedding and "
+                                "Conv layers)");
+  // Layers 0 and 1 of 32 only, and lm_head: recognised, not modelled.
+  CHECK(IsUnsupported(targets("p7.json", R"("target_modules": "model\\.layers\\.[01]\\.self_attn\\.q_proj")")));
+  CHECK(IsUnsupported(targets("p8.json", R"("target_modules": "lm_head|.*q_proj")")));
+  // exclude_modules: a list by suffix, a string as a regular expression.
+  CHECK(modules(targets("p9.json", R"("target_modules": "all-linear", "exclude_modules": ["down_proj", "up_proj", "gate_proj"])")) ==
+        Names{"q_proj", "k_proj", "v_proj", "o_proj"});
+  CHECK(modules(targets("p10.json", R"("target_modules": ".*_proj", "exclude_modules": ".*\\.mlp\\..*")")) ==
+        Names{"q_proj", "k_proj", "v_proj", "o_proj"});
+  const std::string all_out = targets("p11.json", R"("target_modules": ["q_proj"], "exclude_modules": ["q_proj"])");
+  CHECK(ErrorOf(all_out) == all_out + ": /training/adapter_config/exclude_modules: excludes every "
+                                      "module target_modules matches (with modules_to_save): "
+                                      "PEFT refuses an adapter without modules");
+  // exclude_modules that excludes nothing: a warning, as PEFT's.
+  const std::string unused = targets("p14.json", R"("target_modules": ["q_proj"], "exclude_modules": ["x_proj"])");
+  CHECK(LoadSetup(unused, {}).warnings ==
+        std::vector<std::string>{unused + ": /training/adapter_config/exclude_modules: excludes no "
+                                          "module of the model (module names look like "
+                                          "model.layers.0.mlp.down_proj)"});
+  // "all-linear" inside a list is a module name to PEFT, matching nothing.
+  const std::string listed = targets("p12.json", R"("target_modules": ["all-linear"])");
+  CHECK(ErrorOf(listed).starts_with(listed + ": /training/adapter_config/target_modules: "
+                                             "\"all-linear\" inside a list"));
+  // Absent: PEFT's default for llama (peft/utils/constants.py), with a note.
+  CHECK(modules(targets("p13.json", R"("lora_alpha": 16)")) == Names{"q_proj", "v_proj"});
+}
+
+// LoraConfig fields that change the adapters in ways memsim does not model are never dropped
+// silently: unsupported, an error where PEFT refuses them, or a warning naming them.
+TEST_CASE("hf-trainer: adapter_config fields memsim does not model", "[config][hf][peft]") {
+  const auto adapter = [](const std::string& name, const std::string& extra) {
+    return Write(name, "{\"model\": \"llama3-8b\", \"device\": \"rtx-4090-24g\", \"training\": "
+                       "{\"framework\": \"hf-trainer\", \"max_seq_length\": 512, \"adapter_config\": "
+                       "{\"r\": 8, \"target_modules\": [\"q_proj\"], " + extra + "}}}");
+  };
+  CHECK(IsUnsupported(adapter("u1.json", "\"layer_replication\": [[0, 4], [2, 5]]")));
+  CHECK(IsUnsupported(adapter("u2.json", "\"target_parameters\": [\"mlp.experts.down_proj\"]")));
+  const std::string pattern = adapter("u3.json", "\"layers_pattern\": \"layers\"");
+  CHECK(ErrorOf(pattern) == pattern + ": /training/adapter_config/layers_pattern: needs "
+                                      "layers_to_transform (PEFT refuses layers_pattern alone)");
+  const std::string task = adapter("u4.json", "\"task_type\": \"CAUSAL-LM\"");
+  CHECK(ErrorOf(task).starts_with(task + ": /training/adapter_config/task_type: expected one of"));
+  const std::string bias = adapter("u5.json", "\"lora_bias\": true");
+  CHECK(LoadSetup(bias, {}).warnings ==
+        std::vector<std::string>{bias + ": /training/adapter_config/lora_bias: not modelled (a "
+                                        "trained bias of each lora_B, or trained rows of the "
+                                        "embedding: a few MiB at most), ignored"});
+  const std::string save = adapter("u6.json", "\"modules_to_save\": [\"lm_head\", \"norm\"]");
+  CHECK(LoadSetup(save, {}).warnings ==
+        std::vector<std::string>{save + ": /training/adapter_config/modules_to_save: 'norm': no "
+                                        "trainable copy of it is modelled (memsim copies lm_head, "
+                                        "embed_tokens, classifier, score, pooler)"});
+  CHECK(LoadSetup(adapter("u7.json", "\"lora_bias\": false, \"rank_pattern\": {}"), {})
+            .warnings.empty());
+  // Another JSON given as the adapter's: refused, not read as all defaults.
+  const std::string model = Write(
+      "u8.json", "{\"model\": \"llama3-8b\", \"device\": \"rtx-4090-24g\", \"training\": "
+                 "{\"framework\": \"hf-trainer\", \"max_seq_length\": 512, \"adapter_config\": "
+                 "\"" + std::string(MEMSIM_SOURCE_DIR) + "/models/llama3-8b.json\"}}");
+  CHECK(ErrorOf(model) == std::string(MEMSIM_SOURCE_DIR) + "/models/llama3-8b.json: /model_type: "
+                          "a model's config.json, not an adapter_config.json (PEFT's LoraConfig "
+                          "fields)");
+}
+
 TEST_CASE("hf-trainer: what a training_args file may hold", "[config][hf]") {
   const auto with_args = [](const std::string& name, const std::string& args_file) {
     return Write(name, "{\"model\": \"llama3-8b\", \"device\": \"l40s-48g\", \"training\": "
@@ -407,6 +565,11 @@ TEST_CASE("hf-trainer: what a training_args file may hold", "[config][hf]") {
   CHECK(ErrorOf(with_args("ta4.json", "ta3.json")) ==
         config + ": /training: a memsim training config, not a TrainingArguments JSON "
                  "(trainer.args.to_json_string())");
+  // A model's config.json given as the TrainingArguments JSON.
+  Write("a3.json", "{\"model_type\": \"llama\", \"hidden_size\": 4096}");
+  CHECK(ErrorOf(with_args("ta6.json", "a3.json")) ==
+        dir + "/a3.json: /model_type: a model's config.json, not a TrainingArguments JSON "
+              "(trainer.args.to_json_string())");
   // An endless file stops at memsim's 64 MiB bound for a JSON file instead of hanging.
   CHECK(ErrorOf(with_args("ta5.json", "/dev/zero")) ==
         "/dev/zero: larger than memsim's limit of 67108864 bytes (64 MiB) for a JSON file");

@@ -304,6 +304,15 @@ TEST_CASE("overrides with --set and --model and --device", "[config]") {
   CHECK(s.allocator.expandable_segments);
   CHECK(s.training.recompute_granularity == RecomputeGranularity::kSelective);
 
+  // A nested key is not edited one member at a time (it used to become an unknown key
+  // "adapter_config.r" of the block, reported with a "did you mean" of its parent).
+  o = {};
+  o.overrides = {"training.adapter_config.r=4"};
+  CHECK(ErrorOf("", o) == "--set training.adapter_config.r=4: r is a key inside "
+                          "training.adapter_config; --set replaces a key of the training block as "
+                          "a whole: give its whole value, e.g. --set "
+                          "'training.adapter_config={...}'");
+
   o = {};
   o.model_path = Data("tiny-llama.json");
   o.device = "h100-80g";

@@ -261,6 +261,13 @@ TEST_CASE("the NVIDIA Llama-3-8B H200 recipe fits; fused attention peaks as flas
   CHECK(std::abs(a - b) <= 0.05 * b);
 }
 
+// An endless file stops at memsim's 256 MiB bound for --megatron-args instead of filling memory.
+TEST_CASE("an endless --megatron-args file is refused") {
+  CHECK_THROWS_WITH(ReadMegatronArgsFile("/dev/zero"),
+                    "/dev/zero: larger than memsim's limit of 268435456 bytes (256 MiB) for a "
+                    "--megatron-args file");
+}
+
 TEST_CASE("a wrong value names the script, its line and the flag") {
   const MegatronLaunch l = ReadLaunchScript(
       "bad.sh", "torchrun --nproc_per_node 4 pretrain_gpt.py --num-layers 2 --hidden-size 64 \\\n"

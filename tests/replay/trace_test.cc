@@ -165,6 +165,57 @@ TEST_CASE("csv: binary and long fields are escaped and cut in messages", "[repla
   CHECK(ErrorOf("free,\x1b[31m\n") == "t.csv:1: free of id '\\x1b[31m' that was never allocated");
 }
 
+// The CSV timelines memsim writes are other formats: their header says what the file is and
+// what replay reads instead (docs/interfaces.md, 'Allocator traces', 'CSV timeline').
+TEST_CASE("csv: a memory timeline is named, not parsed as a trace", "[replay]") {
+  constexpr const char* kReads =
+      "replay reads an allocator trace, lines op,id,bytes,stream, or a PyTorch memory snapshot "
+      "(docs/interfaces.md, 'Allocator traces')";
+  CHECK_THROWS_WITH(
+      ParseTrace("time_us,iteration,phase,allocated_bytes,reserved_bytes,active_bytes,"
+                 "device_bytes,parameters_bytes\n0,1,forward,512,2097152,512,2097152,512\n",
+                 "t.csv", 0),
+      fmt::format("t.csv:1: a memory timeline (header with allocated_bytes: `memsim run --csv` or "
+                  "a memsim-csv profile), not an allocator trace; {}; a timeline is a profile "
+                  "for `memsim compare --profile` (docs/interfaces.md, 'CSV timeline')",
+                  kReads));
+  // After comments too; the profile format's columns in any order.
+  CHECK_THROWS_WITH(ParseTrace("# recorded\nallocated_bytes,time_us\n512,0\n", "t.csv", 0),
+                    Catch::StartsWith("t.csv:2: a memory timeline"));
+  CHECK_THROWS_WITH(
+      ParseTrace("op_index,op,allocated_bytes,reserved_bytes,active_bytes\n1,malloc,512,2097152,"
+                 "512\n",
+                 "t.csv", 0),
+      fmt::format("t.csv:1: a `memsim replay --csv` timeline (header op_index,op,"
+                  "allocated_bytes,...: the stats after each operation), not an allocator trace; "
+                  "{}; replay the trace it was written from",
+                  kReads));
+  // Only as the first line: later it is a malformed line like any other.
+  CHECK_THROWS_WITH(ParseTrace("malloc,a,1\ntime_us,allocated_bytes\n", "t.csv", 0),
+                    Catch::StartsWith("t.csv:2: unknown op 'time_us'"));
+}
+
+// Binary input is refused from its first bytes (a NUL byte among the first 4096), not read as
+// one endless line.
+TEST_CASE("csv: binary data is refused at once", "[replay]") {
+  constexpr const char* kReads =
+      "not an allocator trace; replay reads lines op,id,bytes,stream or a PyTorch memory "
+      "snapshot (docs/interfaces.md, 'Allocator traces')";
+  CHECK_THROWS_WITH(ParseTrace(std::string(64, '\0'), "z.bin", 0),
+                    fmt::format("z.bin:1: binary data: a NUL byte at byte 0, {}", kReads));
+  CHECK_THROWS_WITH(ParseTrace(std::string("malloc,a,1\n\x89PNG\r\n\x1a\n\0\0", 21), "p.csv", 0),
+                    fmt::format("p.csv:4: binary data: a NUL byte at byte 19, {}", kReads));
+  CHECK_THROWS_WITH(ParseTrace(std::string("\x1f\x8b\x08\x00", 4), "s.gz", 0),
+                    fmt::format("s.gz:1: gzip data (decompress it first): a NUL byte at byte 3, {}",
+                                kReads));
+  CHECK_THROWS_WITH(ParseTrace(std::string("\xff\xfem\0", 4), "u.csv", 0),
+                    Catch::StartsWith("u.csv:1: UTF-16 text (save it as UTF-8): a NUL byte at "
+                                      "byte 3"));
+  // A NUL byte after the first 4096 bytes is a malformed line like any other.
+  const std::string late = std::string(4096, '#') + std::string("\nmalloc\0,a,1\n", 13);
+  CHECK_THROWS_WITH(ParseTrace(late, "l.csv", 0), Catch::StartsWith("l.csv:2: unknown op"));
+}
+
 TEST_CASE("replay: id rules", "[replay]") {
   CHECK(ErrorOf("free,x\n") == "t.csv:1: free of id 'x' that was never allocated");
   CHECK(ErrorOf("malloc,a,1\nrecord_stream,b,,1\n") ==
@@ -499,6 +550,32 @@ TEST_CASE("memsim replay: malformed snapshots and binary traces exit 2", "[repla
   CHECK(r.exit_code == 2);
   CHECK(r.err == "memsim replay: bin.csv:2: unknown op '\\x7fELF\\x02\\x01' (expected malloc, "
                  "free, record_stream, complete, empty_cache)\n");
+}
+
+TEST_CASE("memsim replay: endless and binary input stops at once", "[replay]") {
+  TempDir dir;
+  // /dev/zero: binary from its first byte (it used to be read up to the 2 GiB trace limit).
+  Run r = Memsim(dir, "replay /dev/zero");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim replay: /dev/zero:1: binary data: a NUL byte at byte 0, not an allocator "
+                 "trace; replay reads lines op,id,bytes,stream or a PyTorch memory snapshot "
+                 "(docs/interfaces.md, 'Allocator traces')\n");
+  // Text without a line end: refused once a line passes 2^20 bytes, as soon as more than the
+  // first 4 MiB block of it is read (here line 2, 6 MiB long: as an endless stream would be).
+  dir.Write("long.csv", "malloc,a,1\n" + std::string(std::size_t{6} << 20, 'x'));
+  r = Memsim(dir, "replay long.csv --csv rows.csv");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim replay: long.csv:2: no line end in the first 1048576 bytes of the line: "
+                 "not a CSV trace (expected lines op,id,bytes,stream; docs/interfaces.md, "
+                 "'Allocator traces')\n");
+  CHECK(!std::filesystem::exists(dir.path() / "rows.csv"));
+  // A `memsim run --csv` timeline names itself.
+  dir.Write("timeline.csv", "time_us,iteration,phase,allocated_bytes,reserved_bytes,"
+                            "active_bytes,device_bytes\n0,0,init,0,0,0,0\n");
+  r = Memsim(dir, "replay timeline.csv");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.starts_with("memsim replay: timeline.csv:1: a memory timeline (header with "
+                          "allocated_bytes: `memsim run --csv` or a memsim-csv profile)"));
 }
 
 TEST_CASE("memsim replay: outputs are written all or nothing", "[replay]") {
