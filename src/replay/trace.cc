@@ -80,6 +80,21 @@ bool OpNamed(std::string_view name, TraceOp& op) {
   return false;
 }
 
+// The message for a stream written one field early, empty when there is none: record_stream and
+// complete take their stream in the 4th field, so a bytes field given without a stream
+// (`record_stream,w,1` for `record_stream,w,,1`) is an error rather than stream 0. With the stream
+// given too, bytes are ignored (bench/alloc_bench.cc --write-csv writes every field of every op).
+std::string MisplacedStreamMessage(TraceOp op, const std::string_view (&fields)[4]) {
+  if ((op != TraceOp::kRecordStream && op != TraceOp::kComplete) || fields[2].empty() ||
+      !fields[3].empty()) {
+    return {};
+  }
+  return fmt::format("{}: the stream is the 4th field (op,id,bytes,stream) and the 3rd is not "
+                     "used: write {}",
+                     TraceOpName(op),
+                     op == TraceOp::kComplete ? "complete,,,STREAM" : "record_stream,ID,,STREAM");
+}
+
 // Interns ids: each distinct id is copied once, into one character arena; a line's id is
 // looked up as a view of the text, without allocating (open addressing, linear probing, load at
 // most 1/2, each slot keeping 32 bits of the id's hash so that most probes compare no text).
@@ -405,6 +420,7 @@ class CsvLines {
       out.hash = IdInterner::Hash(out.id);
     }
     if (r.op == TraceOp::kMalloc && fields[2].empty()) throw fail("malloc needs bytes");
+    if (std::string m = MisplacedStreamMessage(r.op, fields); !m.empty()) throw fail(m);
     return true;
   }
 

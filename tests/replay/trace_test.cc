@@ -121,6 +121,23 @@ TEST_CASE("csv: both readers intern an id alike, whatever its length", "[replay]
                                         0, static_cast<std::int32_t>(2 * ids.size() + 1)});
 }
 
+TEST_CASE("csv: a stream written in the bytes place of record_stream / complete is an error",
+          "[replay]") {
+  // docs/interfaces.md 'Allocator traces': the fields are op,id,bytes,stream; record_stream and
+  // complete use only the stream, so `record_stream,w,1` (3 fields) would mean stream 0.
+  CHECK_THROWS_WITH(ParseCsvTrace("malloc,w,4194304\nrecord_stream,w,1\n", "t.csv"),
+                    "t.csv:2: record_stream: the stream is the 4th field (op,id,bytes,stream) and "
+                    "the 3rd is not used: write record_stream,ID,,STREAM");
+  CHECK_THROWS_WITH(ParseCsvTrace("complete,,1\n", "t.csv"),
+                    "t.csv:1: complete: the stream is the 4th field (op,id,bytes,stream) and the "
+                    "3rd is not used: write complete,,,STREAM");
+  // With the stream given, the bytes are ignored (alloc_bench --write-csv writes all 4 fields).
+  const Trace t = ParseCsvTrace("malloc,w,512,0\nrecord_stream,w,0,1\ncomplete,,0,1\n", "t.csv");
+  REQUIRE(t.records.size() == 3);
+  CHECK(t.records[1].stream == 1);
+  CHECK(t.records[2].stream == 1);
+}
+
 TEST_CASE("csv: syntax errors name the line", "[replay]") {
   CHECK_THROWS_WITH(ParseCsvTrace("malloc,a,10\nmallco,b,1\n", "trace.csv"),
                     "trace.csv:2: unknown op 'mallco' (expected malloc, free, record_stream, "
