@@ -7,7 +7,6 @@
 #include "config/iterations.h"
 #include "core/check.h"
 #include "core/parallel.h"
-#include "engine/op_pipe.h"
 #include "workload/build.h"
 
 namespace memsim::engine {
@@ -121,15 +120,13 @@ namespace {
 // One pass over every stage: what the stages' simulations share.
 class StagePass {
  public:
-  StagePass(const config::Setup& user_setup, const RunOptions& options, int iterations,
-            bool piped)
+  StagePass(const config::Setup& user_setup, const RunOptions& options, int iterations)
       : setup_(user_setup),
         options_(options),
         iterations_(iterations),
         long_run_(iterations < user_setup.training.train_iters),
         first_repeating_(config::FirstRepeatingIteration(user_setup)),
         stages_(user_setup.training.pipeline_model_parallel_size),
-        piped_(piped),
         done_(static_cast<size_t>(stages_), 0.0) {
     setup_.training.train_iters = iterations;
   }
@@ -156,7 +153,6 @@ class StagePass {
   const bool long_run_;
   const int first_repeating_;
   const int stages_;
-  const bool piped_;  // each stage's ops generated on one thread, simulated on another (OpPipe)
   std::mutex callbacks_;       // RunOptions::progress and sample_sink
   std::vector<double> done_;   // by stage, for progress
 };
@@ -183,18 +179,7 @@ StageOutcome StagePass::Simulate(int r) {
     stage.simulation = engine::Simulate(workload::Build(setup_, r), setup_, sim_options, recorder);
   } else {
     Simulation simulation(setup_, sim_options, recorder);
-    if (piped_) {
-      OpPipe pipe(simulation);
-      try {
-        workload::BuildInto(setup_, r, pipe);
-      } catch (...) {
-        pipe.Drain();  // the simulation's exception, for an earlier op, comes first
-        throw;
-      }
-      pipe.Drain();
-    } else {
-      workload::BuildInto(setup_, r, simulation);
-    }
+    workload::BuildInto(setup_, r, simulation);
     stage.simulation = simulation.Finish();
   }
   recorder.Finish();
@@ -244,11 +229,8 @@ void MergeStage(StageOutcome&& out, const RunOptions& options, RunResult* result
 
 // One pass over every stage with `iterations` iterations simulated.
 RunResult RunStages(const config::Setup& user_setup, const RunOptions& options, int iterations) {
-  const int p = user_setup.training.pipeline_model_parallel_size;
-  // Stages at once, one CPU each; a second CPU per stage where enough are left.
-  const int cpus = options.threads > 0 ? options.threads : AvailableCpus();
-  const int at_once = std::min(p, cpus);
-  StagePass pass(user_setup, options, iterations, cpus >= 2 * at_once);
+  StagePass pass(user_setup, options, iterations);
+  const int p = pass.stages();
   MEMSIM_CHECK(p >= 1);
   MEMSIM_CHECK(!options.pipeline_rank || (*options.pipeline_rank >= 0 && *options.pipeline_rank < p));
   RunResult result;
@@ -259,7 +241,7 @@ RunResult RunStages(const config::Setup& user_setup, const RunOptions& options, 
   std::vector<std::optional<StageOutcome>> outcomes(static_cast<size_t>(p));
   Bytes worst_device = -1;
   RunInOrder(
-      p, at_once,
+      p, options.threads > 0 ? options.threads : AvailableCpus(),
       [&](int r) { outcomes[static_cast<size_t>(r)] = pass.Simulate(r); },
       [&](int r) {
         MergeStage(std::move(*outcomes[static_cast<size_t>(r)]), options, &result, &worst_device);

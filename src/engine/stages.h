@@ -89,13 +89,10 @@ struct RunOptions {
   // Called now and then while stages are simulated (for a progress line); empty = never. Called
   // from the threads that simulate stages, never two calls at once; sample_sink likewise.
   std::function<void(const RunProgress&)> progress;
-  // CPUs the run may use (0 = those this process may run on, AvailableCpus in core/parallel.h):
-  // min(threads, stages) stages are simulated at once, each on a thread of its own, merged in
-  // rank order; where threads >= 2 × that, each stage's ops are also generated on one thread
-  // and simulated on another (engine/op_pipe.h). 1 = everything on the calling thread. The
-  // result is the same whatever the number (the stages are independent simulations, and a
-  // simulation gets the same ops in the same order); at most min(threads, stages) stages' kept
-  // curves wait in memory, besides the reported one.
+  // Stages simulated at once, each on a thread of its own (core/parallel.h), merged in rank
+  // order: 0 = one per CPU this process may use (AvailableCpus), 1 = one after another on the
+  // calling thread. The result is the same whatever the number (the stages are independent
+  // simulations); at most this many stages' kept curves wait in memory, besides the reported one.
   int threads = 0;
 };
 
