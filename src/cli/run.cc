@@ -148,10 +148,10 @@ int Run(const RunArgs& a) {
   // column per category), streamed to its file as that simulation goes.
   ProgressLine progress;
   options.progress = [&progress](const engine::RunProgress& p) {
-    const double fraction = (p.stage + p.stage_fraction) / p.stages;
-    progress.Update(fmt::format("simulating {} iterations, stage {} of {}", p.iterations,
-                                p.stage + 1, p.stages),
-                    fraction);
+    progress.Update(p.stages == 1 ? fmt::format("simulating {} iterations", p.iterations)
+                                  : fmt::format("simulating {} iterations of {} pipeline stages",
+                                                p.iterations, p.stages),
+                    p.stages_done / p.stages);
   };
   const engine::RunResult run = engine::RunAllStages(setup, options);
   progress.Done();

@@ -1,10 +1,12 @@
 #include "engine/stages.h"
 
 #include <algorithm>
+#include <mutex>
 #include <numeric>
 
 #include "config/iterations.h"
 #include "core/check.h"
+#include "core/parallel.h"
 #include "workload/build.h"
 
 namespace memsim::engine {
@@ -65,6 +67,13 @@ std::optional<Steady> SteadyFrom(const StageResult& stage, const std::vector<Eng
   return std::nullopt;
 }
 
+// What the simulation of one stage leaves for the merge in rank order.
+struct StageOutcome {
+  StageResult stage;
+  timeline::Timeline timeline;  // the kept curve, when the stage may be reported
+  std::shared_ptr<timeline::SampleSink> sink;
+};
+
 RunResult RunStages(const config::Setup& setup, const RunOptions& options, int iterations);
 
 }  // namespace
@@ -108,81 +117,136 @@ RunResult RunAllStages(const config::Setup& setup, const RunOptions& options) {
 
 namespace {
 
+// One pass over every stage: what the stages' simulations share.
+class StagePass {
+ public:
+  StagePass(const config::Setup& user_setup, const RunOptions& options, int iterations)
+      : setup_(user_setup),
+        options_(options),
+        iterations_(iterations),
+        long_run_(iterations < user_setup.training.train_iters),
+        first_repeating_(config::FirstRepeatingIteration(user_setup)),
+        stages_(user_setup.training.pipeline_model_parallel_size),
+        done_(static_cast<size_t>(stages_), 0.0) {
+    setup_.training.train_iters = iterations;
+  }
+
+  int stages() const { return stages_; }
+  bool long_run() const { return long_run_; }
+
+  // Simulates stage r (any thread; stages run at once share nothing but the callbacks, which
+  // this class calls one at a time).
+  StageOutcome Simulate(int r);
+
+  // Stage r has processed `fraction` of its events: RunOptions::progress with every stage's part.
+  void Progress(int r, double fraction) {
+    if (!options_.progress) return;
+    std::lock_guard<std::mutex> lock(callbacks_);
+    done_[static_cast<size_t>(r)] = fraction;
+    options_.progress({stages_, iterations_, std::accumulate(done_.begin(), done_.end(), 0.0)});
+  }
+
+ private:
+  config::Setup setup_;  // the user's, with train_iters = the iterations of this pass
+  const RunOptions& options_;
+  const int iterations_;
+  const bool long_run_;
+  const int first_repeating_;
+  const int stages_;
+  std::mutex callbacks_;       // RunOptions::progress and sample_sink
+  std::vector<double> done_;   // by stage, for progress
+};
+
+StageOutcome StagePass::Simulate(int r) {
+  StageOutcome out;
+  // Keep samples only for a stage that may be reported; the worst stage is only known after
+  // all ran, so without --pipeline-rank every stage keeps them until a worse one is merged.
+  const bool may_report = !options_.pipeline_rank || *options_.pipeline_rank == r;
+  const bool keep = options_.keep_timeline && may_report;
+  if (options_.sample_sink && may_report) {
+    std::lock_guard<std::mutex> lock(callbacks_);
+    out.sink = options_.sample_sink(r);
+  }
+  Progress(r, 0.0);
+  SimulateOptions sim_options;
+  sim_options.usable_memory_bytes = options_.usable_memory_bytes;
+  sim_options.record_iteration_states = long_run_;
+  if (options_.progress) sim_options.progress = [this, r](double f) { Progress(r, f); };
+  timeline::Recorder recorder(keep, out.sink.get());
+  StageResult& stage = out.stage;
+  stage.pipeline_rank = r;
+  if (options_.whole_program) {
+    stage.simulation = engine::Simulate(workload::Build(setup_, r), setup_, sim_options, recorder);
+  } else {
+    Simulation simulation(setup_, sim_options, recorder);
+    workload::BuildInto(setup_, r, simulation);
+    stage.simulation = simulation.Finish();
+  }
+  recorder.Finish();
+  stage.spans = recorder.spans();
+  if (long_run_) {
+    if (const std::optional<Steady> steady = SteadyFrom(
+            stage, stage.simulation.iteration_states, first_repeating_, iterations_)) {
+      stage.steady_state_from = steady->from;
+      stage.steady_state_period = steady->period;
+    }
+    stage.simulation.iteration_states = {};
+  }
+  for (const timeline::SpanSummary& s : stage.spans) {
+    if (s.peak_allocated_bytes > stage.peak_allocated_bytes) {
+      stage.peak_allocated_bytes = s.peak_allocated_bytes;
+      stage.by_category_at_peak = s.by_category_at_peak;
+    }
+    stage.peak_reserved_bytes = std::max(stage.peak_reserved_bytes, s.peak_reserved_bytes);
+    stage.peak_device_bytes = std::max(stage.peak_device_bytes, s.peak_device_bytes);
+  }
+  if (keep) out.timeline = recorder.TakeTimeline();
+  Progress(r, 1.0);
+  return out;
+}
+
+// Adds stage r, the next in rank order, to `result`; `worst_device` is the reported stage's
+// peak device bytes so far (-1 before the first).
+void MergeStage(StageOutcome&& out, const RunOptions& options, RunResult* result,
+                Bytes* worst_device) {
+  const int r = out.stage.pipeline_rank;
+  if (out.stage.simulation.first_oom) {
+    const OomEvent& oom = *out.stage.simulation.first_oom;
+    if (!result->first_oom || oom.time_us < result->first_oom->oom.time_us) {
+      result->first_oom = StagedOomEvent{r, oom};
+    }
+  }
+  const bool chosen = options.pipeline_rank ? *options.pipeline_rank == r
+                                            : out.stage.peak_device_bytes > *worst_device;
+  if (chosen) {
+    result->reported_stage = r;
+    *worst_device = out.stage.peak_device_bytes;
+    result->timeline = std::move(out.timeline);
+    if (out.sink) result->sample_sink = std::move(out.sink);
+  }
+  result->stages.push_back(std::move(out.stage));
+}
+
 // One pass over every stage with `iterations` iterations simulated.
 RunResult RunStages(const config::Setup& user_setup, const RunOptions& options, int iterations) {
-  config::Setup setup = user_setup;
-  setup.training.train_iters = iterations;
-  const bool long_run = iterations < user_setup.training.train_iters;
-  const int first = config::FirstRepeatingIteration(user_setup);
-  const int p = setup.training.pipeline_model_parallel_size;
+  StagePass pass(user_setup, options, iterations);
+  const int p = pass.stages();
   MEMSIM_CHECK(p >= 1);
   MEMSIM_CHECK(!options.pipeline_rank || (*options.pipeline_rank >= 0 && *options.pipeline_rank < p));
   RunResult result;
   result.reported_stage_chosen = options.pipeline_rank.has_value();
-  result.usable_memory_bytes = options.usable_memory_bytes.value_or(setup.device.usable_memory_bytes);
-  SimulateOptions sim_options;
-  sim_options.usable_memory_bytes = options.usable_memory_bytes;
-  sim_options.record_iteration_states = long_run;
-  int current = 0;
-  if (options.progress) {
-    sim_options.progress = [&](double fraction) {
-      options.progress({current, p, iterations, fraction});
-    };
-  }
+  result.usable_memory_bytes =
+      options.usable_memory_bytes.value_or(user_setup.device.usable_memory_bytes);
+  result.stages.reserve(static_cast<size_t>(p));
+  std::vector<std::optional<StageOutcome>> outcomes(static_cast<size_t>(p));
   Bytes worst_device = -1;
-  for (int r = 0; r < p; ++r) {
-    current = r;
-    if (options.progress) options.progress({r, p, iterations, 0.0});
-    // Keep samples only for a stage that may be reported; the worst stage is only known after
-    // all ran, so without --pipeline-rank keep the current worst (replaced when beaten).
-    const bool keep = options.keep_timeline && (!options.pipeline_rank || *options.pipeline_rank == r);
-    const bool may_report = !options.pipeline_rank || *options.pipeline_rank == r;
-    std::shared_ptr<timeline::SampleSink> sink =
-        options.sample_sink && may_report ? options.sample_sink(r) : nullptr;
-    timeline::Recorder recorder(keep, sink.get());
-    StageResult stage;
-    stage.pipeline_rank = r;
-    if (options.whole_program) {
-      stage.simulation = Simulate(workload::Build(setup, r), setup, sim_options, recorder);
-    } else {
-      Simulation simulation(setup, sim_options, recorder);
-      workload::BuildInto(setup, r, simulation);
-      stage.simulation = simulation.Finish();
-    }
-    recorder.Finish();
-    stage.spans = recorder.spans();
-    if (long_run) {
-      if (const std::optional<Steady> steady =
-              SteadyFrom(stage, stage.simulation.iteration_states, first, iterations)) {
-        stage.steady_state_from = steady->from;
-        stage.steady_state_period = steady->period;
-      }
-      stage.simulation.iteration_states = {};
-    }
-    for (const timeline::SpanSummary& s : stage.spans) {
-      if (s.peak_allocated_bytes > stage.peak_allocated_bytes) {
-        stage.peak_allocated_bytes = s.peak_allocated_bytes;
-        stage.by_category_at_peak = s.by_category_at_peak;
-      }
-      stage.peak_reserved_bytes = std::max(stage.peak_reserved_bytes, s.peak_reserved_bytes);
-      stage.peak_device_bytes = std::max(stage.peak_device_bytes, s.peak_device_bytes);
-    }
-    if (stage.simulation.first_oom) {
-      const OomEvent& oom = *stage.simulation.first_oom;
-      if (!result.first_oom || oom.time_us < result.first_oom->oom.time_us) {
-        result.first_oom = StagedOomEvent{r, oom};
-      }
-    }
-    const bool chosen = options.pipeline_rank ? *options.pipeline_rank == r
-                                              : stage.peak_device_bytes > worst_device;
-    if (chosen) {
-      result.reported_stage = r;
-      worst_device = stage.peak_device_bytes;
-      if (keep) result.timeline = recorder.TakeTimeline();
-      if (sink) result.sample_sink = std::move(sink);
-    }
-    result.stages.push_back(std::move(stage));
-  }
+  RunInOrder(
+      p, options.threads > 0 ? options.threads : AvailableCpus(),
+      [&](int r) { outcomes[static_cast<size_t>(r)] = pass.Simulate(r); },
+      [&](int r) {
+        MergeStage(std::move(*outcomes[static_cast<size_t>(r)]), options, &result, &worst_device);
+        outcomes[static_cast<size_t>(r)].reset();  // a beaten stage's curve goes now
+      });
   return result;
 }
 

@@ -69,10 +69,9 @@ struct RunResult {
 };
 
 struct RunProgress {
-  int stage = 0;            // pipeline rank being simulated
   int stages = 1;
-  int iterations = 0;       // simulated in this pass
-  double stage_fraction = 0;  // of this stage's events processed
+  int iterations = 0;      // simulated in this pass
+  double stages_done = 0;  // in [0, stages]: the stages' parts done, summed (several run at once)
 };
 
 struct RunOptions {
@@ -87,14 +86,22 @@ struct RunOptions {
   // compare it with the streamed one: byte-identical results, memory growing with the run)
   // instead of streaming its ops into the engine as they are generated.
   bool whole_program = false;
-  // Called now and then while stages are simulated (for a progress line); empty = never.
+  // Called now and then while stages are simulated (for a progress line); empty = never. Called
+  // from the threads that simulate stages, never two calls at once; sample_sink likewise.
   std::function<void(const RunProgress&)> progress;
+  // Stages simulated at once, each on a thread of its own (core/parallel.h), merged in rank
+  // order: 0 = one per CPU this process may use (AvailableCpus), 1 = one after another on the
+  // calling thread. The result is the same whatever the number (the stages are independent
+  // simulations); at most this many stages' kept curves wait in memory, besides the reported one.
+  int threads = 0;
 };
 
 // Simulates every stage over init and train_iters iterations. A long run (train_iters above
 // max(kMinSimulatedIterations, FirstRepeatingIteration + 1), config/iterations.h) simulates that
 // many first and, while some stage has no steady state yet, twice as many (at most
-// config::MaxSimulatedIterations), each time from the start.
+// config::MaxSimulatedIterations), each time from the start. Exceptions of a stage's
+// simulation (bad input found while generating its work) reach the caller as they would one stage
+// after another: those of the lowest rank that throws.
 RunResult RunAllStages(const config::Setup& setup, const RunOptions& options);
 
 }  // namespace memsim::engine

@@ -27,9 +27,13 @@ std::string FormatChart(const timeline::Timeline& tl, const ChartOptions& option
 
   // Spans in order of first appearance: iteration -> [first sample, last sample].
   std::map<int, std::pair<size_t, size_t>> spans;
+  std::pair<size_t, size_t>* current = nullptr;  // the span of the previous sample
   for (size_t i = 0; i < tl.samples.size(); ++i) {
-    auto [it, inserted] = spans.try_emplace(tl.samples[i].iteration, i, i);
-    if (!inserted) it->second.second = i;
+    // Samples come in runs of one iteration: look the span up only when the iteration changes.
+    if (current == nullptr || tl.samples[i].iteration != tl.samples[i - 1].iteration) {
+      current = &spans.try_emplace(tl.samples[i].iteration, i, i).first->second;
+    }
+    current->second = i;
   }
   const int num_spans = static_cast<int>(spans.size());
   const int per_span = std::max(1, plot_width / num_spans);

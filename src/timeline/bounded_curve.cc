@@ -44,6 +44,15 @@ BoundedCurve::BoundedCurve(std::size_t max_samples) : max_samples_(max_samples) 
 
 void BoundedCurve::Add(const Sample& sample) {
   ++added_;
+  if (bucket_size_ == 1) {
+    // Nothing merged yet: each sample is a closed bucket of its own (the open one stays empty),
+    // what CloseOpenBucket does below, without the detour.
+    if (kept_.capacity() == 0) kept_.reserve(max_samples_ + 4);
+    kept_.push_back(sample);
+    counts_.push_back(1);
+    if (kept_.size() > max_samples_) MergeBuckets();
+    return;
+  }
   open_.push_back(sample);
   ++open_raw_;
   if (open_.size() > 4) KeepExtremes(open_);
@@ -82,9 +91,9 @@ void BoundedCurve::MergeBuckets() {
   }
 }
 
-std::vector<Sample> BoundedCurve::Take() {
+SampleVector BoundedCurve::Take() {
   CloseOpenBucket();
-  std::vector<Sample> out;
+  SampleVector out;
   out.swap(kept_);
   counts_.clear();
   return out;

@@ -22,7 +22,7 @@ class BoundedCurve {
 
   void Add(const Sample& sample);
   // The kept samples in time order; the curve is empty afterwards.
-  std::vector<Sample> Take();
+  SampleVector Take();
 
   std::size_t samples_added() const { return added_; }
   // Raw samples per bucket: 1 while nothing was merged.
@@ -35,7 +35,7 @@ class BoundedCurve {
   std::size_t max_samples_;
   std::size_t bucket_size_ = 1;
   std::size_t added_ = 0;
-  std::vector<Sample> kept_;          // closed buckets' samples, in time order
+  SampleVector kept_;                 // closed buckets' samples, in time order
   std::vector<std::uint8_t> counts_;  // samples kept per closed bucket (1 to 4)
   std::vector<Sample> open_;          // the open bucket's kept samples
   std::size_t open_raw_ = 0;          // raw samples added to the open bucket

@@ -74,7 +74,7 @@ Expected ExpectedFigures(const config::Setup& setup, const engine::RunResult& ru
     }
   }
   e.Add(stage.simulation.allocator_stats.inactive_split_bytes.current);
-  const std::vector<timeline::Sample>& samples = run.timeline.samples;
+  const timeline::SampleVector& samples = run.timeline.samples;
   for (const timeline::SpanSummary& s : stage.spans) {
     e.Add(s.start_allocated_bytes);
     e.Add(s.end_allocated_bytes);

@@ -25,7 +25,7 @@ Sample At(std::int64_t i) {
 TEST_CASE("below its bound the curve keeps every sample", "[timeline]") {
   BoundedCurve c(64);
   for (int i = 0; i < 64; ++i) c.Add(At(i));
-  const std::vector<Sample> kept = c.Take();
+  const SampleVector kept = c.Take();
   REQUIRE(kept.size() == 64);
   for (int i = 0; i < 64; ++i) CHECK(kept[i] == At(i));
   CHECK(c.bucket_size() == 1);
@@ -44,7 +44,7 @@ TEST_CASE("above its bound the curve keeps the extremes in bounded size", "[time
     c.Add(s);
   }
   CHECK(c.samples_added() == static_cast<std::size_t>(kN));
-  const std::vector<Sample> kept = c.Take();
+  const SampleVector kept = c.Take();
   CHECK(kept.size() <= kMax);
   CHECK(kept.size() >= kMax / 8);
   CHECK(c.bucket_size() > 1);
