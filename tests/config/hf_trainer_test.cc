@@ -1,5 +1,7 @@
 // framework "hf-trainer" (config/hf_trainer.h): TrainingArguments names into a plain PyTorch
 // loop, the errors that name the right key, and the encoder model types (bert, roberta).
+#include <unistd.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -19,7 +21,8 @@ using testing::ErrorOf;
 using testing::IsUnsupported;
 
 std::string Write(const std::string& name, const std::string& text) {
-  const auto dir = std::filesystem::temp_directory_path() / "memsim_hf_trainer_test";
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("memsim_hf_trainer_test-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string path = (dir / name).string();
   std::ofstream(path) << text;
@@ -401,7 +404,9 @@ TEST_CASE("hf-trainer: limit messages name the TrainingArguments key written", "
                  "of 2097152; reduce max_steps, gradient_accumulation_steps (micro-batches) or "
                  "num_hidden_layers");
   // The same from a training_args file: named at the file's field.
-  const std::string dir = (std::filesystem::temp_directory_path() / "memsim_hf_trainer_test").string();
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("memsim_hf_trainer_test-" + std::to_string(::getpid())))
+                              .string();
   Write("k2-args.json", "{\"per_device_train_batch_size\": 1, \"gradient_accumulation_steps\": "
                         "65536, \"max_steps\": 20}");
   const std::string in_file = Write(
@@ -551,7 +556,9 @@ TEST_CASE("hf-trainer: what a training_args file may hold", "[config][hf]") {
                        "{\"framework\": \"hf-trainer\", \"training_args\": \"" +
                            args_file + "\", \"max_seq_length\": 256}}");
   };
-  const std::string dir = (std::filesystem::temp_directory_path() / "memsim_hf_trainer_test").string();
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("memsim_hf_trainer_test-" + std::to_string(::getpid())))
+                              .string();
   Write("a1.json", "{\"per_device_train_batch_size\": 2, \"micro_batch_size\": 2}");
   CHECK(ErrorOf(with_args("ta1.json", "a1.json")) ==
         dir + "/a1.json: /micro_batch_size: not a framework \"hf-trainer\" key (it is a Megatron "

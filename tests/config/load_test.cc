@@ -1,5 +1,7 @@
 // LoadSetup: the embedded default, Hugging Face defaults per model_type, Megatron overrides,
 // --set / --model / --device, the allocator block, and what is unsupported.
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -21,7 +23,8 @@ using testing::IsUnsupported;
 
 // Writes `text` to a fresh file under the system temp dir and returns its path.
 std::string TempFile(const std::string& name, const std::string& text) {
-  const auto dir = std::filesystem::temp_directory_path() / "memsim_config_test";
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("memsim_config_test-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string path = (dir / name).string();
   std::ofstream(path) << text;
@@ -597,7 +600,8 @@ TEST_CASE("Megatron-FSDP: strategy, ZeRO label and the optimizer flag", "[config
 TEST_CASE("a model directory given with --model: its config.json, before a shipped name",
           "[config]") {
   // A directory spelt like a shipped model ("llama2-7b") wins: what is on disk is meant.
-  const auto root = std::filesystem::temp_directory_path() / "memsim_model_dir_test";
+  const auto root = std::filesystem::temp_directory_path() /
+                    ("memsim_model_dir_test-" + std::to_string(::getpid()));
   const auto dir = root / "llama2-7b";
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "config.json")

@@ -1,6 +1,8 @@
 // The training block's reader (config/training.h): framework "pytorch" (plain PyTorch on one
 // device, no wrapper) and its keys, recompute_modules, and the notes that say what memsim assumes.
 // Messages asserted verbatim.
+#include <unistd.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -19,7 +21,8 @@ using testing::IsUnsupported;
 // A small llama inline (hidden 256, 32 heads, 8 key/value heads, 2 layers, vocab 32001) on an
 // a100-80g, with the given training members; written to a fresh temporary file.
 std::string Config(const std::string& name, const std::string& training) {
-  const auto dir = std::filesystem::temp_directory_path() / "memsim_training_test";
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("memsim_training_test-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string path = (dir / name).string();
   std::ofstream(path) << "{\"model\": {\"model_type\": \"llama\", \"hidden_size\": 256, "

@@ -1,5 +1,7 @@
 // Mixture of experts: parameter counts of the shipped MoE models, and one MoE layer's tensors
 // derived by hand from Megatron-core's code (megatron/core/transformer/moe/).
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -72,7 +74,8 @@ TEST_CASE("mixtral-8x7b: 46.70 B parameters, 12.88 B active", "[workload][moe]")
 
 TEST_CASE("qwen2_moe: shared expert and gate, decoder_sparse_step, mlp_only_layers",
           "[workload][moe]") {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "memsim_moe_test";
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("memsim_moe_test-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "m.json")
       << R"({"model_type": "qwen2_moe", "hidden_size": 64, "intermediate_size": 128,
