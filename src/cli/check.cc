@@ -144,7 +144,8 @@ Action AddCheckCommand(CLI::App& sub) {
                  "usable device memory, e.g. 60GiB (replaces the presets')");
   sub.add_option("--margin", a->margin, "required headroom, percent of usable memory (default 5)");
   sub.add_option("--baseline", a->baseline,
-                 "a previous `run --json` report, or a directory of <stem>.json");
+                 "a previous `run --json` report, or a directory of <stem>.json")
+      ->check(NonEmpty);
   sub.add_option("--tolerance", a->tolerance,
                  "allowed growth over the baseline, percent (default 1)");
   sub.add_flag("--update-baseline", a->update_baseline, "write the new reports as the baseline");
