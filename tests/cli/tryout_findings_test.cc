@@ -53,5 +53,63 @@ TEST_CASE("tryout: a file option followed by another option is a missing file na
   CHECK(r.out.find("\"schema_version\"") != std::string::npos);
 }
 
+// A small Megatron launch (2 layers, h 256) on 8 NPUs, with the exports under test before it.
+std::string LaunchScript(const std::string& exports) {
+  return "#!/bin/bash\n" + exports +
+         "NPUS_PER_NODE=8\n"
+         "torchrun --nproc_per_node $NPUS_PER_NODE pretrain_gpt.py --num-layers 2 --hidden-size 256 "
+         "--num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 "
+         "--micro-batch-size 1 --global-batch-size 8 --train-iters 2 --bf16\n";
+}
+
+TEST_CASE("tryout: a launch script's exports memsim models reach the setup; others warn",
+          "[cli][tryout]") {
+  ScratchDir dir("tryout-env");
+  dir.Write("train.sh", LaunchScript("export PYTORCH_NPU_ALLOC_CONF=expandable_segments:True\n"
+                                     "HCCL_BUFFSIZE=50\n"
+                                     "export HCCL_BUFFSIZE\n"
+                                     "export TORCH_NCCL_AVOID_RECORD_STREAMS=1\n"
+                                     "export CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+                                     "export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128\n"));
+  auto r = RunMemsim(dir, "run --megatron-args train.sh --device ascend-910b-64g "
+                          "--set model.vocab_size=1000 --no-chart --json out.json");
+  REQUIRE(r.exit_code == 0);
+  const std::string json = testing::ReadAll(dir.path() / "out.json");
+  // The allocator options of PYTORCH_NPU_ALLOC_CONF (torch_npu reads it on an NPU device).
+  CHECK(json.find("\"expandable_segments\": true") != std::string::npos);
+  // HCCL_BUFFSIZE=50 (MiB), exported after it was set: 2 x 50 MiB per communicator
+  // (device/communicators.h HcclCommunicatorBytes), from the script's line 3.
+  CHECK(json.find("\"HCCL_BUFFSIZE\": 50") != std::string::npos);
+  CHECK(r.err.find("train.sh:4: export TORCH_NCCL_AVOID_RECORD_STREAMS: not modelled") !=
+        std::string::npos);
+  CHECK(r.err.find("train.sh:6: export PYTORCH_CUDA_ALLOC_CONF: ignored (the npu allocator") !=
+        std::string::npos);
+  CHECK(r.err.find("CUDA_DEVICE_MAX_CONNECTIONS") == std::string::npos);  // no memory effect
+  // A bad value is named by its export line.
+  dir.Write("bad.sh", LaunchScript("export HCCL_BUFFSIZE=lots\n"));
+  r = RunMemsim(dir, "run --megatron-args bad.sh --device ascend-910b-64g --set model.vocab_size=1000");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("bad.sh:2: export HCCL_BUFFSIZE") != std::string::npos);
+  // --set allocator.<key> wins over the script's allocator options.
+  r = RunMemsim(dir, "run --megatron-args train.sh --device ascend-910b-64g --set model.vocab_size=1000 "
+                     "--set allocator.expandable_segments=false --no-chart");
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("train.sh:2: export PYTORCH_NPU_ALLOC_CONF: not used (--set allocator.<key> "
+                   "given)") != std::string::npos);
+}
+
+TEST_CASE("tryout: a script under --model keeps Megatron's dropout defaults", "[cli][tryout]") {
+  ScratchDir dir("tryout-dropout");
+  dir.Write("train.sh", LaunchScript(""));
+  dir.Write("m.json", R"({"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4,
+    "num_hidden_layers": 2, "intermediate_size": 1024, "vocab_size": 1000,
+    "max_position_embeddings": 4096})");
+  const auto r = RunMemsim(dir, "run --megatron-args train.sh --device ascend-910b-64g --model m.json "
+                                "--no-chart --verbose");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("train.sh: --hidden-dropout not given: Megatron's default 0.1 taken") !=
+        std::string::npos);
+}
+
 }  // namespace
 }  // namespace memsim
