@@ -37,7 +37,8 @@ DevicePreset ReadDevice(const Document& doc) {
 internal::LocatedModel ReadModelDocument(const Document& d, Setup* s) {
   Source ms{d.label, {}};
   s->model_path = d.label;
-  return internal::ReadHfModel(ms, internal::ParseJson(d.text, d.label), "", &s->notes);
+  return internal::ReadHfModel(ms, internal::ParseJson(d.text, d.label), "", &s->notes,
+                                &s->warnings);
 }
 
 // The model: --model, or the config's "model" (a path relative to the config, a shipped model
@@ -64,7 +65,7 @@ internal::LocatedModel ReadModel(ObjectReader& top, const Document& config,
     Fail(top.At("model"), fmt::format("expected a path to a model file or an object, got {}",
                                       Describe(*model)));
   }
-  return internal::ReadHfModel(top.source(), *model, "/model", &s->notes);
+  return internal::ReadHfModel(top.source(), *model, "/model", &s->notes, &s->warnings);
 }
 
 // The device: --device, or the config's "device" (a preset name, a path or an inline object).

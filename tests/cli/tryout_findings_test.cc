@@ -98,6 +98,33 @@ TEST_CASE("tryout: a launch script's exports memsim models reach the setup; othe
                    "given)") != std::string::npos);
 }
 
+TEST_CASE("tryout: a near miss of a known key warns with did-you-mean", "[cli][tryout]") {
+  ScratchDir dir("tryout-typo");
+  dir.Write("m.json", R"({"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4,
+    "num_hidden_layers": 2, "intermediate_sise": 1024, "vocab_size": 1000,
+    "max_position_embeddings": 4096, "some_unrelated_field": 1})");
+  auto r = RunMemsim(dir, "validate --model m.json");
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("m.json: /intermediate_sise: not a key memsim reads, ignored (did you mean "
+                   "'intermediate_size'?") != std::string::npos);
+  CHECK(r.err.find("some_unrelated_field") == std::string::npos);  // a note, for --verbose only
+  dir.Write("adapter.json", R"({"peft_type": "LORA", "r": 8, "lora_alpa": 16,
+    "target_modules": ["q_proj"]})");
+  const std::string lora = kSource + "configs/llama3-8b-lora-rtx4090.json";
+  r = RunMemsim(dir, "validate " + lora + " --set training.adapter_config=" +
+                         (dir.path() / "adapter.json").string());
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("lora_alpa (did you mean 'lora_alpha'?)") != std::string::npos);
+  dir.Write("args.json", R"({"per_device_train_bach_size": 4, "max_steps": 1})");
+  dir.Write("hf.json", R"({"model": "llama3-8b", "device": "l40s-48g", "training": {
+    "framework": "hf-trainer", "training_args": "args.json", "max_seq_length": 256,
+    "torch_dtype": "bfloat16"}})");
+  r = RunMemsim(dir, "validate hf.json");
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("per_device_train_bach_size (did you mean 'per_device_train_batch_size'?)") !=
+        std::string::npos);
+}
+
 TEST_CASE("tryout: a script under --model keeps Megatron's dropout defaults", "[cli][tryout]") {
   ScratchDir dir("tryout-dropout");
   dir.Write("train.sh", LaunchScript(""));
