@@ -125,6 +125,17 @@ TEST_CASE("tryout: a near miss of a known key warns with did-you-mean", "[cli][t
         std::string::npos);
 }
 
+TEST_CASE("tryout: --capacity above the device's memory warns with both sizes", "[cli][tryout]") {
+  ScratchDir dir("tryout-capacity");
+  // 80GB = 80e9 B = 74.51 GiB; the default config's ascend-910b-64g holds 64 GiB.
+  const auto r = RunMemsim(dir, "run --iterations 1 --no-chart --capacity 80GB");
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("warning: --capacity: 74.51 GiB exceeds the total memory of device "
+                   "'ascend-910b-64g' (64.00 GiB") != std::string::npos);
+  const auto ok = RunMemsim(dir, "run --iterations 1 --no-chart --capacity 60GiB");
+  CHECK(ok.err.find("--capacity") == std::string::npos);
+}
+
 TEST_CASE("tryout: a script under --model keeps Megatron's dropout defaults", "[cli][tryout]") {
   ScratchDir dir("tryout-dropout");
   dir.Write("train.sh", LaunchScript(""));
