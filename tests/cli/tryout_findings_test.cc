@@ -149,5 +149,22 @@ TEST_CASE("tryout: a script under --model keeps Megatron's dropout defaults", "[
         std::string::npos);
 }
 
+TEST_CASE("tryout: explain says the allocator released the cache, not empty_cache()",
+          "[cli][tryout]") {
+  ScratchDir dir("tryout-explain");
+  // Llama-3-8B at TP1 DP8, seq 8192 on an H100: iteration 1's forward fills the card, a
+  // cudaMalloc fails, and the allocator frees its cached segments and retries (the config sets
+  // no empty_unused_memory_level, so nothing calls empty_cache()).
+  const auto r = RunMemsim(dir, "explain --model llama3-8b --device h100-80g --width 1000 "
+                                "--set training.tensor_model_parallel_size=1 "
+                                "--set training.data_parallel_size=8 --set training.seq_length=8192 "
+                                "--set training.global_batch_size=64");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("released by the caching allocator itself: a cudaMalloc failed, so it freed "
+                   "every cached unused segment and retried") != std::string::npos);
+  CHECK(r.out.find("empty_cache()\n") == std::string::npos);
+  CHECK(r.out.find("released by torch.cuda.empty_cache()") == std::string::npos);
+}
+
 }  // namespace
 }  // namespace memsim
