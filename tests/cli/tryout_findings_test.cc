@@ -136,6 +136,18 @@ TEST_CASE("tryout: --capacity above the device's memory warns with both sizes", 
   CHECK(ok.err.find("--capacity") == std::string::npos);
 }
 
+TEST_CASE("tryout: the LoRA header counts the adapters in the total and says what trains",
+          "[cli][tryout]") {
+  ScratchDir dir("tryout-lora");
+  const auto r = RunMemsim(dir, "run " + kSource + "configs/llama3-8b-lora-rtx4090.json --no-chart");
+  REQUIRE(r.exit_code == 0);
+  // Llama-3-8B: 8030261248. LoRA r=8 on q_proj (4096 -> 4096) and v_proj (4096 -> 1024):
+  // A is r x in, B is out x r: 8*4096 + 4096*8 + 8*4096 + 1024*8 = 106496 per layer, x 32 layers
+  // = 3407872; total 8033669120, trainable 3407872 / 8033669120 = 0.0424%.
+  CHECK(r.out.find("parameters: 8033669120 (8.03 B) total, 8033669120 (8.03 B) on this rank; "
+                   "trainable 3407872 (3.4 M), 0.0424%") != std::string::npos);
+}
+
 TEST_CASE("tryout: a script under --model keeps Megatron's dropout defaults", "[cli][tryout]") {
   ScratchDir dir("tryout-dropout");
   dir.Write("train.sh", LaunchScript(""));
