@@ -148,6 +148,19 @@ TEST_CASE("tryout: the LoRA header counts the adapters in the total and says wha
                    "trainable 3407872 (3.4 M), 0.0424%") != std::string::npos);
 }
 
+TEST_CASE("tryout: compare with --format auto refuses a pipe, saying why", "[cli][tryout]") {
+  ScratchDir dir("tryout-pipe");
+  const std::string profile = kSource + "tests/profile/data/memsim.csv";
+  auto r = RunMemsim(dir, "compare --simulated " + profile + " --profile /dev/stdin --no-chart < /dev/null");
+  // /dev/null is a character device, as a pipe is not a regular file.
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("/dev/stdin: not a regular file") != std::string::npos);
+  CHECK(r.err.find("--format") != std::string::npos);
+  r = RunMemsim(dir, "compare --simulated " + profile + " --profile /dev/stdin --format memsim-csv "
+                     "--no-chart < " + profile);
+  CHECK(r.exit_code == 0);
+}
+
 TEST_CASE("tryout: a script under --model keeps Megatron's dropout defaults", "[cli][tryout]") {
   ScratchDir dir("tryout-dropout");
   dir.Write("train.sh", LaunchScript(""));
