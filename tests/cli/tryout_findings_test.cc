@@ -161,6 +161,39 @@ TEST_CASE("tryout: compare with --format auto refuses a pipe, saying why", "[cli
   CHECK(r.exit_code == 0);
 }
 
+TEST_CASE("tryout: a profile 1024x below the simulation gets a note on its scale",
+          "[cli][tryout]") {
+  ScratchDir dir("tryout-scale");
+  const std::string sim = kSource + "tests/profile/data/memsim.csv";
+  // The same samples in KiB where bytes are expected: every value 1024x too small.
+  std::string scaled = "time_us,iteration,phase,allocated_bytes,reserved_bytes,active_bytes,device_bytes\n";
+  const std::string text = testing::ReadAll(sim);
+  size_t pos = text.find('\n', text.find("time_us")) + 1;
+  while (pos < text.size()) {
+    const size_t end = text.find('\n', pos);
+    std::string line = text.substr(pos, end - pos), out;
+    int field = 0;
+    size_t start = 0;
+    for (size_t i = 0; i <= line.size(); ++i) {
+      if (i < line.size() && line[i] != ',') continue;
+      std::string f = line.substr(start, i - start);
+      if (field >= 3 && !f.empty()) f = std::to_string(std::stoll(f) / 1024);
+      out += (field > 0 ? "," : "") + f;
+      ++field;
+      start = i + 1;
+    }
+    scaled += out + "\n";
+    pos = end == std::string::npos ? text.size() : end + 1;
+  }
+  dir.Write("kib.csv", scaled);
+  const auto r = RunMemsim(dir, "compare --simulated " + sim + " --profile kib.csv --no-chart");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("is 1024x smaller than the simulated one") != std::string::npos);
+  CHECK(r.out.find("another unit") != std::string::npos);
+  const auto same = RunMemsim(dir, "compare --simulated " + sim + " --profile " + sim + " --no-chart");
+  CHECK(same.out.find("another unit") == std::string::npos);
+}
+
 TEST_CASE("tryout: a script under --model keeps Megatron's dropout defaults", "[cli][tryout]") {
   ScratchDir dir("tryout-dropout");
   dir.Write("train.sh", LaunchScript(""));
