@@ -30,6 +30,11 @@ std::string KeyValue(const std::string& value) {
   if (value.starts_with('-')) {
     return fmt::format("expected KEY=VALUE, got the option '{}' (the KEY=VALUE is missing)", value);
   }
+  // `--set training.micro_batch_size 2` would otherwise take "2" as the config file.
+  if (value.find('=') == std::string::npos) {
+    return fmt::format("expected KEY=VALUE, got '{}' without '=' (write {}=VALUE as one word)",
+                       value, value);
+  }
   return "";
 }
 

@@ -37,7 +37,8 @@ void PrintWarnings(const config::Setup& setup);
 // with '-' other than "-" (standard input or output): CLI11 gives the option the next word
 // whatever it is, so `--json --no-chart` means the file name was left out.
 std::string NonEmpty(const std::string& value);
-// A CLI11 validator for --set: a value starting with '-' is the next option, not KEY=VALUE.
+// A CLI11 validator for --set: a value starting with '-' is the next option, and one without
+// '=' a KEY whose VALUE was written as the next word; both are refused.
 std::string KeyValue(const std::string& value);
 
 // The value of an int option the user did not give.

@@ -2,9 +2,13 @@
 // launch-script exports, near-miss keys and --capacity beyond the device. Each row runs the built
 // binary: bad input exits 2 with a message naming the flag, a doubtful one warns.
 #include <catch2/catch.hpp>
+#include <fmt/core.h>
+
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "cli/cli_test_util.h"
 
@@ -39,6 +43,8 @@ TEST_CASE("tryout: a file option followed by another option is a missing file na
        "--baseline: expected a file name, got the option '--update-baseline'"},
       {"replay --json x.json --csv --backend", "--csv: expected a file name, got the option"},
       {"validate --set --verbose", "--set: expected KEY=VALUE, got the option '--verbose'"},
+      {"run --set training.micro_batch_size 2",
+       "--set: expected KEY=VALUE, got 'training.micro_batch_size' without '='"},
   };
   for (const Row& row : rows) {
     INFO(row.args);
@@ -77,12 +83,22 @@ TEST_CASE("tryout: a launch script's exports memsim models reach the setup; othe
   const std::string json = testing::ReadAll(dir.path() / "out.json");
   // The allocator options of PYTORCH_NPU_ALLOC_CONF (torch_npu reads it on an NPU device).
   CHECK(json.find("\"expandable_segments\": true") != std::string::npos);
-  // HCCL_BUFFSIZE=50 (MiB), exported after it was set: 2 x 50 MiB per communicator
-  // (device/communicators.h HcclCommunicatorBytes), from the script's line 3.
-  CHECK(json.find("\"HCCL_BUFFSIZE\": 50") != std::string::npos);
-  CHECK(r.err.find("train.sh:4: export TORCH_NCCL_AVOID_RECORD_STREAMS: not modelled") !=
+  // HCCL_BUFFSIZE=50 (MiB), exported after it was set: a send and a receive buffer of 50 MiB per
+  // communicator (device/communicators.h HcclCommunicatorBytes) instead of the default 200 MiB,
+  // so the one DP communicator holds 2 x (200 - 50) MiB = 300 MiB less outside the allocator.
+  dir.Write("default.sh", LaunchScript("export PYTORCH_NPU_ALLOC_CONF=expandable_segments:True\n"));
+  REQUIRE(RunMemsim(dir, "run --megatron-args default.sh --device ascend-910b-64g "
+                         "--set model.vocab_size=1000 --no-chart --json default.json")
+              .exit_code == 0);
+  const auto outside = [&](const char* file) {
+    const auto j = nlohmann::json::parse(testing::ReadAll(dir.path() / file));
+    REQUIRE(j["num_communicators"] == 1);
+    return j["device_outside_allocator_bytes"].get<long long>();
+  };
+  CHECK(outside("default.json") - outside("out.json") == 300LL << 20);
+  CHECK(r.err.find("train.sh:5: export TORCH_NCCL_AVOID_RECORD_STREAMS: not modelled") !=
         std::string::npos);
-  CHECK(r.err.find("train.sh:6: export PYTORCH_CUDA_ALLOC_CONF: ignored (the npu allocator") !=
+  CHECK(r.err.find("train.sh:7: export PYTORCH_CUDA_ALLOC_CONF: ignored (the npu allocator") !=
         std::string::npos);
   CHECK(r.err.find("CUDA_DEVICE_MAX_CONNECTIONS") == std::string::npos);  // no memory effect
   // A bad value is named by its export line.
@@ -164,33 +180,26 @@ TEST_CASE("tryout: compare with --format auto refuses a pipe, saying why", "[cli
 TEST_CASE("tryout: a profile 1024x below the simulation gets a note on its scale",
           "[cli][tryout]") {
   ScratchDir dir("tryout-scale");
-  const std::string sim = kSource + "tests/profile/data/memsim.csv";
-  // The same samples in KiB where bytes are expected: every value 1024x too small.
-  std::string scaled = "time_us,iteration,phase,allocated_bytes,reserved_bytes,active_bytes,device_bytes\n";
-  const std::string text = testing::ReadAll(sim);
-  size_t pos = text.find('\n', text.find("time_us")) + 1;
-  while (pos < text.size()) {
-    const size_t end = text.find('\n', pos);
-    std::string line = text.substr(pos, end - pos), out;
-    int field = 0;
-    size_t start = 0;
-    for (size_t i = 0; i <= line.size(); ++i) {
-      if (i < line.size() && line[i] != ',') continue;
-      std::string f = line.substr(start, i - start);
-      if (field >= 3 && !f.empty()) f = std::to_string(std::stoll(f) / 1024);
-      out += (field > 0 ? "," : "") + f;
-      ++field;
-      start = i + 1;
-    }
-    scaled += out + "\n";
-    pos = end == std::string::npos ? text.size() : end + 1;
+  // Two iterations in bytes (1, 3, 2 GiB allocated; 2, 4 GiB reserved), and the same samples
+  // in KiB where bytes are expected: every value 1024x too small.
+  const std::string header = "time_us,iteration,phase,allocated_bytes,reserved_bytes\n";
+  std::string bytes = header, kib = header;
+  const long long gib = 1LL << 30;
+  const std::vector<std::vector<long long>> rows = {{0, 0, 1, 2}, {1000, 1, 3, 4}, {2000, 1, 2, 4},
+                                                    {3000, 2, 3, 4}, {4000, 2, 2, 4}};
+  for (const auto& v : rows) {
+    const char* phase = v[1] == 0 ? "init" : v[0] % 2000 == 0 ? "backward" : "forward";
+    bytes += fmt::format("{},{},{},{},{}\n", v[0], v[1], phase, v[2] * gib, v[3] * gib);
+    kib += fmt::format("{},{},{},{},{}\n", v[0], v[1], phase, v[2] * gib / 1024, v[3] * gib / 1024);
   }
-  dir.Write("kib.csv", scaled);
-  const auto r = RunMemsim(dir, "compare --simulated " + sim + " --profile kib.csv --no-chart");
+  const std::string sim = dir.Write("sim.csv", bytes).string();
+  dir.Write("kib.csv", kib);
+  const auto r = RunMemsim(dir, "compare --simulated " + sim + " --profile kib.csv --no-chart --width 1000");
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("is 1024x smaller than the simulated one") != std::string::npos);
   CHECK(r.out.find("another unit") != std::string::npos);
-  const auto same = RunMemsim(dir, "compare --simulated " + sim + " --profile " + sim + " --no-chart");
+  const auto same = RunMemsim(dir, "compare --simulated " + sim + " --profile sim.csv --no-chart");
+  CHECK(same.exit_code == 0);
   CHECK(same.out.find("another unit") == std::string::npos);
 }
 
