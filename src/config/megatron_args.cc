@@ -394,7 +394,9 @@ class Translator {
 };
 
 // The data-parallel size: the log's, or world / (TP × PP × CP) with the world from the launcher.
-void SetDataParallel(const MegatronLaunch& launch, Translator& t) {
+// --set training.data_parallel_size=N gives the world size where the launch does not (the
+// arguments after --), so it needs no warning.
+void SetDataParallel(const MegatronLaunch& launch, const LoadOptions& options, Translator& t) {
   const std::string where =
       launch.launch_line > 0 ? fmt::format("{}:{}", launch.label, launch.launch_line) : launch.label;
   if (t.log_dp_) {
@@ -402,9 +404,14 @@ void SetDataParallel(const MegatronLaunch& launch, Translator& t) {
     return;
   }
   if (!launch.nproc_per_node && !launch.nnodes) {
+    const bool set = std::any_of(options.overrides.begin(), options.overrides.end(), [](const std::string& o) {
+      return o.starts_with("training.data_parallel_size=");
+    });
+    if (set) return;
     t.warnings_.push_back(fmt::format("{}: the world size is not given (no --nproc_per_node / "
                                       "--nnodes, GPUS_PER_NODE, NPUS_PER_NODE or NNODES); "
-                                      "data_parallel_size 1 taken",
+                                      "data_parallel_size 1 taken (--set "
+                                      "training.data_parallel_size=N gives it)",
                                       where));
     return;
   }
@@ -571,7 +578,7 @@ Setup LoadSetupFromMegatron(const MegatronLaunch& launch, const LoadOptions& opt
     const std::int64_t gbs = g.is_number_integer() && g.get<std::int64_t>() > 0 ? g.get<std::int64_t>() : 1;
     t.TrainIters(std::max<std::int64_t>(1, *t.train_samples / gbs), t.train_samples_label);
   }
-  SetDataParallel(launch, t);
+  SetDataParallel(launch, options, t);
   if (options.device.empty()) {
     throw InputError(fmt::format("{}: a launch does not name its device; give --device NAME ({}) "
                                  "or a preset file",
