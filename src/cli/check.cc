@@ -63,7 +63,9 @@ int Check(const CheckArgs& a) {
   if (!a.baseline.empty() && !baseline_is_dir && a.configs.size() > 1) {
     throw InputError(
         fmt::format("--baseline {}: with several configs, name a directory of "
-                    "<config stem>.json reports",
+                    "<config stem>.json reports ({}; a trailing / names one that "
+                    "--update-baseline creates: --baseline {}/)",
+                    a.baseline, fs::exists(a.baseline) ? "it is a file" : "it does not exist",
                     a.baseline));
   }
   if (a.update_baseline && a.baseline.empty()) {

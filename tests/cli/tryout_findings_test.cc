@@ -233,5 +233,16 @@ TEST_CASE("tryout: explain says the allocator released the cache, not empty_cach
   CHECK(r.out.find("released by torch.cuda.empty_cache()") == std::string::npos);
 }
 
+TEST_CASE("tryout: check with several configs says how to name a new baseline directory",
+          "[cli][tryout]") {
+  ScratchDir dir("tryout-baseline");
+  const std::string configs = kSource + "configs/default.json " + kSource + "configs/default.json";
+  const auto r = RunMemsim(dir, "check " + configs + " --baseline bl --update-baseline");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--baseline bl: with several configs, name a directory of <config stem>.json "
+                   "reports (it does not exist; a trailing / names one that --update-baseline "
+                   "creates: --baseline bl/)") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace memsim
