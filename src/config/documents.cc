@@ -12,6 +12,7 @@
 #include <fmt/core.h>
 
 #include "config/embedded.h"
+#include "config/parts.h"
 #include "core/error.h"
 
 namespace memsim::config {
@@ -225,7 +226,27 @@ void ApplyOverride(const std::string& text, Json* root, Source* source) {
   if (dot == std::string::npos ||
       (section != "training" && section != "allocator" && !inline_model) ||
       dot + 1 == key.size()) {
-    throw InputError(fmt::format("{}: expected a key training.<name> or allocator.<name>", label));
+    // model.<key> on a model file: the training block's architecture keys override it (not
+    // under hf-trainer, which takes the model file as it is).
+    std::string hint;
+    const Json* training = root->contains("training") ? &(*root)["training"] : nullptr;
+    const bool hf_trainer = training != nullptr && training->is_object() &&
+                            training->value("framework", Json("")) == "hf-trainer";
+    if (section == "model" && dot != std::string::npos && dot + 1 < key.size()) {
+      const std::vector<std::string>& arch = MegatronArchitectureKeys();
+      const std::string name = key.substr(dot + 1);
+      hint = hf_trainer ? " (a model file is not edited by --set; give --model FILE with an "
+                          "edited copy)"
+             : std::find(arch.begin(), arch.end(), name) != arch.end()
+                 ? fmt::format(" (a model file is not edited by --set; write training.{}, which "
+                               "overrides it)",
+                               name)
+                 : " (a model file is not edited by --set; the training block's architecture "
+                   "keys override it, in Megatron's names: num_layers, hidden_size, "
+                   "ffn_hidden_size, num_attention_heads, num_query_groups, vocab_size, ...)";
+    }
+    throw InputError(
+        fmt::format("{}: expected a key training.<name> or allocator.<name>{}", label, hint));
   }
   const std::string name = key.substr(dot + 1);
   Json value;

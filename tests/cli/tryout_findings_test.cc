@@ -244,5 +244,23 @@ TEST_CASE("tryout: check with several configs says how to name a new baseline di
                    "creates: --baseline bl/)") != std::string::npos);
 }
 
+TEST_CASE("tryout: --set model.<key> on a model file points to the training key",
+          "[cli][tryout]") {
+  ScratchDir dir("tryout-setmodel");
+  auto r = RunMemsim(dir, "validate --set model.vocab_size=1000");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--set model.vocab_size=1000: expected a key training.<name> or "
+                   "allocator.<name> (a model file is not edited by --set; write "
+                   "training.vocab_size, which overrides it)") != std::string::npos);
+  r = RunMemsim(dir, "validate --set model.intermediate_size=1000");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("in Megatron's names: num_layers, hidden_size, ffn_hidden_size") !=
+        std::string::npos);  // hf-trainer takes the model file as it is.
+  r = RunMemsim(dir, "validate " + kSource + "configs/qwen2.5-7b-ddp8-h200.json --set model.vocab_size=1000");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("(a model file is not edited by --set; give --model FILE with an edited copy)") !=
+        std::string::npos);
+}
+
 }  // namespace
 }  // namespace memsim
