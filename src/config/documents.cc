@@ -201,7 +201,16 @@ Document FindModelDocument(const std::string& ref, const std::string& location, 
   }
   std::string label;
   const std::optional<Document> doc = ReadByPath(ref, from, &label);
-  if (!doc) Fail(location, fmt::format("cannot read model file '{}'", Printable(label)));
+  if (!doc) {
+    // A shipped config copied elsewhere keeps its "../models/NAME.json": name the shipped model.
+    const std::string stem = fs::path(ref).stem().string();
+    const bool shipped = FindEmbeddedDocument("models/" + stem + ".json").has_value();
+    const bool relative = from != nullptr && fs::path(ref).is_relative();
+    Fail(location,
+         fmt::format("cannot read model file '{}'{}{}", Printable(label),
+                     relative ? " (a relative path is read from the config's folder)" : "",
+                     shipped ? fmt::format("; the shipped model of that name is \"{}\"", stem) : ""));
+  }
   return *doc;
 }
 

@@ -262,5 +262,15 @@ TEST_CASE("tryout: --set model.<key> on a model file points to the training key"
         std::string::npos);
 }
 
+TEST_CASE("tryout: a copied shipped config whose model path breaks names the shipped model",
+          "[cli][tryout]") {
+  ScratchDir dir("tryout-copy");
+  dir.Write("copy.json", testing::ReadAll(kSource + "configs/llama3-8b-h100-tp1-dp8-selective.json"));
+  const auto r = RunMemsim(dir, "validate copy.json");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("/model: cannot read model file") != std::string::npos);
+  CHECK(r.err.find("; the shipped model of that name is \"llama3-8b\"") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace memsim
