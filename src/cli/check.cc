@@ -84,7 +84,9 @@ int Check(const CheckArgs& a) {
   if (!a.baseline.empty() && !baseline_is_dir && a.configs.size() > 1) {
     throw InputError(
         fmt::format("--baseline {}: with several configs, name a directory of "
-                    "<config stem>.json reports",
+                    "<config stem>.json reports ({}; a trailing / names one that "
+                    "--update-baseline creates: --baseline {}/)",
+                    a.baseline, fs::exists(a.baseline) ? "it is a file" : "it does not exist",
                     a.baseline));
   }
   if (a.update_baseline && a.baseline.empty()) {
@@ -166,7 +168,8 @@ Action AddCheckCommand(CLI::App& sub) {
                  "usable device memory, e.g. 60GiB (replaces the presets')");
   sub.add_option("--margin", a->margin, "required headroom, percent of usable memory (default 5)");
   sub.add_option("--baseline", a->baseline,
-                 "a previous `run --json` report, or a directory of <stem>.json");
+                 "a previous `run --json` report, or a directory of <stem>.json")
+      ->check(NonEmpty);
   sub.add_option("--tolerance", a->tolerance,
                  "allowed growth over the baseline, percent (default 1)");
   sub.add_flag("--update-baseline", a->update_baseline, "write the new reports as the baseline");

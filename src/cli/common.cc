@@ -15,7 +15,27 @@
 namespace memsim::cli {
 
 std::string NonEmpty(const std::string& value) {
-  return value.empty() ? "expected a path or a name, got an empty string" : "";
+  if (value.empty()) return "expected a path or a name, got an empty string";
+  // CLI11 gives an option its one value whatever it looks like, so `--json --no-chart` would
+  // write a file named "--no-chart": a value starting with '-' is the file name forgotten.
+  if (value.starts_with('-') && value != "-") {
+    return fmt::format("expected a file name, got the option '{}' (the file name is missing; "
+                       "write ./{} for a file of that name)",
+                       value, value);
+  }
+  return "";
+}
+
+std::string KeyValue(const std::string& value) {
+  if (value.starts_with('-')) {
+    return fmt::format("expected KEY=VALUE, got the option '{}' (the KEY=VALUE is missing)", value);
+  }
+  // `--set training.micro_batch_size 2` would otherwise take "2" as the config file.
+  if (value.find('=') == std::string::npos) {
+    return fmt::format("expected KEY=VALUE, got '{}' without '=' (write {}=VALUE as one word)",
+                       value, value);
+  }
+  return "";
 }
 
 std::string NotSentinel(const std::string& value) {
@@ -36,7 +56,8 @@ void AddConfigOptions(CLI::App& sub, ConfigArgs& args, bool with_iterations) {
   sub.add_option("--set", args.sets,
                  "override KEY=VALUE (training.<key> or allocator.<key>); one per --set, "
                  "repeat --set for more")
-      ->allow_extra_args(false);
+      ->allow_extra_args(false)
+      ->check(KeyValue);
   if (with_iterations) {
     sub.add_option("--iterations", args.iterations, "training iterations to simulate (train_iters)")
         ->check(NotSentinel);

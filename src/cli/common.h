@@ -33,8 +33,13 @@ config::Setup LoadSetupAndWarn(const std::string& config_path, const config::Loa
 void PrintWarnings(const config::Setup& setup);
 
 // A CLI11 validator for options that name a file or a preset: an empty value is an error, not
-// "not given" (`--json ""` would otherwise write nothing and exit 0).
+// "not given" (`--json ""` would otherwise write nothing and exit 0), and so is a value starting
+// with '-' other than "-" (standard input or output): CLI11 gives the option the next word
+// whatever it is, so `--json --no-chart` means the file name was left out.
 std::string NonEmpty(const std::string& value);
+// A CLI11 validator for --set: a value starting with '-' is the next option, and one without
+// '=' a KEY whose VALUE was written as the next word; both are refused.
+std::string KeyValue(const std::string& value);
 
 // The value of an int option the user did not give.
 inline constexpr int kNotGiven = -2147483647 - 1;

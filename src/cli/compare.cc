@@ -169,14 +169,16 @@ int RunCompare(const CompareArgs& a) {
 
 Action AddCompareCommand(CLI::App& sub) {
   auto a = std::make_shared<CompareArgs>();
-  sub.add_option("CONFIG", a->config, "training config to simulate");
+  sub.add_option("CONFIG", a->config, "training config to simulate")->check(NonEmpty);
   sub.add_option("--profile", a->profile, "the real profile: file, .gz file or *_ascend_pt folder")
-      ->required();
+      ->required()
+      ->check(NonEmpty);
   sub.add_option("--format", a->format,
                  "auto|torch-trace|torch-snapshot|npu-profiler|npu-mem|npu-smi|nvidia-smi|"
                  "megatron-log|memsim-csv (default auto: detected and reported)");
   sub.add_option("--simulated", a->simulated,
-                 "a simulated timeline (memsim-csv from `memsim run --csv`) instead of CONFIG");
+                 "a simulated timeline (memsim-csv from `memsim run --csv`) instead of CONFIG")
+      ->check(NonEmpty);
   sub.add_option("--pipeline-rank", a->pipeline_rank, "simulated stage to compare with (default 0)")
       ->check(CLI::NonNegativeNumber)
       ->check(NotSentinel);

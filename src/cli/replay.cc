@@ -272,7 +272,8 @@ Action AddReplayCommand(CLI::App& sub) {
   sub.add_option("TRACE", args->trace,
                  "allocator trace: CSV op,id,bytes,stream or a PyTorch "
                  "memory snapshot (JSON)")
-      ->required();
+      ->required()
+      ->check(NonEmpty);
   sub.add_option("--backend", args->backend, "allocator flavour: cuda (default) or npu")
       ->check(CLI::IsMember({"cuda", "npu"}));
   sub.add_option("--capacity", args->capacity,

@@ -46,7 +46,8 @@ Action AddValidateCommand(CLI::App& sub) {
   sub.add_option(
          "--set", args->sets,
          "override a training or allocator key: KEY=VALUE; one per --set, repeat --set for more")
-      ->allow_extra_args(false);
+      ->allow_extra_args(false)
+      ->check(KeyValue);
   sub.add_flag("--verbose", args->verbose, "list what was ignored or defaulted");
   return [args]() -> int {
     std::vector<std::string> configs = args->configs;

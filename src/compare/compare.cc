@@ -198,6 +198,30 @@ void SplitEvenly(Timeline& t, int count) {
   }
 }
 
+// A note when the two sides' overall peaks (allocated, else reserved, else device) differ by more
+// than 10x either way: errors that large (thousands of percent) say the profile is of another
+// job, rank or device, or in another unit, rather than how well memsim models this one. The
+// errors themselves are left as computed. "" when the peaks are within 10x or unknown.
+std::string ScaleNote(const Peaks& m, const Peaks& s) {
+  const std::pair<Bytes, Bytes> pairs[] = {{m.peak_allocated_bytes, s.peak_allocated_bytes},
+                                           {m.peak_reserved_bytes, s.peak_reserved_bytes},
+                                           {m.peak_device_bytes, s.peak_device_bytes}};
+  for (const auto& [mb, sb] : pairs) {
+    if (mb == timeline::kUnknownBytes || sb == timeline::kUnknownBytes) continue;
+    if (mb <= 0 || sb <= 0) return "";
+    const double ratio = static_cast<double>(mb) / static_cast<double>(sb);
+    if (ratio <= 10.0 && ratio >= 0.1) return "";
+    constexpr double kMiBd = 1024.0 * 1024.0;
+    return fmt::format(
+        "the measured peak ({:.1f} MiB) is {:.0f}x {} than the simulated one ({:.1f} MiB): the "
+        "profile looks like another job, rank or device, or another unit (bytes, KiB, MiB; "
+        "check --format and the columns), so its errors say little about this config",
+        static_cast<double>(mb) / kMiBd, ratio > 1 ? ratio : 1 / ratio,
+        ratio > 1 ? "larger" : "smaller", static_cast<double>(sb) / kMiBd);
+  }
+  return "";
+}
+
 bool HasIterations(const Timeline& t) {
   for (const Sample& s : t.samples) {
     if (s.iteration >= 1) return true;
@@ -351,7 +375,10 @@ Report Compare(const Timeline& measured_in, const Timeline& simulated, const Com
     r.alignment = n > 0 ? fmt::format("{} iterations detected from the periodic {} curve{}", n,
                                       HasCurve(m, Curve::kAllocated) ? "allocated" : "reserved",
                                       o.profile_iterations > 0 ? " (--profile-iterations)" : "")
-                        : "no iterations found in the profile: compared on peaks only";
+                        : o.profile_iterations > 0
+                            ? "no iterations found in the profile: compared on peaks only"
+                            : "no iterations found in the profile: compared on peaks only "
+                              "(--profile-iterations N says how many it covers)";
   } else if (o.profile_iterations > 0) {
     SplitEvenly(m, o.profile_iterations);
     r.alignment = fmt::format("device-level samples split into {} equal iterations "
@@ -504,6 +531,9 @@ Report Compare(const Timeline& measured_in, const Timeline& simulated, const Com
     if (!HasIterations(simulated)) r.notes.push_back("the simulated timeline has no iterations");
   }
   r.overall_error_pct = ErrorsOf(r.overall_measured, r.overall_simulated);
+  if (std::string n = ScaleNote(r.overall_measured, r.overall_simulated); !n.empty()) {
+    r.notes.push_back(std::move(n));
+  }
   if (!curve_errors.empty()) {
     r.overall_curve_error_pct =
         std::accumulate(curve_errors.begin(), curve_errors.end(), 0.0) / curve_errors.size();

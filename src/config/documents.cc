@@ -12,6 +12,7 @@
 #include <fmt/core.h>
 
 #include "config/embedded.h"
+#include "config/parts.h"
 #include "core/error.h"
 #include "core/read_file.h"
 
@@ -191,7 +192,16 @@ Document FindModelDocument(const std::string& ref, const std::string& location, 
   }
   std::string label;
   const std::optional<Document> doc = ReadByPath(ref, from, &label);
-  if (!doc) Fail(location, fmt::format("cannot read model file '{}'", Printable(label)));
+  if (!doc) {
+    // A shipped config copied elsewhere keeps its "../models/NAME.json": name the shipped model.
+    const std::string stem = fs::path(ref).stem().string();
+    const bool shipped = FindEmbeddedDocument("models/" + stem + ".json").has_value();
+    const bool relative = from != nullptr && fs::path(ref).is_relative();
+    Fail(location,
+         fmt::format("cannot read model file '{}'{}{}", Printable(label),
+                     relative ? " (a relative path is read from the config's folder)" : "",
+                     shipped ? fmt::format("; the shipped model of that name is \"{}\"", stem) : ""));
+  }
   return *doc;
 }
 
@@ -216,7 +226,27 @@ void ApplyOverride(const std::string& text, Json* root, Source* source) {
   if (dot == std::string::npos ||
       (section != "training" && section != "allocator" && !inline_model) ||
       dot + 1 == key.size()) {
-    throw InputError(fmt::format("{}: expected a key training.<name> or allocator.<name>", label));
+    // model.<key> on a model file: the training block's architecture keys override it (not
+    // under hf-trainer, which takes the model file as it is).
+    std::string hint;
+    const Json* training = root->contains("training") ? &(*root)["training"] : nullptr;
+    const bool hf_trainer = training != nullptr && training->is_object() &&
+                            training->value("framework", Json("")) == "hf-trainer";
+    if (section == "model" && dot != std::string::npos && dot + 1 < key.size()) {
+      const std::vector<std::string>& arch = MegatronArchitectureKeys();
+      const std::string name = key.substr(dot + 1);
+      hint = hf_trainer ? " (a model file is not edited by --set; give --model FILE with an "
+                          "edited copy)"
+             : std::find(arch.begin(), arch.end(), name) != arch.end()
+                 ? fmt::format(" (a model file is not edited by --set; write training.{}, which "
+                               "overrides it)",
+                               name)
+                 : " (a model file is not edited by --set; the training block's architecture "
+                   "keys override it, in Megatron's names: num_layers, hidden_size, "
+                   "ffn_hidden_size, num_attention_heads, num_query_groups, vocab_size, ...)";
+    }
+    throw InputError(
+        fmt::format("{}: expected a key training.<name> or allocator.<name>{}", label, hint));
   }
   const std::string name = key.substr(dot + 1);
   if (const size_t inner = name.find('.'); inner != std::string::npos) {

@@ -215,6 +215,9 @@ void ReadLora(ObjectReader& a, TrainingConfig& c, std::vector<std::string>* note
   for (const std::string& key : a.Unread()) {
     if (std::find(kLoraKeys.begin(), kLoraKeys.end(), key) == kLoraKeys.end()) {
       unknown += (unknown.empty() ? "" : ", ") + key;
+      if (const std::string guess = a.NearMiss(key, kLoraKeys); !guess.empty()) {
+        unknown += fmt::format(" (did you mean '{}'?)", guess);
+      }
     }
   }
   if (!unknown.empty()) {

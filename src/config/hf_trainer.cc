@@ -641,7 +641,12 @@ TrainingConfig ReadHfTrainer(ObjectReader& t, const Document& config,
   TrainingConfig c = ReadFromArgs(Readers{args, t, config}, notes, warnings, &extras->lora_modules);
   // Fields of a newer or older transformers than memsim's list: one warning naming them.
   std::string unknown;
-  for (const std::string& key : args.Unread()) unknown += (unknown.empty() ? "" : ", ") + key;
+  for (const std::string& key : args.Unread()) {
+    unknown += (unknown.empty() ? "" : ", ") + key;
+    if (const std::string guess = args.NearMiss(key); !guess.empty()) {
+      unknown += fmt::format(" (did you mean '{}'?)", guess);
+    }
+  }
   if (!unknown.empty()) {
     warnings->push_back(fmt::format("{}: TrainingArguments fields memsim does not know, ignored: {}",
                                     doc.label, unknown));

@@ -704,8 +704,10 @@ class ScriptReader {
     }
     const std::string cmd = First(words[i]);
     if (IsDeclaration(words)) {
+      const bool exported = First(words[0]) == "export";
       for (size_t k = 1; k < words.size(); ++k) {
         if (!words[k].assign_name.empty()) Assign(words[k]);
+        if (exported) Export(words[k]);
       }
       return;
     }
@@ -722,7 +724,22 @@ class ScriptReader {
         fields.emplace_back(w.fields[j], known ? w.field_lines[j][0] : w.line);
       }
     }
-    MaybeTrainingCommand(fields);
+    if (MaybeTrainingCommand(fields)) {
+      for (size_t k = 0; k < i; ++k) Export(words[k]);  // NAME=value torchrun ...
+    }
+  }
+
+  // Records `export NAME=value` / `export NAME` (a variable set before) as the environment.
+  void Export(const Word& w) {
+    std::string name = w.assign_name;
+    if (name.empty() && w.fields.size() == 1 && !w.fields[0].empty() && IsNameStart(w.fields[0][0])) {
+      name = w.fields[0];
+    }
+    const auto it = vars_.find(name);
+    if (name.empty() || it == vars_.end()) return;
+    std::string value;
+    for (const std::string& f : it->second) value += (value.empty() ? "" : " ") + f;
+    out_.exports.push_back({name, value, w.line});
   }
 
   // ---- the training command ----
@@ -734,7 +751,8 @@ class ScriptReader {
             f[i + 2].first == "torch.distributed.launch");
   }
 
-  void MaybeTrainingCommand(const std::vector<std::pair<std::string, int>>& f) {
+  // True when `f` is the training command (the first one, read into out_).
+  bool MaybeTrainingCommand(const std::vector<std::pair<std::string, int>>& f) {
     size_t script = f.size();
     for (size_t k = 0; k < f.size(); ++k) {
       if (f[k].first.ends_with(".py") && !(k > 0 && f[k - 1].first == "-m")) {
@@ -742,19 +760,20 @@ class ScriptReader {
         break;
       }
     }
-    if (script == f.size()) return;
+    if (script == f.size()) return false;
     const bool launcher = IsLauncher(f, 0);
     const std::string first = std::filesystem::path(f[0].first).filename().string();
-    if (!launcher && !first.starts_with("python") && script != 0) return;
+    if (!launcher && !first.starts_with("python") && script != 0) return false;
     if (found_) {
       Warn(f[0].second, fmt::format("a second training command; the first (line {}) is read",
                                     out_.launch_line));
-      return;
+      return false;
     }
     found_ = true;
     out_.launch_line = f[0].second;
     if (launcher) ReadLauncherOptions(f, script);
     for (size_t k = script + 1; k < f.size(); ++k) AddArgumentWord(f[k].first, f[k].second);
+    return true;
   }
 
   void ReadLauncherOptions(const std::vector<std::pair<std::string, int>>& f, size_t end) {

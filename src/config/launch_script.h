@@ -41,6 +41,16 @@ struct MegatronLaunch {
   std::vector<std::string> warnings;
   // Values the script defaulted (`${VAR:-x}` with VAR unset), for --verbose.
   std::vector<std::string> notes;
+  // The environment the script gives the training process: `export NAME=value`, `export NAME`
+  // of a variable set before, and `NAME=value` words before the training command; in order of
+  // the lines (a later one for the same name wins). Scripts only.
+  struct Export {
+    std::string name;
+    std::string value;
+    int line = 0;
+    bool operator==(const Export&) const = default;
+  };
+  std::vector<Export> exports;
 };
 
 // Reads a launch script. Throws InputError "<label>:<line>: ..." when the text cannot be read as

@@ -37,7 +37,8 @@ DevicePreset ReadDevice(const Document& doc) {
 internal::LocatedModel ReadModelDocument(const Document& d, Setup* s) {
   Source ms{d.label, {}};
   s->model_path = d.label;
-  return internal::ReadHfModel(ms, internal::ParseJson(d.text, d.label), "", &s->notes);
+  return internal::ReadHfModel(ms, internal::ParseJson(d.text, d.label), "", &s->notes,
+                                &s->warnings);
 }
 
 // The model: --model, or the config's "model" (a path relative to the config, a shipped model
@@ -64,7 +65,7 @@ internal::LocatedModel ReadModel(ObjectReader& top, const Document& config,
     Fail(top.At("model"), fmt::format("expected a path to a model file or an object, got {}",
                                       Describe(*model)));
   }
-  return internal::ReadHfModel(top.source(), *model, "/model", &s->notes);
+  return internal::ReadHfModel(top.source(), *model, "/model", &s->notes, &s->warnings);
 }
 
 // The device: --device, or the config's "device" (a preset name, a path or an inline object).
@@ -110,6 +111,15 @@ void ReadAllocatorSection(ObjectReader& top, const LoadOptions& options, Setup* 
     }
     s->notes.push_back(fmt::format("--capacity: usable memory {} bytes instead of the preset's {}",
                                    *options.capacity_bytes, s->device.usable_memory_bytes));
+    // A natural slip is the card's marketing size ("80GB"): more than the card holds.
+    const Bytes total = s->device.total_memory_bytes;
+    if (total > 0 && *options.capacity_bytes > total) {
+      s->warnings.push_back(fmt::format(
+          "--capacity: {:.2f} GiB exceeds the total memory of device '{}' ({:.2f} GiB; its preset "
+          "leaves {:.2f} GiB usable); the run is simulated with more memory than the card has",
+          static_cast<double>(*options.capacity_bytes) / kGiB, s->device.name,
+          static_cast<double>(total) / kGiB, static_cast<double>(s->device.usable_memory_bytes) / kGiB));
+    }
     s->device.usable_memory_bytes = *options.capacity_bytes;
   }
   s->allocator.capacity_bytes = s->device.usable_memory_bytes;

@@ -394,7 +394,9 @@ class Translator {
 };
 
 // The data-parallel size: the log's, or world / (TP × PP × CP) with the world from the launcher.
-void SetDataParallel(const MegatronLaunch& launch, Translator& t) {
+// --set training.data_parallel_size=N gives the world size where the launch does not (the
+// arguments after --), so it needs no warning.
+void SetDataParallel(const MegatronLaunch& launch, const LoadOptions& options, Translator& t) {
   const std::string where =
       launch.launch_line > 0 ? fmt::format("{}:{}", launch.label, launch.launch_line) : launch.label;
   if (t.log_dp_) {
@@ -402,9 +404,14 @@ void SetDataParallel(const MegatronLaunch& launch, Translator& t) {
     return;
   }
   if (!launch.nproc_per_node && !launch.nnodes) {
+    const bool set = std::any_of(options.overrides.begin(), options.overrides.end(), [](const std::string& o) {
+      return o.starts_with("training.data_parallel_size=");
+    });
+    if (set) return;
     t.warnings_.push_back(fmt::format("{}: the world size is not given (no --nproc_per_node / "
                                       "--nnodes, GPUS_PER_NODE, NPUS_PER_NODE or NNODES); "
-                                      "data_parallel_size 1 taken",
+                                      "data_parallel_size 1 taken (--set "
+                                      "training.data_parallel_size=N gives it)",
                                       where));
     return;
   }
@@ -447,6 +454,112 @@ Json ModelFromArguments(const MegatronLaunch& launch, const Translator& t, const
   return m;
 }
 
+// Megatron's argument defaults where a --model file would otherwise give its own: a script that
+// leaves out --hidden-dropout / --attention-dropout runs with 0.1 (megatron/training/arguments.py
+// _add_regularization_args), whatever dropout the Hugging Face file says (Llama's is 0). A log
+// prints the values used; without --model the inline GPT-2 model's defaults are 0.1 already.
+void MegatronDropoutDefaults(const MegatronLaunch& launch, const LoadOptions& options,
+                             Translator& t) {
+  if (launch.kind == MegatronLaunch::Kind::kLog || options.model_path.empty()) return;
+  for (const auto& [flag, key] : {std::pair{"--hidden-dropout", "hidden_dropout"},
+                                  std::pair{"--attention-dropout", "attention_dropout"}}) {
+    if (t.training.contains(key)) continue;
+    t.Set(key, 0.1, fmt::format("{}: {} (Megatron's default 0.1)", launch.label, flag));
+    t.notes_.push_back(fmt::format("{}: {} not given: Megatron's default 0.1 taken, not the model "
+                                   "file's dropout",
+                                   launch.label, flag));
+  }
+}
+
+// ---- the launch environment (MegatronLaunch::exports) ----
+
+// Exported variables memsim models as training.env keys (docs/config.md; training.cc
+// ReadOutsideAllocator reads and checks them); `integer` ones are numbers there.
+struct EnvKey {
+  std::string_view name;
+  bool integer;
+};
+constexpr EnvKey kTrainingEnv[] = {{"NCCL_BUFFSIZE", true},
+                                   {"NCCL_NVLS_ENABLE", true},
+                                   {"HCCL_BUFFSIZE", true},
+                                   {"CUDA_MODULE_LOADING", false}};
+
+// Exported variables known to change device memory that memsim does not model, with what they
+// change. Any other export (paths, ports, logging) is silent.
+struct UnmodelledEnv {
+  std::string_view name;
+  std::string_view why;
+};
+constexpr UnmodelledEnv kUnmodelledEnv[] = {
+    {"PYTORCH_NO_CUDA_MEMORY_CACHING",
+     "turns the CUDA caching allocator off (c10/cuda/CUDACachingAllocator.cpp); memsim models "
+     "the caching allocator"},
+    {"PYTORCH_NO_NPU_MEMORY_CACHING",
+     "turns torch_npu's caching allocator off; memsim models the caching allocator"},
+    {"PYTORCH_ALLOC_CONF",
+     "the allocator options under PyTorch's device-generic name; memsim reads "
+     "PYTORCH_CUDA_ALLOC_CONF / PYTORCH_NPU_ALLOC_CONF, or give --set allocator.alloc_conf=..."},
+    {"TORCH_NCCL_AVOID_RECORD_STREAMS",
+     "ProcessGroupNCCL keeps a collective's tensors until wait() instead of record_stream, which "
+     "moves when their blocks are freed"},
+    {"MULTI_STREAM_MEMORY_REUSE", "torch_npu's reuse of blocks freed on another stream"},
+    {"NCCL_MAX_NCHANNELS", "NCCL's channel count, which its buffers scale with; memsim takes the "
+                           "preset's nccl.coll_channels"},
+    {"NCCL_MIN_NCHANNELS", "NCCL's channel count, which its buffers scale with; memsim takes the "
+                           "preset's nccl.coll_channels"},
+    {"NCCL_RUNTIME_CONNECT",
+     "NCCL >= 2.22 connects only the algorithms used; memsim counts every connection"},
+};
+
+// The backend of the --device preset ("npu" or "cuda"), to tell which *_ALLOC_CONF it reads.
+std::string DeviceBackend(const LoadOptions& options) {
+  const internal::Document d = internal::FindDeviceDocument(
+      options.device, "--device " + Printable(options.device), nullptr);
+  const Json j = internal::ParseJson(d.text, d.label);
+  return j.is_object() && j.value("allocator_backend", "") == "npu" ? "npu" : "cuda";
+}
+
+// The exports memsim models become training.env keys and allocator.alloc_conf, each labelled
+// "<script>:<line>: export NAME"; the rest known to change memory are warnings. The command
+// line wins: with any --set allocator.<key>, the script's allocator options are not used.
+void ApplyExports(const MegatronLaunch& launch, const LoadOptions& options, Translator& t,
+                  Json* allocator) {
+  std::map<std::string, const MegatronLaunch::Export*> last;
+  for (const MegatronLaunch::Export& e : launch.exports) last[e.name] = &e;
+  const std::string backend = launch.exports.empty() ? "" : DeviceBackend(options);
+  for (const auto& [name, e] : last) {
+    const std::string label = fmt::format("{}:{}: export {}", launch.label, e->line, name);
+    for (const EnvKey& k : kTrainingEnv) {
+      if (k.name != name) continue;
+      std::int64_t n = 0;
+      const auto [end, ec] = std::from_chars(e->value.data(), e->value.data() + e->value.size(), n);
+      const bool number = k.integer && !e->value.empty() && ec == std::errc() &&
+                          end == e->value.data() + e->value.size();
+      t.training["env"][name] = number ? Json(n) : Json(e->value);
+      t.labels["/training/env/" + name] = label;
+    }
+    for (const UnmodelledEnv& u : kUnmodelledEnv) {
+      if (u.name == name) t.warnings_.push_back(fmt::format("{}: not modelled ({})", label, u.why));
+    }
+    const bool cuda_conf = name == "PYTORCH_CUDA_ALLOC_CONF";
+    if (!cuda_conf && name != "PYTORCH_NPU_ALLOC_CONF") continue;
+    if ((backend == "npu") == cuda_conf) {
+      t.warnings_.push_back(fmt::format("{}: ignored (the {} allocator of device '{}' reads {})",
+                                        label, backend, Printable(options.device),
+                                        cuda_conf ? "PYTORCH_NPU_ALLOC_CONF" : "PYTORCH_CUDA_ALLOC_CONF"));
+      continue;
+    }
+    const bool overridden = std::any_of(options.overrides.begin(), options.overrides.end(),
+                                        [](const std::string& o) { return o.starts_with("allocator."); });
+    if (overridden) {
+      t.warnings_.push_back(fmt::format("{}: not used (--set allocator.<key> given)", label));
+      continue;
+    }
+    (*allocator)["alloc_conf"] = e->value;
+    t.labels["/allocator/alloc_conf"] = label;
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> ModelledMegatronFlags() {
@@ -465,13 +578,17 @@ Setup LoadSetupFromMegatron(const MegatronLaunch& launch, const LoadOptions& opt
     const std::int64_t gbs = g.is_number_integer() && g.get<std::int64_t>() > 0 ? g.get<std::int64_t>() : 1;
     t.TrainIters(std::max<std::int64_t>(1, *t.train_samples / gbs), t.train_samples_label);
   }
-  SetDataParallel(launch, t);
+  SetDataParallel(launch, options, t);
   if (options.device.empty()) {
     throw InputError(fmt::format("{}: a launch does not name its device; give --device NAME ({}) "
                                  "or a preset file",
                                  launch.label, internal::KnownDevices()));
   }
+  MegatronDropoutDefaults(launch, options, t);
+  Json allocator = Json::object();
+  ApplyExports(launch, options, t, &allocator);
   Json root = {{"model", ModelFromArguments(launch, t, options)}, {"training", t.training}};
+  if (!allocator.empty()) root["allocator"] = allocator;
   internal::Source source{launch.label, t.labels};
   LoadOptions rest = options;
   rest.model_path.clear();  // already in root
@@ -486,8 +603,11 @@ Setup LoadSetupFromMegatron(const MegatronLaunch& launch, const LoadOptions& opt
   internal::Document doc{launch.label, "", false, ""};
   if (!options.model_path.empty()) rest.model_path = options.model_path;
   Setup s = internal::LoadParsedConfig(doc, root, source, rest);
-  s.warnings = launch.warnings;
-  s.warnings.insert(s.warnings.end(), t.warnings_.begin(), t.warnings_.end());
+  // The reader's and translator's warnings first, then the loader's (near-miss model keys,
+  // --capacity).
+  std::vector<std::string> warnings = launch.warnings;
+  warnings.insert(warnings.end(), t.warnings_.begin(), t.warnings_.end());
+  s.warnings.insert(s.warnings.begin(), warnings.begin(), warnings.end());
   s.notes.insert(s.notes.begin(), t.notes_.begin(), t.notes_.end());
   s.notes.insert(s.notes.begin(), launch.notes.begin(), launch.notes.end());
   return s;

@@ -360,7 +360,7 @@ void ReadEncoder(ObjectReader& r, LocatedModel& out) {
 }  // namespace
 
 LocatedModel ReadHfModel(const Source& source, const Json& object, const std::string& pointer,
-                         std::vector<std::string>* notes) {
+                         std::vector<std::string>* notes, std::vector<std::string>* warnings) {
   ObjectReader r(source, object, pointer);
   LocatedModel out;
   const Family& fam = FindFamily(r);
@@ -369,7 +369,13 @@ LocatedModel ReadHfModel(const Source& source, const Json& object, const std::st
   ReadArchitecture(r, fam, out, notes);
   ReadEncoder(r, out);
   for (const std::string& key : r.Unread()) {
-    notes->push_back(fmt::format("{}: ignored (not used by memsim)", r.At(key)));
+    if (const std::string guess = r.NearMiss(key); !guess.empty()) {
+      warnings->push_back(fmt::format("{}: not a key memsim reads, ignored (did you mean '{}'? "
+                                      "its default is taken)",
+                                      r.At(key), guess));
+    } else {
+      notes->push_back(fmt::format("{}: ignored (not used by memsim)", r.At(key)));
+    }
   }
   return out;
 }

@@ -23,10 +23,11 @@ struct LocatedModel {
 };
 
 // Reads a Hugging Face config.json object (at `pointer` of `source`). Keys absent take the
-// default of the model_type; unused keys are appended to `notes`. Mixture-of-experts and
-// encoder models are UnsupportedError.
+// default of the model_type; unused keys are appended to `notes`, or to `warnings` with "did you
+// mean" when one is a near miss of a key memsim reads (a typo would silently take the default).
+// Mixture-of-experts and encoder models are UnsupportedError.
 LocatedModel ReadHfModel(const Source& source, const Json& object, const std::string& pointer,
-                         std::vector<std::string>* notes);
+                         std::vector<std::string>* notes, std::vector<std::string>* warnings);
 
 // Applies the Megatron architecture arguments present in the training block (num_layers,
 // hidden_size, ffn_hidden_size, swiglu, normalization, ...): the training config wins.

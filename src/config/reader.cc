@@ -401,6 +401,17 @@ std::vector<std::string> ObjectReader::Unread() const {
   return out;
 }
 
+std::string ObjectReader::NearMiss(std::string_view key, const std::vector<std::string>& more) const {
+  std::vector<std::string> absent;
+  for (const std::string& k : read_) {
+    if (!object_.contains(k)) absent.push_back(k);
+  }
+  for (const std::string& k : more) {
+    if (!object_.contains(k)) absent.push_back(k);
+  }
+  return ClosestMatch(key, absent);
+}
+
 void ObjectReader::RejectUnknown(const std::vector<std::string>& known) const {
   for (auto it = object_.begin(); it != object_.end(); ++it) {
     const std::string& key = it.key();

@@ -95,6 +95,10 @@ class ObjectReader {
   // Fails on the first key (in sorted order) not in `known` and not a '_' comment:
   // "unknown key (did you mean 'x'?)" with the closest of `known`.
   void RejectUnknown(const std::vector<std::string>& known) const;
+  // For a key memsim does not read: the closest (ClosestMatch) of the keys it asked this object
+  // for (read or skipped) and of `more`, not counting those the object holds; "" when none is
+  // close. "intermediate_sise" -> "intermediate_size".
+  std::string NearMiss(std::string_view key, const std::vector<std::string>& more = {}) const;
   // Marks `key` read without interpreting it.
   void Skip(std::string_view key) { read_.insert(std::string(key)); }
 

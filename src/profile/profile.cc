@@ -1,6 +1,7 @@
 #include "profile/profile.h"
 
 #include <array>
+#include <filesystem>
 
 #include <fmt/core.h>
 
@@ -109,6 +110,17 @@ Detection DetectFormat(const std::string& path) {
       return {Format::kNpuProfiler, "a *_ascend_pt folder (torch_npu profiler)"};
     }
     return {Format::kNpuProfiler, "a folder (read as torch_npu profiler output: ASCEND_PROFILER_OUTPUT/*.csv)"};
+  }
+  // A pipe (/dev/stdin, <(...)) can be read only once: the bytes detection reads would be gone
+  // before the reader starts.
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (!ec && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    throw InputError(fmt::format(
+        "{}: not a regular file (a pipe or device); --format auto detects the format from the "
+        "first bytes, which a pipe cannot give twice: name the format with --format (e.g. "
+        "--format memsim-csv) or save the profile to a file",
+        path));
   }
   const std::string head = internal::ReadHead(path, 64 * 1024);
   if (internal::Trim(head).empty()) {

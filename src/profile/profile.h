@@ -66,7 +66,8 @@ struct Detection {
 
 // Guesses the format of `path` (a file, a .gz file, or a directory) from its name and first
 // bytes. Throws InputError "<path>: cannot tell the profile format: ..." when nothing matches,
-// and when the file cannot be read.
+// when the file cannot be read, and "<path>: not a regular file ..." for a pipe or device (its
+// first bytes cannot be read twice; --format names the format instead).
 Detection DetectFormat(const std::string& path);
 
 // The same decision from a file name and its first (decompressed) bytes; no I/O. Returns

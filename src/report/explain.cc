@@ -35,7 +35,8 @@ class ExplainObserver final : public engine::Observer {
     }
     if (b.reserved_bytes != last_reserved_) {
       f.reserved_changes.push_back(
-          {op.iteration, op.phase, op.micro_batch, op.name, b.reserved_bytes - last_reserved_});
+          {op.iteration, op.phase, op.micro_batch, op.name, b.reserved_bytes - last_reserved_,
+           op.empty_cache && !b.at_start});
       last_reserved_ = b.reserved_bytes;
     }
     const timeline::SpanSummary& s = recorder_.spans().back();
@@ -243,8 +244,32 @@ std::string ActivationSentence(const timeline::SpanSummary& s, const SpanFacts& 
   return out;
 }
 
-std::string ReservedSentence(const timeline::SpanSummary& s, const SpanFacts& f, bool cuda) {
-  Bytes grown = 0, released = 0;
+// Where reserved memory went back to the device: the program's empty_cache() calls, or the
+// caching allocator's own release. When a device allocation fails, DeviceCachingAllocator::malloc
+// frees every cached unused segment and retries (PyTorch c10/cuda/CUDACachingAllocator.cpp
+// release_cached_blocks after alloc_block fails; torch_npu NPUCachingAllocator.cpp the same);
+// with garbage_collection_threshold it also frees old cached blocks before allocating
+// (garbage_collect_cached_blocks).
+std::string ReleasedClause(Bytes by_empty_cache, Bytes by_allocator, bool cuda, bool gc) {
+  std::string out;
+  if (by_empty_cache > 0) {
+    out += fmt::format("; {} released by {}", HumanBytes(by_empty_cache),
+                       cuda ? "torch.cuda.empty_cache()" : "torch.npu.empty_cache()");
+  }
+  if (by_allocator > 0) {
+    out += fmt::format(
+        "; {} released by the caching allocator itself: {}", HumanBytes(by_allocator),
+        gc ? "garbage_collection_threshold frees old cached blocks, and a failed device "
+             "allocation frees every cached unused segment before its retry"
+           : fmt::format("a {} failed, so it freed every cached unused segment and retried "
+                         "(no empty_cache() call)",
+                         cuda ? "cudaMalloc" : "aclrtMalloc"));
+  }
+  return out;
+}
+
+std::string ReservedSentence(const timeline::SpanSummary& s, const SpanFacts& f, bool cuda, bool gc) {
+  Bytes grown = 0, released = 0, released_by_empty_cache = 0;
   int grow_ops = 0;
   const ReservedChange* largest = nullptr;
   for (const ReservedChange& c : f.reserved_changes) {
@@ -252,6 +277,8 @@ std::string ReservedSentence(const timeline::SpanSummary& s, const SpanFacts& f,
       grown += c.bytes;
       ++grow_ops;
       if (!largest || c.bytes > largest->bytes) largest = &c;
+    } else if (c.empty_cache) {
+      released_by_empty_cache -= c.bytes;
     } else {
       released -= c.bytes;
     }
@@ -264,10 +291,7 @@ std::string ReservedSentence(const timeline::SpanSummary& s, const SpanFacts& f,
                       HumanBytes(grown), grow_ops, grow_ops == 1 ? "" : "s", HumanBytes(largest->bytes),
                       largest->op, Where(largest->phase, largest->micro_batch));
   }
-  if (released > 0) {
-    out += fmt::format("; {} released by {}", HumanBytes(released),
-                       cuda ? "torch.cuda.empty_cache()" : "torch.npu.empty_cache()");
-  }
+  out += ReleasedClause(released_by_empty_cache, released, cuda, gc);
   out += fmt::format("; at the allocated peak {} of {} reserved is cached, not allocated",
                      HumanBytes(f.reserved_at_peak_bytes - s.peak_allocated_bytes),
                      HumanBytes(f.reserved_at_peak_bytes));
@@ -455,7 +479,9 @@ std::string FormatExplanation(const config::Setup& setup, const ExplainFacts& x,
     } else {
       Wrapped(&out, ActivationSentence(s, f), 2, width);
     }
-    Wrapped(&out, ReservedSentence(s, f, cuda), 2, width);
+    Wrapped(&out,
+            ReservedSentence(s, f, cuda, setup.allocator.garbage_collection_threshold > 0.0), 2,
+            width);
     const std::string device = DeviceSentence(x, s, f);
     if (!device.empty()) Wrapped(&out, device, 2, width);
   }

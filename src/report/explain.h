@@ -18,14 +18,16 @@
 
 namespace memsim::report {
 
-// One op at which reserved changed: new segments mapped (bytes > 0) or released by empty_cache
-// (bytes < 0).
+// One op at which reserved changed: new segments mapped (bytes > 0) or segments released
+// (bytes < 0): by the op's torch.cuda.empty_cache() (`empty_cache`), else by the allocator itself
+// (the retry after a failed device allocation, or garbage_collection_threshold).
 struct ReservedChange {
   int iteration = 0;
   Phase phase = Phase::kInit;
   int micro_batch = -1;
   std::string op;
   Bytes bytes = 0;
+  bool empty_cache = false;
 };
 
 // A communicator created by its group's first collective.

@@ -320,10 +320,15 @@ std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& s
       OptimizerDetail(t), RecomputeDetail(t));
   out += SkippedStepsLines(t);
   const engine::StageResult& stage = run.Reported();
-  out += fmt::format(
-      "  parameters: {} total, {} on this rank\n",
-      ParameterCount(workload::TotalParameterCount(setup)),
-      ParameterCount(workload::ComputeStaticSizes(setup, stage.pipeline_rank).parameter_count));
+  const workload::ParameterCounts counts = workload::TotalParameterCounts(setup);
+  out += fmt::format("  parameters: {} total, {} on this rank", ParameterCount(counts.total),
+                     ParameterCount(workload::ComputeStaticSizes(setup, stage.pipeline_rank).parameter_count));
+  // With PEFT most are frozen: the trainable share, as print_trainable_parameters says it.
+  if (counts.trainable != counts.total) {
+    out += fmt::format("; trainable {}, {:.4f}%", ParameterCount(counts.trainable),
+                       100.0 * static_cast<double>(counts.trainable) / static_cast<double>(counts.total));
+  }
+  out += "\n";
   const bool npu = setup.device.allocator_backend == alloc::Backend::kNpu;
   out +=
       fmt::format("  reported: pipeline stage {} of {}{}\n", stage.pipeline_rank, run.stages.size(),

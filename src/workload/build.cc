@@ -137,7 +137,7 @@ StaticSizes ComputeStaticSizes(const config::Setup& setup, int pipeline_rank) {
   return out;
 }
 
-std::int64_t TotalParameterCount(const config::Setup& setup) {
+ParameterCounts TotalParameterCounts(const config::Setup& setup) {
   config::Setup one = setup;
   config::TrainingConfig& t = one.training;
   t.tensor_model_parallel_size = 1;
@@ -145,10 +145,14 @@ std::int64_t TotalParameterCount(const config::Setup& setup) {
   t.context_parallel_size = 1;
   t.num_layers_per_virtual_pipeline_stage = 0;
   t.sequence_parallel = false;
-  std::int64_t n = 0;
   // Transformers' layers (Gemma2's four norms, Phi3's fused projections) count their own.
   const DecoderLayer layer = UsesHfDecoder(one) ? DecoderLayer::ForSetup(one) : DecoderLayer::Dense();
-  for (const ParamTensor& pt : StageParams(one, 0, layer)) n += pt.numel;
+  PeftKernels peft;
+  ParameterCounts n;
+  for (const ParamTensor& pt : MakeRankParams(one, 0, layer, &peft).params) {
+    n.total += pt.numel;
+    if (!pt.frozen) n.trainable += pt.numel;
+  }
   return n;
 }
 

@@ -85,9 +85,15 @@ struct StaticSizes {
 StaticSizes ComputeStaticSizes(const config::Setup& setup, int pipeline_rank);
 
 // The model's parameters, all of them once (the model built with every parallel size 1, so the
-// vocabulary is padded as at TP 1; tied embeddings counted once). For the run header; the
+// vocabulary is padded as at TP 1; tied embeddings counted once), with PEFT's adapters
+// (get_peft_model's model) and, of them, those with requires_grad (PEFT's
+// print_trainable_parameters "trainable params / all params"). For the run header; the
 // parameters of one rank are ComputeStaticSizes(...).parameter_count.
-std::int64_t TotalParameterCount(const config::Setup& setup);
+struct ParameterCounts {
+  std::int64_t total = 0;
+  std::int64_t trainable = 0;
+};
+ParameterCounts TotalParameterCounts(const config::Setup& setup);
 
 // Megatron's closed-form estimate for this rank, shown next to the simulation. Sources:
 // Megatron-LM `megatron/training/theoretical_memory_usage.py`

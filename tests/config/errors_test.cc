@@ -68,7 +68,7 @@ TEST_CASE("global batch not divisible by micro-batch x DP", "[config]") {
 TEST_CASE("missing model file names /model and the resolved path", "[config]") {
   CHECK(ErrorOf(Data("missing_model.json")) ==
         Data("missing_model.json") + ": /model: cannot read model file '" + Data("no-such-model.json") +
-            "'");
+            "' (a relative path is read from the config's folder)");
 }
 
 TEST_CASE("unknown device preset lists the known ones", "[config]") {

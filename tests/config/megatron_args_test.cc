@@ -294,7 +294,14 @@ TEST_CASE("an unknown flag warns and runs; an unsupported one exits unless allow
       "--megatron-args --no-such-flag: unknown flag (in none of the pinned Megatron-LM, "
       "MindSpeed, MindSpeed-LLM parsers); ignored",
       "--megatron-args: the world size is not given (no --nproc_per_node / --nnodes, "
-      "GPUS_PER_NODE, NPUS_PER_NODE or NNODES); data_parallel_size 1 taken"});
+      "GPUS_PER_NODE, NPUS_PER_NODE or NNODES); data_parallel_size 1 taken (--set "
+      "training.data_parallel_size=N gives it)"});
+  // --set gives the world size the arguments cannot: no warning then.
+  LoadOptions dp8 = OnDevice("h100-80g");
+  dp8.overrides = {"training.data_parallel_size=8"};
+  const Setup s8 = LoadSetupFromMegatron(ReadCommandLineArguments(words), dp8, {});
+  CHECK(s8.training.data_parallel_size == 8);
+  CHECK(s8.warnings.size() == 1);
   words = base;
   words.insert(words.end(), {"--vocab-size", "1000", "--fp8-recipe", "delayed"});
   const MegatronLaunch fp8 = ReadCommandLineArguments(words);

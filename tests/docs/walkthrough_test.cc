@@ -89,5 +89,41 @@ TEST_CASE("the walkthrough and the README quote the whole current output of `mem
   CHECK(ReadDoc("README.md").find("$ build/memsim run\n" + r.out + "```") != std::string::npos);
 }
 
+// The number after `prefix` in `out` ("peak device (nvidia-smi) " -> 75.27).
+double NumberAfter(const std::string& out, const std::string& prefix) {
+  const size_t at = out.find(prefix);
+  REQUIRE(at != std::string::npos);
+  return std::stod(out.substr(at + prefix.size()));
+}
+
+TEST_CASE("docs/walkthrough.md quotes the Qwen DDP job's H100 variants", "[docs]") {
+  testing::ScratchDir dir("docs");
+  const std::string config =
+      std::string(MEMSIM_SOURCE_DIR) + "/configs/qwen2.5-7b-ddp8-h200.json --device h100-80g "
+      "--set training.optim=adamw_torch_fused --no-chart";
+  const testing::CommandResult fused = testing::RunMemsim(dir, "run " + config);
+  REQUIRE(fused.exit_code == 0);
+  const double peak = NumberAfter(fused.out, "peak device (nvidia-smi) ");
+  const testing::CommandResult fp32 =
+      testing::RunMemsim(dir, "run " + config + " --set training.torch_dtype=float32");
+  REQUIRE(fp32.exit_code == 0);
+  const std::string doc = ReadDoc();
+  // Headroom: "peak reserved + runtime R GiB of U GiB usable by the framework" -> U - R.
+  const double needed = NumberAfter(fused.out, "peak reserved + runtime ");
+  const std::string usable_line = fused.out.substr(fused.out.find("peak reserved + runtime "));
+  const double usable = NumberAfter(usable_line, " GiB of ");
+  const std::vector<std::string> phrases = {
+      fmt::format("the job needs {:.1f} GiB on nvidia-smi", peak),
+      fmt::format("with {:.1f} GiB to spare", usable - needed),
+      fmt::format("the job would need\n{:.1f} GiB", NumberAfter(fp32.out, "peak device (nvidia-smi) ")),
+  };
+  std::string missing;
+  for (const std::string& p : phrases) {
+    if (doc.find(p) == std::string::npos) missing += "  " + p + "\n";
+  }
+  INFO("phrases the walkthrough must quote:\n" << missing);
+  CHECK(missing.empty());
+}
+
 }  // namespace
 }  // namespace memsim
