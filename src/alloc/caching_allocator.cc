@@ -77,19 +77,37 @@ void CachingAllocator::InsertIntoPool(BlockIndex b) {
   if (blk.mapped) {
     // insert_into_blocks: resets the block's GC age.
     blk.gc_count_base = pool.get_free_blocks_call_count;
-    pool.blocks.Insert(blk.stream, {blk.size_bytes, blk.addr, b});
+    blk.free_entry = pool.blocks.insert({blk.stream, blk.size_bytes, blk.addr, b}).first;
   } else {
     blk.unmapped_entry = pool.unmapped.insert({blk.stream, blk.addr, b}).first;
   }
   blk.in_pool = true;
 }
 
-void CachingAllocator::MoveEntry(BlockIndex b, Bytes size_bytes, Bytes addr) {
+void CachingAllocator::MoveEntry(BlockIndex b, FreeSet::iterator entry) {
   Block& blk = blocks_[b];
   Pool& pool = pools_[blk.pool];
-  MEMSIM_CHECK(!blk.in_pool && blk.mapped);
-  pool.blocks.Replace(blk.stream, size_bytes, addr, {blk.size_bytes, blk.addr, b});
+  MEMSIM_CHECK(!blk.in_pool && blk.mapped && entry->stream == blk.stream);
+  const FreeKey key{blk.stream, blk.size_bytes, blk.addr, b};
+  const FreeKeyLess less;
+  // Only the neighbour on the side the key moves towards can pass it. Shifting the entries a key
+  // passes (instead of an erase and an insert) was measured too: it saves instructions when
+  // pools are small (alloc_bench: about 8 free blocks) and costs more when keys move far
+  // (`memsim run`: hundreds of free blocks per pool), so a key that passes any entry is erased
+  // and inserted by search (docs/performance.md, 'Pool entries moved in place').
+  const bool keeps_rank =
+      less(key, *entry) ? entry == pool.blocks.begin() || less(*std::prev(entry), key)
+                        : std::next(entry) == pool.blocks.end() || less(key, *std::next(entry));
+  if (!keeps_rank) {
+    pool.blocks.erase(entry);
+    InsertIntoPool(b);
+    return;
+  }
+  entry->size_bytes = key.size_bytes;
+  entry->addr = key.addr;
+  entry->block = b;
   blk.gc_count_base = pool.get_free_blocks_call_count;  // as insert_into_blocks
+  blk.free_entry = entry;
   blk.in_pool = true;
 }
 
@@ -98,7 +116,7 @@ void CachingAllocator::EraseFromPool(BlockIndex b) {
   MEMSIM_CHECK(blk.in_pool);
   Pool& pool = pools_[blk.pool];
   if (blk.mapped) {
-    pool.blocks.Erase(blk.stream, blk.size_bytes, blk.addr);
+    pool.blocks.erase(blk.free_entry);
   } else {
     pool.unmapped.erase(blk.unmapped_entry);
   }
@@ -172,12 +190,9 @@ std::optional<BlockHandle> CachingAllocator::Malloc(Bytes size_bytes, StreamId s
 bool CachingAllocator::GetFreeBlock(AllocParams& p) {
   Pool& pool = pools_[p.pool];
   if (GcEnabled()) ++pool.get_free_blocks_call_count;
-  const StreamFreeBlocks* stream_blocks = pool.blocks.Find(p.stream);
-  if (stream_blocks == nullptr) return false;
-  const StreamFreeBlocks& sb = *stream_blocks;
-  StreamFreeBlocks::Pos it = sb.LowerBound(p.size_bytes);
-  if (sb.IsEnd(it)) return false;
-  if (blocks_[sb.At(it).block].expandable && options_.expandable_segments) {
+  auto it = pool.blocks.lower_bound(SizeQuery{p.stream, p.size_bytes});
+  if (it == pool.blocks.end() || it->stream != p.stream) return false;
+  if (blocks_[it->block].expandable && options_.expandable_segments) {
     // Best fit by the size the block could grow to: prefer a free block not followed by
     // unmapped space over the growable tail.
     auto expandable_size = [this](BlockIndex b) {
@@ -185,21 +200,20 @@ bool CachingAllocator::GetFreeBlock(AllocParams& p) {
       const bool next_unmapped = blk.next != kNoBlock && !blocks_[blk.next].mapped;
       return blk.size_bytes + (next_unmapped ? blocks_[blk.next].size_bytes : 0);
     };
-    StreamFreeBlocks::Pos next = sb.Next(it);
-    while (blocks_[sb.At(it).block].expandable && !sb.IsEnd(next) &&
-           expandable_size(sb.At(next).block) < expandable_size(sb.At(it).block)) {
-      it = next;
-      next = sb.Next(next);
+    auto next = std::next(it);
+    while (blocks_[it->block].expandable && next != pool.blocks.end() &&
+           next->stream == p.stream && expandable_size(next->block) < expandable_size(it->block)) {
+      it = next++;
     }
   }
-  const Bytes block_bytes = sb.At(it).size_bytes;
+  const Bytes block_bytes = it->size_bytes;
   // Rule A: no oversize block for a request below max_split_size.
   if (p.size_bytes < MaxSplit() && block_bytes >= MaxSplit()) return false;
   // Rule B: oversize reuse only within the tolerance (max_non_split_rounding_mb on CUDA >= 2.6,
   // kLargeBuffer on NPU).
   const Bytes tolerance = IsNpu() ? kLargeBuffer : options_.max_non_split_rounding_bytes;
   if (p.size_bytes >= MaxSplit() && block_bytes >= p.size_bytes + tolerance) return false;
-  p.block = sb.At(it).block;
+  p.block = it->block;
   return true;
 }
 
@@ -237,30 +251,29 @@ bool CachingAllocator::ReleaseAvailableCachedBlocks(const AllocParams& p) {
   if (MaxSplit() == kUnlimited) return false;
   Pool& pool = pools_[p.pool];
   const Bytes key_bytes = std::max(p.size_bytes, MaxSplit());
-  // The stream's blocks only: the set's walk below stops at another stream.
-  const StreamFreeBlocks* sb = pool.blocks.Find(p.stream);
-  StreamFreeBlocks::Pos it = sb != nullptr ? sb->LowerBound(key_bytes) : StreamFreeBlocks::Pos{};
+  auto it = pool.blocks.lower_bound(SizeQuery{p.stream, key_bytes});
   // torch_npu NPUCachingAllocator.cpp, release_available_cached_blocks: npuSynchronizeDevice
   // after the max_split_size check and the lower_bound. It changes no pool, so `it` stays valid
   // and the blocks it makes ready are not candidates here ('NPU synchronisation').
   if (IsNpu()) SynchronizeDevice();
-  if (sb == nullptr) return false;
-  if (sb->IsEnd(it) || blocks_[sb->At(it).block].expandable) {
-    // No single block is large enough: release oversize blocks from the largest down. Releasing
-    // a block erases its entry, which leaves the earlier positions valid.
+  if (it == pool.blocks.end() || it->stream != p.stream || blocks_[it->block].expandable) {
+    // No single block is large enough: release oversize blocks from the largest down.
+    if (it == pool.blocks.begin()) return false;
     Bytes released = 0;
-    for (StreamFreeBlocks::Pos cur = sb->Prev(it);
-         released < key_bytes && !sb->IsEnd(cur) && sb->At(cur).size_bytes >= MaxSplit();) {
-      const FreeEntry e = sb->At(cur);
-      cur = sb->Prev(cur);
-      if (!blocks_[e.block].expandable) {
-        released += e.size_bytes;
-        ReleaseBlock(e.block);
+    --it;
+    while (released < key_bytes && it->size_bytes >= MaxSplit() && it->stream == p.stream) {
+      auto cur = it;
+      const bool is_first = cur == pool.blocks.begin();
+      if (!is_first) --it;
+      if (!blocks_[cur->block].expandable) {
+        released += cur->size_bytes;
+        ReleaseBlock(cur->block);
       }
+      if (is_first) break;
     }
     return released >= key_bytes;
   }
-  ReleaseBlock(sb->At(it).block);
+  ReleaseBlock(it->block);
   return true;
 }
 
@@ -275,7 +288,9 @@ void CachingAllocator::ReleaseCachedBlocks() {
 void CachingAllocator::ReleaseBlocks(std::uint8_t pool_id) {
   Pool& pool = pools_[pool_id];
   std::vector<BlockIndex> to_unmap;
-  for (BlockIndex b : pool.blocks.InOrder()) {  // ReleaseBlock(b) changes no other entry
+  for (auto it = pool.blocks.begin(); it != pool.blocks.end();) {
+    const BlockIndex b = it->block;
+    ++it;
     if (blocks_[b].expandable) {
       to_unmap.push_back(b);
     } else if (!blocks_[b].IsSplit()) {
@@ -320,12 +335,12 @@ void CachingAllocator::GarbageCollectCachedBlocks() {
   };
   double total_age = 0.0;
   int freeable = 0;
-  pool.blocks.ForEach([&](StreamId, const FreeEntry& e) {
-    if (!blocks_[e.block].IsSplit()) {
-      total_age += age(blocks_[e.block]);
+  for (const FreeKey& k : pool.blocks) {
+    if (!blocks_[k.block].IsSplit()) {
+      total_age += age(blocks_[k.block]);
       ++freeable;
     }
-  });
+  }
   if (freeable == 0) return;
   if (IsNpu()) SynchronizeDevice();
   Bytes reclaimed = 0;
@@ -333,7 +348,9 @@ void CachingAllocator::GarbageCollectCachedBlocks() {
   while (reclaimed < target && freed && freeable > 0) {
     const double age_threshold = total_age / freeable;
     freed = false;
-    for (BlockIndex b : pool.blocks.InOrder()) {  // ReleaseBlock(b) changes no other entry
+    for (auto it = pool.blocks.begin(); it != pool.blocks.end();) {
+      const BlockIndex b = it->block;
+      ++it;
       const Block& blk = blocks_[b];
       if (!blk.IsSplit() && !blk.expandable && age(blk) >= age_threshold) {
         freed = true;
@@ -362,11 +379,11 @@ BlockHandle CachingAllocator::AllocFoundBlock(const AllocParams& p, Bytes reques
   const bool already_split = blocks_[b].IsSplit();
   const bool expandable = blocks_[b].expandable;
   const bool had_entry = blocks_[b].in_pool;
-  const Bytes entry_bytes = blocks_[b].size_bytes, entry_addr = blocks_[b].addr;
+  const FreeSet::iterator entry = blocks_[b].free_entry;
   if (had_entry) {
     MEMSIM_CHECK(blocks_[b].mapped);
-    if (!split) EraseFromPool(b);
     blocks_[b].in_pool = false;
+    if (!split) pools_[blocks_[b].pool].blocks.erase(entry);
   }
   if (split) {
     const BlockIndex remaining = b;
@@ -386,8 +403,7 @@ BlockHandle CachingAllocator::AllocFoundBlock(const AllocParams& p, Bytes reques
     rem.addr += p.size_bytes;
     rem.size_bytes -= p.size_bytes;
     if (had_entry) {
-      MEMSIM_CHECK(rem.mapped);
-      MoveEntry(remaining, entry_bytes, entry_addr);
+      MoveEntry(remaining, entry);
     } else {
       InsertIntoPool(remaining);
     }
@@ -547,20 +563,19 @@ void CachingAllocator::FreeBlock(BlockIndex b) {
   // try_merge_blocks with each neighbour, then insert_into_blocks; b takes over the pool entry of
   // the larger merged neighbour (the nearest to b's new key), the other's entry is erased.
   Pool& pool = pools_[blocks_[b].pool];
-  const StreamId stream = blocks_[b].stream;
+  FreeSet::iterator entry;
   Bytes entry_bytes = 0;  // 0: no entry taken
-  Bytes entry_addr = 0;
   const BlockIndex candidates[2] = {blocks_[b].prev, blocks_[b].next};
   for (BlockIndex c : candidates) {
     if (!CanMerge(b, c)) continue;
     Block& s = blocks_[c];
     MEMSIM_CHECK(s.in_pool && s.mapped);
     if (s.size_bytes > entry_bytes) {
-      if (entry_bytes > 0) pool.blocks.Erase(stream, entry_bytes, entry_addr);
+      if (entry_bytes > 0) pool.blocks.erase(entry);
+      entry = s.free_entry;
       entry_bytes = s.size_bytes;
-      entry_addr = s.addr;
     } else {
-      pool.blocks.Erase(stream, s.size_bytes, s.addr);
+      pool.blocks.erase(s.free_entry);
     }
     s.in_pool = false;
     const Bytes subsumed = MergeInto(b, c);
@@ -568,7 +583,7 @@ void CachingAllocator::FreeBlock(BlockIndex b) {
     net_bytes -= subsumed;
   }
   if (entry_bytes > 0) {
-    MoveEntry(b, entry_bytes, entry_addr);
+    MoveEntry(b, entry);
   } else {
     InsertIntoPool(b);
   }

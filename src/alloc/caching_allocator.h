@@ -17,14 +17,50 @@
 #include <vector>
 
 #include "alloc/allocator.h"
-#include "alloc/free_blocks.h"
 #include "alloc/rounding.h"
 
 namespace memsim::alloc::internal {
 
+using BlockIndex = std::int32_t;
+inline constexpr BlockIndex kNoBlock = -1;
 inline constexpr Bytes kUnlimited = INT64_MAX;  // max_split_size default (SIZE_MAX)
 
 enum PoolId : std::uint8_t { kSmallPool = 0, kLargePool = 1 };
+
+// The order of a pool: (stream, size, address); `block` never decides, since no two free blocks
+// of a pool share an address. The fields other than `stream` are mutable so that a pool entry can
+// be given to another block, or follow its block's new size and address, in place when the new
+// key keeps its position (CachingAllocator::MoveEntry checks the neighbours): many splits and
+// merges change a block's key without changing its rank, and then cost no tree search.
+struct FreeKey {
+  StreamId stream;
+  mutable Bytes size_bytes;
+  mutable Bytes addr;
+  mutable BlockIndex block;
+};
+
+// A best-fit query: the first key of `stream` with at least `size_bytes`.
+struct SizeQuery {
+  StreamId stream;
+  Bytes size_bytes;
+};
+
+// The pool order of FreeKey (stream, size, address), written out field by field (cheaper than a
+// defaulted <=>), and a SizeQuery's place in it.
+struct FreeKeyLess {
+  using is_transparent = void;
+  bool operator()(const FreeKey& a, const FreeKey& b) const {
+    if (a.stream != b.stream) return a.stream < b.stream;
+    if (a.size_bytes != b.size_bytes) return a.size_bytes < b.size_bytes;
+    return a.addr < b.addr;
+  }
+  bool operator()(const FreeKey& a, const SizeQuery& q) const {
+    return a.stream < q.stream || (a.stream == q.stream && a.size_bytes < q.size_bytes);
+  }
+  bool operator()(const SizeQuery& q, const FreeKey& a) const {
+    return q.stream < a.stream || (q.stream == a.stream && q.size_bytes <= a.size_bytes);
+  }
+};
 
 struct UnmappedKey {
   StreamId stream;
@@ -33,7 +69,7 @@ struct UnmappedKey {
   auto operator<=>(const UnmappedKey&) const = default;
 };
 
-// Recycles the nodes of one pool's unmapped set: a freed node goes to a free list and the next insert
+// Recycles the nodes of one pool's sets: a freed node goes to a free list and the next insert
 // takes it back, so the steady state of malloc/free allocates no memory (a speed measure only;
 // the sets' order and contents are those of std::allocator). Shared by copies (the sets keep
 // their own copy of the allocator), owned by the Pool, which is neither copied nor moved.
@@ -108,6 +144,7 @@ struct ArenaAllocator {
   }
 };
 
+using FreeSet = std::set<FreeKey, FreeKeyLess, ArenaAllocator<FreeKey>>;
 using UnmappedSet = std::set<UnmappedKey, std::less<UnmappedKey>, ArenaAllocator<UnmappedKey>>;
 
 // CUDACachingAllocator.cpp `struct Block`. Invariant: blocks of one segment tile it in address
@@ -128,12 +165,11 @@ struct Block {
   bool mapped = true;
   bool expandable = false;
   bool live = false;                  // slot in use
-  // In pools_[pool]: in .blocks under (stream, size_bytes, addr) if mapped (the fields do not
-  // change while in_pool), else in .unmapped at `unmapped_entry`.
-  bool in_pool = false;
+  bool in_pool = false;               // in pools_[pool]: `free_entry` or `unmapped_entry` is set
   std::vector<StreamId> stream_uses;  // record_stream targets, sorted, unique
-  // The block's entry in pools_[pool].unmapped while in_pool, so that taking it out costs no
-  // search (std::set iterators stay valid until their element is erased).
+  // The block's entry in pools_[pool].blocks (mapped) or .unmapped while in_pool, so that taking
+  // it out costs no search (std::set iterators stay valid until their element is erased).
+  FreeSet::iterator free_entry;
   UnmappedSet::iterator unmapped_entry;
   bool IsSplit() const { return prev != kNoBlock || next != kNoBlock; }
 };
@@ -143,8 +179,9 @@ struct Pool {
   Pool() = default;
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
+  NodeArena free_nodes;
   NodeArena unmapped_nodes;
-  FreeBlocks blocks;  // free, mapped blocks
+  FreeSet blocks{ArenaAllocator<FreeKey>(&free_nodes)};  // free, mapped blocks
   UnmappedSet unmapped{ArenaAllocator<UnmappedKey>(&unmapped_nodes)};  // unmapped ranges of
                                                                         // expandable segments
   std::uint64_t get_free_blocks_call_count = 0;  // GC age clock
@@ -215,10 +252,10 @@ class CachingAllocator final : public Allocator {
   void ReleaseBlock(BlockIndex b);
   void InsertIntoPool(BlockIndex b);
   void EraseFromPool(BlockIndex b);
-  // Puts the free mapped block `b` (not in its pool) into its pool in place of the entry
-  // (b's stream, size_bytes, addr), which no block owns any more (the result is that of erasing
-  // that entry and InsertIntoPool(b); cheaper when b's key keeps the entry's rank).
-  void MoveEntry(BlockIndex b, Bytes size_bytes, Bytes addr);
+  // Puts the free mapped block `b` (not in its pool) into its pool through `entry`, an entry of
+  // that pool no block owns any more: rewritten in place when b's key keeps the entry's rank,
+  // else erased and b inserted (the result is that of InsertIntoPool).
+  void MoveEntry(BlockIndex b, FreeSet::iterator entry);
   // Whether src is free and of dst's kind (mapped or not), so that try_merge_blocks merges it.
   bool CanMerge(BlockIndex dst, BlockIndex src) const;
   // Merges the block src, out of its pool, into its neighbour dst; returns src's bytes.

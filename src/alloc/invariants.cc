@@ -78,8 +78,10 @@ std::string CachingAllocator::CheckInvariants() const {
         const Pool& pool = pools_[b.pool];
         bool in_pool = false;
         if (b.mapped) {
-          // The entry under the block's key is its own (MoveEntry rewrites entries in place).
-          in_pool = b.in_pool && pool.blocks.BlockAt(b.stream, b.size_bytes, b.addr) == bi;
+          // The block's remembered entry is its own (MoveEntry rewrites entries in place).
+          auto it = pool.blocks.find({b.stream, b.size_bytes, b.addr, bi});
+          in_pool = b.in_pool && it != pool.blocks.end() && it->block == bi &&
+                    it == FreeSet::const_iterator(b.free_entry);
         } else {
           in_pool = b.in_pool && pool.unmapped.count({b.stream, b.addr, bi}) == 1;
         }
@@ -107,10 +109,14 @@ std::string CachingAllocator::CheckInvariants() const {
     if (pools_[p].blocks.size() != free_mapped[p] || pools_[p].unmapped.size() != unmapped[p]) {
       return fmt::format("pool {} holds stale entries", p);
     }
-    // Entries rewritten in place must keep the pool's order (stream, size, address), and each
-    // stream's buckets their bitmap and count.
-    const std::string buckets = pools_[p].blocks.Check();
-    if (!buckets.empty()) return fmt::format("pool {}: {}", p, buckets);
+    // Entries rewritten in place must keep the pool's order (stream, size, address).
+    const FreeKey* prev = nullptr;
+    for (const FreeKey& k : pools_[p].blocks) {
+      if (prev != nullptr && !FreeKeyLess()(*prev, k)) {
+        return fmt::format("pool {} out of order at block {}", p, k.block);
+      }
+      prev = &k;
+    }
   }
   if (pending_events != pending_events_) {
     return fmt::format("{} events pending, blocks expect {}", pending_events_, pending_events);
@@ -144,40 +150,6 @@ std::string CachingAllocator::CheckInvariants() const {
     if (!e.empty()) return e;
   }
   return "";
-}
-
-std::string StreamFreeBlocks::Check() const {
-  for (int w = 0; w < kWords; ++w) {
-    if (((words_ >> w) & 1) != (bits_[w] != 0)) return fmt::format("bitmap word {} disagrees", w);
-  }
-  std::size_t count = 0;
-  for (int b = 0; b < kBuckets; ++b) {
-    const std::size_t n = buckets_.empty() ? 0 : buckets_[b].size();
-    if ((n > 0) != HasBucket(b)) return fmt::format("bucket {}: bitmap bit disagrees", b);
-    for (std::size_t i = 0; i < n; ++i) {
-      const FreeEntry& e = buckets_[b][i];
-      if (BucketFor(e.size_bytes) != b) {
-        return fmt::format("block {} of {} bytes in bucket {}", e.block, e.size_bytes, b);
-      }
-      if (i > 0 && !Less(buckets_[b][i - 1], e)) return fmt::format("bucket {} out of order", b);
-    }
-    count += n;
-  }
-  return count == size_ ? "" : fmt::format("{} entries, count says {}", count, size_);
-}
-
-std::string FreeBlocks::Check() const {
-  std::size_t count = 0;
-  for (const auto& [stream, blocks] : streams_) {
-    const std::string e = blocks.Check();
-    if (!e.empty()) return fmt::format("stream {}: {}", stream, e);
-    count += blocks.size();
-  }
-  if (last_ != nullptr) {
-    auto it = streams_.find(last_stream_);
-    if (it == streams_.end() || &it->second != last_) return "stale stream cache";
-  }
-  return count == size_ ? "" : fmt::format("{} entries, count says {}", count, size_);
 }
 
 }  // namespace memsim::alloc::internal
