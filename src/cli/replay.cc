@@ -65,6 +65,13 @@ class TraceFile {
   TraceFile(const TraceFile&) = delete;
   TraceFile& operator=(const TraceFile&) = delete;
 
+  // The size of a regular file in bytes; 0 for a pipe or device.
+  std::size_t Size() const {
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    return static_cast<std::size_t>(st.st_size);
+  }
+
   // Appends the next block (up to 4 MiB) to `buffer`; returns true at the end of the file.
   bool ReadMore(std::string& buffer) {
     constexpr std::size_t kBlock = std::size_t{4} << 20;
@@ -109,6 +116,7 @@ replay::ReplayResult ReplayFile(TraceFile& file, const ReplayArgs& args,
     return replay::ReplayTraceText(buffer, args.trace, args.device_index, allocator, rows);
   }
   replay::CsvReplay csv(args.trace, allocator, rows);
+  csv.ReserveFor(file.Size());
   while (!eof) {
     // Whole lines go to the replay; a line cut by the block waits for the next one.
     const std::size_t end = buffer.rfind('\n');

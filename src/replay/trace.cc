@@ -159,6 +159,12 @@ class IdInterner {
     return Add(id, hash, i);
   }
   std::size_t size() const { return ends_.size(); }
+  // Room for `ids` ids of `chars` characters in all, taken once (a hint: a table that grows by
+  // doubling copies itself into fresh memory, and every fresh page costs a page fault).
+  void Reserve(std::size_t ids, std::size_t chars) {
+    ends_.reserve(ids);
+    arena_.reserve(chars);
+  }
   std::string_view Name(std::int32_t index) const {
     const auto k = static_cast<std::size_t>(index);
     const std::size_t begin = k == 0 ? 0 : ends_[k - 1];
@@ -460,6 +466,9 @@ class Replayer {
     }
   }
 
+  // Room for the state of `ids` ids, taken once (see IdInterner::Reserve).
+  void Reserve(std::size_t ids) { ids_.reserve(ids); }
+
   ReplayResult Finish() {
     result_.stats = allocator_.Stats();
     return std::move(result_);
@@ -670,6 +679,19 @@ CsvReplay::CsvReplay(std::string_view file_name, alloc::Allocator& allocator,
     : state_(std::make_unique<State>(file_name, allocator, rows)) {}
 
 CsvReplay::~CsvReplay() = default;
+
+void CsvReplay::ReserveFor(std::size_t file_bytes) {
+  // Estimates, not limits (a guess: only memory use depends on them, never a result): a line
+  // that brings a new id takes at least about 16 bytes ("malloc,ID,BYTES,S" and the line end;
+  // the benchmark trace of alloc_bench --write-csv takes 41 bytes per id), and ids take at most
+  // half of the text. Capped so that a large file reserves no more than about 0.5 GB of address
+  // space; past an estimate the tables grow as before.
+  constexpr std::size_t kMaxIds = std::size_t{1} << 24;
+  constexpr std::size_t kMaxChars = std::size_t{1} << 28;
+  const std::size_t ids = std::min(file_bytes / 16, kMaxIds);
+  state_->interner.Reserve(ids, std::min(file_bytes / 2, kMaxChars));
+  state_->replayer.Reserve(ids);
+}
 
 void CsvReplay::Feed(std::string_view lines) {
   Replayer<State::Names>& replayer = state_->replayer;
