@@ -13,6 +13,7 @@
 #include "alloc/rounding.h"
 #include "core/check.h"
 #include "core/error.h"
+#include "core/huge_page_allocator.h"
 #include "core/pickle.h"
 #include "replay/snapshot.h"
 
@@ -186,7 +187,7 @@ class IdInterner {
     return index;
   }
   void Grow() {
-    std::vector<Slot> slots(2 * slots_.size());
+    std::vector<Slot, HugePageAllocator<Slot>> slots(2 * slots_.size());
     const std::size_t mask = slots.size() - 1;
     for (const Slot& s : slots_) {
       if (s.index < 0) continue;
@@ -197,9 +198,11 @@ class IdInterner {
     slots_.swap(slots);
   }
 
-  std::string arena_;                // every id, back to back
-  std::vector<std::uint32_t> ends_;  // end of id k in arena_
-  std::vector<Slot> slots_;
+  // Large for long traces (tens of MB), hence on huge pages where the kernel allows.
+  std::basic_string<char, std::char_traits<char>, HugePageAllocator<char>> arena_;  // every id,
+                                                                                      // back to back
+  std::vector<std::uint32_t, HugePageAllocator<std::uint32_t>> ends_;  // end of id k in arena_
+  std::vector<Slot, HugePageAllocator<Slot>> slots_;
 };
 
 // Reads the CSV grammar line by line and hands each operation to `on_record` (a callable
@@ -540,7 +543,7 @@ class Replayer {
   IdName name_;
   alloc::Allocator& allocator_;
   ReplayRowSink* rows_;
-  std::vector<IdInfo> ids_;
+  std::vector<IdInfo, HugePageAllocator<IdInfo>> ids_;  // on huge pages, as IdInterner's tables
   ReplayResult result_;
 };
 
