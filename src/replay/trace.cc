@@ -441,8 +441,10 @@ class CsvLines {
 };
 
 // Applies operations to an allocator one at a time, checking the id rules of
-// docs/interfaces.md; `name` gives an id's text for messages.
-template <class IdName>
+// docs/interfaces.md; `name` gives an id's text for messages. `Alloc` holds the state per id:
+// HugePageAllocator for a CSV replay, which reserves it once from the file's size; the plain
+// allocator for a Trace replayed repeatedly (alloc_bench), where freed heap memory is reused.
+template <class IdName, template <class> class Alloc = std::allocator>
 class Replayer {
  public:
   Replayer(std::string_view file_name, std::string_view location_word, IdName name,
@@ -543,7 +545,7 @@ class Replayer {
   IdName name_;
   alloc::Allocator& allocator_;
   ReplayRowSink* rows_;
-  std::vector<IdInfo, HugePageAllocator<IdInfo>> ids_;  // on huge pages, as IdInterner's tables
+  std::vector<IdInfo, Alloc<IdInfo>> ids_;
   ReplayResult result_;
 };
 
@@ -674,7 +676,7 @@ struct CsvReplay::State {
   std::string name;
   IdInterner interner;
   CsvLines lines;
-  Replayer<Names> replayer;
+  Replayer<Names, HugePageAllocator> replayer;
 };
 
 CsvReplay::CsvReplay(std::string_view file_name, alloc::Allocator& allocator,
@@ -697,7 +699,7 @@ void CsvReplay::ReserveFor(std::size_t file_bytes) {
 }
 
 void CsvReplay::Feed(std::string_view lines) {
-  Replayer<State::Names>& replayer = state_->replayer;
+  Replayer<State::Names, HugePageAllocator>& replayer = state_->replayer;
   state_->lines.Feed(lines, [&replayer](const TraceRecord& r) { replayer.Apply(r); });
 }
 
