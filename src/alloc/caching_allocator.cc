@@ -159,10 +159,12 @@ std::optional<BlockHandle> CachingAllocator::Malloc(Bytes size_bytes, StreamId s
   p.stream = stream;
   p.size_bytes = RoundSize(size_bytes, options_);
   p.pool = IsSmall(p.size_bytes) ? kSmallPool : kLargePool;
-  p.alloc_bytes = AllocationSize(p.size_bytes);
 
   bool found = GetFreeBlock(p);
   if (!found) {
+    // get_allocation_size, needed only for a new device allocation (a pure function of the
+    // size: computing it here rather than before the search changes nothing).
+    p.alloc_bytes = AllocationSize(p.size_bytes);
     if (GcEnabled()) GarbageCollectCachedBlocks();
     found = AllocBlock(p, false) || (ReleaseAvailableCachedBlocks(p) && AllocBlock(p, false));
     if (!found) {

@@ -23,6 +23,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/huge_page_allocator.h"
 #include "core/size.h"
 #include "replay/trace.h"
 #include "report/format.h"
@@ -50,6 +51,10 @@ constexpr std::size_t kMaxTraceBytes = std::size_t{1} << 31;
 // buffered up to kMaxTraceBytes (an endless stream such as `yes | tr -d '\n'`).
 constexpr std::size_t kMaxCsvLineBytes = std::size_t{1} << 20;
 
+// The text read from a trace: on huge pages where the kernel allows, since a snapshot is read
+// whole (tens of MB) and every 4 KiB page would cost a page fault (core/huge_page_allocator.h).
+using TraceText = std::basic_string<char, std::char_traits<char>, HugePageAllocator<char>>;
+
 // A trace file read in blocks (no per-line allocation; a pipe or device works too).
 class TraceFile {
  public:
@@ -65,8 +70,15 @@ class TraceFile {
   TraceFile(const TraceFile&) = delete;
   TraceFile& operator=(const TraceFile&) = delete;
 
+  // The size of a regular file in bytes; 0 for a pipe or device.
+  std::size_t Size() const {
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    return static_cast<std::size_t>(st.st_size);
+  }
+
   // Appends the next block (up to 4 MiB) to `buffer`; returns true at the end of the file.
-  bool ReadMore(std::string& buffer) {
+  bool ReadMore(TraceText& buffer) {
     constexpr std::size_t kBlock = std::size_t{4} << 20;
     const std::size_t at = buffer.size();
     buffer.resize(at + kBlock);
@@ -99,7 +111,7 @@ class TraceFile {
 // snapshot (told by its first non-blank character or pickle header) is read whole first.
 replay::ReplayResult ReplayFile(TraceFile& file, const ReplayArgs& args,
                                 alloc::Allocator& allocator, replay::ReplayRowSink* rows) {
-  std::string buffer;
+  TraceText buffer;
   bool eof = file.ReadMore(buffer);
   while (!eof && buffer.find_first_not_of(" \t\r\n") == std::string::npos) {
     eof = file.ReadMore(buffer);
@@ -109,6 +121,7 @@ replay::ReplayResult ReplayFile(TraceFile& file, const ReplayArgs& args,
     return replay::ReplayTraceText(buffer, args.trace, args.device_index, allocator, rows);
   }
   replay::CsvReplay csv(args.trace, allocator, rows);
+  csv.ReserveFor(file.Size());
   while (!eof) {
     // Whole lines go to the replay; a line cut by the block waits for the next one.
     const std::size_t end = buffer.rfind('\n');

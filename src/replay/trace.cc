@@ -13,6 +13,7 @@
 #include "alloc/rounding.h"
 #include "core/check.h"
 #include "core/error.h"
+#include "core/huge_page_allocator.h"
 #include "core/pickle.h"
 #include "replay/snapshot.h"
 
@@ -159,6 +160,12 @@ class IdInterner {
     return Add(id, hash, i);
   }
   std::size_t size() const { return ends_.size(); }
+  // Room for `ids` ids of `chars` characters in all, taken once (a hint: a table that grows by
+  // doubling copies itself into fresh memory, and every fresh page costs a page fault).
+  void Reserve(std::size_t ids, std::size_t chars) {
+    ends_.reserve(ids);
+    arena_.reserve(chars);
+  }
   std::string_view Name(std::int32_t index) const {
     const auto k = static_cast<std::size_t>(index);
     const std::size_t begin = k == 0 ? 0 : ends_[k - 1];
@@ -180,7 +187,7 @@ class IdInterner {
     return index;
   }
   void Grow() {
-    std::vector<Slot> slots(2 * slots_.size());
+    std::vector<Slot, HugePageAllocator<Slot>> slots(2 * slots_.size());
     const std::size_t mask = slots.size() - 1;
     for (const Slot& s : slots_) {
       if (s.index < 0) continue;
@@ -191,9 +198,11 @@ class IdInterner {
     slots_.swap(slots);
   }
 
-  std::string arena_;                // every id, back to back
-  std::vector<std::uint32_t> ends_;  // end of id k in arena_
-  std::vector<Slot> slots_;
+  // Large for long traces (tens of MB), hence on huge pages where the kernel allows.
+  std::basic_string<char, std::char_traits<char>, HugePageAllocator<char>> arena_;  // every id,
+                                                                                      // back to back
+  std::vector<std::uint32_t, HugePageAllocator<std::uint32_t>> ends_;  // end of id k in arena_
+  std::vector<Slot, HugePageAllocator<Slot>> slots_;
 };
 
 // Reads the CSV grammar line by line and hands each operation to `on_record` (a callable
@@ -432,8 +441,10 @@ class CsvLines {
 };
 
 // Applies operations to an allocator one at a time, checking the id rules of
-// docs/interfaces.md; `name` gives an id's text for messages.
-template <class IdName>
+// docs/interfaces.md; `name` gives an id's text for messages. `Alloc` holds the state per id:
+// HugePageAllocator for a CSV replay, which reserves it once from the file's size; the plain
+// allocator for a Trace replayed repeatedly (alloc_bench), where freed heap memory is reused.
+template <class IdName, template <class> class Alloc = std::allocator>
 class Replayer {
  public:
   Replayer(std::string_view file_name, std::string_view location_word, IdName name,
@@ -459,6 +470,9 @@ class Replayer {
                     s.active_bytes.current});
     }
   }
+
+  // Room for the state of `ids` ids, taken once (see IdInterner::Reserve).
+  void Reserve(std::size_t ids) { ids_.reserve(ids); }
 
   ReplayResult Finish() {
     result_.stats = allocator_.Stats();
@@ -531,7 +545,7 @@ class Replayer {
   IdName name_;
   alloc::Allocator& allocator_;
   ReplayRowSink* rows_;
-  std::vector<IdInfo> ids_;
+  std::vector<IdInfo, Alloc<IdInfo>> ids_;
   ReplayResult result_;
 };
 
@@ -662,7 +676,7 @@ struct CsvReplay::State {
   std::string name;
   IdInterner interner;
   CsvLines lines;
-  Replayer<Names> replayer;
+  Replayer<Names, HugePageAllocator> replayer;
 };
 
 CsvReplay::CsvReplay(std::string_view file_name, alloc::Allocator& allocator,
@@ -671,8 +685,21 @@ CsvReplay::CsvReplay(std::string_view file_name, alloc::Allocator& allocator,
 
 CsvReplay::~CsvReplay() = default;
 
+void CsvReplay::ReserveFor(std::size_t file_bytes) {
+  // Estimates, not limits (a guess: only memory use depends on them, never a result): a line
+  // that brings a new id takes at least about 16 bytes ("malloc,ID,BYTES,S" and the line end;
+  // the benchmark trace of alloc_bench --write-csv takes 41 bytes per id), and ids take at most
+  // half of the text. Capped so that a large file reserves no more than about 0.5 GB of address
+  // space; past an estimate the tables grow as before.
+  constexpr std::size_t kMaxIds = std::size_t{1} << 24;
+  constexpr std::size_t kMaxChars = std::size_t{1} << 28;
+  const std::size_t ids = std::min(file_bytes / 16, kMaxIds);
+  state_->interner.Reserve(ids, std::min(file_bytes / 2, kMaxChars));
+  state_->replayer.Reserve(ids);
+}
+
 void CsvReplay::Feed(std::string_view lines) {
-  Replayer<State::Names>& replayer = state_->replayer;
+  Replayer<State::Names, HugePageAllocator>& replayer = state_->replayer;
   state_->lines.Feed(lines, [&replayer](const TraceRecord& r) { replayer.Apply(r); });
 }
 

@@ -104,6 +104,9 @@ class CsvReplay {
   ~CsvReplay();
   CsvReplay(const CsvReplay&) = delete;
   CsvReplay& operator=(const CsvReplay&) = delete;
+  // A hint before the first Feed: the file's size in bytes, so that the tables of ids are
+  // reserved once instead of regrown (fewer page faults). Changes no result.
+  void ReserveFor(std::size_t file_bytes);
   // `lines`: the next piece of the file, ending at a line end ('\n') unless it is the file's
   // last piece.
   void Feed(std::string_view lines);
