@@ -2,12 +2,19 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
 
 namespace memsim {
+namespace {
+
+constexpr std::size_t kBinaryProbeBytes = 4096;
+
+}  // namespace
 
 std::optional<std::string> ReadBoundedFile(const std::string& path, std::string_view label,
                                            std::int64_t max_bytes, std::string_view what) {
@@ -18,7 +25,20 @@ std::optional<std::string> ReadBoundedFile(const std::string& path, std::string_
   std::string text;
   char block[1 << 16];
   while (in.read(block, sizeof block) || in.gcount() > 0) {
-    text.append(block, static_cast<std::size_t>(in.gcount()));
+    const auto n = static_cast<std::size_t>(in.gcount());
+    // A NUL byte in the first 4 KiB: binary data (or /dev/zero), refused at once instead of
+    // read up to the size bound; no text memsim reads (JSON, a shell script, a log) starts so. A
+    // NUL later on is left to the parser (a crashed job's log can end in NUL padding).
+    if (text.size() < kBinaryProbeBytes) {
+      const std::size_t probe = std::min(n, kBinaryProbeBytes - text.size());
+      if (const void* nul = std::memchr(block, '\0', probe); nul != nullptr) {
+        const std::size_t at =
+            text.size() + static_cast<std::size_t>(static_cast<const char*>(nul) - block);
+        throw InputError(
+            fmt::format("{}: binary data (a NUL byte at byte {}), not {}", label, at, what));
+      }
+    }
+    text.append(block, n);
     if (static_cast<std::int64_t>(text.size()) > max_bytes) {
       throw InputError(fmt::format("{}: larger than memsim's limit of {} bytes ({} MiB) for {}",
                                    label, max_bytes, max_bytes >> 20, what));

@@ -12,8 +12,10 @@ namespace memsim {
 
 // The text of `path`, or std::nullopt when it is a directory or cannot be opened. Throws
 // InputError "<path>: larger than memsim's limit of <max_bytes> bytes (<MiB> MiB) for <what>"
-// once more than `max_bytes` bytes have been read (the path is echoed through `label`, the
-// caller's printable form of it). REQUIRES: max_bytes > 0.
+// once more than `max_bytes` bytes have been read, and InputError "<path>: binary data (a NUL
+// byte at byte <offset>), not <what>" when one of the first 4096 bytes is NUL (no text memsim
+// reads starts so; /dev/zero stops at once). The path is echoed through `label`, the caller's
+// printable form of it. REQUIRES: max_bytes > 0.
 std::optional<std::string> ReadBoundedFile(const std::string& path, std::string_view label,
                                            std::int64_t max_bytes, std::string_view what);
 

@@ -88,14 +88,14 @@ TEST_CASE("memsim check: a malformed baseline exits 2 naming the file", "[check]
   CHECK(doc.FirstChildElement("testsuites")->IntAttribute("errors") == 1);
 }
 
-// An endless baseline stops at memsim's 64 MiB bound for a report (it was read until the
-// process was killed for memory).
+// An endless baseline (it was read until the process was killed for memory) is refused at its
+// first bytes: binary data.
 TEST_CASE("memsim check: an endless baseline exits 2", "[check][cli]") {
   ScratchDir dir("check");
   const auto r = RunMemsim(dir, "check " + kDefault + " --baseline /dev/zero");
   CHECK(r.exit_code == 2);
-  CHECK(r.err == "memsim check: /dev/zero: larger than memsim's limit of 67108864 bytes (64 MiB) "
-                 "for a baseline report\n");
+  CHECK(r.err == "memsim check: /dev/zero: binary data (a NUL byte at byte 0), not a baseline "
+                 "report\n");
 }
 
 // A baseline directory holding the config: the config's own name is where its report would go.
