@@ -24,7 +24,6 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "core/huge_page_allocator.h"
-#include "core/size.h"
 #include "replay/trace.h"
 #include "report/format.h"
 
@@ -202,7 +201,7 @@ int RunReplay(const ReplayArgs& args) {
   const alloc::Backend backend =
       args.backend == "npu" ? alloc::Backend::kNpu : alloc::Backend::kCuda;
   alloc::AllocatorOptions options = alloc::ParseAllocConf(args.alloc_conf, backend);
-  if (!args.capacity.empty()) options.capacity_bytes = ParseSize(args.capacity, "--capacity");
+  if (!args.capacity.empty()) options.capacity_bytes = ParseSizeArg(args.capacity, "--capacity");
   alloc::ValidateOptions(options);
   if (args.device_index < 0) throw InputError("--device-index must be >= 0");
   if (!args.json.empty() && args.json == args.csv) {

@@ -541,6 +541,13 @@ TEST_CASE("memsim replay: bad traces exit 2 with one message", "[replay]") {
   CHECK(r.err == "memsim replay: --alloc-conf: duplicate key 'max_split_size_mb'\n");
   r = Memsim(dir, "replay ok.csv --capacity 10XB");
   CHECK(r.exit_code == 2);
+  // The same range as run's --capacity (cli/common.h ParseSizeArg: 1 MiB to 2^50 bytes): a device
+  // of 0 bytes would make every malloc an out-of-memory and still exit 0.
+  r = Memsim(dir, "replay ok.csv --capacity 0");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim replay: --capacity 0: expected a size from 1MiB to 1024TiB (2^50 bytes), "
+                 "e.g. 80GiB\n");
+  CHECK(r.out.empty());
 }
 
 TEST_CASE("memsim replay: malformed snapshots and binary traces exit 2", "[replay]") {
