@@ -122,9 +122,9 @@ namespace {
 // partial_segment_offset [T/10 + min(T, V/t)] (NROWS_PER_THREAD = 10), and
 // grad_weight_per_segment [T/10 + min(T, V/t), h] in acc_type, fp32 for 16-bit and fp32 grads
 // ("for numerical stability"). Sizes from pytorch/pytorch#78588 (2022-06, the upper bounds in
-// every release since); before it the partial count was read back from the device, at most this
-// bound. CUB's own scratch is not modelled. torch_npu's kernel is not audited: the sort
-// buffers only, as before.
+// every release since); before pytorch/pytorch#70943 the partial count was read back from the
+// device (at most this bound), between the two PRs it was T. CUB's own scratch is not modelled.
+// torch_npu's kernel is not audited: the sort buffers only, as before.
 bool SortedEmbeddingBackward(const ModelDims& d) {
   constexpr std::int64_t kAtomicPathMaxIndices = 3072;
   return d.npu || d.T > kAtomicPathMaxIndices;
