@@ -37,6 +37,15 @@ const std::vector<int> kUnpermuteDropAndPadSince = {0, 11};
 // .type_as(logits)` before the top-k in core_v0.17.0; the top-k on the fp32 scores in
 // core_v0.18.2 (PR #3673, 2026-04-14).
 const std::vector<int> kPreSoftmaxTopkInFp32Since = {0, 18};
+// megatron/core/{transformer/custom_layers,extensions}/transformer_engine.py
+// TEDotProductAttention.forward: with apply_rope_fusion (Megatron-LM's default; arguments.py
+// --no-rope-fusion, forced off without RoPE) and TE > 0.13 it switches qkv_format to 'bshd'
+// and hands TE `x.transpose(0, 1).contiguous()` of q, k, v, then returns
+// `core_attn_out.transpose(0, 1)`. Present in core_v0.5.0 to core_v0.13.1 (absent in
+// core_v0.4.0); removed by commit 733b682b6b ("Clean RoPE fusion", 2025-07-31), first in
+// core_v0.14.0.
+const std::vector<int> kRopeFusionBshdSince = {0, 5};
+const std::vector<int> kRopeFusionBshdUntil = {0, 14};
 namespace {
 
 using config::Precision;
@@ -157,6 +166,20 @@ void SetMoeDims(const config::Setup& setup, ModelDims* d) {
   MEMSIM_CHECK(d->experts % d->ep == 0 && d->ffn_e % d->etp == 0);
 }
 
+// ModelDims::te_fused_attn_bshd_out: TE's cuDNN FusedAttention (TE picks it from sm 90 on) under
+// the bshd switch of Megatron-core 0.5-0.13 (kRopeFusionBshdSince). Versions not stated are
+// taken as current releases, which no longer switch. Below sm 90 the switch leaves the count of
+// saved outputs as te_flash_attn2 has it (flash-attn's own output, the projection's copy).
+void SetFusedAttnBshdRule(const config::Setup& setup, ModelDims* d) {
+  const config::TrainingConfig& tc = setup.training;
+  const std::vector<int>& core = tc.megatron_core_version;
+  d->te_fused_attn_bshd_out =
+      d->te && d->flash && !d->npu && d->hopper && !d->hf && d->cp == 1 &&
+      tc.framework == "megatron" &&
+      setup.model.position_embedding_type == config::PositionEmbedding::kRope && !core.empty() &&
+      core >= kRopeFusionBshdSince && core < kRopeFusionBshdUntil;
+}
+
 }  // namespace
 
 ModelDims ComputeDims(const config::Setup& setup) {
@@ -206,6 +229,7 @@ ModelDims ComputeDims(const config::Setup& setup) {
   d.hopper = !d.npu && (NameSuggestsHopperOrLater(setup.device.name) ||
                         setup.device.peak_flops_bf16 > 400e12);
   d.te_flash_attn2 = d.te && d.flash && !d.npu && !d.hopper && !d.hf && d.cp == 1;
+  SetFusedAttnBshdRule(setup, &d);
   d.hidden_dropout = mc.hidden_dropout > 0.0;
   d.attention_dropout = mc.attention_dropout > 0.0;
   d.tied = mc.tie_word_embeddings;

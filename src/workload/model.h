@@ -78,6 +78,14 @@ struct ModelDims {
   // FlashAttnVarlenFunc / FlashAttnFunc save_for_backward), so two output tensors stay saved.
   // Without context parallelism only (the CP path saves other tensors); model.cc.
   bool te_flash_attn2 = false;
+  // Megatron-core 0.5-0.13 with RoPE fusion (Megatron-LM's default) and TE's cuDNN FusedAttention
+  // (sm 90 on): TEDotProductAttention switches to qkv_format 'bshd' (transformer_engine.py,
+  // model.cc kRopeFusionBshdSince), so FusedAttnFunc.forward saves its [b, s, a/t, d] output
+  // (TE attention.py / dot_product_attention/backends.py save_for_backward(q, k, v, out, ...))
+  // and Megatron returns `out.transpose(0, 1)`, which TE Linear's prepare_forward (module/base.py)
+  // makes contiguous for the output projection, which saves that [s, b] copy: two output tensors
+  // stay saved, as with te_flash_attn2. Without context parallelism; model.cc.
+  bool te_fused_attn_bshd_out = false;
   bool hidden_dropout = false;
   bool attention_dropout = false;
   bool tied = false;

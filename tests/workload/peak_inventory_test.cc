@@ -134,6 +134,77 @@ TEST_CASE("peak inventory: TE's flash-attn 2 path saves flash-attn's own output 
   CHECK(AllocBytes(Build(mha, 0), "layer0.attn.d_key_expanded") == 0);
 }
 
+TEST_CASE("peak inventory: Megatron-core 0.5-0.13's bshd switch keeps cuDNN FusedAttention's output "
+          "besides the projection's copy",
+          "[workload][peak]") {
+  // Megatron-core 0.5-0.13 transformer_engine.py TEDotProductAttention.forward: with RoPE fusion
+  // (the default) qkv_format becomes 'bshd', q, k, v go to TE as transpose(0, 1).contiguous()
+  // and the output comes back as core_attn_out.transpose(0, 1). TE FusedAttnFunc.forward
+  // save_for_backward(q, k, v, out, ...) keeps the [b, s, a/t·d] output; TE Linear's
+  // prepare_forward (module/base.py) makes the transposed view contiguous for the output
+  // projection, which saves that copy. TinyLlama (an sm 90 device, cuDNN FusedAttention): T = 32,
+  // a/t·d = 4 · 16 = 64, bf16: 2 B × 32 × 64 = 4096 B per layer, alive at the loss.
+  config::Setup s = testing::TinyLlama();
+  s.training.megatron_core_version = {0, 12};
+  REQUIRE(ComputeDims(s).te_fused_attn_bshd_out);
+  const Program p = Build(s, 0);
+  CHECK(AllocBytes(p, "layer0.attn.fused_out") == 4096);
+  CHECK(AllocBytes(p, "layer0.attn.core_out") == 4096);
+  const std::multiset<std::string> alive = AliveAfter(p, "cross_entropy");
+  CHECK(alive.count("layer0.attn.fused_out") == 1);
+  CHECK(alive.count("layer1.attn.fused_out") == 1);
+  // Commit 733b682b6b (first in core_v0.14.0) keeps 'sbhd': one output, the one both save. A
+  // version not stated is taken as current.
+  s.training.megatron_core_version = {0, 14};
+  CHECK_FALSE(ComputeDims(s).te_fused_attn_bshd_out);
+  CHECK(AllocBytes(Build(s, 0), "layer0.attn.fused_out") == 0);
+  CHECK_FALSE(ComputeDims(testing::TinyLlama()).te_fused_attn_bshd_out);
+  // core_v0.4.0 has no switch; without RoPE arguments.py turns the fusion off.
+  s.training.megatron_core_version = {0, 4};
+  CHECK_FALSE(ComputeDims(s).te_fused_attn_bshd_out);
+  s.training.megatron_core_version = {0, 12};
+  s.model.position_embedding_type = config::PositionEmbedding::kLearnedAbsolute;
+  CHECK_FALSE(ComputeDims(s).te_fused_attn_bshd_out);
+  // Below sm 90 flash-attn 2 runs instead; fix 12's two outputs, whatever the format.
+  config::Setup a100 = TinyGqaA100();
+  a100.training.megatron_core_version = {0, 12};
+  CHECK_FALSE(ComputeDims(a100).te_fused_attn_bshd_out);
+  CHECK(AllocBytes(Build(a100, 0), "layer0.attn.flash_out") == 4096);
+}
+
+TEST_CASE("peak inventory: the embedding's dense backward keeps fp32 partial sums beside its grad",
+          "[workload][peak]") {
+  // PyTorch aten/src/ATen/native/cuda/Embedding.cu embedding_dense_backward_cuda: above 3072
+  // indices the int64 indices are radix-sorted (sorted_indices, orig_indices, arange: 3 × 8 B
+  // × T), and EmbeddingBackwardKernel.cu embedding_backward_cuda_kernel makes, after the zeroed
+  // [V/t, h] grad, segment_offsets [T], partials_per_segment and partials_per_segment_offset
+  // [min(T, V/t)], partial_segment_offset [T/10 + min(T, V/t)] (int64), and
+  // grad_weight_per_segment [T/10 + min(T, V/t), h] in acc_type (fp32 for bf16 grads).
+  // TinyLlama at seq 4096: T = 4096, V = 256 (already a multiple of 128), h = 64:
+  //   sort buffers 24 × 4096 = 98,304 B;
+  //   segments min(4096, 256) = 256, partials 4096/10 + 256 = 665;
+  //   index buffers 8 × (4096 + 2 × 256 + 665) = 42,184 B;
+  //   fp32 partial sums 4 × 665 × 64 = 170,240 B.
+  config::Setup s = testing::TinyLlama();
+  s.training.seq_length = 4096;
+  const ModelDims d = ComputeDims(s);
+  REQUIRE(d.T == 4096);
+  REQUIRE(d.V == 256);
+  const Program p = Build(s, 0);
+  CHECK(AllocBytes(p, "embedding.sort_buffers") == 98304);
+  CHECK(AllocBytes(p, "embedding.segment_offsets") == 42184);
+  CHECK(AllocBytes(p, "embedding.grad_weight_per_segment") == 170240);
+  const std::multiset<std::string> alive = AliveAfter(p, "embedding.wgrad");
+  CHECK(alive.count("embedding.word_embeddings.grad") == 1);
+  CHECK(alive.count("embedding.grad_weight_per_segment") == 1);
+  CHECK(alive.count("embedding.sort_buffers") == 1);
+  // Up to 3072 indices one atomic kernel writes the grad: no temporaries (TinyLlama, T = 32).
+  const Program small = Build(testing::TinyLlama(), 0);
+  CHECK(AllocBytes(small, "embedding.sort_buffers") == 0);
+  CHECK(AllocBytes(small, "embedding.grad_weight_per_segment") == 0);
+  CHECK(AllocBytes(small, "embedding.word_embeddings.grad") == 2 * 256 * 64);
+}
+
 TEST_CASE("peak inventory: at the optimizer step the distributed optimizer's state is alive",
           "[workload][peak]") {
   // megatron/core/optimizer/distrib_optimizer.py: fp32 main-weight shards and (from step 1) Adam's

@@ -17,7 +17,10 @@ constexpr ResidualNames kNames = {"attn",          "ln1",          "proj",
 struct CoreAttn {
   TensorId out = 0, lse1 = 0, lse2 = 0, probs = 0, dmask = 0, dout = 0, k_rep = 0, v_rep = 0;
   TensorId softmax_in = 0;
-  TensorId fa_out = 0;  // flash-attn 2's own [b, s, a/t, d] output under TE (te_flash_attn2)
+  // The attention kernel's own [b, s, a/t, d] output, saved besides the projection's [s, b]
+  // copy: flash-attn 2 under TE (te_flash_attn2), cuDNN FusedAttention under Megatron-core
+  // 0.5-0.13's bshd switch (te_fused_attn_bshd_out).
+  TensorId fa_out = 0;
 };
 
 struct AttentionSaved final : ModuleSaved {
@@ -42,11 +45,11 @@ CoreAttn FlashForward(ModuleContext& ctx, int l, bool keep) {
   const std::int64_t heads = d.a / d.t;
   CoreAttn c;
   em.Begin("attn.core", l);
-  if (d.te_flash_attn2) {
-    // ModelDims::te_flash_attn2: flash-attn saves the output it wrote; TE returns a [s, b, ...]
-    // copy of it (core_out below), which the output projection saves.
+  if (d.te_flash_attn2 || d.te_fused_attn_bshd_out) {
+    // ModelDims::te_flash_attn2 / te_fused_attn_bshd_out: the kernel's Function saves the output
+    // it wrote; the output projection saves a [s, b, ...] copy of it (core_out below).
     c.fa_out = em.Alloc(d.act_bytes * d.T * d.q / d.t, Category::kActivations,
-                        LayerLabel(l, "attn.flash_out"));
+                        LayerLabel(l, d.te_flash_attn2 ? "attn.flash_out" : "attn.fused_out"));
   }
   c.out = em.Alloc(d.act_bytes * d.T * d.q / d.t, Category::kActivations,
                    LayerLabel(l, "attn.core_out"));

@@ -1,5 +1,8 @@
 #include "workload/modules/embedding.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "workload/modules/hf_encoder.h"
 
 namespace memsim::workload {
@@ -108,6 +111,44 @@ TensorId Embedding::Forward(ModuleContext& ctx, const Batch& batch, EmbeddingSav
   return x;
 }
 
+namespace {
+
+// Temporaries of PyTorch's embedding_dense_backward_cuda (aten/src/ATen/native/cuda/Embedding.cu)
+// and embedding_backward_cuda_kernel (EmbeddingBackwardKernel.cu), alive together with the
+// dense [V/t, h] grad it returns. Up to 3072 indices it runs one atomic kernel straight into the
+// grad: nothing else. Above that, int64 indices (Megatron's tokens are int64) are radix-sorted:
+// sorted_indices, orig_indices and their arange, [T] each; then segment_offsets [T],
+// partials_per_segment and partials_per_segment_offset [min(T, V/t)] each,
+// partial_segment_offset [T/10 + min(T, V/t)] (NROWS_PER_THREAD = 10), and
+// grad_weight_per_segment [T/10 + min(T, V/t), h] in acc_type, fp32 for 16-bit and fp32 grads
+// ("for numerical stability"). Sizes from pytorch/pytorch#78588 (2022-06, the upper bounds in
+// every release since); before pytorch/pytorch#70943 the partial count was read back from the
+// device (at most this bound), between the two PRs it was T. CUB's own scratch is not modelled.
+// torch_npu's kernel is not audited: the sort buffers only, as before.
+bool SortedEmbeddingBackward(const ModelDims& d) {
+  constexpr std::int64_t kAtomicPathMaxIndices = 3072;
+  return d.npu || d.T > kAtomicPathMaxIndices;
+}
+
+// The radix sort's buffers, made before the grad.
+std::vector<TensorId> EmbeddingSortBuffers(const ModelDims& d, Emitter& em) {
+  if (!SortedEmbeddingBackward(d)) return {};
+  return {em.Alloc(24 * d.T, Category::kTemporaries, "embedding.sort_buffers")};
+}
+
+// The segment buffers and fp32 partial sums, made after the grad.
+void AppendSegmentBuffers(const ModelDims& d, Emitter& em, std::vector<TensorId>* out) {
+  if (d.npu || !SortedEmbeddingBackward(d)) return;
+  const std::int64_t segments = std::min(d.T, d.V / d.t);
+  const std::int64_t partials = d.T / 10 + segments;
+  out->push_back(em.Alloc(8 * (d.T + 2 * segments + partials), Category::kTemporaries,
+                          "embedding.segment_offsets"));
+  out->push_back(
+      em.Alloc(4 * partials * d.h, Category::kTemporaries, "embedding.grad_weight_per_segment"));
+}
+
+}  // namespace
+
 void Embedding::Backward(ModuleContext& ctx, const Batch& batch, const EmbeddingSaved& saved,
                          TensorId dx) {
   const ModelDims& d = ctx.d;
@@ -134,13 +175,17 @@ void Embedding::Backward(ModuleContext& ctx, const Batch& batch, const Embedding
                           "embedding.position_embeddings.weight");
     em.Free(batch.position_ids);
   }
-  // embedding_dense_backward: a dense [V/t, h] grad in the weight dtype plus int64 sort
-  // buffers (aten/src/ATen/native/cuda/Embedding.cu), then handed to autograd.
+  // embedding_dense_backward: a dense [V/t, h] grad in the weight dtype, handed to autograd,
+  // and the sorted path's temporaries (SortedEmbeddingBackward), in the kernel's order.
   em.Begin("embedding.wgrad");
-  const TensorId sort = em.Alloc(24 * d.T, Category::kTemporaries, "embedding.sort_buffers");
+  // A frozen embedding (PEFT) gets no weight grad: autograd skips the kernel.
+  const bool trainable = ctx.k.Trainable("embedding.word_embeddings.weight");
+  std::vector<TensorId> temps;
+  if (trainable) temps = EmbeddingSortBuffers(d, em);
   ctx.k.SmallWeightGrad(d.V / d.t * d.h, "embedding.word_embeddings.grad",
                         "embedding.word_embeddings.weight");
-  em.Free(sort);
+  if (trainable) AppendSegmentBuffers(d, em, &temps);
+  for (TensorId id : temps) em.Free(id);
   em.Free(dx);
   em.Free(saved.indices);
 }
