@@ -17,9 +17,7 @@ namespace {
 
 struct ValidateArgs {
   std::vector<std::string> configs;
-  std::string model;
-  std::string device;
-  std::vector<std::string> sets;
+  ConfigArgs load;
   bool verbose = false;
 };
 
@@ -39,23 +37,12 @@ std::string Summary(const config::Setup& s) {
 Action AddValidateCommand(CLI::App& sub) {
   auto args = std::make_shared<ValidateArgs>();
   sub.add_option("configs", args->configs, "training config files (none: the embedded default)");
-  sub.add_option("--model", args->model, "model file replacing each config's \"model\"")
-      ->check(NonEmpty);
-  sub.add_option("--device", args->device, "device preset name or file replacing \"device\"")
-      ->check(NonEmpty);
-  sub.add_option(
-         "--set", args->sets,
-         "override a training or allocator key: KEY=VALUE; one per --set, repeat --set for more")
-      ->allow_extra_args(false)
-      ->check(KeyValue);
+  AddConfigOptions(sub, args->load, /*with_iterations=*/false);
   sub.add_flag("--verbose", args->verbose, "list what was ignored or defaulted");
   return [args]() -> int {
     std::vector<std::string> configs = args->configs;
     if (configs.empty()) configs.push_back("");
-    config::LoadOptions options;
-    options.model_path = args->model;
-    options.device = args->device;
-    options.overrides = args->sets;
+    const config::LoadOptions options = ToLoadOptions(args->load);
     int exit_code = 0;
     for (const std::string& path : configs) {
       try {
