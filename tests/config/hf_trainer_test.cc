@@ -39,6 +39,13 @@ std::string Config(const std::string& name, const std::string& training) {
                    training + "}}");
 }
 
+// A llama3-8b LoRA config on an rtx-4090-24g whose adapter_config holds r 8 and `fields`.
+std::string LlamaAdapter(const std::string& name, const std::string& fields) {
+  return Write(name, "{\"model\": \"llama3-8b\", \"device\": \"rtx-4090-24g\", \"training\": "
+                     "{\"framework\": \"hf-trainer\", \"max_seq_length\": 512, \"adapter_config\": "
+                     "{\"r\": 8, " + fields + "}}}");
+}
+
 const std::string kBase = "\"max_seq_length\": 512, \"per_device_train_batch_size\": 2";
 
 TEST_CASE("hf-trainer: TrainingArguments names into the plain PyTorch loop", "[config][hf]") {
@@ -464,11 +471,7 @@ TEST_CASE("hf-trainer: --iterations sets max_steps", "[config][hf]") {
 // string other than "all-linear" is a regular expression matched with re.fullmatch against each
 // module's full name (model.layers.<i>.self_attn.q_proj, ...); a list names modules by suffix.
 TEST_CASE("hf-trainer: target_modules as a regular expression", "[config][hf][peft]") {
-  const auto targets = [](const std::string& name, const std::string& adapter) {
-    return Write(name, "{\"model\": \"llama3-8b\", \"device\": \"rtx-4090-24g\", \"training\": "
-                       "{\"framework\": \"hf-trainer\", \"max_seq_length\": 512, \"adapter_config\": "
-                       "{\"r\": 8, " + adapter + "}}}");
-  };
+  const auto targets = LlamaAdapter;
   const auto modules = [](const std::string& path) {
     return LoadSetup(path, {}).training.lora_target_modules;
   };
@@ -780,11 +783,7 @@ TEST_CASE("hf-trainer: a token limit error names the key and file holding the la
 // dotted target_modules entries (key == target or key.endswith("." + target)).
 TEST_CASE("hf-trainer: modules_to_save and dotted target_modules match as in PEFT",
           "[config][hf][peft]") {
-  const auto adapter = [](const std::string& name, const std::string& fields) {
-    return Write(name, "{\"model\": \"llama3-8b\", \"device\": \"rtx-4090-24g\", \"training\": "
-                       "{\"framework\": \"hf-trainer\", \"max_seq_length\": 512, \"adapter_config\": "
-                       "{\"r\": 8, " + fields + "}}}");
-  };
+  const auto adapter = LlamaAdapter;
   using Names = std::vector<std::string>;
   // "model.embed_tokens" ends model.embed_tokens, "head" ends lm_head: both copied, under
   // memsim's names.
@@ -828,11 +827,7 @@ TEST_CASE("hf-trainer: modules_to_save and dotted target_modules match as in PEF
 // A regular expression that would backtrack exponentially in Python's re (PEFT's matcher) is
 // matched breadth-first, and one whose automaton is too large is refused: never a hang.
 TEST_CASE("hf-trainer: pathological target_modules patterns finish", "[config][hf][peft]") {
-  const auto adapter = [](const std::string& name, const std::string& fields) {
-    return Write(name, "{\"model\": \"llama3-8b\", \"device\": \"rtx-4090-24g\", \"training\": "
-                       "{\"framework\": \"hf-trainer\", \"max_seq_length\": 512, \"adapter_config\": "
-                       "{\"r\": 8, " + fields + "}}}");
-  };
+  const auto adapter = LlamaAdapter;
   // Nested quantifiers that a backtracking matcher (Python's re, or std::regex's default
   // depth-first executor) explores in time exponential in the name's length when the name does
   // not end with the 'Q' they demand: more than 20 s on model.layers.31.self_attn.q_proj
