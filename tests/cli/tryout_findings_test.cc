@@ -357,6 +357,15 @@ TEST_CASE("tryout: check, explain and dump-program read a launch and take --set"
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--megatron-args train.sh: give no training config too (got 'x.json')") !=
         std::string::npos);
+  // validate prints the config a launch becomes; read back, it validates to the same summary.
+  r = RunMemsim(dir, "validate " + launch + "--set model.vocab_size=1000 --print-config");
+  CHECK(r.exit_code == 0);
+  dir.Write("translated.json", r.out);
+  const auto back = RunMemsim(dir, "validate translated.json");
+  CHECK(back.exit_code == 0);
+  // The script's 8 NPUs at TP1 PP1: DP8; global batch 8 / (micro-batch 1 × DP8) = 1.
+  CHECK(back.out.find("on ascend-910b-64g, TP1 PP1 DP8, seq 128, micro-batch 1, 1 micro-batches "
+                      "per iteration") != std::string::npos);
   // --help shows --set KEY=VALUE, one pair per --set.
   r = RunMemsim(dir, "check --help");
   CHECK(r.out.find("--set KEY=VALUE") != std::string::npos);
