@@ -60,7 +60,7 @@ void ReadPeft(ObjectReader& own, const Document& config, TrainingConfig& c,
 // module. `warnings` gets exclude_modules that excludes nothing (PEFT warns too), and a
 // modules_to_save entry that copies nothing or only modules memsim does not copy (norms).
 // A regular expression whose automaton would be too large for a bounded match (more than about
-// 4096 states: counted repetitions multiply) is an InputError naming its key, never a hang.
+// 1024 states: counted repetitions multiply) is an InputError naming its key, never a hang.
 void ResolveLoraModules(const LoraModuleMatch& match, const ModelConfig& model,
                         TrainingConfig& c, std::vector<std::string>* warnings);
 

@@ -841,11 +841,11 @@ TEST_CASE("hf-trainer: pathological target_modules patterns finish", "[config][h
             .training.lora_target_modules == std::vector<std::string>{"q_proj"});
   // Counted repetitions multiply the automaton: by RegexStates' count, '.' is 1 state, {20}
   // copies an atom 21 times and a group adds 2: ((1 × 21 + 2) × 21 + 2) × 21 + 2 = 10187
-  // states, above the 4096 limit.
+  // states, above the 1024 limit.
   const std::string counted = adapter("rx3.json", R"x("target_modules": "(((.{20}){20}){20})")x");
   CHECK(ErrorOf(counted) == counted + ": /training/adapter_config/target_modules: the regular "
                                       "expression \"(((.{20}){20}){20})\" is too complex for "
-                                      "memsim (about 10187 automaton states, limit 4096: counted "
+                                      "memsim (about 10187 automaton states, limit 1024: counted "
                                       "repetitions such as {100} multiply); write a shorter "
                                       "pattern or a list of module names");
   // A back-reference, which the breadth-first matcher cannot run, is refused by name.
