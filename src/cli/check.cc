@@ -25,6 +25,8 @@ namespace fs = std::filesystem;
 
 struct CheckArgs {
   std::vector<std::string> configs;
+  ConfigArgs load;
+  MegatronArgs megatron;
   std::string capacity;
   bool capacity_given = false;
   std::string margin = "5";
@@ -57,22 +59,43 @@ std::string BaselinePath(const std::string& baseline, const std::string& config)
 
 // --update-baseline writes FILE, or DIR/<config stem>.json: never over one of the configs (a
 // config kept in the baseline directory has that very name; it used to be replaced by a report).
-void CheckBaselineTargets(const CheckArgs& a) {
-  for (const std::string& config : a.configs) {
-    const std::string path = BaselinePath(a.baseline, config);
-    for (const std::string& input : a.configs) {
+void CheckBaselineTargets(const std::string& baseline, const std::vector<std::string>& configs) {
+  for (const std::string& config : configs) {
+    const std::string path = BaselinePath(baseline, config);
+    for (const std::string& input : configs) {
       std::error_code ec;
       if (fs::equivalent(path, input, ec)) {
         throw InputError(fmt::format("--baseline {}: {} is the config {}; --update-baseline would "
                                      "replace it with a report (keep baselines in a directory of "
                                      "their own)",
-                                     a.baseline, path, input));
+                                     baseline, path, input));
       }
     }
   }
 }
 
+// The configs checked: each path, or one launch (--megatron-args FILE, or the words after `--`,
+// which CLI11 leaves in `configs`), named by its file or "--megatron-args".
+std::vector<std::string> CheckedNames(const CheckArgs& a) {
+  if (a.megatron.given()) return {a.megatron.file.empty() ? "--megatron-args" : a.megatron.file};
+  if (a.configs.empty()) throw InputError("expected one or more training configs (or --megatron-args)");
+  return a.configs;
+}
+
+// The Setup of `name` (CheckedNames) with --model, --device, --set and --capacity.
+config::Setup LoadChecked(const CheckArgs& a, const std::string& name,
+                          const std::optional<Bytes>& capacity) {
+  config::LoadOptions load = ToLoadOptions(a.load);
+  load.use_embedded_default = false;
+  load.capacity_bytes = capacity;
+  if (a.megatron.given()) {
+    return LoadMegatronLaunch(a.megatron, a.configs, load);
+  }
+  return config::LoadSetup(name, load);
+}
+
 int Check(const CheckArgs& a) {
+  const std::vector<std::string> configs = CheckedNames(a);
   report::CheckOptions options;
   std::optional<Bytes> capacity;
   if (a.capacity_given) capacity = ParseSizeArg(a.capacity, "--capacity");
@@ -81,7 +104,7 @@ int Check(const CheckArgs& a) {
   options.tolerance_pct = ParsePercentArg(a.tolerance, "--tolerance");
   const bool baseline_is_dir =
       !a.baseline.empty() && (fs::is_directory(a.baseline) || a.baseline.back() == '/');
-  if (!a.baseline.empty() && !baseline_is_dir && a.configs.size() > 1) {
+  if (!a.baseline.empty() && !baseline_is_dir && configs.size() > 1) {
     throw InputError(
         fmt::format("--baseline {}: with several configs, name a directory of "
                     "<config stem>.json reports ({}; a trailing / names one that "
@@ -96,19 +119,17 @@ int Check(const CheckArgs& a) {
     throw InputError(fmt::format(
         "--baseline {}: no such directory (create it with --update-baseline)", a.baseline));
   }
-  report::CheckOutputs({a.junit_path, a.json_path}, a.configs);
-  if (a.update_baseline) CheckBaselineTargets(a);
+  report::CheckOutputs({a.junit_path, a.json_path}, configs);
+  if (a.update_baseline) CheckBaselineTargets(a.baseline, configs);
   std::vector<std::string> notes;
 
   std::vector<report::StageVerdict> verdicts;
   std::vector<report::CheckError> errors;
   std::vector<std::pair<std::string, std::string>> to_write;  // baseline path, report
-  for (const std::string& config_path : a.configs) {
+  for (const std::string& config_path : configs) {
     try {
-      config::LoadOptions load;
-      load.use_embedded_default = false;
-      load.capacity_bytes = capacity;
-      const config::Setup setup = LoadSetupAndWarn(config_path, load);
+      const config::Setup setup = LoadChecked(a, config_path, capacity);
+      PrintWarnings(setup);
       engine::RunOptions run_options;
       run_options.usable_memory_bytes = capacity;
       run_options.keep_timeline = false;
@@ -163,7 +184,10 @@ int Check(const CheckArgs& a) {
 
 Action AddCheckCommand(CLI::App& sub) {
   auto a = std::make_shared<CheckArgs>();
-  sub.add_option("configs", a->configs, "training configs to check")->required();
+  sub.add_option("configs", a->configs,
+                 "training configs to check (with --megatron-args: the arguments after --)");
+  AddConfigOptions(sub, a->load, /*with_iterations=*/false);
+  AddMegatronOptions(sub, a->megatron);
   sub.add_option("--capacity", a->capacity,
                  "usable device memory, e.g. 60GiB (replaces the presets')");
   sub.add_option("--margin", a->margin, "required headroom, percent of usable memory (default 5)");

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "config/megatron_args.h"
 #include "core/error.h"
 #include "core/size.h"
 
@@ -57,11 +58,52 @@ void AddConfigOptions(CLI::App& sub, ConfigArgs& args, bool with_iterations) {
                  "override KEY=VALUE (training.<key> or allocator.<key>); one per --set, "
                  "repeat --set for more")
       ->allow_extra_args(false)
+      ->option_text("KEY=VALUE")
       ->check(KeyValue);
   if (with_iterations) {
     sub.add_option("--iterations", args.iterations, "training iterations to simulate (train_iters)")
         ->check(NotSentinel);
   }
+}
+
+void AddMegatronOptions(CLI::App& sub, MegatronArgs& args) {
+  args.option = sub.add_option("--megatron-args", args.file,
+                               "read a Megatron-LM / MindSpeed-LLM launch script or training log "
+                               "(or the arguments after --) instead of a config")
+                    ->expected(0, 1);
+  sub.add_flag("--allow-unsupported", args.allow_unsupported,
+               "with --megatron-args: run even with unsupported flags (ignored, with a warning)");
+}
+
+config::Setup LoadMegatronLaunch(const MegatronArgs& args, const std::vector<std::string>& words,
+                                 const config::LoadOptions& load) {
+  config::MegatronLaunch launch;
+  if (!args.file.empty()) {
+    if (!words.empty()) {
+      throw InputError(fmt::format("--megatron-args {}: give no training config too (got '{}')",
+                                   args.file, words[0]));
+    }
+    launch = config::ReadMegatronArgsFile(args.file);
+  } else {
+    if (words.empty()) throw InputError("--megatron-args: expected FILE, or -- ARGS...");
+    launch = config::ReadCommandLineArguments(words);
+  }
+  return config::LoadSetupFromMegatron(launch, load, {args.allow_unsupported});
+}
+
+config::Setup LoadConfigOrLaunch(const std::string& config, const std::vector<std::string>& words,
+                                 const MegatronArgs& megatron, const config::LoadOptions& load) {
+  if (!megatron.given()) {
+    if (!words.empty()) {
+      throw InputError(fmt::format("unexpected argument '{}' (one config per run; --set takes "
+                                   "one KEY=VALUE and is repeated for more)",
+                                   words[0]));
+    }
+    return config::LoadSetup(config, load);
+  }
+  std::vector<std::string> all = words;
+  if (!config.empty()) all.insert(all.begin(), config);
+  return LoadMegatronLaunch(megatron, all, load);
 }
 
 config::LoadOptions ToLoadOptions(const ConfigArgs& args) {

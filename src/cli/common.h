@@ -27,6 +27,26 @@ void AddConfigOptions(CLI::App& sub, ConfigArgs& args, bool with_iterations);
 // The loader options they stand for. Throws InputError for a bad --iterations.
 config::LoadOptions ToLoadOptions(const ConfigArgs& args);
 
+// --megatron-args [FILE] (a Megatron-LM / MindSpeed-LLM launch script or training log, or the
+// training arguments after `--`) and --allow-unsupported: a launch read instead of a training
+// config (config/megatron_args.h), by run, explain, check and dump-program.
+struct MegatronArgs {
+  std::string file;
+  bool allow_unsupported = false;
+  CLI::Option* option = nullptr;  // set by AddMegatronOptions
+  bool given() const { return option != nullptr && option->count() > 0; }
+};
+void AddMegatronOptions(CLI::App& sub, MegatronArgs& args);
+// The Setup of the launch: FILE, or `words` (the subcommand's positional words: with FILE they
+// must be none; else the training arguments after `--`). Throws InputError.
+config::Setup LoadMegatronLaunch(const MegatronArgs& args, const std::vector<std::string>& words,
+                                 const config::LoadOptions& load);
+// The Setup of `config` (LoadSetup), or of the launch when --megatron-args was given (`words`:
+// the positional words after `config`, which without --megatron-args must be none); no warning
+// printed.
+config::Setup LoadConfigOrLaunch(const std::string& config, const std::vector<std::string>& words,
+                                 const MegatronArgs& megatron, const config::LoadOptions& load);
+
 // config::LoadSetup, then each of the Setup's warnings (keys given that do not act) on standard
 // error as "warning: ...".
 config::Setup LoadSetupAndWarn(const std::string& config_path, const config::LoadOptions& load);

@@ -15,11 +15,15 @@ namespace {
 struct DumpArgs {
   std::string config;
   ConfigArgs load;
+  MegatronArgs megatron;
+  std::vector<std::string> trailing;  // with --megatron-args: the arguments after `--`
   int pipeline_rank = kNotGiven;
 };
 
 int Dump(const DumpArgs& a) {
-  const config::Setup setup = LoadSetupAndWarn(a.config, ToLoadOptions(a.load));
+  const config::Setup setup =
+      LoadConfigOrLaunch(a.config, a.trailing, a.megatron, ToLoadOptions(a.load));
+  PrintWarnings(setup);
   const int rank = CheckPipelineRank(a.pipeline_rank, setup).value_or(0);
   const std::string text = workload::FormatProgram(workload::Build(setup, rank));
   std::fwrite(text.data(), 1, text.size(), stdout);
@@ -34,6 +38,8 @@ Action AddDumpProgramCommand(CLI::App& sub) {
   AddConfigOptions(sub, a->load, /*with_iterations=*/true);
   sub.add_option("--pipeline-rank", a->pipeline_rank, "the pipeline stage to print (default 0)")
       ->check(NotSentinel);
+  sub.add_option("args", a->trailing, "with --megatron-args: the training arguments after --");
+  AddMegatronOptions(sub, a->megatron);
   return [a] { return Dump(*a); };
 }
 

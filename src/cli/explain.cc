@@ -18,6 +18,8 @@ namespace {
 struct ExplainArgs {
   std::string config;
   ConfigArgs load;
+  MegatronArgs megatron;
+  std::vector<std::string> trailing;  // with --megatron-args: the arguments after `--`
   int pipeline_rank = kNotGiven;
   std::string capacity;
   bool capacity_given = false;
@@ -30,7 +32,8 @@ int Explain(const ExplainArgs& a) {
   std::optional<Bytes> capacity;
   if (a.capacity_given) capacity = ParseSizeArg(a.capacity, "--capacity");
   load.capacity_bytes = capacity;
-  const config::Setup setup = LoadSetupAndWarn(a.config, load);
+  const config::Setup setup = LoadConfigOrLaunch(a.config, a.trailing, a.megatron, load);
+  PrintWarnings(setup);
   const int width = TerminalWidth(a.width);
   const std::optional<int> chosen = CheckPipelineRank(a.pipeline_rank, setup);
   // Every stage runs once without samples: the stage `run` reports, and whether (and where)
@@ -69,6 +72,8 @@ Action AddExplainCommand(CLI::App& sub) {
   sub.add_flag("--verbose", a->verbose, "list ignored keys and defaults taken");
   sub.add_option("--width", a->width, "wrap lines at N columns (default $COLUMNS or 80)")
       ->check(NotSentinel);
+  sub.add_option("args", a->trailing, "with --megatron-args: the training arguments after --");
+  AddMegatronOptions(sub, a->megatron);
   CLI::Option* capacity = sub.get_option("--capacity");
   return [a, capacity] {
     a->capacity_given = capacity->count() > 0;

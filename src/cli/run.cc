@@ -11,7 +11,6 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "config/load.h"
-#include "config/megatron_args.h"
 #include "core/error.h"
 #include "engine/stages.h"
 #include "export/exports.h"
@@ -38,29 +37,10 @@ struct RunArgs {
   bool megatron_report = false;
   bool verbose = false;
   int width = kNotGiven;
-  // --megatron-args [FILE] (a launch script or a training log), or `-- ARGS...` (trailing).
-  bool megatron = false;
-  std::string megatron_file;
-  std::vector<std::string> trailing;
-  bool allow_unsupported = false;
+  MegatronArgs megatron;
+  std::vector<std::string> trailing;  // with --megatron-args: the arguments after `--`
   bool no_fast_path = false;  // hidden: engine::RunOptions::whole_program (tests only)
 };
-
-// The Setup of a Megatron launch: FILE, or the words after `--` (CLI11 puts the first in
-// `config`).
-config::Setup LoadMegatron(const RunArgs& a, const config::LoadOptions& load) {
-  config::MegatronLaunch launch;
-  if (!a.megatron_file.empty()) {
-    if (!a.config.empty()) throw InputError("--megatron-args FILE: give no training config too");
-    launch = config::ReadMegatronArgsFile(a.megatron_file);
-  } else {
-    std::vector<std::string> words = a.trailing;
-    if (!a.config.empty()) words.insert(words.begin(), a.config);
-    if (words.empty()) throw InputError("--megatron-args: expected FILE, or -- ARGS...");
-    launch = config::ReadCommandLineArguments(words);
-  }
-  return config::LoadSetupFromMegatron(launch, load, {a.allow_unsupported});
-}
 
 // `--csv`: the rows written to a temporary file as the simulation produces them (never held;
 // report::WriteFilesAtomically renames it into place with the other outputs).
@@ -123,19 +103,12 @@ int Run(const RunArgs& a) {
   const int width = TerminalWidth(a.width);
   const std::vector<std::string> outputs = {a.json_path, a.csv_path, a.html_path, a.trace_path,
                                             a.snapshot_path};
-  report::CheckOutputs(outputs, {a.config, a.load.model, a.load.device, a.megatron_file});
+  report::CheckOutputs(outputs, {a.config, a.load.model, a.load.device, a.megatron.file});
   config::LoadOptions load = ToLoadOptions(a.load);
   std::optional<Bytes> capacity;
   if (a.capacity_given) capacity = ParseSizeArg(a.capacity, "--capacity");
   load.capacity_bytes = capacity;
-  if (!a.megatron && !a.trailing.empty()) {
-    throw InputError(
-        fmt::format("unexpected argument '{}' (one config per run; --set takes one "
-                    "KEY=VALUE and is repeated for more)",
-                    a.trailing[0]));
-  }
-  const config::Setup setup =
-      a.megatron ? LoadMegatron(a, load) : config::LoadSetup(a.config, load);
+  const config::Setup setup = LoadConfigOrLaunch(a.config, a.trailing, a.megatron, load);
   PrintWarnings(setup);
   report::CheckOutputs(outputs, {setup.model_path, setup.device_path});
 
@@ -216,19 +189,12 @@ Action AddRunCommand(CLI::App& sub) {
                  "terminal width for the table and chart (default $COLUMNS or 80)")
       ->check(NotSentinel);
   sub.add_option("args", a->trailing, "with --megatron-args: the training arguments after --");
-  CLI::Option* megatron =
-      sub.add_option("--megatron-args", a->megatron_file,
-                     "read a Megatron-LM / MindSpeed-LLM launch script or training log (or the "
-                     "arguments after --) instead of a config")
-          ->expected(0, 1);
-  sub.add_flag("--allow-unsupported", a->allow_unsupported,
-               "with --megatron-args: run even with unsupported flags (ignored, with a warning)");
+  AddMegatronOptions(sub, a->megatron);
   // Hidden (empty group): the equivalence test's switch to the whole-Program path.
   sub.add_flag("--no-fast-path", a->no_fast_path, "")->group("");
   CLI::Option* capacity = sub.get_option("--capacity");
-  return [a, capacity, megatron] {
+  return [a, capacity] {
     a->capacity_given = capacity->count() > 0;
-    a->megatron = megatron->count() > 0;
     return Run(*a);
   };
 }

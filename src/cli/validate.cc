@@ -17,11 +17,21 @@ namespace {
 
 struct ValidateArgs {
   std::vector<std::string> configs;
-  std::string model;
-  std::string device;
-  std::vector<std::string> sets;
+  ConfigArgs load;
+  MegatronArgs megatron;
   bool verbose = false;
+  bool print_config = false;
 };
+
+// The Setup of one config, or of the launch (--megatron-args: `configs` are then the arguments
+// after --), with its warnings printed.
+config::Setup LoadOne(const ValidateArgs& a, const std::string& path,
+                      const config::LoadOptions& options) {
+  const config::Setup s = a.megatron.given() ? LoadMegatronLaunch(a.megatron, a.configs, options)
+                                             : config::LoadSetup(path, options);
+  PrintWarnings(s);
+  return s;
+}
 
 std::string Summary(const config::Setup& s) {
   const config::TrainingConfig& t = s.training;
@@ -38,28 +48,31 @@ std::string Summary(const config::Setup& s) {
 
 Action AddValidateCommand(CLI::App& sub) {
   auto args = std::make_shared<ValidateArgs>();
-  sub.add_option("configs", args->configs, "training config files (none: the embedded default)");
-  sub.add_option("--model", args->model, "model file replacing each config's \"model\"")
-      ->check(NonEmpty);
-  sub.add_option("--device", args->device, "device preset name or file replacing \"device\"")
-      ->check(NonEmpty);
-  sub.add_option(
-         "--set", args->sets,
-         "override a training or allocator key: KEY=VALUE; one per --set, repeat --set for more")
-      ->allow_extra_args(false)
-      ->check(KeyValue);
+  sub.add_option("configs", args->configs,
+                 "training config files (none: the embedded default; with --megatron-args: the "
+                 "arguments after --)");
+  AddConfigOptions(sub, args->load, /*with_iterations=*/false);
   sub.add_flag("--verbose", args->verbose, "list what was ignored or defaulted");
+  sub.add_flag("--print-config", args->print_config,
+               "print, instead of the summary, the JSON training config that reproduces the "
+               "setup (a launch's translation with --megatron-args)");
+  AddMegatronOptions(sub, args->megatron);
   return [args]() -> int {
     std::vector<std::string> configs = args->configs;
-    if (configs.empty()) configs.push_back("");
-    config::LoadOptions options;
-    options.model_path = args->model;
-    options.device = args->device;
-    options.overrides = args->sets;
+    if (configs.empty() || args->megatron.given()) configs = {""};
+    if (args->print_config && configs.size() > 1) {
+      std::fprintf(stderr, "memsim validate: --print-config: give one config\n");
+      return 2;
+    }
+    const config::LoadOptions options = ToLoadOptions(args->load);
     int exit_code = 0;
     for (const std::string& path : configs) {
       try {
-        const config::Setup s = LoadSetupAndWarn(path, options);
+        const config::Setup s = LoadOne(*args, path, options);
+        if (args->print_config) {
+          std::printf("%s\n", s.reproducing_config.c_str());
+          continue;
+        }
         std::printf("ok: %s: %s\n", s.config_path.c_str(), Summary(s).c_str());
         if (args->verbose) {
           for (const std::string& n : s.notes) std::printf("  note: %s\n", n.c_str());

@@ -177,6 +177,19 @@ std::optional<int> SteadyState(const std::vector<std::pair<int, Bytes>>& peaks) 
   return steady;
 }
 
+// SteadyState of the simulated iterations' peak reserved (peak device where reserved is
+// unknown).
+std::optional<int> SimulatedSteadyState(const Timeline& simulated,
+                                        const std::map<int, IterSpan>& spans) {
+  std::vector<std::pair<int, Bytes>> peaks;
+  for (const auto& [k, span] : spans) {
+    if (k < 1) continue;
+    const Bytes res = MaxOf(simulated, span.index, Curve::kReserved);
+    peaks.emplace_back(k, res >= 0 ? res : MaxOf(simulated, span.index, Curve::kDevice));
+  }
+  return SteadyState(peaks);
+}
+
 Bytes ConvergedLevel(const Timeline& t, Curve c) {
   std::vector<Bytes> v;
   for (const Sample& s : t.samples) {
@@ -502,14 +515,6 @@ Report Compare(const Timeline& measured_in, const Timeline& simulated, const Com
     r.overall_measured = om;
     r.overall_simulated = os;
     r.steady_state_measured = SteadyState(m_reserved);
-    // The simulated steady state over all simulated iterations, not only the aligned ones.
-    std::vector<std::pair<int, Bytes>> all_simulated;
-    for (const auto& [k, span] : sspans) {
-      if (k < 1) continue;
-      const Bytes res = MaxOf(simulated, span.index, Curve::kReserved);
-      all_simulated.emplace_back(k, res >= 0 ? res : MaxOf(simulated, span.index, Curve::kDevice));
-    }
-    r.steady_state_simulated = SteadyState(all_simulated);
   } else {
     std::vector<size_t> mi(m.samples.size()), si(simulated.samples.size());
     std::iota(mi.begin(), mi.end(), size_t{0});
@@ -530,6 +535,9 @@ Report Compare(const Timeline& measured_in, const Timeline& simulated, const Com
     }
     if (!HasIterations(simulated)) r.notes.push_back("the simulated timeline has no iterations");
   }
+  // The simulated steady state over all simulated iterations, whether or not the profile has
+  // iterations to align with (an nvidia-smi or npu-smi log has none).
+  r.steady_state_simulated = SimulatedSteadyState(simulated, sspans);
   r.overall_error_pct = ErrorsOf(r.overall_measured, r.overall_simulated);
   if (std::string n = ScaleNote(r.overall_measured, r.overall_simulated); !n.empty()) {
     r.notes.push_back(std::move(n));

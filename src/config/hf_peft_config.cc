@@ -17,9 +17,14 @@ constexpr int kMaxLoraRank = 65536;  // 2^16, docs/config.md "Limits"
 const std::vector<std::string> kTargets = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                            "gate_proj", "up_proj", "down_proj"};
 
-// modules_to_save names memsim places a trainable copy of (workload/hf_peft.cc SavedModule).
-const std::vector<std::string> kSavable = {"lm_head", "embed_tokens", "classifier", "score",
-                                           "pooler"};
+// The modules of which memsim places a trainable copy (workload/hf_peft.cc SavedModule), by the
+// name of the module in model.named_modules() and the name memsim keeps in lora_modules_to_save.
+struct Savable {
+  std::string_view module;
+  std::string_view saved;
+};
+constexpr Savable kSavable[] = {
+    {"lm_head", "lm_head"}, {"model.embed_tokens", "embed_tokens"}, {"score", "score"}};
 
 // LoraConfig fields (peft/tuners/lora/config.py and PeftConfig) read or accepted.
 const std::vector<std::string> kLoraKeys = {
@@ -46,16 +51,115 @@ std::vector<std::string> StringList(ObjectReader& r, const char* key) {
   return out;
 }
 
-// A regular expression of target_modules or exclude_modules, compiled once to check it
-// (ECMAScript grammar: Python's re extensions such as (?P<name>...) are refused).
-std::regex CompileModuleRegex(const std::string& pattern, const std::string& where) {
-  try {
-    return std::regex(pattern, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    Fail(where, fmt::format("\"{}\" is not a valid regular expression ({}; memsim reads the "
-                            "ECMAScript grammar)",
-                            Printable(pattern), e.what()));
+// memsim's bound on the automaton of a module-name regular expression: matching time grows with
+// it (below). 1024 states is an estimate far above real patterns (a list of 80 layer numbers
+// is about 250): at 3831 states, matching every module of an 80-layer model took 2 s (measured
+// on this repository's build machine), at 965 states 0.3 s.
+constexpr std::int64_t kMaxRegexStates = 1024;
+
+std::int64_t SaturatingProduct(std::int64_t a, std::int64_t b) {
+  return a > (std::int64_t{1} << 40) / std::max<std::int64_t>(b, 1) ? std::int64_t{1} << 40 : a * b;
+}
+
+// The length of the counted repetition "{n}", "{n,}" or "{n,m}" at p[i] and its largest count
+// (n for "{n,}"), or 0 when p[i] does not start one.
+size_t CountedRepetition(std::string_view p, size_t i, std::int64_t* count) {
+  size_t j = i + 1;
+  std::int64_t n[2] = {0, -1};
+  int which = 0;
+  bool digits = false;
+  for (; j < p.size() && p[j] != '}'; ++j) {
+    if (p[j] == ',' && which == 0 && digits) {
+      which = 1;
+    } else if (p[j] >= '0' && p[j] <= '9') {
+      if (which == 1 && n[1] < 0) n[1] = 0;
+      n[which] = std::min<std::int64_t>(n[which] * 10 + (p[j] - '0'), std::int64_t{1} << 30);
+      digits = true;
+    } else {
+      return 0;
+    }
   }
+  if (j == p.size() || !digits) return 0;
+  *count = std::max(n[0], n[1]);
+  return j - i;
+}
+
+// An upper bound of the states of the automaton a regular expression compiles to: a few per
+// character, class or group, and a counted repetition {n,m} copies its atom max(n, m) + 1 times
+// (libstdc++ bits/regex_compiler.tcc _M_quantifier clones it). Saturates at 2^40.
+std::int64_t RegexStates(std::string_view p) {
+  std::vector<std::vector<std::int64_t>> groups(1);  // the atoms of each open group
+  for (size_t i = 0; i < p.size(); ++i) {
+    std::vector<std::int64_t>& atoms = groups.back();
+    const char c = p[i];
+    std::int64_t count = 0;
+    if (c == '\\') {
+      ++i;
+      atoms.push_back(2);
+    } else if (c == '[') {  // a class is one state; skip to its closing ']'
+      size_t j = i + 1;
+      if (j < p.size() && p[j] == '^') ++j;
+      if (j < p.size() && p[j] == ']') ++j;
+      while (j < p.size() && p[j] != ']') j += p[j] == '\\' ? 2 : 1;
+      i = j;
+      atoms.push_back(2);
+    } else if (c == '(') {
+      groups.emplace_back();
+    } else if (c == ')' && groups.size() > 1) {
+      std::int64_t sum = 2;
+      for (const std::int64_t a : groups.back()) sum = std::min(sum + a, std::int64_t{1} << 40);
+      groups.pop_back();
+      groups.back().push_back(sum);
+    } else if (const size_t n = c == '{' ? CountedRepetition(p, i, &count) : 0; n > 0) {
+      if (!atoms.empty()) atoms.back() = SaturatingProduct(atoms.back(), count + 1);
+      i += n;
+    } else if ((c == '*' || c == '+' || c == '?') && !atoms.empty()) {
+      atoms.back() += 2;
+    } else {
+      atoms.push_back(c == '|' ? 2 : 1);
+    }
+  }
+  std::int64_t total = 0;
+  for (const std::vector<std::int64_t>& atoms : groups) {
+    for (const std::int64_t a : atoms) total = std::min(total + a, std::int64_t{1} << 40);
+  }
+  return total;
+}
+
+// A regular expression of target_modules, exclude_modules or modules_to_save, compiled once to
+// check it (ECMAScript grammar: Python's re extensions such as (?P<name>...) are refused).
+// Matching never backtracks exponentially: with libstdc++ the automaton is run breadth-first
+// (regex_constants::__polynomial: time linear in states × name length; back-references, which
+// it cannot run, are refused), and the automaton is bounded by kMaxRegexStates. Python's re,
+// which PEFT uses, backtracks: a pattern such as (a+)+$ can run for hours there.
+std::regex CompileModuleRegex(const std::string& pattern, const std::string& where) {
+  if (const std::int64_t states = RegexStates(pattern); states > kMaxRegexStates) {
+    Fail(where, fmt::format("the regular expression \"{}\" is too complex for memsim (about {} "
+                            "automaton states, limit {}: counted repetitions such as {{100}} "
+                            "multiply); write a shorter pattern or a list of module names",
+                            Printable(pattern, 80),
+                            states >= (std::int64_t{1} << 40) ? std::string("2^40") : std::to_string(states),
+                            kMaxRegexStates));
+  }
+  try {
+#if defined(__GLIBCXX__)
+    return std::regex(pattern, std::regex::ECMAScript | std::regex_constants::__polynomial);
+#else
+    return std::regex(pattern, std::regex::ECMAScript);
+#endif
+  } catch (const std::regex_error& e) {
+    const bool backref = e.code() == std::regex_constants::error_complexity;
+    Fail(where, fmt::format("\"{}\" is not a valid regular expression ({}; memsim reads the "
+                            "ECMAScript grammar{})",
+                            Printable(pattern, 80), e.what(),
+                            backref ? ", without back-references" : ""));
+  }
+}
+
+// The pattern PEFT builds of a modules_to_save entry to keep adapters out of it
+// (tuners_utils.py check_target_module_exists).
+std::string SaveExclusionPattern(const std::string& entry) {
+  return "(^|.*\\.)" + entry + "($|\\..*)";
 }
 
 // A string that PEFT treats as a regular expression, or a list of names.
@@ -109,6 +213,13 @@ void ReadTargets(ObjectReader& a, TrainingConfig& c, std::vector<std::string>* n
     if (name == "all-linear") {
       Fail(where, "\"all-linear\" inside a list is a module name to PEFT (it matches no module); "
                   "write it as a string: \"target_modules\": \"all-linear\"");
+    }
+    // PEFT matches a listed name as the module's name or its last dotted parts
+    // (check_target_module_exists: key == target or key.endswith("." + target)), so a dotted
+    // entry ("self_attn.q_proj") is resolved against the module names (ResolveLoraModules).
+    if (name.find('.') != std::string::npos) {
+      match->target_dotted = true;
+      continue;
     }
     if (std::find(kTargets.begin(), kTargets.end(), name) == kTargets.end()) {
       const std::string guess = ClosestMatch(name, kTargets);
@@ -183,13 +294,11 @@ void ReadLora(ObjectReader& a, TrainingConfig& c, std::vector<std::string>* note
     match->exclude_regex = x.regex;
     match->exclude_where = a.At("exclude_modules");
   }
-  c.lora_modules_to_save = StringList(a, "modules_to_save");
-  for (const std::string& m : c.lora_modules_to_save) {
-    if (std::find(kSavable.begin(), kSavable.end(), m) == kSavable.end()) {
-      warnings->push_back(fmt::format("{}: '{}': no trainable copy of it is modelled (memsim copies "
-                                      "lm_head, embed_tokens, classifier, score, pooler)",
-                                      a.At("modules_to_save"), Printable(m)));
-    }
+  // Matched against the model's module names once the model is read (ResolveLoraModules).
+  match->save_entries = StringList(a, "modules_to_save");
+  match->save_where = a.At("modules_to_save");
+  for (const std::string& m : match->save_entries) {
+    (void)CompileModuleRegex(SaveExclusionPattern(m), match->save_where);
   }
   // peft/config.py PeftConfig.__post_init__ refuses a task_type outside TaskType
   // (peft/utils/peft_types.py).
@@ -253,6 +362,7 @@ struct Module {
   std::string name;
   int target = -1;    // index in kTargets for a decoder layer's linear, else -1
   bool head = false;  // lm_head, embed_tokens or a classification head: adaptable, not modelled
+  bool holds_layers = false;  // holds decoder-layer linears (the model, a layer, self_attn, mlp)
 };
 
 // transformers/models/llama/modeling_llama.py (LlamaForCausalLM: model, lm_head; LlamaModel:
@@ -262,18 +372,20 @@ struct Module {
 // module ("") is skipped as PEFT's inject_adapter skips it; "score" stands for the head of a
 // *ForSequenceClassification model.
 std::vector<Module> LlamaModules(const ModelConfig& m) {
-  std::vector<Module> out = {{"model"}, {"model.embed_tokens", -1, true}, {"model.layers"}};
+  std::vector<Module> out = {{"model", -1, false, true},
+                             {"model.embed_tokens", -1, true},
+                             {"model.layers", -1, false, true}};
   const bool qk_norm = m.model_type == "qwen3";
   for (int i = 0; i < m.num_hidden_layers; ++i) {
     const std::string layer = fmt::format("model.layers.{}", i);
-    out.push_back({layer});
-    out.push_back({layer + ".self_attn"});
+    out.push_back({layer, -1, false, true});
+    out.push_back({layer + ".self_attn", -1, false, true});
     for (int k = 0; k < 4; ++k) out.push_back({layer + ".self_attn." + kTargets[k], k});
     if (qk_norm) {
       out.push_back({layer + ".self_attn.q_norm"});
       out.push_back({layer + ".self_attn.k_norm"});
     }
-    out.push_back({layer + ".mlp"});
+    out.push_back({layer + ".mlp", -1, false, true});
     for (int k = 4; k < 7; ++k) out.push_back({layer + ".mlp." + kTargets[k], k});
     out.push_back({layer + ".mlp.act_fn"});
     out.push_back({layer + ".input_layernorm"});
@@ -301,12 +413,17 @@ bool ListMatches(const std::vector<std::string>& list, const std::string& name) 
   });
 }
 
-// modules_to_save: PEFT never adapts them nor what is inside them
-// (re.match(rf"(^|.*\.){m}($|\..*)", key), here with m taken literally).
-bool InModulesToSave(const std::vector<std::string>& save, const std::string& name) {
-  return std::any_of(save.begin(), save.end(), [&name](const std::string& m) {
-    const std::string dotted = "." + name + ".";
-    return dotted.find("." + m + ".") != std::string::npos;
+// modules_to_save: PEFT never adapts them nor what is inside them (tuners_utils.py
+// check_target_module_exists: re.match(rf"(^|.*\.){m}($|\..*)", key), the entry a regular
+// expression; re.match anchors at the start only, as match_continuous does).
+bool InModulesToSave(const std::vector<std::regex>& save, const std::string& name,
+                     const std::string& where) {
+  return std::any_of(save.begin(), save.end(), [&](const std::regex& re) {
+    try {
+      return std::regex_search(name, re, std::regex_constants::match_continuous);
+    } catch (const std::regex_error& e) {
+      Fail(where, fmt::format("matching the regular expression failed on '{}' ({})", name, e.what()));
+    }
   });
 }
 
@@ -326,6 +443,14 @@ Matched MatchModules(const LoraModuleMatch& match, const ModelConfig& model,
   std::optional<std::regex> target, exclude;
   if (match.target_regex) target = CompileModuleRegex(*match.target_regex, match.target_where);
   if (match.exclude_regex) exclude = CompileModuleRegex(*match.exclude_regex, match.exclude_where);
+  // The entries written, and the heads PeftModelForSequenceClassification adds (c's).
+  std::vector<std::regex> save;
+  for (const std::string& m : match.save_entries) {
+    save.push_back(CompileModuleRegex(SaveExclusionPattern(m), match.save_where));
+  }
+  for (const std::string& m : c.lora_modules_to_save) {
+    save.push_back(CompileModuleRegex(SaveExclusionPattern(m), match.save_where));
+  }
   Matched out;
   for (const Module& m : LlamaModules(model)) {
     const bool targeted = target ? FullMatch(*target, m.name, match.target_where)
@@ -334,7 +459,7 @@ Matched MatchModules(const LoraModuleMatch& match, const ModelConfig& model,
                           ListMatches(match.exclude_names, m.name);
     out.exclude_used |= excluded;
     if (!targeted) continue;
-    if (excluded || InModulesToSave(c.lora_modules_to_save, m.name)) {
+    if (excluded || InModulesToSave(save, m.name, match.save_where)) {
       out.targeted_excluded = true;
       continue;
     }
@@ -354,6 +479,57 @@ Matched MatchModules(const LoraModuleMatch& match, const ModelConfig& model,
   return out;
 }
 
+// modules_to_save as PEFT's _set_trainable (peft/utils/other.py) wraps them in a
+// ModulesToSaveWrapper (a trainable copy of the module): every module whose full name ends with
+// an entry, as plain text (key.endswith(target_key): "head" copies lm_head, "embed_tokens" and
+// "model.embed_tokens" the embedding). Appends memsim's names of the copies to
+// c.lora_modules_to_save. A copy of a decoder layer's module is not modelled (unsupported); of
+// norms and other small modules, a warning; an entry that matches no module is ignored, as
+// PEFT ignores it, with a warning.
+void ResolveModulesToSave(const LoraModuleMatch& match, const ModelConfig& model,
+                          TrainingConfig& c, std::vector<std::string>* warnings) {
+  const std::vector<Module> modules = LlamaModules(model);
+  for (const std::string& entry : match.save_entries) {
+    std::vector<std::string> unmodelled;
+    bool found = false;
+    for (const Module& m : modules) {
+      if (!m.name.ends_with(entry)) continue;
+      found = true;
+      const auto savable = std::find_if(std::begin(kSavable), std::end(kSavable),
+                                        [&m](const Savable& k) { return k.module == m.name; });
+      if (savable != std::end(kSavable)) {
+        const std::string saved(savable->saved);
+        if (std::find(c.lora_modules_to_save.begin(), c.lora_modules_to_save.end(), saved) ==
+            c.lora_modules_to_save.end()) {
+          c.lora_modules_to_save.push_back(saved);
+        }
+      } else if (m.target >= 0 || m.holds_layers) {
+        throw UnsupportedError(fmt::format(
+            "{}: '{}' copies module {} (PEFT's _set_trainable copies every module whose name "
+            "ends with the entry); a trainable copy of a decoder layer's weights is not modelled",
+            match.save_where, Printable(entry), m.name));
+      } else if (unmodelled.size() < 3) {
+        unmodelled.push_back(m.name);
+      } else if (unmodelled.size() == 3) {
+        unmodelled.push_back("...");
+      }
+    }
+    if (!found) {
+      warnings->push_back(fmt::format(
+          "{}: '{}' ends no module name of the model, so PEFT copies nothing for it (module names "
+          "look like lm_head, model.embed_tokens, model.layers.0.mlp)",
+          match.save_where, Printable(entry)));
+    } else if (!unmodelled.empty()) {
+      std::string names;
+      for (const std::string& n : unmodelled) names += (names.empty() ? "" : ", ") + n;
+      warnings->push_back(fmt::format(
+          "{}: '{}' copies {} (PEFT's _set_trainable: names ending with the entry); their "
+          "trainable copies are not modelled (memsim copies lm_head, model.embed_tokens, score)",
+          match.save_where, Printable(entry), names));
+    }
+  }
+}
+
 }  // namespace
 
 void ResolveLoraModules(const LoraModuleMatch& match, const ModelConfig& model,
@@ -364,6 +540,7 @@ void ResolveLoraModules(const LoraModuleMatch& match, const ModelConfig& model,
   const bool by_exclude = !match.exclude_where.empty();
   const std::string& narrowed = !match.target_regex && by_exclude ? match.exclude_where : where;
   const Matched matched = MatchModules(match, model, c);
+  ResolveModulesToSave(match, model, c, warnings);
   const std::vector<int>& layers = matched.layers;
   const bool excluded = matched.targeted_excluded;
   if (by_exclude && !matched.exclude_used) {

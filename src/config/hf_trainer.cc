@@ -144,6 +144,24 @@ Precision DtypeOf(const std::string& name) {
   return name == "bfloat16" ? Precision::kBf16 : name == "float16" ? Precision::kFp16 : Precision::kFp32;
 }
 
+// memsim's limit on the tokens of one batch (rules.h): `batch_key` (per_device_train_batch_size
+// or per_device_eval_batch_size) × max_seq_length. Named at the factor nearer its own limit
+// (reader.cc kLimits: 2^16 samples, 2^26 tokens), the other one with where it was written: with
+// a training_args file the two are in different files.
+void CheckBatchTokens(const Readers& r, const char* batch_key, int batch, int seq_length) {
+  const std::int64_t tokens = std::int64_t{batch} * seq_length;
+  if (tokens <= kMaxTokensPerMicroBatch) return;
+  const bool by_batch =
+      static_cast<double>(batch) / (1 << 16) > static_cast<double>(seq_length) / (1 << 26);
+  const std::string batch_at = r.args.At(batch_key);
+  const std::string seq_at = r.own.At("max_seq_length");
+  Fail(by_batch ? batch_at : seq_at,
+       fmt::format("{} × max_seq_length = {} × {} = {} tokens exceed memsim's limit of {} (with "
+                   "{} at {})",
+                   batch_key, batch, seq_length, tokens, kMaxTokensPerMicroBatch,
+                   by_batch ? "max_seq_length" : batch_key, by_batch ? seq_at : batch_at));
+}
+
 // memsim's limits (rules.h) on what ReadBatch read, named by the keys of this block (rules.cc
 // checks them again on the derived Megatron values, under Megatron's names): micro-batches per
 // step (gradient_accumulation_steps), tokens of a micro-batch, and the global batch in an int.
@@ -152,13 +170,7 @@ void CheckBatchLimits(const Readers& r, const TrainingConfig& c, int ga) {
     Fail(r.args.At("gradient_accumulation_steps"),
          fmt::format("{} micro-batches per step exceed memsim's limit of {}", ga, kMaxMicroBatches));
   }
-  const std::int64_t tokens = std::int64_t{c.micro_batch_size} * c.seq_length;
-  if (tokens > kMaxTokensPerMicroBatch) {
-    Fail(r.args.At("per_device_train_batch_size"),
-         fmt::format("per_device_train_batch_size × max_seq_length = {} × {} = {} tokens exceed "
-                     "memsim's limit of {}",
-                     c.micro_batch_size, c.seq_length, tokens, kMaxTokensPerMicroBatch));
-  }
+  CheckBatchTokens(r, "per_device_train_batch_size", c.micro_batch_size, c.seq_length);
   const std::int64_t global = std::int64_t{c.micro_batch_size} * ga * c.data_parallel_size;
   if (global > std::numeric_limits<int>::max()) {
     Fail(r.own.At("world_size"),
@@ -374,17 +386,6 @@ void CheckOldStrategyName(ObjectReader& t, const std::string& strategy) {
   }
 }
 
-// memsim's limit on the tokens of one batch (rules.h), for an evaluation batch.
-void CheckEvalBatchTokens(ObjectReader& t, const TrainingConfig& c) {
-  const std::int64_t tokens = std::int64_t{c.eval_batch_size} * c.seq_length;
-  if (tokens > kMaxTokensPerMicroBatch) {
-    Fail(t.At("per_device_eval_batch_size"),
-         fmt::format("per_device_eval_batch_size × max_seq_length = {} × {} = {} tokens exceed "
-                     "memsim's limit of {}",
-                     c.eval_batch_size, c.seq_length, tokens, kMaxTokensPerMicroBatch));
-  }
-}
-
 // The evaluation pass inside training (setup.h eval_steps). TrainingArguments.__post_init__:
 // eval_strategy (evaluation_strategy, its old name) "no" by default; "steps" without eval_steps
 // takes logging_steps (default 500); an eval_steps below 1 is a ratio of max_steps
@@ -444,7 +445,7 @@ void ReadEval(const Readers& r, TrainingConfig& c, std::vector<std::string>* not
          "world_size)) (memsim's own key)");
   }
   c.eval_batches = *batches;
-  CheckEvalBatchTokens(t, c);
+  CheckBatchTokens(r, "per_device_eval_batch_size", c.eval_batch_size, c.seq_length);
   c.eval_keep_predictions = metrics && !loss_only;
   if (!own.Has("compute_metrics")) {
     notes->push_back(fmt::format("{}: absent, false taken (Trainer(compute_metrics=None): "

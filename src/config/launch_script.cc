@@ -40,6 +40,24 @@ std::optional<std::int64_t> ParseInt(std::string_view s) {
   return v;
 }
 
+// The value of a launcher's world-size option: a count in 1..2^20, or torchrun's elastic range
+// "MIN:MAX", whose minimum is taken (*elastic set); nullopt when it is neither.
+std::optional<int> WorldCount(std::string_view value, bool* elastic) {
+  if (const size_t colon = value.find(':'); colon != std::string_view::npos) {
+    *elastic = true;
+    value = value.substr(0, colon);
+  }
+  const std::optional<std::int64_t> n = ParseInt(value);
+  if (!n || *n < 1 || *n > 1 << 20) return std::nullopt;
+  return static_cast<int>(*n);
+}
+
+std::string WorldCountError(const std::string& name, const std::string& value, bool msrun) {
+  return fmt::format("{}: expected a positive number of {}, got '{}'", name,
+                     msrun || name == "--nproc_per_node" ? "processes" : "nodes",
+                     Printable(value, 40));
+}
+
 // The source line of each character of a field: where it was written, through variables (so
 // that an argument of `ARGS=( ... )` or `ARGS="..."` expanded on the launch line keeps the line
 // of the group it is written in).
@@ -790,18 +808,13 @@ class ScriptReader {
       if (name == (msrun ? "--local_worker_num" : "--nproc_per_node")) dst = &out_.nproc_per_node;
       if (name == (msrun ? "--worker_num" : "--nnodes")) dst = &out_.nnodes;
       if (dst == nullptr) continue;
-      std::string_view v = value;
-      if (const size_t colon = v.find(':'); colon != std::string_view::npos) {
+      bool elastic = false;
+      const std::optional<int> n = WorldCount(value, &elastic);
+      if (elastic) {
         Warn(f[k].second, fmt::format("{} {}: an elastic range; its minimum taken", name, value));
-        v = v.substr(0, colon);
       }
-      std::optional<std::int64_t> n = ParseInt(v);
-      if (!n || *n < 1 || *n > 1 << 20) {
-        Fail(f[k].second, fmt::format("{}: expected a positive number of {}, got '{}'", name,
-                                      msrun || name == "--nproc_per_node" ? "processes" : "nodes",
-                                      Printable(value, 40)));
-      }
-      *dst = static_cast<int>(*n);
+      if (!n) Fail(f[k].second, WorldCountError(name, value, msrun));
+      *dst = *n;
     }
     if (msrun && out_.nnodes && out_.nproc_per_node) {  // msrun: worker_num is the world size
       *out_.nnodes = std::max(1, *out_.nnodes / *out_.nproc_per_node);
@@ -903,13 +916,71 @@ MegatronLaunch ReadArgumentsLog(const std::string& label, std::string_view text)
                                out.launch_line));
 }
 
+namespace {
+
+constexpr std::string_view kCommandLineLabel = "--megatron-args";
+
+// True when the words are a whole command (`torchrun ... pretrain_gpt.py ARGS`, `python
+// pretrain_gpt.py ARGS`, or a launcher's options then the script) rather than the training
+// script's arguments alone.
+bool IsWholeCommand(const std::vector<std::string>& words) {
+  const std::string first = std::filesystem::path(words[0]).filename().string();
+  if (first == "torchrun" || first == "msrun" || first.starts_with("python")) return true;
+  return std::any_of(words.begin(), words.end(),
+                     [](const std::string& w) { return !w.starts_with("-") && w.ends_with(".py"); });
+}
+
+// A whole command read as a one-line launch script (each word single-quoted, so nothing is
+// expanded); words before the script that start with "--" are torchrun's options.
+MegatronLaunch ReadWholeCommand(const std::vector<std::string>& words) {
+  std::string line = words[0].starts_with("--") ? "torchrun " : "";
+  for (const std::string& w : words) {
+    std::string quoted = "'";
+    for (const char c : w) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    line += quoted + "' ";
+  }
+  MegatronLaunch out = ReadLaunchScript(std::string(kCommandLineLabel), line);
+  out.kind = MegatronLaunch::Kind::kCommandLine;
+  out.launch_line = 0;
+  for (LaunchArgument& a : out.arguments) a.line = 0;
+  const std::string one_line = std::string(kCommandLineLabel) + ":1: ";
+  for (std::string& w : out.warnings) {
+    if (w.starts_with(one_line)) w = std::string(kCommandLineLabel) + ": " + w.substr(one_line.size());
+  }
+  return out;
+}
+
+}  // namespace
+
 MegatronLaunch ReadCommandLineArguments(const std::vector<std::string>& words) {
+  if (!words.empty() && IsWholeCommand(words)) return ReadWholeCommand(words);
   MegatronLaunch out;
   out.kind = MegatronLaunch::Kind::kCommandLine;
-  out.label = "--megatron-args";
-  for (const std::string& w : words) {
+  out.label = kCommandLineLabel;
+  for (size_t i = 0; i < words.size(); ++i) {
+    const std::string& w = words[i];
     if (w.starts_with("--")) {
       const size_t eq = w.find('=');
+      // torchrun's world size among the arguments (Megatron has no flag of these names):
+      // --nproc_per_node / --nproc-per-node and --nnodes, as a launch script's torchrun gives it.
+      std::string name = w.substr(0, eq);
+      std::replace(name.begin() + 2, name.end(), '-', '_');
+      if (name == "--nproc_per_node" || name == "--nnodes") {
+        const bool inline_value = eq != std::string::npos;
+        if (!inline_value && i + 1 == words.size()) {
+          throw InputError(fmt::format("{} {}: expected a value", kCommandLineLabel, name));
+        }
+        const std::string value = inline_value ? w.substr(eq + 1) : words[++i];
+        bool elastic = false;
+        const std::optional<int> n = WorldCount(value, &elastic);
+        if (!n) throw InputError(fmt::format("{} {}", kCommandLineLabel, WorldCountError(name, value, false)));
+        if (elastic) {
+          out.warnings.push_back(fmt::format("{} {} {}: an elastic range; its minimum taken",
+                                             kCommandLineLabel, name, value));
+        }
+        (name == "--nnodes" ? out.nnodes : out.nproc_per_node) = *n;
+        continue;
+      }
       out.arguments.push_back({w.substr(0, eq), {}, 0});
       if (eq != std::string::npos) out.arguments.back().values.push_back(w.substr(eq + 1));
     } else if (out.arguments.empty()) {

@@ -9,6 +9,7 @@
 
 #include "config/derive.h"
 #include "config/documents.h"
+#include "config/embedded.h"
 #include "config/hf_trainer.h"
 #include "config/load_internal.h"
 #include "config/moe.h"
@@ -162,6 +163,79 @@ void NoteSoftwareVersions(ObjectReader& t, Setup* s) {
   }
 }
 
+// ---- the reproducing config (Setup::reproducing_config) ----
+
+namespace fs = std::filesystem;
+
+// A model file or device preset as the reproducing config writes it: a shipped one by its name
+// (embedded under `shipped_dir`, or a file with the very text of the shipped one of its name,
+// as configs/*.json's "../models/NAME.json"), any other file's object inline, so that nothing
+// depends on the directory the config is later read from.
+Json Echoed(const Document& d, std::string_view shipped_dir) {
+  if (d.embedded && d.embedded_path.starts_with(shipped_dir)) {
+    return fs::path(d.embedded_path).stem().string();
+  }
+  const std::string stem = fs::path(d.label).stem().string();
+  const std::string_view* shipped = FindEmbedded(std::string(shipped_dir) + stem + ".json");
+  if (shipped != nullptr && *shipped == d.text) return stem;
+  return internal::ParseJson(d.text, d.label);
+}
+
+// The document `ref` names: given on the command line (`option` non-empty) or in the config.
+std::optional<Document> Referenced(const std::string& option, const Json* in_config,
+                                   const Document& config, bool model) {
+  const auto find = model ? internal::FindModelDocument : internal::FindDeviceDocument;
+  if (!option.empty()) return find(option, option, nullptr);
+  if (in_config != nullptr && in_config->is_string()) {
+    return find(in_config->get<std::string>(), in_config->get<std::string>(), &config);
+  }
+  return std::nullopt;
+}
+
+// The device, with --capacity as its usable memory (and as its total when above it: a preset
+// refuses usable > total; only the header's "of N total" differs then).
+Json EchoedDevice(const Json& root, const Document& config, const LoadOptions& options,
+                  const Setup& s) {
+  const Json* written = root.contains("device") ? &root["device"] : nullptr;
+  const std::optional<Document> doc = Referenced(options.device, written, config, false);
+  if (!doc && written == nullptr) return Json();  // not reached: a Setup has a device
+  if (!options.capacity_bytes) return doc ? Echoed(*doc, "configs/devices/") : *written;
+  Json d = doc ? internal::ParseJson(doc->text, doc->label) : *written;
+  d["usable_memory_bytes"] = *options.capacity_bytes;
+  if (*options.capacity_bytes > s.device.total_memory_bytes) {
+    d["total_memory_bytes"] = *options.capacity_bytes;
+  }
+  return d;
+}
+
+// A training config that reproduces `s` read from any directory: `root` as read (--set and
+// --iterations applied), with the model, device (--model, --device, --capacity applied) and an
+// adapter_config file inline, and a training_args path made absolute.
+std::string ReproducingConfig(const Document& config, const Json& root, const LoadOptions& options,
+                              const Setup& s) {
+  Json out = root;
+  const Json* model = root.contains("model") ? &root["model"] : nullptr;
+  if (const std::optional<Document> d = Referenced(options.model_path, model, config, true)) {
+    out["model"] = Echoed(*d, "models/");
+  }
+  out["device"] = EchoedDevice(root, config, options, s);
+  Json& training = out["training"];
+  if (training.contains("adapter_config") && training["adapter_config"].is_string()) {
+    const std::string ref = training["adapter_config"].get<std::string>();
+    const Document d = internal::FindReferencedDocument(ref, ref, config, "the adapter_config.json");
+    training["adapter_config"] = internal::ParseJson(d.text, d.label);
+  }
+  if (training.contains("training_args") && training["training_args"].is_string() &&
+      !config.embedded) {
+    const fs::path ref = training["training_args"].get<std::string>();
+    training["training_args"] =
+        fs::absolute(ref.is_relative() ? fs::path(config.label).parent_path() / ref : ref)
+            .lexically_normal()
+            .string();
+  }
+  return out.dump(1);
+}
+
 // The parsed training config with --set and --iterations applied, and its Source.
 Json ParseConfig(const Document& config, const LoadOptions& options, Source* source) {
   Json root = internal::ParseJson(config.text, config.label);
@@ -275,6 +349,7 @@ Setup LoadParsedConfig(const Document& config, const Json& root, const Source& s
   internal::CheckWritten(s, origin);
   internal::Derive(&s, origin);
   internal::CheckDerived(s, origin);
+  s.reproducing_config = ReproducingConfig(config, root, options, s);
   return s;
 }
 
@@ -298,8 +373,39 @@ DevicePreset LoadDevicePreset(const std::string& name_or_path) {
       internal::FindDeviceDocument(name_or_path, internal::Printable(name_or_path), nullptr));
 }
 
+namespace {
+
+// What a gpt2 model (Megatron's defaults: GELU MLP, LayerNorm, learned positions, biases, tied
+// embeddings) was changed into by Megatron's architecture keys: "SwiGLU, RMSNorm, RoPE, ...", or
+// "" when nothing was (or for another model_type, which its name says).
+std::string MegatronArchitecture(const ModelConfig& m) {
+  if (m.model_type != "gpt2") return "";
+  std::string out;
+  auto add = [&out](bool on, const char* what) {
+    if (on) out += (out.empty() ? "" : ", ") + std::string(what);
+  };
+  add(m.gated_mlp, "SwiGLU");
+  add(m.normalization == Normalization::kRMSNorm, "RMSNorm");
+  add(m.position_embedding_type == PositionEmbedding::kRope, "RoPE");
+  add(m.position_embedding_type == PositionEmbedding::kNone, "no position embedding");
+  add(!m.add_bias_linear, "no linear biases");
+  add(!m.tie_word_embeddings, "untied embeddings");
+  return out;
+}
+
+}  // namespace
+
 std::string ModelName(const Setup& setup) {
-  if (setup.model_path.empty()) return setup.model.model_type + " (inline)";
+  if (!setup.model_label.empty() || setup.model_path.empty()) {
+    // "train.sh (Megatron arguments; SwiGLU, RMSNorm, RoPE)", "gpt2 (inline; SwiGLU, ...)".
+    std::string name = !setup.model_label.empty() ? setup.model_label
+                                                  : setup.model.model_type + " (inline)";
+    const std::string architecture = MegatronArchitecture(setup.model);
+    if (!architecture.empty() && name.ends_with(')')) {
+      name.insert(name.size() - 1, "; " + architecture);
+    }
+    return name;
+  }
   const std::string stem = std::filesystem::path(setup.model_path).stem().string();
   // Generic file names say nothing; name the architecture instead.
   if (stem == "model" || stem == "config") return setup.model.model_type + " (" + stem + ".json)";

@@ -43,14 +43,16 @@ struct LoadOptions {
 // accumulate_allreduce_grads_in_fp32 with framework "megatron" (Megatron arguments.py);
 // num_micro_batches; padded_vocab_size. framework "pytorch" is one rank: every parallel size 1 and
 // no Megatron-only switch (an error naming the key).
+// Setup::reproducing_config is the config as read with the options applied, the model and
+// device inline unless shipped (docs/interfaces.md 'JSON report', input_config).
 Setup LoadSetup(const std::string& config_path, const LoadOptions& options);
 
 // Loads one device preset by name (embedded set) or path (read from disk). Errors name the
 // argument ("h100: unknown device preset ...") or the preset file and its JSON pointer.
 DevicePreset LoadDevicePreset(const std::string& name_or_path);
 
-// A short name of the model for one-line summaries: the model file's stem ("llama2-7b"), or
-// "<model_type> (inline)".
+// A short name of the model for one-line summaries: Setup::model_label when set ("train.sh
+// (Megatron arguments)"), else the model file's stem ("llama2-7b"), or "<model_type> (inline)".
 std::string ModelName(const Setup& setup);
 
 }  // namespace memsim::config

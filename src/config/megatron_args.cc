@@ -410,15 +410,20 @@ void SetDataParallel(const MegatronLaunch& launch, const LoadOptions& options, T
     if (set) return;
     t.warnings_.push_back(fmt::format("{}: the world size is not given (no --nproc_per_node / "
                                       "--nnodes, GPUS_PER_NODE, NPUS_PER_NODE or NNODES); "
-                                      "data_parallel_size 1 taken (--set "
+                                      "data_parallel_size 1 taken ({}--set "
                                       "training.data_parallel_size=N gives it)",
-                                      where));
+                                      where,
+                                      launch.kind == MegatronLaunch::Kind::kCommandLine
+                                          ? "torchrun's --nproc_per_node N among the arguments or "
+                                          : ""));
     return;
   }
   const std::int64_t world = std::int64_t{launch.nproc_per_node.value_or(1)} * launch.nnodes.value_or(1);
-  auto get = [&](const char* key) {
-    const Json& j = t.training[key];
-    return j.is_number_integer() && j.get<std::int64_t>() > 0 ? j.get<std::int64_t>() : 1;
+  auto get = [&](const char* key) -> std::int64_t {
+    // find, not operator[], which would add a null key to the config (and to input_config).
+    const auto j = t.training.find(key);
+    if (j == t.training.end() || !j->is_number_integer() || j->get<std::int64_t>() <= 0) return 1;
+    return j->get<std::int64_t>();
   };
   const std::int64_t model = get("tensor_model_parallel_size") * get("pipeline_model_parallel_size") *
                              get("context_parallel_size");
@@ -574,7 +579,7 @@ Setup LoadSetupFromMegatron(const MegatronLaunch& launch, const LoadOptions& opt
   Translator t(launch, megatron);
   t.Run();
   if (t.train_samples) {  // arguments.py: iterations = samples / global batch
-    const Json& g = t.training["global_batch_size"];
+    const Json g = t.training.value("global_batch_size", Json());
     const std::int64_t gbs = g.is_number_integer() && g.get<std::int64_t>() > 0 ? g.get<std::int64_t>() : 1;
     t.TrainIters(std::max<std::int64_t>(1, *t.train_samples / gbs), t.train_samples_label);
   }
@@ -603,6 +608,13 @@ Setup LoadSetupFromMegatron(const MegatronLaunch& launch, const LoadOptions& opt
   internal::Document doc{launch.label, "", false, ""};
   if (!options.model_path.empty()) rest.model_path = options.model_path;
   Setup s = internal::LoadParsedConfig(doc, root, source, rest);
+  if (options.model_path.empty()) {
+    // Built from the arguments (ModelFromArguments: Megatron's GPT with the architecture flags
+    // given), not a Hugging Face model of its model_type.
+    s.model_label = launch.kind == MegatronLaunch::Kind::kCommandLine
+                        ? "-- ARGS (Megatron arguments)"
+                        : launch.label + " (Megatron arguments)";
+  }
   // The reader's and translator's warnings first, then the loader's (near-miss model keys,
   // --capacity).
   std::vector<std::string> warnings = launch.warnings;

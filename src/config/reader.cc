@@ -294,6 +294,7 @@ constexpr Limit kLimits[] = {
     {"make_vocab_size_divisible_by", 1 << 20},
     // hf-trainer's names of seq_length and data_parallel_size (hf_trainer.h), bounded alike.
     {"max_seq_length", 1 << 26},    {"world_size", 1 << 20},
+    {"per_device_train_batch_size", 1 << 16}, {"per_device_eval_batch_size", 1 << 16},
     // train_iters has no limit of its own: a long run simulates until its steady state
     // (config/iterations.h); rules.cc bounds the simulated layer passes.
 };

@@ -357,6 +357,13 @@ struct Setup {
   // What the user should see even without --verbose: from a launch script (megatron_args.h),
   // what was not evaluated and the flags not modelled, one line each ("train.sh:12: ...").
   std::vector<std::string> warnings;
+  // How one-line summaries name the model when neither model_path nor model_type says it: "" or
+  // "<script> (Megatron arguments)" for a model built from a launch's arguments
+  // (megatron_args.h; config::ModelName).
+  std::string model_label;
+  // A training config (JSON text) that reproduces this Setup when read from any directory
+  // (load.h LoadSetup; docs/interfaces.md 'JSON report', input_config).
+  std::string reproducing_config;
   bool operator==(const Setup&) const = default;
 };
 

@@ -231,7 +231,12 @@ std::string ActivationSentence(const timeline::SpanSummary& s, const SpanFacts& 
     lo = lo < 0 ? bytes : std::min(lo, bytes);
     hi = std::max(hi, bytes);
   }
-  out += fmt::format("; the forward of mb{} saves ", f.first_micro_batch);
+  // The breakdown is of the first micro-batch the span runs; when the peak holds another one,
+  // say so rather than mix two micro-batch numbers in one sentence.
+  const bool same = n == 1 && f.micro_batches_in_flight_at_peak[0] == f.first_micro_batch;
+  out += same ? std::string("; its forward saves ")
+              : fmt::format("; each micro-batch's forward saves (counted on mb{}) ",
+                            f.first_micro_batch);
   if (num_layers > 0) {
     out += lo == hi ? fmt::format("{} per layer", HumanBytes(lo))
                     : fmt::format("{} to {} per layer", HumanBytes(lo), HumanBytes(hi));

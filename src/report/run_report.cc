@@ -459,6 +459,10 @@ std::string RunReportJson(const engine::RunResult& run, const config::Setup& set
   j["schema_version"] = 1;
   j["memsim_version"] = MEMSIM_VERSION;
   j["config"] = SetupJson(setup);
+  // A training config that reproduces this run (config/setup.h reproducing_config).
+  if (!setup.reproducing_config.empty()) {
+    j["input_config"] = json::parse(setup.reproducing_config);
+  }
   j["device"] = DeviceJson(setup.device);
   j["rank"] = {{"pipeline", stage.pipeline_rank}, {"tensor", 0}, {"data", 0}};
   // Steady-state sizes: what the first optimizer step leaves allocated, by category.

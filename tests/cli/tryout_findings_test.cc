@@ -231,6 +231,10 @@ TEST_CASE("tryout: explain says the allocator released the cache, not empty_cach
                    "every cached unused segment and retried") != std::string::npos);
   CHECK(r.out.find("empty_cache()\n") == std::string::npos);
   CHECK(r.out.find("released by torch.cuda.empty_cache()") == std::string::npos);
+  // tryout6 #22: the peak holds mb7 while the per-layer breakdown is counted on mb0; the
+  // sentence says so instead of naming both as if one.
+  CHECK(r.out.find("of one micro-batch (mb7); each micro-batch's forward saves (counted on mb0) ") !=
+        std::string::npos);
 }
 
 TEST_CASE("tryout: check with several configs says how to name a new baseline directory",
@@ -270,6 +274,101 @@ TEST_CASE("tryout: a copied shipped config whose model path breaks names the shi
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("/model: cannot read model file") != std::string::npos);
   CHECK(r.err.find("; the shipped model of that name is \"llama3-8b\"") != std::string::npos);
+}
+
+// The numbers of a `run --json` report: its per-iteration rows, stages and static sizes.
+nlohmann::json Numbers(const std::string& report) {
+  const nlohmann::json j = nlohmann::json::parse(report);
+  return {{"iterations", j["iterations"]}, {"stages", j["stages"]}, {"static", j["static"]},
+          {"oom", j["oom"]}};
+}
+
+// run --json, then its input_config run from another directory: the same numbers.
+void CheckReproduces(const std::string& args, const std::string& script = "") {
+  ScratchDir dir("tryout-reproduce");
+  if (!script.empty()) dir.Write("train.sh", script);
+  const auto first = RunMemsim(dir, args + " --no-chart --json r.json");
+  REQUIRE(first.exit_code == 0);
+  const nlohmann::json report = nlohmann::json::parse(testing::ReadAll(dir.path() / "r.json"));
+  REQUIRE(report.contains("input_config"));
+  ScratchDir other("tryout-reproduce-elsewhere");
+  other.Write("c.json", report["input_config"].dump());
+  const auto again = RunMemsim(other, "run c.json --no-chart --json r.json");
+  REQUIRE(again.exit_code == 0);
+  CHECK(Numbers(testing::ReadAll(other.path() / "r.json")) ==
+        Numbers(testing::ReadAll(dir.path() / "r.json")));
+}
+
+TEST_CASE("tryout: run --json's input_config reproduces the run", "[cli][tryout]") {
+  // tryout6 #15. A launch script's model (SwiGLU, RMSNorm, RoPE from its flags), with an
+  // export read into the allocator options.
+  std::string script = LaunchScript("export PYTORCH_NPU_ALLOC_CONF=expandable_segments:True\n");
+  script.replace(script.find("--bf16"), 6,
+                 "--bf16 --swiglu --normalization RMSNorm --position-embedding-type rope "
+                 "--disable-bias-linear --untie-embeddings-and-output-weights");
+  CheckReproduces("run --megatron-args train.sh --device ascend-910b-64g --set model.vocab_size=1000",
+                  script);
+  // A shipped config whose model path is relative to its folder, with --set, --iterations,
+  // --device and --capacity (above the card's 24 GiB: the total is raised with it).
+  CheckReproduces("run " + kSource + "configs/llama3-8b-lora-rtx4090.json --iterations 3 "
+                  "--set training.max_seq_length=512 --device l40s-48g --capacity 50GiB");
+  CheckReproduces("run " + kSource + "configs/qwen2.5-7b-a100-80g-tp2-selective.json "
+                  "--model qwen2.5-7b --set training.micro_batch_size=2");
+}
+
+TEST_CASE("tryout: a model built from a launch script is named by the script", "[cli][tryout]") {
+  ScratchDir dir("tryout-label");
+  dir.Write("train.sh", LaunchScript(""));
+  const auto r = RunMemsim(dir, "run --megatron-args train.sh --device ascend-910b-64g "
+                                "--set model.vocab_size=1000 --no-chart");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("memsim run: train.sh (Megatron arguments) (2 layers, h 256)") !=
+        std::string::npos);
+  CHECK(r.out.find("(inline)") == std::string::npos);
+}
+
+TEST_CASE("tryout: check, explain and dump-program read a launch and take --set",
+          "[cli][tryout]") {
+  ScratchDir dir("tryout-launch-commands");
+  dir.Write("train.sh", LaunchScript(""));
+  const std::string launch = "--megatron-args train.sh --device ascend-910b-64g ";
+  auto r = RunMemsim(dir, "check " + launch + "--set model.vocab_size=1000");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("train.sh") != std::string::npos);
+  r = RunMemsim(dir, "explain " + launch + "--set model.vocab_size=1000 --width 200");
+  CHECK(r.exit_code == 0);
+  r = RunMemsim(dir, "dump-program " + launch + "--set model.vocab_size=1000");
+  CHECK(r.exit_code == 0);
+  // The arguments after --, with torchrun's world size among them: 8 processes at TP 1.
+  r = RunMemsim(dir, "check --megatron-args --device h100-80g --set model.vocab_size=1000 -- "
+                     "--nproc_per_node 8 --num-layers 2 --hidden-size 256 "
+                     "--num-attention-heads 4 --seq-length 128 --max-position-embeddings 128");
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("world size") == std::string::npos);
+  // check's --set and --device apply to each config; a bad --set is exit 2 naming it.
+  r = RunMemsim(dir, "check " + kSource + "configs/default.json --device h100-80g "
+                     "--set training.micro_batch_size=1");
+  CHECK(r.exit_code == 0);
+  r = RunMemsim(dir, "check " + kSource + "configs/default.json --set training.micro_batch_size=0");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--set training.micro_batch_size=0") != std::string::npos);
+  // A launch file and a config together is refused.
+  r = RunMemsim(dir, "check x.json --megatron-args train.sh --device h100-80g");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--megatron-args train.sh: give no training config too (got 'x.json')") !=
+        std::string::npos);
+  // validate prints the config a launch becomes; read back, it validates to the same summary.
+  r = RunMemsim(dir, "validate " + launch + "--set model.vocab_size=1000 --print-config");
+  CHECK(r.exit_code == 0);
+  dir.Write("translated.json", r.out);
+  const auto back = RunMemsim(dir, "validate translated.json");
+  CHECK(back.exit_code == 0);
+  // The script's 8 NPUs at TP1 PP1: DP8; global batch 8 / (micro-batch 1 × DP8) = 1.
+  CHECK(back.out.find("on ascend-910b-64g, TP1 PP1 DP8, seq 128, micro-batch 1, 1 micro-batches "
+                      "per iteration") != std::string::npos);
+  // --help shows --set KEY=VALUE, one pair per --set.
+  r = RunMemsim(dir, "check --help");
+  CHECK(r.out.find("--set KEY=VALUE") != std::string::npos);
 }
 
 }  // namespace

@@ -39,6 +39,13 @@ std::string Config(const std::string& name, const std::string& training) {
                    training + "}}");
 }
 
+// A llama3-8b LoRA config on an rtx-4090-24g whose adapter_config holds r 8 and `fields`.
+std::string LlamaAdapter(const std::string& name, const std::string& fields) {
+  return Write(name, "{\"model\": \"llama3-8b\", \"device\": \"rtx-4090-24g\", \"training\": "
+                     "{\"framework\": \"hf-trainer\", \"max_seq_length\": 512, \"adapter_config\": "
+                     "{\"r\": 8, " + fields + "}}}");
+}
+
 const std::string kBase = "\"max_seq_length\": 512, \"per_device_train_batch_size\": 2";
 
 TEST_CASE("hf-trainer: TrainingArguments names into the plain PyTorch loop", "[config][hf]") {
@@ -339,20 +346,26 @@ TEST_CASE("hf-trainer: bad values name the TrainingArguments field written", "[c
         world + ": /training/world_size: the global batch per_device_train_batch_size × "
                 "gradient_accumulation_steps × world_size = 2 × 65536 × 65536 = 8589934592 "
                 "samples exceeds memsim's limit of 2147483647");
-  // 131073 × 512 = 67109376 tokens, 512 above 2^26.
-  const std::string tokens = Config("b3.json", "\"max_seq_length\": 512, "
-                                               "\"per_device_train_batch_size\": 131073");
+  // per_device_train_batch_size has a limit of its own, 2^16 = 65536, as micro_batch_size has.
+  const std::string batch = Config("b3.json", "\"max_seq_length\": 512, "
+                                              "\"per_device_train_batch_size\": 131073");
+  CHECK(ErrorOf(batch) == batch + ": /training/per_device_train_batch_size: 131073 exceeds "
+                                  "memsim's limit of 65536");
+  // 65536 × 1025 = 67174400 tokens, 65536 above 2^26 = 67108864. The batch is at its own limit
+  // (65536 / 2^16 = 1) and the length far from its (1025 / 2^26): named at the batch.
+  const std::string tokens = Config("b3b.json", "\"max_seq_length\": 1025, "
+                                                "\"per_device_train_batch_size\": 65536");
   CHECK(ErrorOf(tokens) == tokens + ": /training/per_device_train_batch_size: "
-                                    "per_device_train_batch_size × max_seq_length = 131073 × 512 "
-                                    "= 67109376 tokens exceed memsim's limit of 67108864");
+                                    "per_device_train_batch_size × max_seq_length = 65536 × 1025 "
+                                    "= 67174400 tokens exceed memsim's limit of 67108864 (with "
+                                    "max_seq_length at " + tokens + ": /training/max_seq_length)");
   const std::string eval = kBase + ", \"max_steps\": 4, \"eval_strategy\": \"steps\", "
                                    "\"eval_steps\": 1";
-  const std::string eval_tokens =
-      Config("b4.json", eval + ", \"eval_batches\": 1, \"per_device_eval_batch_size\": 131073");
-  CHECK(ErrorOf(eval_tokens) == eval_tokens + ": /training/per_device_eval_batch_size: "
-                                              "per_device_eval_batch_size × max_seq_length = "
-                                              "131073 × 512 = 67109376 tokens exceed memsim's "
-                                              "limit of 67108864");
+  // 2^16 × 512 = 2^25 evaluation tokens pass; 2^16 + 1 is over the key's own limit.
+  const std::string eval_batch =
+      Config("b4.json", eval + ", \"eval_batches\": 1, \"per_device_eval_batch_size\": 65537");
+  CHECK(ErrorOf(eval_batch) == eval_batch + ": /training/per_device_eval_batch_size: 65537 "
+                                            "exceeds memsim's limit of 65536");
   // Evaluations after steps 1..4 of 1000000 no-grad forward passes of the 2 layers: 8000000
   // passes, with 4 steps × 1 micro-batch × 2 layers = 8 of training (it used to run for hours).
   const std::string batches = Config("b5.json", eval + ", \"eval_batches\": 1000000");
@@ -458,11 +471,7 @@ TEST_CASE("hf-trainer: --iterations sets max_steps", "[config][hf]") {
 // string other than "all-linear" is a regular expression matched with re.fullmatch against each
 // module's full name (model.layers.<i>.self_attn.q_proj, ...); a list names modules by suffix.
 TEST_CASE("hf-trainer: target_modules as a regular expression", "[config][hf][peft]") {
-  const auto targets = [](const std::string& name, const std::string& adapter) {
-    return Write(name, "{\"model\": \"llama3-8b\", \"device\": \"rtx-4090-24g\", \"training\": "
-                       "{\"framework\": \"hf-trainer\", \"max_seq_length\": 512, \"adapter_config\": "
-                       "{\"r\": 8, " + adapter + "}}}");
-  };
+  const auto targets = LlamaAdapter;
   const auto modules = [](const std::string& path) {
     return LoadSetup(path, {}).training.lora_target_modules;
   };
@@ -533,11 +542,17 @@ TEST_CASE("hf-trainer: adapter_config fields memsim does not model", "[config][h
         std::vector<std::string>{bias + ": /training/adapter_config/lora_bias: not modelled (a "
                                         "trained bias of each lora_B, or trained rows of the "
                                         "embedding: a few MiB at most), ignored"});
+  // "norm" ends the name of every layer's two norms and model.norm (PEFT's _set_trainable:
+  // key.endswith(target_key)); the first three in module order are named.
   const std::string save = adapter("u6.json", "\"modules_to_save\": [\"lm_head\", \"norm\"]");
   CHECK(LoadSetup(save, {}).warnings ==
-        std::vector<std::string>{save + ": /training/adapter_config/modules_to_save: 'norm': no "
-                                        "trainable copy of it is modelled (memsim copies lm_head, "
-                                        "embed_tokens, classifier, score, pooler)"});
+        std::vector<std::string>{save + ": /training/adapter_config/modules_to_save: 'norm' copies "
+                                        "model.layers.0.input_layernorm, "
+                                        "model.layers.0.post_attention_layernorm, "
+                                        "model.layers.1.input_layernorm, ... (PEFT's "
+                                        "_set_trainable: names ending with the entry); their "
+                                        "trainable copies are not modelled (memsim copies "
+                                        "lm_head, model.embed_tokens, score)"});
   CHECK(LoadSetup(adapter("u7.json", "\"lora_bias\": false, \"rank_pattern\": {}"), {})
             .warnings.empty());
   // Another JSON given as the adapter's: refused, not read as all defaults.
@@ -742,6 +757,100 @@ TEST_CASE("hf-trainer: an unknown model_type names the closest known ones", "[co
   CHECK(e.find("unknown model_type \"gemma3\"") != std::string::npos);
   CHECK(e.find("'gemma2'") != std::string::npos);
   CHECK(e.find("'gpt_neox'") != std::string::npos);  // the known list
+}
+
+
+TEST_CASE("hf-trainer: a token limit error names the key and file holding the large factor",
+          "[config][hf]") {
+  // tryout6 #21: the batch is in a training_args file, the length in the config. 2 × 40000000 =
+  // 80000000 tokens exceed 2^26 = 67108864; the length is 40000000 / 2^26 ≈ 0.6 of its own
+  // limit, the batch 2 / 2^16 ≈ 0.00003 of its: the error is at the config's max_seq_length
+  // and names the file holding the batch.
+  const std::string args = Write("args21.json", "{\"per_device_train_batch_size\": 2}");
+  const std::string path = Write(
+      "t21.json", "{\"model\": \"llama3-8b\", \"device\": \"l40s-48g\", \"training\": "
+                  "{\"framework\": \"hf-trainer\", \"training_args\": \"args21.json\", "
+                  "\"max_seq_length\": 40000000}}");
+  CHECK(ErrorOf(path) == path + ": /training/max_seq_length: per_device_train_batch_size × "
+                                "max_seq_length = 2 × 40000000 = 80000000 tokens exceed memsim's "
+                                "limit of 67108864 (with per_device_train_batch_size at " +
+                             args + ": /per_device_train_batch_size)");
+}
+
+// modules_to_save as PEFT matches it (peft/utils/other.py _set_trainable: a trainable copy of
+// every module whose name ends with the entry, as text; tuners_utils.py
+// check_target_module_exists: no adapter inside re.match(rf"(^|.*\.){m}($|\..*)", name)), and
+// dotted target_modules entries (key == target or key.endswith("." + target)).
+TEST_CASE("hf-trainer: modules_to_save and dotted target_modules match as in PEFT",
+          "[config][hf][peft]") {
+  const auto adapter = LlamaAdapter;
+  using Names = std::vector<std::string>;
+  // "model.embed_tokens" ends model.embed_tokens, "head" ends lm_head: both copied, under
+  // memsim's names.
+  const Setup saved = LoadSetup(adapter("s1.json", R"("target_modules": ["q_proj"], "modules_to_save": ["model.embed_tokens", "head"])"), {});
+  CHECK(saved.training.lora_modules_to_save == Names{"embed_tokens", "lm_head"});
+  CHECK(saved.warnings.empty());
+  // Each copy is the module's weights, trainable: llama3-8b's embedding and lm_head are each
+  // 128256 × 4096 = 525,336,576 parameters (models/llama3-8b.json: vocab_size 128256,
+  // hidden_size 4096, untied), on top of LoRA r 8 on q_proj: 32 × 8 × (4096 + 4096) = 2,097,152.
+  CHECK(workload::ComputeStaticSizes(saved, 0).trainable_parameter_count ==
+        2097152 + 2 * 525336576);
+  // An entry that ends no module name: PEFT ignores it; memsim warns.
+  const std::string none = adapter("s2.json", R"("target_modules": ["q_proj"], "modules_to_save": ["lm_heads"])");
+  CHECK(LoadSetup(none, {}).warnings ==
+        Names{none + ": /training/adapter_config/modules_to_save: 'lm_heads' ends no module name "
+                     "of the model, so PEFT copies nothing for it (module names look like "
+                     "lm_head, model.embed_tokens, model.layers.0.mlp)"});
+  // "mlp" ends every layer's MLP: a copy of decoder-layer weights, not modelled.
+  CHECK(IsUnsupported(adapter("s3.json", R"("target_modules": ["q_proj"], "modules_to_save": ["mlp"])")));
+  // The exclusion is a regular expression over dotted parts: "self_attn" holds every q_proj,
+  // so no module is left to adapt (PEFT: "No modules were targeted for adaptation" ...).
+  // (It also copies every self_attn, which is unsupported, but the exclusion fails first.)
+  const std::string held = adapter("s4.json", R"("target_modules": ["q_proj", "v_proj"], "modules_to_save": ["layers\\.[0-9]+\\.self_attn"])");
+  CHECK(ErrorOf(held) == held + ": /training/adapter_config/target_modules: modules_to_save holds "
+                                "every module target_modules matches: PEFT refuses an adapter "
+                                "without modules");
+  // Dotted target_modules: "self_attn.q_proj" is every layer's q_proj; a full name of one
+  // layer's is per-layer (unsupported); a dotted entry that matches nothing is ignored.
+  const auto targets = [&](const std::string& name, const std::string& list) {
+    return LoadSetup(adapter(name, "\"target_modules\": " + list), {}).training.lora_target_modules;
+  };
+  CHECK(targets("s5.json", R"(["self_attn.q_proj", "mlp.down_proj", "x.y"])") ==
+        Names{"q_proj", "down_proj"});
+  CHECK(IsUnsupported(adapter("s6.json", R"("target_modules": ["model.layers.0.self_attn.q_proj"])")));
+  const std::string mlp = adapter("s7.json", R"("target_modules": ["layers.0.mlp"])");
+  CHECK(ErrorOf(mlp) == mlp + ": /training/adapter_config/target_modules: matches "
+                              "'model.layers.0.mlp', which is not a linear layer (PEFT refuses to "
+                              "adapt it: LoRA replaces Linear, Embedding and Conv layers)");
+}
+
+// A regular expression that would backtrack exponentially in Python's re (PEFT's matcher) is
+// matched breadth-first, and one whose automaton is too large is refused: never a hang.
+TEST_CASE("hf-trainer: pathological target_modules patterns finish", "[config][hf][peft]") {
+  const auto adapter = LlamaAdapter;
+  // Nested quantifiers that a backtracking matcher (Python's re, or std::regex's default
+  // depth-first executor) explores in time exponential in the name's length when the name does
+  // not end with the 'Q' they demand: more than 20 s on model.layers.31.self_attn.q_proj
+  // (measured with libstdc++ 12's depth-first executor). It matches no module.
+  const std::string nested = adapter("rx1.json", R"("target_modules": "(([a-z0-9_]+\\.?)+)+Q")");
+  CHECK(ErrorOf(nested) == nested + ": /training/adapter_config/target_modules: matches no module "
+                                    "of the model (PEFT: target modules not found in the base "
+                                    "model); module names look like model.layers.0.self_attn.q_proj");
+  // (a+)+ with a tail that matches every q_proj: a match, found in linear time.
+  CHECK(LoadSetup(adapter("rx2.json", R"("target_modules": "(([a-z0-9_]+\\.?)+)+q_proj")"), {})
+            .training.lora_target_modules == std::vector<std::string>{"q_proj"});
+  // Counted repetitions multiply the automaton: by RegexStates' count, '.' is 1 state, {20}
+  // copies an atom 21 times and a group adds 2: ((1 × 21 + 2) × 21 + 2) × 21 + 2 = 10187
+  // states, above the 1024 limit.
+  const std::string counted = adapter("rx3.json", R"x("target_modules": "(((.{20}){20}){20})")x");
+  CHECK(ErrorOf(counted) == counted + ": /training/adapter_config/target_modules: the regular "
+                                      "expression \"(((.{20}){20}){20})\" is too complex for "
+                                      "memsim (about 10187 automaton states, limit 1024: counted "
+                                      "repetitions such as {100} multiply); write a shorter "
+                                      "pattern or a list of module names");
+  // A back-reference, which the breadth-first matcher cannot run, is refused by name.
+  const std::string backref = adapter("rx4.json", R"("target_modules": "(q)_proj\\1")");
+  CHECK(ErrorOf(backref).find("without back-references") != std::string::npos);
 }
 
 }  // namespace

@@ -294,8 +294,8 @@ TEST_CASE("an unknown flag warns and runs; an unsupported one exits unless allow
       "--megatron-args --no-such-flag: unknown flag (in none of the pinned Megatron-LM, "
       "MindSpeed, MindSpeed-LLM parsers); ignored",
       "--megatron-args: the world size is not given (no --nproc_per_node / --nnodes, "
-      "GPUS_PER_NODE, NPUS_PER_NODE or NNODES); data_parallel_size 1 taken (--set "
-      "training.data_parallel_size=N gives it)"});
+      "GPUS_PER_NODE, NPUS_PER_NODE or NNODES); data_parallel_size 1 taken (torchrun's "
+      "--nproc_per_node N among the arguments or --set training.data_parallel_size=N gives it)"});
   // --set gives the world size the arguments cannot: no warning then.
   LoadOptions dp8 = OnDevice("h100-80g");
   dp8.overrides = {"training.data_parallel_size=8"};
@@ -536,6 +536,81 @@ TEST_CASE("the precision-aware optimizer's flags, from a script and from a log",
   CHECK(g.training.exp_avg_dtype == StateDtype::kFp8);
   CHECK(g.training.exp_avg_sq_dtype == StateDtype::kBf16);
   CHECK(g.training.main_params_dtype == Precision::kFp32);
+}
+
+}  // namespace
+}  // namespace memsim::config
+
+namespace memsim::config {
+namespace {
+
+const std::vector<std::string> kSmall = {"--num-layers", "2", "--hidden-size", "64",
+                                         "--num-attention-heads", "4", "--seq-length", "128",
+                                         "--vocab-size", "1000", "--tensor-model-parallel-size",
+                                         "2"};
+
+std::vector<std::string> With(std::vector<std::string> words,
+                              const std::vector<std::string>& more) {
+  words.insert(words.end(), more.begin(), more.end());
+  return words;
+}
+
+TEST_CASE("the arguments after -- give the world size as torchrun's options do") {
+  // tryout6 #14: torchrun's --nproc_per_node 8 --nnodes 2 among the arguments: world 16, and
+  // data_parallel_size = 16 / (TP 2 × PP 1 × CP 1) = 8, with no warning.
+  const MegatronLaunch l =
+      ReadCommandLineArguments(With({"--nproc_per_node", "8", "--nnodes=2"}, kSmall));
+  CHECK(l.nproc_per_node == 8);
+  CHECK(l.nnodes == 2);
+  const Setup s = LoadSetupFromMegatron(l, OnDevice("h100-80g"), {});
+  CHECK(s.training.data_parallel_size == 8);
+  CHECK(s.warnings.empty());
+  // The dashed spelling (torchrun accepts both) and an elastic range (its minimum, 4, taken):
+  // world 4 / TP 2 = DP 2.
+  const MegatronLaunch elastic = ReadCommandLineArguments(With(kSmall, {"--nproc-per-node", "4:8"}));
+  CHECK(LoadSetupFromMegatron(elastic, OnDevice("h100-80g"), {}).training.data_parallel_size == 2);
+  CHECK(elastic.warnings == std::vector<std::string>{
+                                "--megatron-args --nproc_per_node 4:8: an elastic range; its "
+                                "minimum taken"});
+  CHECK(ErrorOf([&] { ReadCommandLineArguments(With(kSmall, {"--nnodes", "two"})); }) ==
+        "--megatron-args --nnodes: expected a positive number of nodes, got 'two'");
+  CHECK(ErrorOf([&] { ReadCommandLineArguments(With(kSmall, {"--nproc_per_node"})); }) ==
+        "--megatron-args --nproc_per_node: expected a value");
+}
+
+TEST_CASE("a whole torchrun command after -- is read as a one-line launch script") {
+  // torchrun --nproc_per_node 4 pretrain_gpt.py ...: world 4 / TP 2 = DP 2; the arguments are
+  // the words after the .py, labelled as command-line arguments (line 0).
+  const MegatronLaunch l = ReadCommandLineArguments(
+      With({"torchrun", "--nproc_per_node", "4", "pretrain_gpt.py"}, kSmall));
+  CHECK(l.kind == MegatronLaunch::Kind::kCommandLine);
+  CHECK(l.nproc_per_node == 4);
+  CHECK(Args(l).front() == "--num-layers=2");
+  CHECK(l.arguments.front().line == 0);
+  CHECK(LoadSetupFromMegatron(l, OnDevice("h100-80g"), {}).training.data_parallel_size == 2);
+  // Launcher options then the script, without the launcher's name; a quote in a word stays.
+  const MegatronLaunch bare = ReadCommandLineArguments(
+      With({"--nnodes", "2", "pretrain_gpt.py", "--data-path", "it's"}, kSmall));
+  CHECK(bare.nnodes == 2);
+  CHECK(Args(bare)[0] == "--data-path=it's");
+}
+
+TEST_CASE("a model built from the arguments is named by its launch and its config reproduces") {
+  const MegatronLaunch l = ReadCommandLineArguments(
+      With(kSmall, {"--swiglu", "--normalization", "RMSNorm", "--position-embedding-type",
+                    "rope", "--seq-length", "4096", "--max-position-embeddings", "4096"}));
+  const Setup s = LoadSetupFromMegatron(l, OnDevice("h100-80g"), {});
+  // Megatron's GPT defaults (GELU, LayerNorm, learned positions, biases, tied embeddings)
+  // changed by --swiglu, --normalization RMSNorm and --position-embedding-type rope.
+  CHECK(ModelName(s) == "-- ARGS (Megatron arguments; SwiGLU, RMSNorm, RoPE)");
+  // tryout6 #15: the reproducing config, read back as a JSON training config, is the same
+  // setup (the model object built from the arguments, seq 4096 within its positions).
+  const std::string path = testing::WriteTemp("megatron-reproduce.json", s.reproducing_config);
+  const Setup again = LoadSetup(path, {});
+  CHECK(again.model == s.model);
+  CHECK(again.training == s.training);
+  CHECK(again.device == s.device);
+  CHECK(again.allocator == s.allocator);
 }
 
 }  // namespace

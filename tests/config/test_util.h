@@ -1,6 +1,10 @@
 // Helpers for the config tests: the test-data directory and "the message LoadSetup throws".
 #pragma once
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "config/load.h"
@@ -10,6 +14,16 @@ namespace memsim::config::testing {
 
 inline std::string DataDir() { return std::string(MEMSIM_SOURCE_DIR) + "/tests/config/data"; }
 inline std::string Data(const std::string& name) { return DataDir() + "/" + name; }
+
+// Writes `text` to `name` in a scratch directory of this process (named by its id, so that
+// parallel test runs do not collide) and returns the file's path.
+inline std::string WriteTemp(const std::string& name, const std::string& text) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("memsim-config-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / name, std::ios::binary) << text;
+  return (dir / name).string();
+}
 
 // The message of the InputError LoadSetup throws, or "(no error)".
 inline std::string ErrorOf(const std::string& path, const LoadOptions& options = {}) {
