@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <limits>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "config/documents.h"
 #include "config/iterations.h"
@@ -611,32 +613,82 @@ bool IsHfTrainer(ObjectReader& t) {
   return fw != nullptr && fw->is_string() && fw->get<std::string>() == kFramework;
 }
 
+namespace {
+
+// The TrainingArguments fields of a block that has training_args: only those given on the
+// command line (--set training.KEY=..., --iterations for max_steps) may be there, and they
+// override the training_args JSON's values, as --set overrides a config.
+std::vector<std::pair<std::string, const Json*>> CommandLineFields(ObjectReader& t) {
+  const Json* ref = t.Get("training_args");
+  const std::string from = ref->is_string() ? Printable(ref->get<std::string>())
+                                            : std::string("the training_args object");
+  std::vector<std::pair<std::string, const Json*>> fields;
+  for (const std::string& key : KnownKeys(false)) {
+    if (!t.Has(key)) continue;
+    if (t.source().set_labels.count(t.PointerOf(key)) == 0) {
+      Fail(t.At(key), fmt::format("a TrainingArguments field: with training_args it is read from "
+                                  "{} (set it there)",
+                                  from));
+    }
+    fields.emplace_back(key, t.Get(key));
+  }
+  std::vector<std::string> block_keys = kOwnKeys;
+  for (const auto& field : fields) block_keys.push_back(field.first);
+  t.RejectUnknown(block_keys);
+  return fields;
+}
+
+// The TrainingArguments JSON (trainer.args.to_json_string()): a path to its file, or the object
+// inline (run --json's input_config writes it so); where messages name it.
+struct ArgsJson {
+  Json json;
+  Source source;
+  std::string pointer;  // of the object within `source` ("" for a file)
+  std::string label;    // the file, or "<config>: /training/training_args"
+};
+
+ArgsJson ReadArgsJson(ObjectReader& t, const Document& config) {
+  const Json* v = t.Get("training_args");
+  if (v->is_object()) {
+    return {*v, t.source(), t.PointerOf("training_args"), t.At("training_args")};
+  }
+  if (!v->is_string()) {
+    Fail(t.At("training_args"),
+         fmt::format("expected a path to a TrainingArguments JSON or an object, got {}",
+                     Describe(*v)));
+  }
+  const Document doc = FindReferencedDocument(v->get<std::string>(), t.At("training_args"), config,
+                                              "the TrainingArguments JSON");
+  Json json = ParseJson(doc.text, doc.label);
+  if (!json.is_object()) Fail(doc.label, fmt::format("expected an object, got {}", Describe(json)));
+  return {std::move(json), Source{doc.label, {}}, "", doc.label};
+}
+
+}  // namespace
+
+bool IsTrainingArgumentsField(std::string_view key) {
+  const std::vector<std::string> fields = KnownKeys(false);
+  return std::find(fields.begin(), fields.end(), key) != fields.end();
+}
+
 TrainingConfig ReadHfTrainer(ObjectReader& t, const Document& config,
                              std::vector<std::string>* notes, std::vector<std::string>* warnings,
                              HfTrainerExtras* extras) {
   RejectForeign(t);
-  std::optional<std::string> args_ref = t.String("training_args");
-  if (!args_ref) {
+  if (!t.Has("training_args")) {
     t.RejectUnknown(KnownKeys(true));
     extras->keys = AliasesOf(Readers{t, t, config});
     return ReadFromArgs(Readers{t, t, config}, notes, warnings, &extras->lora_modules);
   }
-  // A TrainingArguments JSON (trainer.args.to_json_string()): its fields come from the file,
-  // memsim's own keys from the block.
-  for (const std::string& key : KnownKeys(false)) {
-    if (t.Has(key)) {
-      Fail(t.At(key), fmt::format("a TrainingArguments field: with training_args it is read from "
-                                  "{} (set it there)",
-                                  Printable(*args_ref)));
-    }
+  // The TrainingArguments fields come from the training_args JSON, memsim's own keys from the
+  // block.
+  const std::vector<std::pair<std::string, const Json*>> overrides = CommandLineFields(t);
+  ArgsJson a = ReadArgsJson(t, config);
+  for (const auto& [key, value] : overrides) {
+    a.json[key] = *value;
+    a.source.set_labels[Child(a.pointer, key)] = t.At(key);
   }
-  t.RejectUnknown(kOwnKeys);
-  const Document doc =
-      FindReferencedDocument(*args_ref, t.At("training_args"), config, "the TrainingArguments JSON");
-  const Json json = ParseJson(doc.text, doc.label);
-  if (!json.is_object()) Fail(doc.label, fmt::format("expected an object, got {}", Describe(json)));
-  Source source{doc.label, {}};
-  ObjectReader args(source, json, "");
+  ObjectReader args(a.source, a.json, a.pointer);
   CheckArgsFile(args);
   extras->keys = AliasesOf(Readers{args, t, config});
   TrainingConfig c = ReadFromArgs(Readers{args, t, config}, notes, warnings, &extras->lora_modules);
@@ -650,7 +702,7 @@ TrainingConfig ReadHfTrainer(ObjectReader& t, const Document& config,
   }
   if (!unknown.empty()) {
     warnings->push_back(fmt::format("{}: TrainingArguments fields memsim does not know, ignored: {}",
-                                    doc.label, unknown));
+                                    a.label, unknown));
   }
   return c;
 }

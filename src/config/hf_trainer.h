@@ -41,9 +41,15 @@ struct HfTrainerExtras {
   LoraModuleMatch lora_modules;
 };
 
+// Whether `key` is a TrainingArguments field memsim reads (transformers' TrainingArguments; the
+// run report's input_config moves such a field given on the command line into training_args).
+bool IsTrainingArgumentsField(std::string_view key);
+
 // `notes` collects defaults taken and keys without effect; `warnings` what the user should see.
 // `config` is the document holding the block (a training_args or adapter_config path is
-// relative to it).
+// relative to it). training_args is a path to a TrainingArguments JSON or that object inline;
+// with it, the block holds memsim's own keys and only those TrainingArguments fields given on
+// the command line (--set, --iterations), which override the JSON's.
 TrainingConfig ReadHfTrainer(ObjectReader& t, const Document& config,
                              std::vector<std::string>* notes, std::vector<std::string>* warnings,
                              HfTrainerExtras* extras);

@@ -209,8 +209,8 @@ Json EchoedDevice(const Json& root, const Document& config, const LoadOptions& o
 }
 
 // A training config that reproduces `s` read from any directory: `root` as read (--set and
-// --iterations applied), with the model, device (--model, --device, --capacity applied) and an
-// adapter_config file inline, and a training_args path made absolute.
+// --iterations applied), with the model, device (--model, --device, --capacity applied) and the
+// adapter_config and training_args files inline.
 std::string ReproducingConfig(const Document& config, const Json& root, const LoadOptions& options,
                               const Setup& s) {
   Json out = root;
@@ -225,13 +225,21 @@ std::string ReproducingConfig(const Document& config, const Json& root, const Lo
     const Document d = internal::FindReferencedDocument(ref, ref, config, "the adapter_config.json");
     training["adapter_config"] = internal::ParseJson(d.text, d.label);
   }
-  if (training.contains("training_args") && training["training_args"].is_string() &&
-      !config.embedded) {
-    const fs::path ref = training["training_args"].get<std::string>();
-    training["training_args"] =
-        fs::absolute(ref.is_relative() ? fs::path(config.label).parent_path() / ref : ref)
-            .lexically_normal()
-            .string();
+  if (training.contains("training_args") && training["training_args"].is_string()) {
+    // Inline, with the TrainingArguments fields the command line set (which the reader lets
+    // into the block only from the command line) moved into it.
+    const std::string ref = training["training_args"].get<std::string>();
+    const Document d = internal::FindReferencedDocument(ref, ref, config, "the TrainingArguments JSON");
+    Json args = internal::ParseJson(d.text, d.label);
+    for (auto it = training.begin(); it != training.end();) {
+      if (args.is_object() && internal::IsTrainingArgumentsField(it.key())) {
+        args[it.key()] = it.value();
+        it = training.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    training["training_args"] = std::move(args);
   }
   return out.dump(1);
 }

@@ -458,13 +458,28 @@ TEST_CASE("hf-trainer: --iterations sets max_steps", "[config][hf]") {
   LoadOptions three;
   three.iterations = 3;
   CHECK(LoadSetup(Config("i1.json", kBase + ", \"max_steps\": 10"), three).training.train_iters == 3);
-  Write("i2-args.json", "{\"per_device_train_batch_size\": 1}");
+  // With a training_args file the command line still wins over the file's max_steps (10), as
+  // --set wins over a config; a value it sets is named by its flag in messages.
+  Write("i2-args.json", "{\"per_device_train_batch_size\": 1, \"max_steps\": 10}");
   const std::string with_file = Write(
       "i2.json", "{\"model\": \"llama3.2-1b\", \"device\": \"a100-80g\", \"training\": "
                  "{\"framework\": \"hf-trainer\", \"training_args\": \"i2-args.json\", "
                  "\"max_seq_length\": 8}}");
-  CHECK(ErrorOf(with_file, three) == "--iterations 3: a TrainingArguments field: with "
-                                     "training_args it is read from i2-args.json (set it there)");
+  CHECK(LoadSetup(with_file, three).training.train_iters == 3);
+  CHECK(LoadSetup(with_file, {}).training.train_iters == 10);
+  LoadOptions set_batch;
+  set_batch.overrides = {"training.per_device_train_batch_size=2"};
+  CHECK(LoadSetup(with_file, set_batch).training.micro_batch_size == 2);
+  set_batch.overrides = {"training.per_device_train_batch_size=0"};
+  CHECK(ErrorOf(with_file, set_batch).rfind("--set training.per_device_train_batch_size=0", 0) == 0);
+  // The reproducing config (run --json's input_config) writes the TrainingArguments JSON inline
+  // with the command line's max_steps in it, and reads back to the same steps and batch.
+  const Setup from_cli = LoadSetup(with_file, three);
+  const std::string again = Write("i3.json", from_cli.reproducing_config);
+  const Setup reread = LoadSetup(again, {});
+  CHECK(reread.training.train_iters == 3);
+  CHECK(reread.training.micro_batch_size == 1);
+  CHECK(from_cli.reproducing_config.find("i2-args.json") == std::string::npos);
 }
 
 // target_modules as PEFT reads it (peft/tuners/tuners_utils.py check_target_module_exists): a
