@@ -3,6 +3,7 @@
 // derives the values that follow (derive.h) and checks those. See docs/config.md.
 #include "config/load.h"
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 
@@ -13,6 +14,7 @@
 #include "config/embedded.h"
 #include "config/hf_trainer.h"
 #include "config/load_internal.h"
+#include "config/megatron_flags.h"
 #include "config/moe.h"
 #include "config/origin.h"
 #include "config/parts.h"
@@ -341,6 +343,31 @@ void RejectOtherJsonKinds(const ObjectReader& top, const std::string& label) {
   }
 }
 
+// A key of the training block that memsim does not read but Megatron's argument parsers
+// define (optimizer_cpu_offload = --optimizer-cpu-offload): said as --megatron-args says it,
+// from the same table (megatron_flags.h), rather than as an unknown key.
+void RejectMegatronArgumentKeys(const ObjectReader& t, const std::vector<std::string>& known) {
+  for (const std::string& key : t.Unread()) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string flag = "--" + key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    const FlagInfo* info = FindFlag(flag);
+    if (info == nullptr || info->flag_class == FlagClass::kModelled) continue;
+    if (info->flag_class == FlagClass::kUnsupported) {
+      throw UnsupportedError(
+          fmt::format("{}: {} (the launch-script argument {})", t.At(key), info->why, flag));
+    }
+    Fail(t.At(key),
+         info->flag_class == FlagClass::kNotModelled
+             ? fmt::format("not modelled: {} (the launch-script argument {}); remove the key, or "
+                           "give the launch script with --megatron-args, which warns and goes on",
+                           info->why, flag)
+             : fmt::format("the launch-script argument {} is memory-neutral and not a key memsim "
+                           "reads: remove it",
+                           flag));
+  }
+}
+
 }  // namespace
 
 Setup LoadParsedConfig(const Document& config, const Json& root, const Source& source,
@@ -372,6 +399,7 @@ Setup LoadParsedConfig(const Document& config, const Json& root, const Source& s
                  internal::MegatronMoeArchitectureKeys().end());
     known.insert(known.end(), internal::MoeTrainingKeys().begin(),
                  internal::MoeTrainingKeys().end());
+    RejectMegatronArgumentKeys(t, known);
     t.RejectUnknown(known);
   }
 
