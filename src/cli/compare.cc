@@ -169,7 +169,9 @@ int RunCompare(const CompareArgs& a) {
 
 Action AddCompareCommand(CLI::App& sub) {
   auto a = std::make_shared<CompareArgs>();
-  sub.add_option("CONFIG", a->config, "training config to simulate")->check(NonEmpty);
+  sub.add_option("CONFIG", a->config,
+                 "training config to simulate (this or --simulated FILE is required)")
+      ->check(NonEmpty);
   sub.add_option("--profile", a->profile, "the real profile: file, .gz file or *_ascend_pt folder")
       ->required()
       ->check(NonEmpty);

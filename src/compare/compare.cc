@@ -64,6 +64,14 @@ std::map<int, IterSpan> SpansByIteration(const Timeline& t) {
   return spans;
 }
 
+// `a` then `b` (a before b in time) as one span.
+IterSpan Joined(const IterSpan& a, const IterSpan& b) {
+  IterSpan out = a;
+  out.index.insert(out.index.end(), b.index.begin(), b.index.end());
+  out.end_us = b.end_us;
+  return out;
+}
+
 Bytes MaxOf(const Timeline& t, const std::vector<size_t>& index, Curve c) {
   Bytes m = kUnknownBytes;
   for (size_t i : index) m = std::max(m, Value(t.samples[i], c));
@@ -242,6 +250,186 @@ bool HasIterations(const Timeline& t) {
   return false;
 }
 
+// The candidate iteration periods of y in samples, shortest first, from its autocorrelation
+// r(lag) (normalised by the overlap). A candidate is a local maximum of r above 0.3 r(0) that
+// exceeds every r in [lag/2, 0.95 lag] (which rejects multiples of the period, r(2P) <= r(P),
+// and, in a curve with many micro-batches, the sub-period's multiples, whose r decays with the
+// lag), or that stands above the comb of sub-period maxima: higher by 3% of r(0) than the
+// nearest local maxima on both sides (many micro-batches make that comb decay slowly, so r(P)
+// can fall short of r just after P/2 while it still rises clear of its neighbours). The 3% is a
+// heuristic margin, not from a source.
+std::vector<int> PeriodCandidates(const std::vector<double>& y) {
+  const int n = static_cast<int>(y.size());
+  const double mean = std::accumulate(y.begin(), y.end(), 0.0) / n;
+  std::vector<double> r(n / 2 + 2, 0.0);
+  for (int lag = 0; lag <= n / 2 + 1; ++lag) {
+    double sum = 0;
+    for (int i = 0; i + lag < n; ++i) sum += (y[i] - mean) * (y[i + lag] - mean);
+    r[lag] = sum / (n - lag);
+  }
+  std::vector<int> out;
+  if (r[0] <= 0) return out;
+  auto local_max = [&r](int lag) { return r[lag] >= r[lag - 1] && r[lag] >= r[lag + 1]; };
+  auto stands_clear = [&](int lag) {
+    int before = lag - 1, after = lag + 1;
+    while (before >= 1 && !local_max(before)) --before;
+    while (after <= n / 2 && !local_max(after)) ++after;
+    if (before < 1 || after > n / 2) return false;
+    return r[lag] > std::max(r[before], r[after]) + 0.03 * r[0];
+  };
+  for (int lag = n / 64; lag < n / 2; ++lag) {
+    if (r[lag] < r[lag - 1] || r[lag] < r[lag + 1] || r[lag] <= 0.3 * r[0]) continue;
+    const auto window_begin = r.begin() + lag / 2;
+    const auto window_end = r.begin() + static_cast<int>(0.95 * lag) + 1;
+    if (r[lag] > *std::max_element(window_begin, window_end) || stands_clear(lag)) out.push_back(lag);
+  }
+  return out;
+}
+
+// Iteration boundaries on a curve resampled at y.size() points (indices into y).
+class Boundaries {
+ public:
+  explicit Boundaries(const std::vector<double>& y) : y_(y), n_(static_cast<int>(y.size())) {
+    const auto [lo, hi] = std::minmax_element(y.begin(), y.end());
+    range_ = *hi - *lo;
+  }
+  double range() const { return range_; }
+
+  // The rise after the lowest point of [from, to) (the last one on ties).
+  int LowestIn(int from, int to) const {
+    from = std::max(from, 0);
+    to = std::min(to, n_);
+    int arg = from;
+    for (int i = from; i < to; ++i) {
+      if (y_[i] <= y_[arg]) arg = i;
+    }
+    return EndOfPlateau(arg, to);
+  }
+  // The rise after the point nearest to `level` (the level the curve returns to between
+  // iterations; the last one on ties) among the indices of [from, to) within 2% of the range
+  // of it; -1 when there is none. Nearest rather than lowest: the first optimizer step creates
+  // the state tensor by tensor, so the curve climbs to the level through points within 2%
+  // below it.
+  int AtLevel(int from, int to, double level) const {
+    from = std::max(from, 0);
+    to = std::min(to, n_);
+    int arg = -1;
+    for (int i = from; i < to; ++i) {
+      const double off = std::fabs(y_[i] - level);
+      if (off > 0.02 * range_) continue;
+      if (arg < 0 || off <= std::fabs(y_[arg] - level)) arg = i;
+    }
+    return arg < 0 ? -1 : EndOfPlateau(arg, to);
+  }
+
+  // N iterations given: 0, then the starts of iterations 2..N, then n. The profile ends with
+  // iteration N: its start (the low point a period before the end) gives the level the steady
+  // iterations return to, and the boundaries before it are followed backwards at that level,
+  // one period apart. Iteration 1 returns to a lower level (no optimizer state before its
+  // step), so its end is sought at the level of the later ones, not at its own lowest point;
+  // whatever precedes the first boundary (init, iteration 1) is iteration 1. Where no point of
+  // a window is at the level: its lowest point.
+  std::vector<int> Forced(int period, int count) const {
+    int b = LowestIn(n_ - period - period / 2, n_ - period / 2);
+    const double level = y_[b];
+    std::vector<int> bounds = {b};
+    for (int k = count - 2; k >= 1; --k) {
+      const int from = b - period - period / 2, to = b - period / 2;
+      const int at_level = AtLevel(from, to, level);
+      b = at_level >= 0 ? at_level : LowestIn(from, to);
+      if (b <= 0) break;
+      bounds.insert(bounds.begin(), b);
+    }
+    bounds.insert(bounds.begin(), 0);
+    bounds.push_back(n_);
+    return bounds;
+  }
+
+  // No count given: anchored at the low point in the middle of the profile and followed both
+  // ways while the low point one period on stays at the anchor's level; a last iteration that
+  // runs to the end of the profile counts when it is nearly a whole period.
+  std::vector<int> Anchored(int period) const {
+    const int mid = LowestIn(n_ / 2 - period / 2, n_ / 2 + period / 2);
+    const double level = y_[mid];
+    std::vector<int> bounds = {mid};
+    for (int b = mid;;) {  // backwards
+      const int from = b - period - period / 2, to = b - period / 2;
+      if (from < 0) break;
+      b = AtLevel(from, to, level);
+      if (b < 0) break;
+      bounds.insert(bounds.begin(), b);
+    }
+    for (int b = mid;;) {  // forwards
+      const int from = b + period / 2, to = b + period + period / 2;
+      if (to > n_) break;
+      b = AtLevel(from, to, level);
+      if (b < 0) break;
+      bounds.push_back(b);
+    }
+    if (n_ - 1 - bounds.back() >= 0.8 * period) bounds.push_back(n_);
+    return bounds;
+  }
+
+  // Whether the iterations between `bounds` repeat: their peaks within 2% of the range. A
+  // micro-batch sub-period also returns to the level, but the stretch holding the optimizer
+  // step peaks lower than those holding a forward and backward.
+  bool Repeat(const std::vector<int>& bounds) const {
+    double lo = 0, hi = 0;
+    for (size_t k = 0; k + 1 < bounds.size(); ++k) {
+      const double peak = *std::max_element(y_.begin() + bounds[k], y_.begin() + bounds[k + 1]);
+      lo = k == 0 ? peak : std::min(lo, peak);
+      hi = k == 0 ? peak : std::max(hi, peak);
+    }
+    return bounds.size() >= 2 && hi - lo <= 0.02 * range_;
+  }
+
+ private:
+  // The end of the flat stretch that starts at index b (the rise after a low point).
+  int EndOfPlateau(int b, int to) const {
+    while (b + 1 < to && y_[b + 1] == y_[b]) ++b;
+    return b;
+  }
+  const std::vector<double>& y_;
+  int n_ = 0;
+  double range_ = 0;
+};
+
+// The curve of `known` samples of t resampled at n points over [t0, t1] (step-hold).
+std::vector<double> Resample(const Timeline& t, const std::vector<size_t>& known, Curve c, int n,
+                             double t0, double dt) {
+  std::vector<double> y(n);
+  size_t j = 0;
+  for (int i = 0; i < n; ++i) {
+    const double q = t0 + i * dt;
+    while (j + 1 < known.size() && t.samples[known[j + 1]].time_us <= q) ++j;
+    y[i] = static_cast<double>(Value(t.samples[known[j]], c));
+  }
+  return y;
+}
+
+// The boundaries DetectIterations labels by (see there); empty when none are found.
+std::vector<int> FindBoundaries(const std::vector<double>& y, int expected_count) {
+  const int n = static_cast<int>(y.size());
+  const Boundaries b(y);
+  if (b.range() <= 0) return {};
+  const std::vector<int> candidates = PeriodCandidates(y);
+  if (expected_count > 0) {
+    // The period is at most n / N (the profile may hold init too); the autocorrelation's is
+    // taken when it is near that, else n / N.
+    int period = n / expected_count;
+    for (int c : candidates) {
+      if (c * expected_count <= n && c * expected_count >= 0.7 * n) period = c;
+    }
+    return period < 4 ? std::vector<int>{} : b.Forced(period, expected_count);
+  }
+  for (int period : candidates) {
+    if (period < 4) continue;
+    std::vector<int> bounds = b.Anchored(period);
+    if (b.Repeat(bounds)) return bounds;
+  }
+  return {};
+}
+
 }  // namespace
 
 int DetectIterations(Timeline& t, int expected_count) {
@@ -256,102 +444,7 @@ int DetectIterations(Timeline& t, int expected_count) {
   if (!(t1 > t0)) return 0;
   constexpr int kN = 2048;
   const double dt = (t1 - t0) / (kN - 1);
-  std::vector<double> y(kN);
-  {
-    size_t j = 0;
-    for (int i = 0; i < kN; ++i) {
-      const double q = t0 + i * dt;
-      while (j + 1 < known.size() && t.samples[known[j + 1]].time_us <= q) ++j;
-      y[i] = static_cast<double>(Value(t.samples[known[j]], c));
-    }
-  }
-  const auto [lo_it, hi_it] = std::minmax_element(y.begin(), y.end());
-  const double range = *hi_it - *lo_it;
-  if (range <= 0) return 0;
-  int period = 0;
-  if (expected_count > 0) {
-    period = kN / expected_count;
-  } else {
-    // Autocorrelation r(lag) (normalised by the overlap). The iteration period is the shortest
-    // lag whose r is a local maximum, above 0.3 r(0), and higher than every r in [lag/2,
-    // 0.95 lag]. That last condition rejects multiples of the period (r(2P) <= r(P)) and, in a
-    // curve with sub-periods (micro-batches), the sub-period's multiples, whose r decays with the
-    // lag, while the iteration period rises above that decay.
-    const double mean = std::accumulate(y.begin(), y.end(), 0.0) / kN;
-    std::vector<double> r(kN / 2 + 2, 0.0);
-    for (int lag = 0; lag <= kN / 2 + 1; ++lag) {
-      double sum = 0;
-      for (int i = 0; i + lag < kN; ++i) sum += (y[i] - mean) * (y[i + lag] - mean);
-      r[lag] = sum / (kN - lag);
-    }
-    if (r[0] <= 0) return 0;
-    for (int lag = kN / 64; lag < kN / 2 && period == 0; ++lag) {
-      if (r[lag] < r[lag - 1] || r[lag] < r[lag + 1] || r[lag] <= 0.3 * r[0]) continue;
-      const auto window_begin = r.begin() + lag / 2;
-      const auto window_end = r.begin() + static_cast<int>(0.95 * lag) + 1;
-      if (r[lag] > *std::max_element(window_begin, window_end)) period = lag;
-    }
-  }
-  if (period < 4) return 0;
-  // The end of the flat stretch that starts at index b (the rise after a low point).
-  auto end_of_plateau = [&](int b, int to) {
-    while (b + 1 < to && y[b + 1] == y[b]) ++b;
-    return b;
-  };
-  // The rise after the lowest point of a window (the last one on ties).
-  auto boundary_in = [&](int from, int to) {
-    from = std::max(from, 0);
-    to = std::min(to, kN);
-    int arg = from;
-    for (int i = from; i < to; ++i) {
-      if (y[i] <= y[arg]) arg = i;
-    }
-    return end_of_plateau(arg, to);
-  };
-  // The same among the indices within 2% of the range of `level` (the level the curve returns
-  // to between iterations); -1 when there is none.
-  auto boundary_at_level = [&](int from, int to, double level) {
-    from = std::max(from, 0);
-    to = std::min(to, kN);
-    int arg = -1;
-    for (int i = from; i < to; ++i) {
-      if (std::fabs(y[i] - level) > 0.02 * range) continue;
-      if (arg < 0 || y[i] <= y[arg]) arg = i;
-    }
-    return arg < 0 ? -1 : end_of_plateau(arg, to);
-  };
-  std::vector<int> bounds;
-  if (expected_count > 0) {
-    bounds.push_back(0);
-    for (int k = 1; k < expected_count; ++k) {
-      bounds.push_back(boundary_in(k * period - period / 2, k * period + period / 2));
-    }
-  } else {
-    const int mid = boundary_in(kN / 2 - period / 2, kN / 2 + period / 2);
-    const double level = y[mid];
-    bounds.push_back(mid);
-    for (int b = mid;;) {  // backwards
-      const int from = b - period - period / 2, to = b - period / 2;
-      if (from < 0) break;
-      b = boundary_at_level(from, to, level);
-      if (b < 0) break;
-      bounds.insert(bounds.begin(), b);
-    }
-    for (int b = mid;;) {  // forwards
-      const int from = b + period / 2, to = b + period + period / 2;
-      if (to > kN) break;
-      b = boundary_at_level(from, to, level);
-      if (b < 0) break;
-      bounds.push_back(b);
-    }
-    // A last iteration that runs to the end of the profile, when it is nearly a whole period.
-    if (kN - 1 - bounds.back() < 0.8 * period) {
-      // the tail is partial: it stays unlabelled
-    } else {
-      bounds.push_back(kN);
-    }
-  }
-  if (expected_count > 0) bounds.push_back(kN);
+  const std::vector<int> bounds = FindBoundaries(Resample(t, known, c, kN, t0, dt), expected_count);
   const int count = static_cast<int>(bounds.size()) - 1;
   if (count < 1) return 0;
   for (Sample& s : t.samples) {
@@ -380,11 +473,13 @@ Report Compare(const Timeline& measured_in, const Timeline& simulated, const Com
   for (const std::string& n : measured_in.notes) r.notes.push_back(n);
   const bool allocator_level = HasCurve(m, Curve::kAllocated) || HasCurve(m, Curve::kReserved);
   bool detected = false;
+  bool from_start = false;  // the measured iteration 1 starts at the profile's first sample
   if (HasIterations(m)) {
     r.alignment = fmt::format("by the iteration numbers in the profile ({})", m.source);
   } else if (allocator_level) {
     const int n = DetectIterations(m, o.profile_iterations);
     detected = n > 0 && o.profile_iterations == 0;
+    from_start = n > 0 && o.profile_iterations > 0;
     r.alignment = n > 0 ? fmt::format("{} iterations detected from the periodic {} curve{}", n,
                                       HasCurve(m, Curve::kAllocated) ? "allocated" : "reserved",
                                       o.profile_iterations > 0 ? " (--profile-iterations)" : "")
@@ -394,6 +489,7 @@ Report Compare(const Timeline& measured_in, const Timeline& simulated, const Com
                               "(--profile-iterations N says how many it covers)";
   } else if (o.profile_iterations > 0) {
     SplitEvenly(m, o.profile_iterations);
+    from_start = true;
     r.alignment = fmt::format("device-level samples split into {} equal iterations "
                               "(--profile-iterations)", o.profile_iterations);
   } else {
@@ -440,7 +536,10 @@ Report Compare(const Timeline& measured_in, const Timeline& simulated, const Com
     if (last_simulated < 1) break;
     const int sk = std::min(k + offset, last_simulated);
     if (!sspans.count(sk)) continue;
-    const IterSpan& ss = sspans.at(sk);
+    IterSpan ss = sspans.at(sk);
+    // --profile-iterations on a profile without markers: its iteration 1 runs from the first
+    // sample, so it holds whatever preceded (init); the simulated side then does too.
+    if (k == 1 && sk == 1 && from_start && sspans.count(0)) ss = Joined(sspans.at(0), ss);
     IterationResult it;
     it.iteration = k;
     it.simulated_iteration = sk;

@@ -100,12 +100,15 @@ Report Compare(const timeline::Timeline& measured, const timeline::Timeline& sim
 
 // Labels the samples of `t` (those with iteration -1) with iterations detected from the
 // periodic allocated curve (reserved, then device, when allocated is absent). expected_count > 0
-// fixes the number of iterations. Returns the number of iterations found (0: none; `t` is then
+// fixes the number of iterations: the profile is taken to end with the last, boundaries are
+// followed backwards from the end at the level iteration N starts at, and iteration 1 holds
+// everything before iteration 2. Returns the number of iterations found (0: none; `t` is then
 // unchanged). Method (docs/profiles.md "Alignment"): the curve resampled at 2048 points; the
-// period P is the shortest autocorrelation peak above 0.3 r(0) that exceeds every r in
-// [P/2, 0.95 P] (rejecting multiples and micro-batch sub-periods); boundaries are the rise after
-// the lowest point of each period, anchored at the middle of the profile and extended both ways
-// while that low point stays within 2% of the curve's range of the anchor's level.
+// candidate periods are the autocorrelation peaks above 0.3 r(0) that exceed every r in
+// [P/2, 0.95 P] or stand 3% of r(0) above their neighbouring peaks; boundaries are the rise
+// after the point of each period nearest to the anchor's level (the low point in the middle of
+// the profile, within 2% of the curve's range), extended both ways; the shortest candidate
+// whose iterations repeat (peaks within 2% of the range) is taken.
 int DetectIterations(timeline::Timeline& t, int expected_count);
 
 // Text outputs. FormatTable: one row per iteration plus the overall row and notes; `width` 0

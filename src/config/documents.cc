@@ -3,6 +3,9 @@
 #include "config/documents.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -103,6 +106,17 @@ std::optional<Document> ReadByPath(const std::string& ref, const Document* from,
   return d;
 }
 
+// Why ReadFile failed on `path`: a directory, or the C library's reason for not opening it.
+std::string WhyUnreadable(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return "a directory, not a file";
+  errno = 0;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return std::strerror(errno);
+  std::fclose(f);
+  return "a read error";
+}
+
 std::string CommaList(const std::vector<std::string>& names) {
   std::string out;
   for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
@@ -136,7 +150,8 @@ Document ReadConfigDocument(const std::string& config_path, bool use_embedded_de
                       "repeated for more: --set a=1 --set b=2)",
                       Printable(config_path)));
     }
-    throw InputError(fmt::format("{}: cannot read the config file", config_path));
+    throw InputError(fmt::format("{}: cannot read the config file: {}", config_path,
+                                 WhyUnreadable(config_path)));
   }
   return config;
 }
@@ -244,6 +259,12 @@ void ApplyOverride(const std::string& text, Json* root, Source* source) {
                  : " (a model file is not edited by --set; the training block's architecture "
                    "keys override it, in Megatron's names: num_layers, hidden_size, "
                    "ffn_hidden_size, num_attention_heads, num_query_groups, vocab_size, ...)";
+    } else if (dot != std::string::npos && dot > 0 && dot + 1 < key.size()) {
+      // A misspelt section ("trainig.seq_length").
+      const std::string guess = ClosestMatch(section, {"training", "allocator"});
+      if (!guess.empty()) {
+        hint = fmt::format(" (did you mean '{}.{}'?)", guess, Printable(key.substr(dot + 1)));
+      }
     }
     throw InputError(
         fmt::format("{}: expected a key training.<name> or allocator.<name>{}", label, hint));

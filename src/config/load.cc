@@ -3,6 +3,8 @@
 // derives the values that follow (derive.h) and checks those. See docs/config.md.
 #include "config/load.h"
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 
 #include <fmt/core.h>
@@ -12,6 +14,7 @@
 #include "config/embedded.h"
 #include "config/hf_trainer.h"
 #include "config/load_internal.h"
+#include "config/megatron_flags.h"
 #include "config/moe.h"
 #include "config/origin.h"
 #include "config/parts.h"
@@ -38,8 +41,14 @@ DevicePreset ReadDevice(const Document& doc) {
 internal::LocatedModel ReadModelDocument(const Document& d, Setup* s) {
   Source ms{d.label, {}};
   s->model_path = d.label;
-  return internal::ReadHfModel(ms, internal::ParseJson(d.text, d.label), "", &s->notes,
-                                &s->warnings);
+  const Json json = internal::ParseJson(d.text, d.label);
+  if (json.is_object() && !json.contains("model_type") && json.contains("training")) {
+    throw InputError(fmt::format(
+        "{}: a memsim training config (it has \"training\"), not a model file (Hugging Face "
+        "config.json with \"model_type\"); give it as the CONFIG argument, not with --model",
+        d.label));
+  }
+  return internal::ReadHfModel(ms, json, "", &s->notes, &s->warnings);
 }
 
 // The model: --model, or the config's "model" (a path relative to the config, a shipped model
@@ -244,8 +253,39 @@ std::string ReproducingConfig(const Document& config, const Json& root, const Lo
   return out.dump(1);
 }
 
+// The first line that is neither blank nor a '#' comment, trimmed.
+std::string_view FirstStatement(std::string_view text) {
+  while (!text.empty()) {
+    const size_t end = std::min(text.find('\n'), text.size());
+    std::string_view line = text.substr(0, end);
+    text.remove_prefix(std::min(end + 1, text.size()));
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.front()))) line.remove_prefix(1);
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.remove_suffix(1);
+    if (!line.empty() && line.front() != '#') return line;
+  }
+  return {};
+}
+
+// A TOML file (torchtitan's job configs: "[job]", "[parallelism]", ...) where memsim's JSON
+// training config is expected: named .toml, or opening with a "[section]" table header (a JSON
+// array cannot start with a letter).
+void RejectToml(const Document& config) {
+  const std::string_view first = FirstStatement(config.text);
+  const bool table = first.size() > 2 && first.front() == '[' && first.back() == ']' &&
+                     std::isalpha(static_cast<unsigned char>(first[1]));
+  const bool named = config.label.size() > 5 &&
+                     config.label.compare(config.label.size() - 5, 5, ".toml") == 0;
+  if (!table && !named) return;
+  throw InputError(fmt::format(
+      "{}: a TOML file (a torchtitan job config?), not a memsim training config: memsim reads "
+      "JSON (docs/config.md) and does not model torchtitan's FSDP2 (it models frameworks "
+      "\"megatron\", \"pytorch\" and \"hf-trainer\")",
+      config.label));
+}
+
 // The parsed training config with --set and --iterations applied, and its Source.
 Json ParseConfig(const Document& config, const LoadOptions& options, Source* source) {
+  RejectToml(config);
   Json root = internal::ParseJson(config.text, config.label);
   if (!root.is_object()) Fail(source->At(""), fmt::format("expected an object, got {}", Describe(root)));
   internal::ApplyCommandLine(options, &root, source);
@@ -287,19 +327,63 @@ std::string ModelTypeWhere(const ObjectReader& top, const internal::LocatedModel
   return s.model_path.empty() ? top.At("model") : s.model_path;
 }
 
+namespace {
+
+// Other tools' JSON files where a training config is expected (no "training" block): a Hugging
+// Face model config.json, or a DeepSpeed config (the top-level keys of DeepSpeed's
+// runtime/config.py: zero_optimization, train_micro_batch_size_per_gpu, train_batch_size).
+void RejectOtherJsonKinds(const ObjectReader& top, const std::string& label) {
+  if (top.Has("training")) return;
+  if (top.Has("model_type") || top.Has("architectures")) {
+    throw InputError(fmt::format(
+        "{}: a model file (Hugging Face config.json: it has \"{}\"), not a training config; give "
+        "it with --model {} and a training config (or --megatron-args for a launch script)",
+        label, top.Has("model_type") ? "model_type" : "architectures", Printable(label)));
+  }
+  for (const char* key : {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size"}) {
+    if (!top.Has(key)) continue;
+    throw InputError(fmt::format(
+        "{}: a DeepSpeed config (ds_config.json: it has \"{}\"), not a memsim training config; "
+        "memsim does not model DeepSpeed's engine (it models frameworks \"megatron\", "
+        "\"pytorch\" and \"hf-trainer\"; ZeRO-1 as Megatron's distributed optimizer): write a "
+        "training config (docs/config.md)",
+        label, key));
+  }
+}
+
+// A key of the training block that memsim does not read but Megatron's argument parsers
+// define (optimizer_cpu_offload = --optimizer-cpu-offload): said as --megatron-args says it,
+// from the same table (megatron_flags.h), rather than as an unknown key.
+void RejectMegatronArgumentKeys(const ObjectReader& t, const std::vector<std::string>& known) {
+  for (const std::string& key : t.Unread()) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string flag = "--" + key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    const FlagInfo* info = FindFlag(flag);
+    if (info == nullptr || info->flag_class == FlagClass::kModelled) continue;
+    if (info->flag_class == FlagClass::kUnsupported) {
+      throw UnsupportedError(
+          fmt::format("{}: {} (the launch-script argument {})", t.At(key), info->why, flag));
+    }
+    Fail(t.At(key),
+         info->flag_class == FlagClass::kNotModelled
+             ? fmt::format("not modelled: {} (the launch-script argument {}); remove the key, or "
+                           "give the launch script with --megatron-args, which warns and goes on",
+                           info->why, flag)
+             : fmt::format("the launch-script argument {} is memory-neutral and not a key memsim "
+                           "reads: remove it",
+                           flag));
+  }
+}
+
+}  // namespace
+
 Setup LoadParsedConfig(const Document& config, const Json& root, const Source& source,
                        const LoadOptions& options) {
   Setup s;
   s.config_path = config.label;
   ObjectReader top(source, root, "");
-  if (!top.Has("training") && (top.Has("model_type") || top.Has("architectures"))) {
-    // A Hugging Face config.json where a training config is expected.
-    throw InputError(fmt::format(
-        "{}: a model file (Hugging Face config.json: it has \"{}\"), not a training config; give "
-        "it with --model {} and a training config (or --megatron-args for a launch script)",
-        config.label, top.Has("model_type") ? "model_type" : "architectures",
-        Printable(config.label)));
-  }
+  RejectOtherJsonKinds(top, config.label);
   top.RejectUnknown({"model", "device", "training", "allocator"});
   if (!top.Has("training")) Fail(top.At("training"), "missing key, expected the training settings");
   ObjectReader t(source, *top.Get("training"), "/training");
@@ -323,6 +407,7 @@ Setup LoadParsedConfig(const Document& config, const Json& root, const Source& s
                  internal::MegatronMoeArchitectureKeys().end());
     known.insert(known.end(), internal::MoeTrainingKeys().begin(),
                  internal::MoeTrainingKeys().end());
+    RejectMegatronArgumentKeys(t, known);
     t.RejectUnknown(known);
   }
 

@@ -373,6 +373,27 @@ std::optional<double> ObjectReader::Number(std::string_view key, double lo, doub
   return x;
 }
 
+namespace {
+
+// The choice a dtype spelled as PyTorch names it stands for ("bfloat16", "torch.float16",
+// "half": torch.bfloat16, torch.float16 = torch.half, torch.float32 = torch.float), when that
+// choice is among `choices`; "" otherwise. Edit distance misses these ("bfloat16" is 4 edits
+// from "bf16").
+std::string DtypeAlias(std::string_view value, const std::vector<std::string>& choices) {
+  if (value.starts_with("torch.")) value.remove_prefix(6);
+  static constexpr std::pair<std::string_view, std::string_view> kAliases[] = {
+      {"bfloat16", "bf16"}, {"float16", "fp16"}, {"half", "fp16"},
+      {"float32", "fp32"},  {"float", "fp32"},   {"float8", "fp8"}};
+  for (const auto& [alias, choice] : kAliases) {
+    if (value == alias && std::find(choices.begin(), choices.end(), choice) != choices.end()) {
+      return std::string(choice);
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
 std::optional<std::string> ObjectReader::Choice(std::string_view key,
                                                 const std::vector<std::string>& choices) {
   const Json* v = Value(key);
@@ -387,7 +408,8 @@ std::optional<std::string> ObjectReader::Choice(std::string_view key,
   for (const std::string& c : choices) list += (list.empty() ? "'" : ", '") + c + "'";
   std::string message = fmt::format("expected one of {}, got {}", list, Describe(*v));
   if (v->is_string()) {
-    const std::string guess = ClosestMatch(v->get<std::string>(), choices);
+    std::string guess = DtypeAlias(v->get<std::string>(), choices);
+    if (guess.empty()) guess = ClosestMatch(v->get<std::string>(), choices);
     if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
   }
   Fail(At(key), message);

@@ -1,5 +1,5 @@
 // nvidia-smi --query-gpu=timestamp[,index],memory.used[,memory.total] --format=csv[,noheader]
-// [,nounits] logs (docs/profile-formats.md, 'nvidia-smi CSV'). Header "timestamp, memory.used
+// [,nounits] logs (without a header: HeaderlessColumns) (docs/profile-formats.md, 'nvidia-smi CSV'). Header "timestamp, memory.used
 // [MiB], memory.total [MiB]"; a space follows each comma; values "40512 MiB" (or "40512" with
 // nounits); one row per GPU per sample; the header may repeat. memory.used is device-wide, so it
 // becomes device_bytes. Device of a row: the `index` column, else the position of the row within
@@ -40,6 +40,28 @@ std::optional<int64_t> ParseAmount(const LineReader& in, std::string_view text, 
     in.Fail(fmt::format("memory.used: expected '<integer> MiB' below 2^42 MiB, got '{}'", original));
   }
   return *bytes;
+}
+
+// noheader: the columns are those of a query whose order the field count tells (nvidia-smi
+// prints the fields in query order): 2 "timestamp, memory.used"; 3 "timestamp, memory.used,
+// memory.total"; 4 the query docs/profile-formats.md advises, "timestamp, index, memory.used,
+// memory.total". Anything else cannot be told apart: refused, asking for the header.
+Columns HeaderlessColumns(const LineReader& in, const std::vector<std::string>& f) {
+  if (!ParseWallClock(f[0])) {
+    in.Fail(
+        "expected the nvidia-smi CSV header 'timestamp, memory.used [MiB], ...' (run "
+        "nvidia-smi --query-gpu=timestamp,index,memory.used,memory.total --format=csv)");
+  }
+  if (f.size() < 2 || f.size() > 4) {
+    in.Fail(fmt::format(
+        "expected the nvidia-smi CSV header 'timestamp, memory.used [MiB], ...'; without it "
+        "(noheader) only the rows of --query-gpu=timestamp,memory.used[,memory.total] or "
+        "timestamp,index,memory.used,memory.total are read, and this row has {} fields: keep "
+        "the header (--format=csv)",
+        f.size()));
+  }
+  if (f.size() == 4) return Columns{0, 1, 2, f.size(), kMiB};
+  return Columns{0, -1, 1, f.size(), kMiB};
 }
 
 }  // namespace
@@ -83,17 +105,9 @@ timeline::Timeline LoadNvidiaSmi(const std::string& path, const LoadProfileOptio
       continue;
     }
     if (!have_columns) {
-      // noheader: accept "timestamp, memory.used[, memory.total]" (the order of nvidia-smi's own
-      // header).
-      if (f.size() >= 2 && f.size() <= 3 && ParseWallClock(f[0])) {
-        cols = Columns{0, -1, 1, f.size(), kMiB};
-        have_columns = true;
-        headerless = true;
-      } else {
-        in.Fail(
-            "expected the nvidia-smi CSV header 'timestamp, memory.used [MiB], ...' (run "
-            "nvidia-smi --query-gpu=timestamp,index,memory.used,memory.total --format=csv)");
-      }
+      cols = HeaderlessColumns(in, f);
+      have_columns = true;
+      headerless = true;
     }
     if (f.size() != cols.count) {
       in.Fail(fmt::format("expected {} fields as in the header, got {}", cols.count, f.size()));
@@ -147,7 +161,13 @@ timeline::Timeline LoadNvidiaSmi(const std::string& path, const LoadProfileOptio
                                   cols.index < 0 && builders.size() > 1
                                       ? " (no index column: GPU = row position within a sample)"
                                       : ""));
-  if (headerless) out.notes.push_back("no header: columns read as timestamp, memory.used [MiB]");
+  if (headerless) {
+    out.notes.push_back(cols.index >= 0
+                            ? "no header: columns read as timestamp, index, memory.used [MiB], "
+                              "memory.total (the query of docs/profile-formats.md)"
+                            : fmt::format("no header: columns read as timestamp, memory.used [MiB]{}",
+                                          cols.count == 3 ? ", memory.total" : ""));
+  }
   if (unavailable > 0) out.notes.push_back(fmt::format("skipped {} [N/A] values", unavailable));
   return out;
 }

@@ -95,8 +95,9 @@ Detection DetectFormatFromContent(std::string_view path, std::string_view head) 
   }
   {
     std::vector<std::string> f = internal::SplitCsv(first_line);
-    if (f.size() >= 2 && f.size() <= 3 && internal::ParseWallClock(f[0])) {
-      return {Format::kNvidiaSmi, "rows 'timestamp, memory.used' (nvidia-smi csv,noheader)"};
+    if (f.size() >= 2 && f.size() <= 4 && internal::ParseWallClock(f[0])) {
+      return {Format::kNvidiaSmi,
+              "rows 'timestamp[, index], memory.used, ...' (nvidia-smi csv,noheader)"};
     }
   }
   (void)name;

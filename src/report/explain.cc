@@ -11,6 +11,8 @@
 #include "device/communicators.h"
 #include "report/format.h"
 #include "workload/build.h"
+#include "workload/model.h"
+#include "workload/recompute.h"
 
 namespace memsim::report {
 namespace {
@@ -31,7 +33,10 @@ class ExplainObserver final : public engine::Observer {
       }
       pending_communicators_.clear();
     } else {
-      for (workload::TensorId id : op.frees) live_activations_.erase(id);
+      for (workload::TensorId id : op.frees) {
+        live_activations_.erase(id);
+        DropFromForward(op, id);
+      }
     }
     if (b.reserved_bytes != last_reserved_) {
       f.reserved_changes.push_back(
@@ -72,7 +77,10 @@ class ExplainObserver final : public engine::Observer {
     }
     if (op.phase != Phase::kForward || op.micro_batch < 0) return;
     if (f.first_micro_batch < 0) f.first_micro_batch = op.micro_batch;
-    if (op.micro_batch == f.first_micro_batch) f.activation_bytes_by_layer[op.layer] += block_bytes;
+    if (op.micro_batch == f.first_micro_batch) {
+      f.activation_bytes_by_layer[op.layer] += block_bytes;
+      first_forward_[t.id] = {op.iteration, op.micro_batch, op.layer, block_bytes};
+    }
   }
 
   timeline::Recorder& recorder() { return recorder_; }
@@ -89,6 +97,25 @@ class ExplainObserver final : public engine::Observer {
     int micro_batch = -1;
     Bytes block_bytes = 0;
   };
+  // An activation the first forward micro-batch of a span allocated, not yet freed.
+  struct ForwardActivation {
+    int iteration = 0;
+    int micro_batch = -1;
+    int layer = -1;
+    Bytes block_bytes = 0;
+  };
+  // A tensor the forward frees again (a temporary; under full recompute everything a
+  // checkpointed layer makes but its output) is not saved for backward: its bytes leave the
+  // layer's figure. Freed later (by the backward) it was saved, and stays counted.
+  void DropFromForward(const workload::Op& op, workload::TensorId id) {
+    const auto it = first_forward_.find(id);
+    if (it == first_forward_.end()) return;
+    const ForwardActivation a = it->second;
+    first_forward_.erase(it);
+    if (op.phase == Phase::kForward && op.micro_batch == a.micro_batch) {
+      Facts(a.iteration).activation_bytes_by_layer[a.layer] -= a.block_bytes;
+    }
+  }
   SpanFacts& Facts(int iteration) {
     auto [it, inserted] = facts_.try_emplace(iteration);
     if (inserted) it->second.iteration = iteration;
@@ -115,6 +142,7 @@ class ExplainObserver final : public engine::Observer {
     std::map<int, Bytes>& per_mb_;
     std::unordered_map<workload::TensorId, LiveActivation> by_id_;
   };
+  std::unordered_map<workload::TensorId, ForwardActivation> first_forward_;  // looked up only
   std::map<int, Bytes> live_per_micro_batch_;
   std::vector<int> activation_micro_batches_;  // sorted
   LiveActivations live_activations_{live_per_micro_batch_};
@@ -202,8 +230,86 @@ std::string KeptSentence(const timeline::SpanSummary& s, const SpanFacts& f) {
   return out;
 }
 
+// Bytes over a set of layers (or checkpoints): count, smallest, largest, sum, layer range.
+struct LayerSpread {
+  int count = 0, first_layer = -1, last_layer = -1;
+  Bytes lo = 0, hi = 0, total = 0;
+  void Add(int first, int last, Bytes bytes) {
+    if (count == 0 || first < first_layer) first_layer = first;
+    last_layer = std::max(last_layer, last);
+    lo = count == 0 ? bytes : std::min(lo, bytes);
+    hi = count == 0 ? bytes : std::max(hi, bytes);
+    total += bytes;
+    ++count;
+  }
+  std::string Range() const {
+    return lo == hi ? HumanBytes(lo) : fmt::format("{} to {}", HumanBytes(lo), HumanBytes(hi));
+  }
+};
+
+// What the first forward micro-batch keeps, split as the Program runs the layers
+// (workload/recompute.h RecomputeRuns, the runs of each model chunk): a full-recompute
+// checkpoint keeps only its input (attributed to the layer that made it: the previous run's
+// last layer, or the embedding outside the layers), so its bytes are summed per checkpoint;
+// the other layers (no recompute, selective, block's remainder) per layer.
+struct LayerGroups {
+  LayerSpread checkpoints, saved;
+  Bytes outside = 0;
+};
+LayerGroups GroupLayers(const config::Setup& setup, const SpanFacts& f) {
+  const int lc = std::max(1, workload::ComputeDims(setup).Lc);
+  const std::vector<workload::LayerRun> runs = workload::RecomputeRuns(setup.training, lc);
+  LayerGroups g;
+  std::map<int, std::pair<int, Bytes>> by_checkpoint;  // first layer -> (last layer, bytes)
+  for (const auto& [layer, bytes] : f.activation_bytes_by_layer) {
+    if (layer < 0) {
+      g.outside += bytes;
+      continue;
+    }
+    const int i = layer % lc, chunk_start = layer - i;
+    const auto run = std::find_if(runs.begin(), runs.end(),
+                                  [i](const workload::LayerRun& r) { return i >= r.first && i <= r.last; });
+    if (run == runs.end() || !run->checkpointed) {
+      g.saved.Add(layer, layer, bytes);
+      continue;
+    }
+    auto& [last, sum] = by_checkpoint[chunk_start + run->first];
+    last = chunk_start + run->last;
+    sum += bytes;
+  }
+  for (const auto& [first, last_and_bytes] : by_checkpoint) {
+    g.checkpoints.Add(first, last_and_bytes.first, last_and_bytes.second);
+  }
+  return g;
+}
+
+// Full recompute (recompute.h): what the checkpoints keep, and how the layers are grouped.
+std::string CheckpointedPart(const config::TrainingConfig& t, const LayerSpread& c) {
+  const int layers = std::max(1, t.recompute_num_layers);
+  const char* plural = layers == 1 ? "" : "s";
+  return fmt::format(
+      "keeps only the input of each full-recompute checkpoint ({}; re-run by its backward): {} per "
+      "checkpoint in layers {}..{} ({})",
+      t.recompute_method == config::RecomputeMethod::kUniform
+          ? fmt::format("uniform, {} layer{} per checkpoint", layers, plural)
+          : fmt::format("block, the first {} layer{} of each model chunk one by one", layers, plural),
+      c.Range(), c.first_layer, c.last_layer, HumanBytes(c.total));
+}
+
+// The layers that run with grad: everything their forward saves for backward.
+std::string SavedPart(const config::TrainingConfig& t, const LayerSpread& s) {
+  std::string modules;
+  if (t.recompute_granularity == config::RecomputeGranularity::kSelective) {
+    for (const std::string& m : t.recompute_modules) modules += (modules.empty() ? "" : ", ") + m;
+  }
+  return fmt::format("saves {} per layer in layers {}..{} ({}{})", s.Range(), s.first_layer,
+                     s.last_layer, HumanBytes(s.total),
+                     modules.empty() ? "" : "; selective recompute of " + modules);
+}
+
 // Activations: how much one micro-batch saves, per layer, and how many are in flight at the peak.
-std::string ActivationSentence(const timeline::SpanSummary& s, const SpanFacts& f) {
+std::string ActivationSentence(const config::Setup& setup, const timeline::SpanSummary& s,
+                               const SpanFacts& f) {
   const Bytes at_peak = Cat(s.by_category_at_peak, Category::kActivations);
   std::string out = fmt::format("activations at the peak ({}): {}", Where(s.peak_phase, s.peak_micro_batch),
                                 HumanBytes(at_peak));
@@ -216,36 +322,23 @@ std::string ActivationSentence(const timeline::SpanSummary& s, const SpanFacts& 
                        f.micro_batches_in_flight_at_peak.back());
   }
   if (f.first_micro_batch < 0) return out;
-  Bytes layers_total = 0, lo = -1, hi = -1;
-  int num_layers = 0, first_layer = -1, last_layer = -1;
-  Bytes outside = 0;
-  for (const auto& [layer, bytes] : f.activation_bytes_by_layer) {
-    if (layer < 0) {
-      outside += bytes;
-      continue;
-    }
-    layers_total += bytes;
-    ++num_layers;
-    if (first_layer < 0) first_layer = layer;
-    last_layer = layer;
-    lo = lo < 0 ? bytes : std::min(lo, bytes);
-    hi = std::max(hi, bytes);
+  const LayerGroups g = GroupLayers(setup, f);
+  std::vector<std::string> parts;
+  if (g.checkpoints.count > 0) parts.push_back(CheckpointedPart(setup.training, g.checkpoints));
+  if (g.saved.count > 0) parts.push_back(SavedPart(setup.training, g.saved));
+  if (g.outside > 0 || parts.empty()) {
+    parts.push_back(parts.empty() ? "saves " + HumanBytes(g.outside)
+                                  : HumanBytes(g.outside) + " outside the layers");
   }
   // The breakdown is of the first micro-batch the span runs; when the peak holds another one,
   // say so rather than mix two micro-batch numbers in one sentence.
   const bool same = n == 1 && f.micro_batches_in_flight_at_peak[0] == f.first_micro_batch;
-  out += same ? std::string("; its forward saves ")
-              : fmt::format("; each micro-batch's forward saves (counted on mb{}) ",
-                            f.first_micro_batch);
-  if (num_layers > 0) {
-    out += lo == hi ? fmt::format("{} per layer", HumanBytes(lo))
-                    : fmt::format("{} to {} per layer", HumanBytes(lo), HumanBytes(hi));
-    out += fmt::format(" in layers {}..{} ({})", first_layer, last_layer, HumanBytes(layers_total));
-    if (outside > 0) out += fmt::format(" and {} outside the layers", HumanBytes(outside));
-  } else {
-    out += HumanBytes(outside);
+  out += same ? std::string("; its forward ")
+              : fmt::format("; each micro-batch's forward (counted on mb{}) ", f.first_micro_batch);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    out += (i == 0 ? "" : i + 1 == parts.size() ? " and " : ", ") + parts[i];
   }
-  out += ", freed by its backward";
+  out += parts.size() > 1 ? ", all freed by its backward" : ", freed by its backward";
   return out;
 }
 
@@ -482,7 +575,7 @@ std::string FormatExplanation(const config::Setup& setup, const ExplainFacts& x,
                 2, width);
       }
     } else {
-      Wrapped(&out, ActivationSentence(s, f), 2, width);
+      Wrapped(&out, ActivationSentence(setup, s, f), 2, width);
     }
     Wrapped(&out,
             ReservedSentence(s, f, cuda, setup.allocator.garbage_collection_threshold > 0.0), 2,

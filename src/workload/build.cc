@@ -145,8 +145,13 @@ ParameterCounts TotalParameterCounts(const config::Setup& setup) {
   t.context_parallel_size = 1;
   t.num_layers_per_virtual_pipeline_stage = 0;
   t.sequence_parallel = false;
-  // Transformers' layers (Gemma2's four norms, Phi3's fused projections) count their own.
-  const DecoderLayer layer = UsesHfDecoder(one) ? DecoderLayer::ForSetup(one) : DecoderLayer::Dense();
+  // Every expert on the one rank (EP 1, expert TP 1), so a MoE layer lists all E experts
+  // (modules/moe.h AppendParams: E / EP experts of ffn_e / ETP each).
+  t.expert_model_parallel_size = 1;
+  t.expert_tensor_parallel_size = 1;
+  // The layer the run builds: Transformers' layers (Gemma2's four norms, Phi3's fused
+  // projections) or Megatron's, dense or MoE, each counting its own parameters.
+  const DecoderLayer layer = DecoderLayer::ForSetup(one);
   PeftKernels peft;
   ParameterCounts n;
   for (const ParamTensor& pt : MakeRankParams(one, 0, layer, &peft).params) {

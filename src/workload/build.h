@@ -84,8 +84,9 @@ struct StaticSizes {
 };
 StaticSizes ComputeStaticSizes(const config::Setup& setup, int pipeline_rank);
 
-// The model's parameters, all of them once (the model built with every parallel size 1, so the
-// vocabulary is padded as at TP 1; tied embeddings counted once), with PEFT's adapters
+// The model's parameters, all of them once (the model built with every parallel size 1, EP and
+// expert TP included, so the vocabulary is padded as at TP 1 and a MoE layer holds all its
+// experts; tied embeddings counted once), with PEFT's adapters
 // (get_peft_model's model) and, of them, those with requires_grad (PEFT's
 // print_trainable_parameters "trainable params / all params"). For the run header; the
 // parameters of one rank are ComputeStaticSizes(...).parameter_count.

@@ -233,7 +233,7 @@ TEST_CASE("tryout: explain says the allocator released the cache, not empty_cach
   CHECK(r.out.find("released by torch.cuda.empty_cache()") == std::string::npos);
   // tryout6 #22: the peak holds mb7 while the per-layer breakdown is counted on mb0; the
   // sentence says so instead of naming both as if one.
-  CHECK(r.out.find("of one micro-batch (mb7); each micro-batch's forward saves (counted on mb0) ") !=
+  CHECK(r.out.find("of one micro-batch (mb7); each micro-batch's forward (counted on mb0) ") !=
         std::string::npos);
 }
 

@@ -1,8 +1,12 @@
 // Error messages of LoadSetup, asserted verbatim: "<file>: <JSON pointer>: <what was expected>".
+#include <cerrno>
+#include <cstring>
+
 #include <catch2/catch.hpp>
 
 #include "config/embedded.h"
 #include "config/load.h"
+#include "core/error.h"
 #include "test_util.h"
 
 namespace memsim::config {
@@ -124,7 +128,7 @@ TEST_CASE("values given with --set are named by their command-line text", "[conf
 
 TEST_CASE("a missing config file", "[config]") {
   CHECK(ErrorOf(Data("no-such-config.json")) ==
-        Data("no-such-config.json") + ": cannot read the config file");
+        Data("no-such-config.json") + ": cannot read the config file: " + std::strerror(ENOENT));
 }
 
 }  // namespace
@@ -171,6 +175,41 @@ TEST_CASE("duplicate keys are errors, not last-one-wins", "[config]") {
   // Inside an array: element 1 of recompute_modules.
   CHECK(testing::ErrorOf(testing::Data("duplicate_key.json")) ==
         testing::Data("duplicate_key.json") + ": /training/recompute_modules/1/a: duplicate key");
+}
+
+
+// Tryout 7 finding 9: the messages say why and what was meant.
+TEST_CASE("did you mean for dtype spellings and sections; Megatron argument names in JSON",
+          "[config]") {
+  auto error_of = [](std::vector<std::string> sets) {
+    LoadOptions o;
+    o.overrides = std::move(sets);
+    return ErrorOf(Data("good.json"), o);
+  };
+  // PyTorch's dtype names (torch.bfloat16, torch.float16 = torch.half) for the choices.
+  CHECK(error_of({"training.precision=bfloat16"}) ==
+        "--set training.precision=bfloat16: expected one of 'fp32', 'fp16', 'bf16', got "
+        "\"bfloat16\" (did you mean 'bf16'?)");
+  CHECK(error_of({"training.precision=torch.half"}).ends_with("(did you mean 'fp16'?)"));
+  CHECK(error_of({"trainig.seq_length=8"}) ==
+        "--set trainig.seq_length=8: expected a key training.<name> or allocator.<name> (did "
+        "you mean 'training.seq_length'?)");
+  // Megatron's arguments, as --megatron-args classes them (megatron_flag_table.inc):
+  // --optimizer-cpu-offload and --decoder-first-pipeline-num-layers unsupported,
+  // --calculate-per-token-loss memory-neutral.
+  CHECK(error_of({"training.optimizer_cpu_offload=true"}) ==
+        "unsupported: --set training.optimizer_cpu_offload=true: offloading tensors to host memory (the "
+        "launch-script argument --optimizer-cpu-offload)");
+  CHECK_THROWS_AS(
+      LoadSetup(Data("good.json"), [] {
+        LoadOptions o;
+        o.overrides = {"training.decoder_first_pipeline_num_layers=2"};
+        return o;
+      }()),
+      UnsupportedError);
+  CHECK(error_of({"training.calculate_per_token_loss=true"}) ==
+        "--set training.calculate_per_token_loss=true: the launch-script argument "
+        "--calculate-per-token-loss is memory-neutral and not a key memsim reads: remove it");
 }
 
 }  // namespace

@@ -637,5 +637,37 @@ TEST_CASE("a config.json given as the training config gets a hint to use --model
                              " and a training config (or --megatron-args for a launch script)");
 }
 
+
+// Tryout 7 finding 4: other tools' files where memsim's config is expected say what they are.
+TEST_CASE("a DeepSpeed config, a TOML file or a training config as --model say what they are",
+          "[config]") {
+  // DeepSpeed's ds_config.json top-level keys (deepspeed/runtime/config.py).
+  const std::string ds = TempFile("ds_config.json", R"({"train_micro_batch_size_per_gpu": 1,
+      "bf16": {"enabled": true}, "zero_optimization": {"stage": 2}})");
+  CHECK(ErrorOf(ds) == ds +
+                           ": a DeepSpeed config (ds_config.json: it has \"zero_optimization\"), "
+                           "not a memsim training config; memsim does not model DeepSpeed's "
+                           "engine (it models frameworks \"megatron\", \"pytorch\" and "
+                           "\"hf-trainer\"; ZeRO-1 as Megatron's distributed optimizer): write a "
+                           "training config (docs/config.md)");
+  // torchtitan's job config: TOML tables, found by the header even without the .toml name.
+  const std::string toml =
+      TempFile("titan.txt", "# torchtitan\n\n[job]\ndump_folder = \"./outputs\"\n");
+  CHECK(ErrorOf(toml) == toml +
+                             ": a TOML file (a torchtitan job config?), not a memsim training "
+                             "config: memsim reads JSON (docs/config.md) and does not model "
+                             "torchtitan's FSDP2 (it models frameworks \"megatron\", \"pytorch\" "
+                             "and \"hf-trainer\")");
+  // A training config given with --model.
+  const std::string training =
+      TempFile("as_model.json", R"({"model": "llama2-7b", "training": {"seq_length": 128}})");
+  LoadOptions o;
+  o.model_path = training;
+  CHECK(ErrorOf(training, o) ==
+        training + ": a memsim training config (it has \"training\"), not a model file (Hugging "
+                   "Face config.json with \"model_type\"); give it as the CONFIG argument, not "
+                   "with --model");
+}
+
 }  // namespace
 }  // namespace memsim::config

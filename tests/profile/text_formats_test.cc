@@ -1,5 +1,8 @@
 // Importers of line-based formats, checked point by point against hand-written fixtures
 // (tests/profile/data/, written from docs/profile-formats.md, not by the writers in writers.cc).
+#include <algorithm>
+#include <fstream>
+
 #include <catch2/catch.hpp>
 
 #include "core/error.h"
@@ -87,6 +90,39 @@ TEST_CASE("nvidia-smi csv with index, nounits, across midnight and new year", "[
   CHECK(t.samples[0].device_bytes == 40512 * kMiB);
   CHECK(t.samples[1].device_bytes == 40600 * kMiB);
   CHECK(t.samples[1].time_us == 250000);  // 23:59:59.900 -> 00:00:00.150 next day = 250 ms
+}
+
+// docs/profile-formats.md: `--format=csv,noheader,nounits` of the advised query
+// timestamp,index,memory.used,memory.total has 4 fields a row, read in that order; a headerless
+// row of another field count cannot be told apart and is refused, asking for the header.
+TEST_CASE("nvidia-smi csv noheader: the advised query's 4 columns, or the header asked for",
+          "[profile]") {
+  const std::string path = testing::TempPath("nvsmi_noheader.csv");
+  {
+    std::ofstream out(path);
+    out << "2026/12/02 05:00:00.000, 0, 40512, 81559\n"
+           "2026/12/02 05:00:00.001, 1, 1873, 81559\n"
+           "2026/12/02 05:00:00.500, 0, 41000, 81559\n"
+           "2026/12/02 05:00:00.501, 1, 1900, 81559\n";
+  }
+  CHECK(DetectFormat(path).format == Format::kNvidiaSmi);
+  LoadProfileOptions second;
+  second.device_index = 1;
+  const timeline::Timeline t = LoadProfile(path, Format::kNvidiaSmi, second);
+  REQUIRE(t.samples.size() == 2);  // GPU 1 by the index column: 1873 then 1900 MiB, 500 ms on
+  CHECK(t.samples[0].device_bytes == 1873 * kMiB);
+  CHECK(t.samples[1].device_bytes == 1900 * kMiB);
+  CHECK(t.samples[1].time_us == 500000);
+  CHECK(std::find(t.notes.begin(), t.notes.end(),
+                  "no header: columns read as timestamp, index, memory.used [MiB], memory.total "
+                  "(the query of docs/profile-formats.md)") != t.notes.end());
+  {
+    std::ofstream out(path);
+    out << "2026/12/02 05:00:00.000, 0, GPU-1234, 40512, 81559\n";
+  }
+  CHECK_THROWS_WITH(LoadProfile(path, Format::kNvidiaSmi),
+                    Catch::Contains(":1: expected the nvidia-smi CSV header") &&
+                        Catch::Contains("this row has 5 fields: keep the header (--format=csv)"));
 }
 
 TEST_CASE("npu-smi info with date lines: HBM column, 5-digit used value, two NPUs", "[profile]") {

@@ -7,6 +7,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include <catch2/catch.hpp>
 #include <fmt/core.h>
@@ -27,17 +28,30 @@ using report::SignedHuman;
 
 Bytes Cat(const CategoryBytes& c, Category k) { return c[static_cast<size_t>(k)]; }
 
-// Block bytes of the activations the first forward micro-batch of each iteration saves, by layer.
+// Block bytes of the activations the first forward micro-batch of each iteration saves (those
+// its own forward does not free again), by the layer that allocated them.
 class ActivationBlocks final : public engine::Observer {
  public:
-  void OnOpBoundary(const engine::OpBoundary&) override {}
+  void OnOpBoundary(const engine::OpBoundary& b) override {
+    if (b.at_start) return;
+    for (workload::TensorId id : b.op->frees) {
+      auto it = pending.find(id);
+      if (it == pending.end()) continue;
+      const auto [iteration, mb, layer, bytes] = it->second;
+      if (b.op->phase == Phase::kForward && b.op->micro_batch == mb) by_layer[iteration][layer] -= bytes;
+      pending.erase(it);
+    }
+  }
   void OnTensorAllocated(const workload::Op& op, const workload::TensorAlloc& t, Bytes block) override {
     if (t.category != Category::kActivations || op.phase != Phase::kForward || op.micro_batch < 0) return;
     auto [it, inserted] = first_mb.try_emplace(op.iteration, op.micro_batch);
-    if (it->second == op.micro_batch) by_layer[op.iteration][op.layer] += block;
+    if (it->second != op.micro_batch) return;
+    by_layer[op.iteration][op.layer] += block;
+    pending[t.id] = {op.iteration, op.micro_batch, op.layer, block};
   }
   std::map<int, int> first_mb;
   std::map<int, std::map<int, Bytes>> by_layer;
+  std::map<workload::TensorId, std::tuple<int, int, int, Bytes>> pending;
 };
 
 struct Expected {
@@ -228,6 +242,49 @@ TEST_CASE("explain, the shipped fp16 config: every figure is the simulation's", 
       ExplainConfig(std::string(MEMSIM_SOURCE_DIR) + "/configs/gpt3-175b-a100-80g-tp8-pp16.json");
   CheckEveryFigure(x);
   CHECK_THAT(x.text, Catch::Contains("nvidia-smi adds"));
+}
+
+// Finding 2 of tryout 7: under full recompute a checkpointed layer's forward runs under no_grad
+// and keeps only the checkpoint's input (Megatron-core transformer_block.py
+// _checkpointed_forward; workload/recompute.h). Default config: TP 2 with sequence parallelism,
+// so a hidden state is [s/t, b, h] in bf16 = 4096/2 · 1 · 4096 · 2 B = 16 MiB per checkpoint.
+// 32 layers: uniform 1 layer per checkpoint = 32 checkpoints (512 MiB); 2 per checkpoint = 16
+// (256 MiB); block 2 = checkpoints at layers 0 and 1 (32 MiB), layers 2..31 saved in full, as
+// every layer is without recompute.
+TEST_CASE("explain under full recompute gives what each checkpoint keeps", "[report][explain]") {
+  const std::vector<std::string> small = {"training.global_batch_size=8", "training.train_iters=2"};
+  auto explain = [&](std::vector<std::string> sets) {
+    sets.insert(sets.end(), small.begin(), small.end());
+    return ExplainConfig("", sets).text;
+  };
+  const Bytes hidden = 4096 / 2 * 4096 * 2;
+  const std::string uniform1 = explain({"training.recompute_granularity=full",
+                                        "training.recompute_method=uniform",
+                                        "training.recompute_num_layers=1"});
+  CHECK_THAT(uniform1, Catch::Contains(fmt::format(
+                           "keeps only the input of each full-recompute checkpoint (uniform, 1 "
+                           "layer per checkpoint; re-run by its backward): {} per checkpoint in "
+                           "layers 0..31 ({})",
+                           HumanBytes(hidden), HumanBytes(32 * hidden))));
+  CHECK_THAT(uniform1, !Catch::Contains("per layer in layers"));
+  const std::string uniform2 = explain({"training.recompute_granularity=full",
+                                        "training.recompute_method=uniform",
+                                        "training.recompute_num_layers=2"});
+  CHECK_THAT(uniform2, Catch::Contains(fmt::format("(uniform, 2 layers per checkpoint; re-run by "
+                                                   "its backward): {} per checkpoint in layers "
+                                                   "0..31 ({})",
+                                                   HumanBytes(hidden), HumanBytes(16 * hidden))));
+  const std::string block2 = explain({"training.recompute_granularity=full",
+                                      "training.recompute_method=block",
+                                      "training.recompute_num_layers=2"});
+  CHECK_THAT(block2, Catch::Contains(fmt::format("one by one; re-run by its backward): {} per "
+                                                 "checkpoint in layers 0..1 ({}), saves ",
+                                                 HumanBytes(hidden), HumanBytes(2 * hidden))));
+  // The layers block leaves alone save what every layer saves without recompute.
+  const std::string none = explain({});
+  std::smatch per_layer;
+  REQUIRE(std::regex_search(none, per_layer, std::regex("saves (.*?) per layer in layers 0\\.\\.31")));
+  CHECK_THAT(block2, Catch::Contains("saves " + per_layer[1].str() + " per layer in layers 2..31"));
 }
 
 TEST_CASE("explain fits the width it is given and runs from the command line", "[report][explain][cli]") {

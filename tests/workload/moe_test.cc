@@ -72,6 +72,44 @@ TEST_CASE("mixtral-8x7b: 46.70 B parameters, 12.88 B active", "[workload][moe]")
   CHECK(c.total - c.expert + c.expert / 8 * 2 == 12'879'925'248);
 }
 
+// The run header's "total" (TotalParameterCounts) is the shipped config as given, EP and PP
+// included: every expert counts, so it equals the whole-model counts derived in the two tests
+// above (46,702,792,704 and 30,532,122,624), whatever the config's parallel sizes.
+TEST_CASE("run header total counts every expert of the shipped MoE configs", "[workload][moe]") {
+  const auto [config, total] = GENERATE(table<std::string, std::int64_t>(
+      {{"mixtral-8x7b-h100-pp4-ep8.json", 46'702'792'704},
+       {"qwen3-30b-a3b-910b-pp4-ep4.json", 30'532'122'624}}));
+  config::LoadOptions o;
+  const config::Setup s =
+      config::LoadSetup(std::string(MEMSIM_SOURCE_DIR) + "/configs/" + config, o);
+  CHECK(TotalParameterCounts(s).total == total);
+  CHECK(TotalParameterCounts(s).trainable == total);
+}
+
+// "on this rank" never exceeds "total": a rank holds a part of the layers (PP), of the experts
+// (EP) and of each matrix (TP), each at most the whole. Checked at every EP the config's data
+// parallel size allows (config/moe.cc CheckMoe: EP·ETP divides TP·DP·CP, here 8 and 4) and every
+// stage.
+TEST_CASE("parameters on a rank never exceed the total, shipped MoE configs at each EP",
+          "[workload][moe]") {
+  const auto [config, ep] = GENERATE(table<std::string, int>(
+      {{"mixtral-8x7b-h100-pp4-ep8.json", 1}, {"mixtral-8x7b-h100-pp4-ep8.json", 2},
+       {"mixtral-8x7b-h100-pp4-ep8.json", 4}, {"mixtral-8x7b-h100-pp4-ep8.json", 8},
+       {"qwen3-30b-a3b-910b-pp4-ep4.json", 1}, {"qwen3-30b-a3b-910b-pp4-ep4.json", 2},
+       {"qwen3-30b-a3b-910b-pp4-ep4.json", 4}}));
+  config::LoadOptions o;
+  o.overrides.push_back("training.expert_model_parallel_size=" + std::to_string(ep));
+  const config::Setup s =
+      config::LoadSetup(std::string(MEMSIM_SOURCE_DIR) + "/configs/" + config, o);
+  const std::int64_t total = TotalParameterCounts(s).total;
+  for (int rank = 0; rank < s.training.pipeline_model_parallel_size; ++rank) {
+    INFO(config << " EP " << ep << " stage " << rank);
+    const std::int64_t on_rank = ComputeStaticSizes(s, rank).parameter_count;
+    CHECK(on_rank > 0);
+    CHECK(on_rank <= total);
+  }
+}
+
 TEST_CASE("qwen2_moe: shared expert and gate, decoder_sparse_step, mlp_only_layers",
           "[workload][moe]") {
   const std::filesystem::path dir =
