@@ -613,7 +613,9 @@ Report Compare(const Timeline& measured_in, const Timeline& simulated, const Com
     }
     r.overall_measured = om;
     r.overall_simulated = os;
-    r.steady_state_measured = SteadyState(m_reserved);
+    // Detected iterations repeat by construction and are numbered from the first repeat, so
+    // where the profile's reserved stops growing is not known from them (left absent, "-").
+    if (!detected) r.steady_state_measured = SteadyState(m_reserved);
   } else {
     std::vector<size_t> mi(m.samples.size()), si(simulated.samples.size());
     std::iota(mi.begin(), mi.end(), size_t{0});

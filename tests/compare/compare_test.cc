@@ -93,6 +93,13 @@ TEST_CASE("iterations detected from the periodic allocated curve", "[compare]") 
     CHECK(*it.error_pct.peak_allocated == Approx(0).margin(1e-9));
     CHECK(*it.curve_error_pct.allocated < 0.5);
   }
+  // Detected iterations are the repeating ones, numbered from the first repeat: where the
+  // profile's reserved stops growing is not known from them, and is not reported in their
+  // numbering next to the simulated one (iteration 2 here: the optimizer states appear in 1).
+  CHECK_FALSE(r.steady_state_measured.has_value());
+  CHECK(r.steady_state_simulated == 2);
+  // With the profile's own iteration numbers it is known: the same curve gives iteration 2 too.
+  CHECK(Compare(sim, sim, {}).steady_state_measured == r.steady_state_simulated);
 }
 
 TEST_CASE("device-level profile: peak and converged level", "[compare]") {
