@@ -122,6 +122,8 @@ constexpr Modelled kModelled[] = {
     {"--fp8-format", "fp8_format", Kind::kString},
     {"--enable-cuda-graph", "enable_cuda_graph", Kind::kTrue},
     {"--cuda-graph-impl", "cuda_graph_impl", Kind::kString},
+    {"--tp-comm-overlap", "tp_comm_overlap", Kind::kTrue},
+    {"--hccl-group-buffer", "hccl_group_buffer", Kind::kString},
 };
 
 const Modelled* FindModelled(std::string_view flag) {

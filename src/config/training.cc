@@ -9,6 +9,7 @@
 #include <cctype>
 #include <map>
 #include <optional>
+#include <set>
 #include <string_view>
 
 #include "config/moe.h"
@@ -671,10 +672,21 @@ std::map<std::string, Bytes> ParseGroupBuffers(const std::string& text, const st
 }
 
 // tp_comm_overlap, hccl_group_buffer and the env block (JobEnvironment).
-void ReadOutsideAllocator(ObjectReader& t, TrainingConfig& c) {
+void ReadOutsideAllocator(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* warnings) {
   c.tp_comm_overlap = t.Bool("tp_comm_overlap").value_or(false);
   if (std::optional<std::string> g = t.String("hccl_group_buffer")) {
     c.env.hccl_group_buffer = ParseGroupBuffers(*g, t.At("hccl_group_buffer"));
+    // The process groups memsim makes communicators for, by Megatron's names (parallel_state.py
+    // get_nccl_options, which MindSpeed's --hccl-group-buffer takes); "edp" is memsim's expert
+    // data-parallel group. A size for another group changes nothing here: say so.
+    static const std::set<std::string> kModelled = {"dp", "dp_cp", "tp", "pp", "mp", "embd", "edp"};
+    for (const auto& [group, bytes] : c.env.hccl_group_buffer) {
+      if (kModelled.count(group) != 0) continue;
+      warnings->push_back(fmt::format(
+          "{}: group \"{}\" not modelled (memsim makes communicators for dp, dp_cp, tp, pp, mp, "
+          "embd and edp); its buffer size is not used",
+          t.At("hccl_group_buffer"), group));
+    }
   }
   const Json* env = t.Get("env");
   if (env == nullptr) return;
@@ -785,7 +797,7 @@ TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes,
   ReadMoeTraining(t, c);
   NoteAcceptedKeys(t, notes);
   ReadPlainPytorchKeys(t, c, notes, warnings);
-  ReadOutsideAllocator(t, c);
+  ReadOutsideAllocator(t, c, warnings);
   return c;
 }
 

@@ -113,15 +113,17 @@ class MegatronDdpWrapper final : public DataParallel {
   }
 
  private:
-  // finish_grad_sync per bucket: in place on the communication stream, group "dp" (expert
-  // buffers: "edp", the expert data-parallel group).
+  // finish_grad_sync per bucket: in place on the communication stream, on the group the wrapper
+  // gets, get_data_parallel_group(with_context_parallel=True), Megatron's "dp_cp"
+  // (parallel_state.py get_nccl_options pg_name; expert buffers: "edp", the expert
+  // data-parallel group).
   void GradSync(Emitter& em, int chunk) {
     for (const GradBuffer& buf : buffers_) {
       const int ranks = buf.ShardRanks(d_);
       if (buf.chunk != chunk || ranks <= 1) continue;
       for (const auto& [start, end] : buf.buckets) {
         em.Begin(dist_ ? "ddp.grad_reduce_scatter" : "ddp.grad_all_reduce", -1, kCommStream);
-        em.Collective(buf.expert ? "edp" : "dp", ranks,
+        em.Collective(buf.expert ? "edp" : "dp_cp", ranks,
                       static_cast<double>((end - start) * d_.grad_bytes),
                       dist_ ? Coll::kGather : Coll::kAllReduce);
       }

@@ -26,6 +26,9 @@ const std::vector<int> kMegatronDummyWgradCacheSince = {0, 14};
 // from commit 9634c0e4a3 (2024-06-13), whose first release tag is core_v0.8.0; before it
 // `vocab_parallel_logits = vocab_parallel_logits - logits_max.unsqueeze(-1)`.
 const std::vector<int> kCrossEntropyInPlaceSince = {0, 8};
+// pretrain_gpt.py loss_func all-reduces the reporting loss over get_data_parallel_group() up to
+// core_v0.12.0; core_v0.13.0's returns it and training.py reduces it over the DDP's group.
+const std::vector<int> kLossReducedOverDpCpSince = {0, 13};
 // megatron/core/transformer/moe: core_v0.12.0's MoEAlltoAllTokenDispatcher.token_unpermutation
 // still passes probs=self.probs to moe_utils.py unpermute; core_v0.13.0's experts.py takes
 // permuted_probs and applies them in the activation.
@@ -111,6 +114,9 @@ void SetWeightGradRules(const config::TrainingConfig& tc, ModelDims* d) {
       at_least(tc.megatron_core_version, kMegatronDummyWgradCacheSince);
   d->ce_max_out_of_place = !d->npu && tc.framework == "megatron" &&
                            !at_least(tc.megatron_core_version, kCrossEntropyInPlaceSince);
+  d->loss_dp_all_reduce =
+      tc.framework == "megatron" && d->d > 1 &&
+      (d->npu || !at_least(tc.megatron_core_version, kLossReducedOverDpCpSince));
 }
 
 // Layers per chunk, chunks (VPP) and micro-batches per iteration.

@@ -137,6 +137,13 @@ struct ModelDims {
   // (tensor_parallel/cross_entropy.py, in place since commit 9634c0e4a3, first in core_v0.8.0;
   // NVIDIA/Megatron-LM#525): a second fp32 [T, V/t] tensor while the first is alive.
   bool ce_max_out_of_place = false;
+  // The loss function all-reduces each micro-batch's reporting loss over
+  // get_data_parallel_group(), Megatron's "dp" (without context parallelism), a process group of
+  // its own beside the DDP's "dp_cp" (parallel_state.py: two new_group calls, one communicator
+  // each): pretrain_gpt.py loss_func in core_v0.6.0 (average_losses_across_data_parallel_group)
+  // to core_v0.12.0, and MindSpeed-LLM's pretrain_gpt.py loss_func (main, 2026-08). From
+  // core_v0.13.0 training.py reduces it over "dp_cp" after the schedule. Last stage, d > 1.
+  bool loss_dp_all_reduce = false;
   // Megatron's GPT dataset causal mask on the device (framework "megatron" off Ascend, unless
   // --no-create-attention-mask-in-dataloader): [b, 1, s·cp, s·cp] bool from get_batch on the first
   // and last pipeline stages (pretrain_gpt.py get_batch returns None on the others), sliced to

@@ -297,24 +297,30 @@ void MegatronOptimizer::ZeroGrad(Emitter& em) {
 }
 
 // _unscale_main_grads_and_check_for_nan: _amp_foreach_non_finite_check_and_unscale_ in place,
-// found_inf all-reduced (MAX) over the grad-stats group: the model-parallel group (tp·pp), or
-// tp·dp·cp with a sharded optimizer.
+// found_inf all-reduced (MAX) over the grad-stats group: the model-parallel group "mp" (tp·pp),
+// or the whole world with a sharded optimizer: distrib_optimizer.py returns None, the default
+// group (get_model_parallel_group in core_v0.6.0, get_grad_stats_parallel_group in core_v0.10.0
+// to 0.12.0; core_v0.15.0 only sets a group for several distributed-optimizer instances).
+void MegatronOptimizer::GradStatsAllReduce(Emitter& em) const {
+  if (dp_.ShardsOptimizer()) {
+    em.Collective("world", d_.t * d_.p * d_.dp_cp, 4, Coll::kAllReduce);
+  } else {
+    em.Collective("mp", d_.t * d_.p, 4, Coll::kAllReduce);
+  }
+}
+
 void MegatronOptimizer::UnscaleAndCheck(Emitter& em) {
-  const bool sharded = dp_.ShardsOptimizer();
   em.Begin("optim.unscale_and_check");
-  em.Collective(sharded ? "tp_dp_cp" : "mp", sharded ? d_.t * d_.dp_cp : d_.t * d_.p, 4,
-                Coll::kAllReduce);
+  GradStatsAllReduce(em);
 }
 
 // clip_grads.py get_grad_norm_fp32: multi_tensor_l2norm output and total_norm, tiny; over the
 // grad-stats group, as UnscaleAndCheck.
 void MegatronOptimizer::GradNorm(Emitter& em) {
-  const bool sharded = dp_.ShardsOptimizer();
   em.Begin("optim.grad_norm");
   const TensorId norm_out = em.Alloc(kScalarBytes, Category::kTemporaries, "optim.l2norm_out");
   const TensorId total = em.Alloc(kScalarBytes, Category::kTemporaries, "optim.total_norm");
-  em.Collective(sharded ? "tp_dp_cp" : "mp", sharded ? d_.t * d_.dp_cp : d_.t * d_.p, 4,
-                Coll::kAllReduce);
+  GradStatsAllReduce(em);
   em.Free(norm_out);
   em.Free(total);
 }

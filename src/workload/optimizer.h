@@ -109,6 +109,9 @@ class MegatronOptimizer {
  private:
   void UnscaleAndCheck(Emitter& em);
   void GradNorm(Emitter& em);
+  // The grad-stats all-reduce (found_inf, the norm): "mp" (tp·pp ranks), or "world" with a
+  // sharded optimizer.
+  void GradStatsAllReduce(Emitter& em) const;
 
   const config::TrainingConfig& tc_;
   const ModelDims& d_;

@@ -90,6 +90,11 @@ void StageRunner::Forward(int mb, int chunk, const ScheduleStep* next) {
             ? ClassificationHead::Forward(ctx_, x, &u.head)
             : OutputAndLoss::Forward(
                   ctx_, x, OutputAndLoss::OutputWeight(d_, /*has_embedding=*/d_.p == 1), &u.head));
+    // loss_func: the reporting loss (a scalar) all-reduced over Megatron's "dp" (ModelDims).
+    if (d_.loss_dp_all_reduce) {
+      ctx_.em.Begin("loss.reporting_all_reduce");
+      ctx_.em.Collective("dp", d_.d, 4, Coll::kAllReduce);
+    }
     dp_.AfterForward(ctx_.em, GradSite::kHead, -1);
   }
   DropBatch(u);

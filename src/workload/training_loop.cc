@@ -60,6 +60,11 @@ class MegatronLoop final : public TrainingLoop {
   void Init() override {
     Emitter& em = p_.em;
     em.SetContext(0, Phase::kInit, -1);
+    // Before the model is built, collectives on the default group create the world's
+    // communicator: initialize.py _compile_dependencies (torch.distributed.barrier()) and
+    // training.py pretrain (the all-reduce of start_time_tensor), in core_v0.6.0 to main.
+    em.Begin("init.distributed");
+    em.Collective("world", p_.d.t * p_.d.p * p_.d.dp_cp, 8, Coll::kAllReduce);
     const std::vector<TensorId> ids = BuildModel();
     // LanguageModule.setup_embeddings_and_output_layer: with tied embeddings and p > 1 the
     // first and last stages all-reduce the shared weight over "embd" (in place).

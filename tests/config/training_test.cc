@@ -369,6 +369,12 @@ TEST_CASE("training.env, tp_comm_overlap and hccl_group_buffer: read, and bad va
         std::string::npos);
   const std::string unknown = Config("env3.json", kMegatron + ", \"env\": {\"NCCL_ALGO\": \"ring\"}");
   CHECK(ErrorOf(unknown).find("/training/env/NCCL_ALGO") != std::string::npos);
+  // A group memsim makes no communicator for (MindSpeed's "cp2") is named in a warning.
+  const Setup cp2 = LoadSetup(
+      Config("env5.json", kMegatron + ", \"hccl_group_buffer\": \"dp_cp:100;cp2:50\""), {});
+  CHECK(cp2.training.env.hccl_group_buffer.at("dp_cp") == 100 * kMiB);
+  CHECK(HasWarning(cp2, "/training/hccl_group_buffer: group \"cp2\" not modelled"));
+  CHECK_FALSE(HasWarning(cp2, "\"dp_cp\""));
   const std::string bad_groups = Config("env4.json", kMegatron + ", \"hccl_group_buffer\": \"dp=200\"");
   CHECK(ErrorOf(bad_groups).find("/training/hccl_group_buffer: expected \"group:MiB;group:MiB\"") !=
         std::string::npos);

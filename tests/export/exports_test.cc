@@ -126,6 +126,12 @@ TEST_CASE("exports: the snapshot replays to the simulated curves exactly", "[exp
   size_t row = 0;
   size_t matched = 0;
   for (const CategorySample& s : d.detail.samples) {
+    // Before the first allocation (the world's communicator is made at init) both curves are at
+    // the empty state the replay starts from, before its first row.
+    if (row == 0 && s.allocated_bytes == 0 && s.reserved_bytes == 0) {
+      ++matched;
+      continue;
+    }
     while (row < r.rows.size() && (r.rows[row].allocated_bytes != s.allocated_bytes ||
                                    r.rows[row].reserved_bytes != s.reserved_bytes)) {
       ++row;

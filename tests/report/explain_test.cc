@@ -223,9 +223,13 @@ TEST_CASE("explain, default config: every figure is the simulation's, the seed's
                                                  HumanBytes(stage.Span(4)->end_reserved_bytes))));
   CHECK_THAT(x.text, Catch::Contains(fmt::format("npu-smi adds the idle baseline {}",
                                                  HumanBytes(x.setup.device.idle_baseline_bytes))));
-  // HCCL: 2 × HCCL_BUFFSIZE (200 MiB default) for every group alike.
+  // HCCL: 2 × HCCL_BUFFSIZE (200 MiB default) for every group alike. The world's communicator
+  // is made at init (pretrain's start-time all-reduce), the others in iteration 1.
+  CHECK_THAT(x.text, Catch::Contains(fmt::format("1 communicator of {}",
+                                                 HumanBytes(2 * x.setup.training.env.hccl_buffsize))));
+  CHECK_THAT(x.text, Catch::Contains("world (init)"));
   CHECK_THAT(x.text, Catch::Contains(fmt::format("{} communicators of {} each",
-                                                 stage.simulation.num_communicators,
+                                                 stage.simulation.num_communicators - 1,
                                                  HumanBytes(2 * x.setup.training.env.hccl_buffsize))));
 }
 

@@ -642,8 +642,37 @@ TEST_CASE("collectives and record_stream tags", "[workload]") {
       if (op.name == "ddp.grad_all_reduce") CHECK(op.stream == kCommStream);
     }
   }
-  CHECK(groups0 == std::set<std::string>{"dp", "embd", "mp", "pp", "tp"});
-  CHECK(groups1 == std::set<std::string>{"dp", "embd", "mp", "pp", "tp"});
+  // Megatron's process-group names (parallel_state.py get_nccl_options): the DDP's "dp_cp", the
+  // tied embedding's "embd", the grad-stats "mp" (no distributed optimizer), "pp", "tp", and the
+  // default group "world" (pretrain's start-time all-reduce). PaperGpt states no core release
+  // (current), so the loss is reduced over "dp_cp" after the schedule, not over "dp".
+  const std::set<std::string> megatron = {"dp_cp", "embd", "mp", "pp", "tp", "world"};
+  CHECK(groups0 == megatron);
+  CHECK(groups1 == megatron);
+  // Core 0.12: the last stage's loss_func all-reduces the reporting loss over "dp" as well.
+  s.training.megatron_core_version = {0, 12};
+  std::set<std::string> last;
+  for (const Op& op : Build(s, 1).ops) {
+    if (!op.collective_group.empty()) last.insert(op.collective_group);
+  }
+  CHECK(last.count("dp") == 1);
+  std::set<std::string> first;
+  for (const Op& op : Build(s, 0).ops) {
+    if (!op.collective_group.empty()) first.insert(op.collective_group);
+  }
+  CHECK(first.count("dp") == 0);
+  // The distributed optimizer reduces grad stats over the whole world (distrib_optimizer.py
+  // returns None, the default group): t·p·d = 2·2·2 = 8 ranks, and "mp" is not used.
+  s.training.use_distributed_optimizer = true;
+  int norm_ops = 0;
+  for (const Op& op : Build(s, 0).ops) {
+    CHECK(op.collective_group != "mp");
+    if (op.name != "optim.grad_norm") continue;
+    ++norm_ops;
+    CHECK(op.collective_group == "world");
+    CHECK(op.collective_ranks == 8);
+  }
+  CHECK(norm_ops >= 1);
 }
 
 TEST_CASE("closed-form estimate follows Megatron's formulas", "[workload]") {

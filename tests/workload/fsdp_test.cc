@@ -200,7 +200,8 @@ TEST_CASE(
     CHECK(shard.alloc_op[k] > out_bwd);
     CHECK(shard.free_op[k] == shard.alloc_op[k]);  // added into the grad shard at once
     CHECK(shard.stream[k] == kCommStream);
-    CHECK(p.ops[shard.alloc_op[k]].collective_group == "dp");
+    // On the wrapper's group, Megatron's "dp_cp" (get_data_parallel_group(with_context_parallel)).
+    CHECK(p.ops[shard.alloc_op[k]].collective_group == "dp_cp");
     CHECK(bucket.free_op[k] > shard.alloc_op[k]);
     CHECK(p.ops[bucket.free_op[k]].micro_batch == made.micro_batch);
   }
