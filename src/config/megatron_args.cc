@@ -123,6 +123,7 @@ constexpr Modelled kModelled[] = {
     {"--enable-cuda-graph", "enable_cuda_graph", Kind::kTrue},
     {"--cuda-graph-impl", "cuda_graph_impl", Kind::kString},
     {"--tp-comm-overlap", "tp_comm_overlap", Kind::kTrue},
+    {"--log-params-norm", "log_params_norm", Kind::kTrue},
     {"--hccl-group-buffer", "hccl_group_buffer", Kind::kString},
 };
 

@@ -210,6 +210,12 @@ struct TrainingConfig {
   // optimizer state is created by the first step that is not skipped.
   int skipped_iterations = 0;
   int empty_unused_memory_level = 0;
+  // Megatron --log-params-norm: training.py train calls utils.py calc_params_l2_norm after every
+  // step, which under bf16 lists an fp32 copy (`param.data.float()`) of each local parameter
+  // that is neither a TP duplicate nor the last stage's tied output weight (`shared`), then frees
+  // them. From core_v0.11.0 a dense parameter's `main_param` (the optimizer's fp32 copy) is used
+  // instead, and only expert parameters are copied. Framework "megatron".
+  bool log_params_norm = false;
   // Megatron --use-precision-aware-optimizer (distributed optimizer with Transformer Engine's
   // FusedAdam): the main parameters and Adam's moments live in FusedAdam's state, created by its
   // first step, in these dtypes (--main-params-dtype fp32|fp16, --exp-avg-dtype and

@@ -33,7 +33,7 @@ const std::vector<std::string> kTrainingKeys = {
     "use_flash_attn", "transformer_impl", "gradient_accumulation_fusion",
     "create_attention_mask_in_dataloader",
     "transformer_engine_version", "megatron_core_version", "train_iters", "skipped_iterations",
-    "empty_unused_memory_level", "gradient_accumulation_steps", "use_precision_aware_optimizer",
+    "empty_unused_memory_level", "log_params_norm", "gradient_accumulation_steps", "use_precision_aware_optimizer",
     "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
     // memory outside the allocator (device/communicators.h)
     "tp_comm_overlap", "hccl_group_buffer", "env",
@@ -555,6 +555,12 @@ void ReadKernels(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* n
   c.megatron_core_version = Version(t, "megatron_core_version", "0.15");
   c.train_iters = t.PositiveInt("train_iters").value_or(4);
   c.empty_unused_memory_level = t.IntInRange("empty_unused_memory_level", 0, 2).value_or(0);
+  c.log_params_norm = t.Bool("log_params_norm").value_or(false);
+  if (c.framework != "megatron" && c.log_params_norm) {
+    Fail(t.At("log_params_norm"),
+         fmt::format("Megatron's --log-params-norm needs framework \"megatron\", not \"{}\"",
+                     c.framework));
+  }
   if (c.framework == kPytorch && c.empty_unused_memory_level > 0) {
     // Megatron's train_step calls torch.cuda.empty_cache() at these levels; a plain loop does
     // not.

@@ -93,6 +93,7 @@ class MegatronLoop final : public TrainingLoop {
     if (level >= 1) em.EmptyCache();
     em.SetContext(k, Phase::kOptimizerStep, -1);
     optimizer_.Step(em, k <= p_.setup.training.skipped_iterations);
+    if (p_.setup.training.log_params_norm) LogParamsNorm();
     em.Begin("optim.done");  // logging; the iteration's loss-reporting tensors dropped
     em.Synchronize();
     for (TensorId id : p_.runner.TakeReportLosses()) em.Free(id);
@@ -125,6 +126,28 @@ class MegatronLoop final : public TrainingLoop {
       em.Begin("ddp.allreduce_embedding_grads");
       em.Collective("embd", 2, static_cast<double>(pt.numel * d.grad_bytes), Coll::kAllReduce);
     }
+  }
+
+  // --log-params-norm (TrainingConfig::log_params_norm): calc_params_l2_norm's fp32 copies,
+  // listed together and freed when it returns (megatron/training/utils.py). Under bf16 only
+  // (`param.data.float() if args.bf16`); dense parameters use their `main_param` from
+  // core_v0.11.0 on (set by optimizer.py / distrib_optimizer.py), experts are always copied. Not
+  // counted: the last stage's tied output weight (`shared`, param_is_not_shared); TP duplicates
+  // are counted, as on TP rank 0 (param_is_not_tensor_parallel_duplicate).
+  void LogParamsNorm() {
+    const config::TrainingConfig& tc = p_.setup.training;
+    if (tc.precision != config::Precision::kBf16) return;
+    const bool dense_main_param =
+        tc.megatron_core_version.empty() || tc.megatron_core_version >= std::vector<int>{0, 11};
+    Emitter& em = p_.em;
+    em.Begin("log.params_norm");
+    std::vector<TensorId> copies;
+    for (const ParamTensor& pt : p_.params.params) {
+      if (pt.frozen || (pt.shared_embedding && pt.name.rfind("output_layer", 0) == 0)) continue;
+      if (dense_main_param && !pt.expert) continue;
+      copies.push_back(em.Alloc(pt.numel * 4, Category::kTemporaries, "log.params_fp32"));
+    }
+    for (TensorId id : copies) em.Free(id);
   }
 
   MegatronOptimizer optimizer_;

@@ -595,15 +595,16 @@ TEST_CASE("a whole torchrun command after -- is read as a one-line launch script
   CHECK(Args(bare)[0] == "--data-path=it's");
 }
 
-TEST_CASE("a script's --hccl-group-buffer and --tp-comm-overlap reach the setup") {
+TEST_CASE("a script's --hccl-group-buffer, --tp-comm-overlap and --log-params-norm reach the setup") {
   // MindSpeed's --hccl-group-buffer "dp_cp:100;cp2:50": MiB per Megatron process group; memsim
   // makes no communicator for "cp2", which is named in a warning rather than dropped.
   const MegatronLaunch l = ReadCommandLineArguments(
       With({"torchrun", "--nproc_per_node", "4", "pretrain_gpt.py", "--tp-comm-overlap",
-            "--hccl-group-buffer", "dp_cp:100;cp2:50"},
+            "--log-params-norm", "--hccl-group-buffer", "dp_cp:100;cp2:50"},
            kSmall));
   const Setup s = LoadSetupFromMegatron(l, OnDevice("ascend-910b-64g"), {});
   CHECK(s.training.tp_comm_overlap);
+  CHECK(s.training.log_params_norm);
   CHECK(s.training.env.hccl_group_buffer.at("dp_cp") == Bytes{100} << 20);
   CHECK(std::any_of(s.warnings.begin(), s.warnings.end(), [](const std::string& w) {
     return w.find("--hccl-group-buffer: group \"cp2\" not modelled") != std::string::npos;

@@ -675,6 +675,45 @@ TEST_CASE("collectives and record_stream tags", "[workload]") {
   CHECK(norm_ops >= 1);
 }
 
+// --log-params-norm: calc_params_l2_norm (megatron/training/utils.py) lists an fp32 copy of each
+// local bf16 parameter before core_v0.11.0, all alive together after the step; the last stage's
+// tied output weight is `shared` and skipped. Expected: 4 B per element of every parameter the
+// rank's init allocated (2 B each in bf16), less the last stage's output weight.
+TEST_CASE("log_params_norm: fp32 copies of the parameters after each step, by release",
+          "[workload]") {
+  config::Setup s = testing::PaperGpt();
+  s.model.tie_word_embeddings = true;
+  s.training.precision = config::Precision::kBf16;
+  s.training.pipeline_model_parallel_size = 2;
+  s.training.log_params_norm = true;
+  s.training.megatron_core_version = {0, 10};
+  s.training.train_iters = 1;
+  const auto copied = [](const Program& p) {
+    Bytes params = 0, copies = 0;
+    for (const Op& op : p.ops) {
+      for (const TensorAlloc& a : op.allocs) {
+        if (op.name.rfind("init.model.", 0) == 0 && a.category == Category::kParameters &&
+            a.label != "output_layer.weight") {
+          params += a.size_bytes;
+        }
+        if (a.label == "log.params_fp32") copies += a.size_bytes;
+      }
+    }
+    return std::pair{params, copies};
+  };
+  for (int r = 0; r < 2; ++r) {
+    const auto [params, copies] = copied(Build(s, r));
+    CHECK(params > 0);
+    CHECK(copies == 2 * params);
+  }
+  // From core 0.11 a dense parameter's main_param is used: no copy. fp16: param.data as is.
+  s.training.megatron_core_version = {0, 11};
+  CHECK(copied(Build(s, 0)).second == 0);
+  s.training.megatron_core_version = {0, 10};
+  s.training.precision = config::Precision::kFp16;
+  CHECK(copied(Build(s, 0)).second == 0);
+}
+
 TEST_CASE("closed-form estimate follows Megatron's formulas", "[workload]") {
   config::Setup s = testing::PaperGpt();
   s.training.tensor_model_parallel_size = 2;
