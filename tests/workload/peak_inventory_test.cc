@@ -205,6 +205,37 @@ TEST_CASE("peak inventory: the embedding's dense backward keeps fp32 partial sum
   CHECK(AllocBytes(small, "embedding.word_embeddings.grad") == 2 * 256 * 64);
 }
 
+TEST_CASE("peak inventory: the attention and MLP backward hold the grads the sources make",
+          "[workload][peak]") {
+  // docs/validation.md 'Fifth pass'. TinyLlama on an sm 90 device (cuDNN FusedAttention) with
+  // 2 KV groups for 4 heads: T = 32, q = 4 · 16 = 64, kv = 2 · 16 = 32, ffn 128, bf16.
+  config::Setup s = testing::TinyLlama();
+  s.model.num_key_value_heads = 2;
+  const Program p = Build(s, 0);
+  // TE attention.cpp fused_attn_bwd (separate layout): dQ, dK, dV torch::empty each,
+  // 2 B × 32 × 64 = 4096 B and 2 B × 32 × 32 = 2048 B; TE SplitAlongDim.backward cats them
+  // (separate storages) into the [T, q + 2·kv] grad, 2 B × 32 × 128 = 8192 B, while they are
+  // alive (the RoPE'd grads in the source, of the same sizes).
+  CHECK(AllocBytes(p, "layer1.attn.d_query") == 4096);
+  CHECK(AllocBytes(p, "layer1.attn.d_key") == 2048);
+  CHECK(AllocBytes(p, "layer1.attn.d_value") == 2048);
+  CHECK(AllocBytes(p, "layer1.attn.d_qkv") == 8192);
+  std::multiset<std::string> alive = AliveAfter(p, "attn.qkv_grad");
+  for (const char* label : {"layer1.attn.d_qkv", "layer1.attn.d_query", "layer1.attn.d_key",
+                            "layer1.attn.d_value"}) {
+    CHECK(alive.count(label) == 1);
+  }
+  // fused_bias_swiglu.py swiglu_back under torch.compile: one [T, 2·ffn] grad,
+  // 2 B × 32 × 256 = 16,384 B, beside fc2's dgrad [T, ffn] (TE _Linear.backward, 8192 B) and
+  // the saved fc1 output it reads.
+  CHECK(AllocBytes(p, "layer1.mlp.d_fc1_out") == 16384);
+  CHECK(AllocBytes(p, "layer1.mlp.d_act_out") == 8192);
+  alive = AliveAfter(p, "mlp.act_bwd");
+  CHECK(alive.count("layer1.mlp.d_fc1_out") == 1);
+  CHECK(alive.count("layer1.mlp.d_act_out") == 1);
+  CHECK(alive.count("layer1.mlp.fc1_out") == 1);
+}
+
 TEST_CASE("peak inventory: a tied output weight's grad waits in autograd for the embedding's",
           "[workload][peak]") {
   // GPTModel with share_embeddings_and_output_weights at PP 1: the output layer reads the
