@@ -92,7 +92,7 @@ class Kernels {
   // its storage (can_accumulate_inplace), else into a new tensor of the grad's size. Transformer
   // Engine's cached dummy wgrad is the second case: get_dummy_wgrad (module/base.py) returns
   // `.detach()` of the tensor its cache keeps, so the storage has two users. The sink gets the
-  // sum (AccumulateSharedGrads). docs/validation.md, fix 19.
+  // sum (AccumulateSharedGrads). docs/validation.md, fix 20.
   void ShareGradAccumulator(const std::string& param);
   // Sums the grads waiting for shared parameters (ShareGradAccumulator) and hands each sum to
   // the sink, in a new op named `op`; emits nothing when none waits. Called after the second
