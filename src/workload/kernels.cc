@@ -86,7 +86,48 @@ void Kernels::SmallWeightGrad(std::int64_t numel, const std::string& label,
                               const std::string& param) {
   const std::string target = GradTarget(param);
   if (target.empty()) return;
-  sink_.TakeParamGrad(em_, em_.Alloc(numel * d_->param_bytes, Category::kGradients, label), target);
+  const Bytes bytes = numel * d_->param_bytes;
+  ToAutograd(em_.Alloc(bytes, Category::kGradients, label), bytes, false, param, label);
+}
+
+void Kernels::ShareGradAccumulator(const std::string& param) { shared_grads_[param]; }
+
+void Kernels::ToAutograd(TensorId grad, Bytes bytes, bool cached, const std::string& param,
+                         const std::string& label) {
+  const auto it = shared_grads_.find(param);
+  if (it == shared_grads_.end()) {
+    if (!cached) sink_.TakeParamGrad(em_, grad, GradTarget(param));
+    return;
+  }
+  SharedGrad& s = it->second;
+  if (s.first == 0) {
+    s.first = grad;
+    s.first_cached = cached;
+    return;
+  }
+  // Two producers of one Parameter per backward (ShareGradAccumulator); TE's dummy is only
+  // ever the first (the output layer runs before the embedding in backward).
+  MEMSIM_CHECK(s.second == 0 && !cached);
+  s.second = grad;
+  s.bytes = bytes;
+  s.label = label;
+}
+
+void Kernels::AccumulateSharedGrads(const std::string& op) {
+  for (auto& [param, s] : shared_grads_) {
+    if (s.first == 0) continue;
+    em_.Begin(op);
+    TensorId sum = s.first;
+    if (s.second != 0 && s.first_cached) {
+      // InputBuffer accumulate: `old_var + var`, a new tensor, the cached dummy untouched.
+      sum = em_.Alloc(s.bytes, Category::kGradients, s.label + ".accumulated");
+    } else if (s.first_cached) {
+      sum = 0;  // no second grad: the dummy alone, nothing for the sink to free
+    }
+    em_.Free(s.second);  // added into `sum` (in place into the first when it is not cached)
+    if (sum != 0) sink_.TakeParamGrad(em_, sum, GradTarget(param));
+    s = SharedGrad{};
+  }
 }
 
 std::string Kernels::GradTarget(const std::string& param) const {
@@ -180,6 +221,7 @@ void Kernels::WeightGradToAutograd(std::int64_t rows, std::int64_t cols, bool te
       dummy = em_.Alloc(rows * cols * d_->act_bytes, Category::kWorkspace,
                         fmt::format("te.dummy_wgrad[{}x{}]", rows, cols));
     }
+    ToAutograd(dummy, rows * cols * d_->act_bytes, true, param, label);
     return;
   }
   // TE before its cache (and TE without fusion) hands a fresh tensor too (TE PR #507:
@@ -192,7 +234,8 @@ void Kernels::WeightGradToAutograd(std::int64_t rows, std::int64_t cols, bool te
     em_.Free(g);
     g = cast;
   }
-  sink_.TakeParamGrad(em_, g, GradTarget(param));
+  ToAutograd(g, rows * cols * (d_->weight_cast ? d_->param_bytes : d_->act_bytes), false, param,
+             label);
 }
 
 TensorId Kernels::CastWeight(std::int64_t rows, std::int64_t cols, const std::string& param,

@@ -81,6 +81,24 @@ class Kernels {
   void WeightGradToAutograd(std::int64_t rows, std::int64_t cols, bool te_layer,
                             const std::string& label, const std::string& param);
 
+  // A Parameter whose gradient two ops of one backward produce: the output layer's weight tied
+  // to the word embedding on the same stage (Megatron GPTModel with
+  // share_embeddings_and_output_weights at PP 1, a tied Hugging Face lm_head). Autograd runs the
+  // Parameter's AccumulateGrad node once, when both grads have arrived (torch/csrc/autograd/
+  // engine.cpp: a node is ready when its dependency count reaches zero), so the first grad (the
+  // output layer's: it runs first in backward) waits in the node's InputBuffer through the
+  // layers' backward, and the second is summed into it (torch/csrc/autograd/input_buffer.cpp
+  // accumulate): in place when the buffer holds the only reference to the first grad and to
+  // its storage (can_accumulate_inplace), else into a new tensor of the grad's size. Transformer
+  // Engine's cached dummy wgrad is the second case: get_dummy_wgrad (module/base.py) returns
+  // `.detach()` of the tensor its cache keeps, so the storage has two users. The sink gets the
+  // sum (AccumulateSharedGrads). docs/validation.md, fix 20.
+  void ShareGradAccumulator(const std::string& param);
+  // Sums the grads waiting for shared parameters (ShareGradAccumulator) and hands each sum to
+  // the sink, in a new op named `op`; emits nothing when none waits. Called after the second
+  // producer's own temporaries are freed: the engine accumulates when the Function has returned.
+  void AccumulateSharedGrads(const std::string& op);
+
   // Autocast over weights of another dtype (plain PyTorch with fp32 weights under bf16/fp16
   // autocast; never under Megatron, whose weights are in the training dtype): a linear's forward
   // casts its [rows, cols] weight `param` to the autocast dtype (aten/src/ATen/autocast_mode.cpp
@@ -124,6 +142,20 @@ class Kernels {
   TensorId mpu_id_ = 0;
   Bytes mpu_bytes_ = 0;
   std::map<std::pair<std::int64_t, std::int64_t>, TensorId> dummy_wgrads_;  // by (rows, cols)
+  // A shared parameter's grads so far in this backward (ShareGradAccumulator). first_cached:
+  // the first is TE's cached dummy, whose storage the cache keeps (never freed here).
+  struct SharedGrad {
+    TensorId first = 0, second = 0;
+    bool first_cached = false;
+    Bytes bytes = 0;  // of the second grad (the parameter's dtype): the sum's size
+    std::string label;
+  };
+  std::map<std::string, SharedGrad> shared_grads_;  // by parameter name
+  // Hands `grad` (`bytes`, of the trainable parameter `param`) to autograd: the sink takes it,
+  // or it waits for a shared parameter's second producer. cached: TE's cached dummy (the sink
+  // never sees it unless the parameter is shared).
+  void ToAutograd(TensorId grad, Bytes bytes, bool cached, const std::string& param,
+                  const std::string& label);
   std::map<std::string, TensorId> autocast_cache_;  // param -> its cast copy, this region
   const PeftKernels* peft_ = nullptr;
   std::map<std::string, std::vector<TensorId>> adapter_saved_;  // base weight -> saved tensors

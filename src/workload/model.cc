@@ -19,8 +19,9 @@ namespace memsim::workload {
 // dummy wgrad tensor", opened 2025-04-07); 2.3 is the first release after it (2025-05-14), and
 // TE PR #2097 (2025-08-21) already builds on it; not checked against the 2.3 tag.
 const std::vector<int> kTeDummyWgradCacheSince = {2, 3};
-// Megatron-core: estimate 0.14. tensor_parallel/layers.py imports get_dummy_wgrad under HAVE_TE
-// in 0.14.0rc6 and in current main, not in 0.12.x; 0.13 not checked.
+// Megatron-core: 0.14. tensor_parallel/layers.py imports get_dummy_wgrad under HAVE_TE from
+// core_v0.14.0 (and in current main); core_v0.13.0 and before make a fresh tensor (read for
+// docs/validation.md, 'Fifth pass').
 const std::vector<int> kMegatronDummyWgradCacheSince = {0, 14};
 // megatron/core/tensor_parallel/cross_entropy.py: `vocab_parallel_logits -= logits_max` (in place)
 // from commit 9634c0e4a3 (2024-06-13), whose first release tag is core_v0.8.0; before it

@@ -13,7 +13,15 @@ StageRunner::StageRunner(ModuleContext& ctx, const config::TrainingConfig& tc, i
       layer_(layer),
       dp_(dp),
       exchange_(exchange),
-      runs_(RecomputeRuns(tc, ctx.d.Lc)) {}
+      runs_(RecomputeRuns(tc, ctx.d.Lc)) {
+  // The output layer reads the embedding's own Parameter when both are on this stage (tied, PP
+  // 1: OutputAndLoss::OutputWeight); its grad then has two producers per backward.
+  const std::string output_weight = OutputAndLoss::OutputWeight(d_, /*has_embedding=*/d_.p == 1);
+  if (!ctx.model.sequence_classification && Pre(0) && Post(d_.v - 1) &&
+      output_weight == "embedding.word_embeddings.weight") {
+    ctx_.k.ShareGradAccumulator(output_weight);
+  }
+}
 
 int StageRunner::GlobalLayer(int chunk, int i) const {
   return chunk * d_.p * d_.Lc + rank_ * d_.Lc + i;

@@ -205,6 +205,78 @@ TEST_CASE("peak inventory: the embedding's dense backward keeps fp32 partial sum
   CHECK(AllocBytes(small, "embedding.word_embeddings.grad") == 2 * 256 * 64);
 }
 
+TEST_CASE("peak inventory: the attention and MLP backward hold the grads the sources make",
+          "[workload][peak]") {
+  // docs/validation.md 'Fifth pass'. TinyLlama on an sm 90 device (cuDNN FusedAttention) with
+  // 2 KV groups for 4 heads: T = 32, q = 4 · 16 = 64, kv = 2 · 16 = 32, ffn 128, bf16.
+  config::Setup s = testing::TinyLlama();
+  s.model.num_key_value_heads = 2;
+  const Program p = Build(s, 0);
+  // TE attention.cpp fused_attn_bwd (separate layout): dQ, dK, dV torch::empty each,
+  // 2 B × 32 × 64 = 4096 B and 2 B × 32 × 32 = 2048 B; TE SplitAlongDim.backward cats them
+  // (separate storages) into the [T, q + 2·kv] grad, 2 B × 32 × 128 = 8192 B, while they are
+  // alive (the RoPE'd grads in the source, of the same sizes).
+  CHECK(AllocBytes(p, "layer1.attn.d_query") == 4096);
+  CHECK(AllocBytes(p, "layer1.attn.d_key") == 2048);
+  CHECK(AllocBytes(p, "layer1.attn.d_value") == 2048);
+  CHECK(AllocBytes(p, "layer1.attn.d_qkv") == 8192);
+  std::multiset<std::string> alive = AliveAfter(p, "attn.qkv_grad");
+  for (const char* label : {"layer1.attn.d_qkv", "layer1.attn.d_query", "layer1.attn.d_key",
+                            "layer1.attn.d_value"}) {
+    CHECK(alive.count(label) == 1);
+  }
+  // fused_bias_swiglu.py swiglu_back under torch.compile: one [T, 2·ffn] grad,
+  // 2 B × 32 × 256 = 16,384 B, beside fc2's dgrad [T, ffn] (TE _Linear.backward, 8192 B) and
+  // the saved fc1 output it reads.
+  CHECK(AllocBytes(p, "layer1.mlp.d_fc1_out") == 16384);
+  CHECK(AllocBytes(p, "layer1.mlp.d_act_out") == 8192);
+  alive = AliveAfter(p, "mlp.act_bwd");
+  CHECK(alive.count("layer1.mlp.d_fc1_out") == 1);
+  CHECK(alive.count("layer1.mlp.d_act_out") == 1);
+  CHECK(alive.count("layer1.mlp.fc1_out") == 1);
+}
+
+TEST_CASE("peak inventory: a tied output weight's grad waits in autograd for the embedding's",
+          "[workload][peak]") {
+  // GPTModel with share_embeddings_and_output_weights at PP 1: the output layer reads the
+  // embedding's own Parameter (language_module.py setup_embeddings_and_output_layer sets
+  // zero_out_wgrad on it), so its AccumulateGrad node has two producers and runs once both have
+  // handed in their grads (torch/csrc/autograd/engine.cpp); the second is summed into the
+  // first in the node's InputBuffer (input_buffer.cpp accumulate).
+  // TinyLlama: V = 256, h = 64, bf16: every [V, h] grad is 2 B × 256 × 64 = 32,768 B.
+  config::Setup s = testing::TinyLlama();
+  s.model.tie_word_embeddings = true;
+  REQUIRE(ComputeDims(s).tied);
+  const std::int64_t grad_bytes = 2 * 256 * 64;
+  // Current releases (no version stated): the output layer hands autograd TE's cached dummy
+  // (tensor_parallel/layers.py get_dummy_wgrad(..., zero=True)), which the cache also holds, so
+  // the InputBuffer sums out of place: `old_var + var`, a new [V, h] tensor next to the
+  // embedding's dense grad, freed by the DDP hook once added into main_grad.
+  const Program p = Build(s, 0);
+  CHECK(AllocBytes(p, "embedding.word_embeddings.grad.accumulated") == grad_bytes);
+  std::multiset<std::string> alive = AliveAfter(p, "embedding.grad_accumulate");
+  CHECK(alive.count("embedding.word_embeddings.grad") == 1);
+  CHECK(alive.count("embedding.word_embeddings.grad.accumulated") == 1);
+  // Megatron-core 0.13 (before its linears took TE's cache): a fresh torch.zeros [V, h] grad,
+  // the InputBuffer's only reference, so the embedding's grad is added into it in place -- but it
+  // is alive from the output layer's backward through every layer's backward.
+  s.training.megatron_core_version = {0, 13};
+  const Program fresh = Build(s, 0);
+  CHECK(AllocBytes(fresh, "output_layer.wgrad") == grad_bytes);
+  CHECK(AllocBytes(fresh, "embedding.word_embeddings.grad.accumulated") == 0);
+  alive = AliveAfter(fresh, "attn.core_bwd");
+  CHECK(alive.count("output_layer.wgrad") == 1);
+  alive = AliveAfter(fresh, "embedding.grad_accumulate");
+  CHECK(alive.count("output_layer.wgrad") == 1);
+  CHECK(alive.count("embedding.word_embeddings.grad") == 1);
+  // Untied, the output layer's weight is its own Parameter: its grad goes to the DDP hook at
+  // once (freed in its op), and nothing waits.
+  s.model.tie_word_embeddings = false;
+  const Program untied = Build(s, 0);
+  CHECK(AliveAfter(untied, "attn.core_bwd").count("output_layer.wgrad") == 0);
+  CHECK(AliveAfter(untied, "embedding.grad_accumulate").empty());
+}
+
 TEST_CASE("peak inventory: at the optimizer step the distributed optimizer's state is alive",
           "[workload][peak]") {
   // megatron/core/optimizer/distrib_optimizer.py: fp32 main-weight shards and (from step 1) Adam's

@@ -191,5 +191,27 @@ TEST_CASE("DDP rebuild with gradient_as_bucket_view and .grad kept: the old buck
   CHECK(GradsAfter(p, 3, Phase::kBackward, 1) == kGrads);
 }
 
+
+TEST_CASE("DDP with a tied output weight: one gradient hand-over, after the embedding's backward",
+          "[workload][ddp]") {
+  // The output layer reads the embedding's Parameter: autograd runs its AccumulateGrad (and the
+  // Reducer's hook on it) once a backward, when both grads are in (torch/csrc/autograd/
+  // engine.cpp; input_buffer.cpp accumulate adds the embedding's grad into the output layer's in
+  // place). memsim used to hand both to the Reducer, which counted the parameter ready twice
+  // (an internal error). Grads: TinyDdp's parameters without the output layer's own weight,
+  // 4 × 115008 − 65536 = 394,496 B of .grad beside as many bytes of buckets.
+  config::Setup s = TinyDdp(899.0 / 4096, false, false);
+  s.model.tie_word_embeddings = true;
+  const Program p = Build(s, 0);
+  constexpr Bytes kTiedGrads = kGrads - 65536;
+  for (int k = 1; k <= 3; ++k) {
+    CHECK(GradsAfter(p, k, Phase::kBackward, 0) == 2 * kTiedGrads);
+    CHECK(GradsAfter(p, k, Phase::kBackward, 1) == 2 * kTiedGrads);
+  }
+  int sums = 0;
+  for (const Op& op : p.ops) sums += op.name == "embedding.grad_accumulate" && op.iteration == 1;
+  CHECK(sums == 2);  // one per micro-batch
+}
+
 }  // namespace
 }  // namespace memsim::workload

@@ -188,6 +188,10 @@ void Embedding::Backward(ModuleContext& ctx, const Batch& batch, const Embedding
   for (TensorId id : temps) em.Free(id);
   em.Free(dx);
   em.Free(saved.indices);
+  // A weight tied to the output layer on this stage: the output layer's grad waited in
+  // AccumulateGrad's InputBuffer, the embedding's grad is summed into it now (Kernels::
+  // ShareGradAccumulator).
+  ctx.k.AccumulateSharedGrads("embedding.grad_accumulate");
 }
 
 }  // namespace memsim::workload
