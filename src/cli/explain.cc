@@ -53,7 +53,12 @@ int Explain(const ExplainArgs& a) {
         "The explanation below follows the simulation past that point, as if the device were "
         "unbounded.\n\n";
   }
-  out += report::FormatExplanation(setup, report::CollectExplainFacts(setup, rank, options), width);
+  // The iterations `run` simulated: in a long run the rest repeat its steady state, which
+  // FormatLongRun says (engine::SimulatedSetup).
+  report::ExplainFacts facts =
+      report::CollectExplainFacts(engine::SimulatedSetup(setup, run), rank, options);
+  facts.long_run = report::FormatLongRun(run);
+  out += report::FormatExplanation(setup, facts, width);
   std::fputs(out.c_str(), stdout);
   return 0;
 }

@@ -79,8 +79,9 @@ void AddExports(const RunArgs& a, const config::Setup& setup, const engine::RunR
       *csv = std::make_unique<CategoryCsvFile>(a.csv_path);
       options.sample_sink = csv->get();
     }
+    // The iterations the table shows: a long run's steady state repeats (engine/stages.h).
     const exports::RunDetail detail =
-        exports::CollectRunDetail(setup, run.reported_stage, options);
+        exports::CollectRunDetail(engine::SimulatedSetup(setup, run), run.reported_stage, options);
     if (!a.trace_path.empty()) {
       files->emplace_back(a.trace_path, exports::ChromeTraceJson(detail));
     }

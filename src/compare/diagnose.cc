@@ -4,6 +4,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <fmt/core.h>
 
@@ -53,16 +57,18 @@ std::optional<Category> ExplainsGap(const CategoryBytes& c, Bytes gap) {
 // holds there at least 85% of `category`'s share of the gap; nullptr when none.
 using LaterAgreement = std::function<const IterationResult*(Category category, Bytes gap)>;
 
-void MomentFinding(const IterationResult& it, std::string_view moment, std::string_view curve,
-                   Bytes measured, Bytes simulated, const CategoryBytes& held,
-                   const LaterAgreement& later, std::vector<Finding>* out) {
-  if (measured < 0 || simulated <= 0) return;
+// The finding's text after "iteration N (simulated M), ", or nothing when the moment agrees.
+std::optional<std::string> MomentFinding(std::string_view moment, std::string_view curve,
+                                         Bytes measured, Bytes simulated,
+                                         const CategoryBytes& held, const LaterAgreement& later) {
+  if (measured < 0 || simulated <= 0) return std::nullopt;
   const Bytes gap = measured - simulated;
-  if (std::abs(static_cast<double>(gap)) < 0.02 * static_cast<double>(simulated)) return;
+  if (std::abs(static_cast<double>(gap)) < 0.02 * static_cast<double>(simulated)) {
+    return std::nullopt;
+  }
   std::string text = fmt::format(
-      "iteration {} (simulated {}), {} {}: measured {}, simulated {} ({:+.1f}%); the simulation "
-      "holds then {}",
-      it.iteration, it.simulated_iteration, moment, curve, Size(measured), Size(simulated),
+      "{} {}: measured {}, simulated {} ({:+.1f}%); the simulation holds then {}", moment, curve,
+      Size(measured), Size(simulated),
       Pct(static_cast<double>(measured), static_cast<double>(simulated)), Held(held));
   const std::optional<Category> c = ExplainsGap(held, gap);
   const IterationResult* agrees = c ? later(*c, gap) : nullptr;
@@ -83,8 +89,47 @@ void MomentFinding(const IterationResult& it, std::string_view moment, std::stri
   } else {
     text += fmt::format("; no single category is the size of the gap ({})", Size(gap));
   }
-  out->push_back({false, text + "."});
+  return text + ".";
 }
+
+// Moment findings of consecutive iterations with the same text (the steady iterations of a
+// profile repeat one gap) are one finding over the range: "iterations 2..6 (simulated 2..4), ".
+class MomentFindings {
+ public:
+  explicit MomentFindings(std::vector<Finding>* out) : out_(out) {}
+
+  void Add(const IterationResult& it, std::optional<std::string> body) {
+    if (!body) return;
+    for (Run& r : runs_) {
+      if (r.body != *body || r.last + 1 != it.iteration) continue;
+      r.last = it.iteration;
+      r.sim_last = it.simulated_iteration;
+      (*out_)[r.index].text = Text(r);
+      return;
+    }
+    runs_.push_back({std::move(*body), it.iteration, it.iteration, it.simulated_iteration,
+                     it.simulated_iteration, out_->size()});
+    out_->push_back({false, Text(runs_.back())});
+  }
+
+ private:
+  struct Run {
+    std::string body;
+    int first = 0, last = 0, sim_first = 0, sim_last = 0;
+    size_t index = 0;  // into *out_
+  };
+  static std::string Text(const Run& r) {
+    if (r.first == r.last) {
+      return fmt::format("iteration {} (simulated {}), {}", r.first, r.sim_first, r.body);
+    }
+    const std::string sim = r.sim_first == r.sim_last
+                                ? std::to_string(r.sim_first)
+                                : fmt::format("{}..{}", r.sim_first, r.sim_last);
+    return fmt::format("iterations {}..{} (simulated {}), {}", r.first, r.last, sim, r.body);
+  }
+  std::vector<Finding>* out_;
+  std::vector<Run> runs_;
+};
 
 const SimulatedSide::Iteration* SimIteration(const SimulatedSide& s, int iteration) {
   for (const SimulatedSide::Iteration& i : s.iterations) {
@@ -157,6 +202,7 @@ std::vector<Finding> Diagnose(const Report& report, const timeline::LogStatement
       out.push_back({false, figures + ": the config matches the run's arguments."});
     }
   }
+  MomentFindings moments(&out);
   for (size_t i = 0; i < report.iterations.size(); ++i) {
     const IterationResult& it = report.iterations[i];
     const SimulatedSide::Iteration* s = SimIteration(sim, it.simulated_iteration);
@@ -180,12 +226,12 @@ std::vector<Finding> Diagnose(const Report& report, const timeline::LogStatement
       };
     };
     if (it.measured.peak_allocated_bytes >= 0) {
-      MomentFinding(it, "peak", "allocated", it.measured.peak_allocated_bytes,
-                    it.simulated.peak_allocated_bytes, s->at_peak, later(true), &out);
+      moments.Add(it, MomentFinding("peak", "allocated", it.measured.peak_allocated_bytes,
+                                    it.simulated.peak_allocated_bytes, s->at_peak, later(true)));
     }
     if (it.measured.end_allocated_bytes >= 0) {
-      MomentFinding(it, "end", "allocated", it.measured.end_allocated_bytes,
-                    it.simulated.end_allocated_bytes, s->at_end, later(false), &out);
+      moments.Add(it, MomentFinding("end", "allocated", it.measured.end_allocated_bytes,
+                                    it.simulated.end_allocated_bytes, s->at_end, later(false)));
     }
   }
   return out;

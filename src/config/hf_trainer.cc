@@ -33,8 +33,44 @@ const std::vector<std::string> kModelled = {
     "max_steps", "eval_steps", "eval_strategy", "evaluation_strategy",
     "per_device_eval_batch_size", "prediction_loss_only", "eval_accumulation_steps", "eval_delay",
     "eval_do_concat_batches", "logging_steps", "ddp_bucket_cap_mb", "ddp_find_unused_parameters",
-    // recognised; unsupported when set to what memsim does not model
-    "deepspeed", "fsdp", "torch_compile", "optim_args"};
+    // recognised; unsupported when set to what memsim does not model (torch_compile_backend,
+    // torch_compile_mode and the deprecated torchdynamo switch torch_compile on:
+    // TrainingArguments.__post_init__; adafactor true sets optim "adafactor" there)
+    "deepspeed", "fsdp", "torch_compile", "optim_args", "torch_compile_backend",
+    "torch_compile_mode", "torchdynamo", "adafactor"};
+
+// TrainingArguments fields with an effect on device memory that memsim does not model, at their
+// default (null, false, "auto") in every trainer.args.to_json_string(): a warning each when set
+// to anything else (transformers/training_args.py for the defaults, transformers/trainer.py for
+// what the Trainer does with them).
+struct NotModelledField {
+  std::string_view key;
+  std::string_view default_string;  // a string default ("auto"); empty: null or false
+  std::string_view what;
+};
+constexpr NotModelledField kNotModelledFields[] = {
+    {"torch_empty_cache_steps", "",
+     "Trainer.training_step calls torch.cuda.empty_cache() every N steps, between the forward and "
+     "the backward: reserved drops there, while memsim keeps the cache"},
+    {"auto_find_batch_size", "",
+     "after an out-of-memory error the Trainer retries with half the batch "
+     "(accelerate find_executable_batch_size in Trainer.train); memsim simulates "
+     "per_device_train_batch_size as given"},
+    {"use_liger_kernel", "",
+     "Liger's kernels (a fused linear cross-entropy that never holds the whole logits, fused "
+     "RMSNorm, SwiGLU and RoPE) replace the model's ops; memsim is high"},
+    {"neftune_noise_alpha", "",
+     "NEFTune's forward hook adds noise to the embedding output in training (one "
+     "embedding-output-sized tensor more)"},
+    {"include_inputs_for_metrics", "",
+     "the evaluation also gathers and keeps each batch's inputs on the device"},
+    {"batch_eval_metrics", "", "metrics computed after each evaluation batch"},
+    {"eval_on_start", "", "an evaluation before the first training step"},
+    {"half_precision_backend", "auto", "apex AMP instead of torch.autocast"},
+    {"fp16_backend", "auto", "apex AMP instead of torch.autocast (the deprecated name of "
+                             "half_precision_backend)"},
+    {"split_batches", "", "accelerate splits each batch over the processes"},
+};
 
 // memsim's own keys of the block: what a Trainer run fixes outside TrainingArguments.
 const std::vector<std::string> kOwnKeys = {
@@ -54,7 +90,22 @@ const std::vector<std::string> kNoMemoryEffect = {
     "metric_for_best_model", "greater_is_better", "dataloader_num_workers",
     "dataloader_pin_memory", "dataloader_drop_last", "push_to_hub", "hub_model_id",
     "label_smoothing_factor", "group_by_length", "length_column_name", "ddp_backend", "ddp_timeout", "local_rank", "tf32", "use_cpu", "no_cuda",
-    "include_num_input_tokens_seen", "logging_nan_inf_filter", "skip_memory_metrics"};
+    "include_num_input_tokens_seen", "logging_nan_inf_filter", "skip_memory_metrics",
+    // host side, logging, the Hub, checkpoint files, TPUs / CPUs / Apple devices
+    "log_level_replica", "log_on_each_node", "save_on_each_node", "save_only_model",
+    "restore_callback_states_from_checkpoint", "hub_strategy", "hub_token", "hub_private_repo",
+    "hub_always_push", "push_to_hub_model_id", "push_to_hub_organization", "push_to_hub_token",
+    "ignore_data_skip", "past_index", "tpu_num_cores", "tpu_metrics_debug", "debug", "ray_scope",
+    "mp_parameters", "full_determinism", "dataloader_prefetch_factor",
+    "dataloader_persistent_workers", "include_tokens_per_second", "use_mps_device", "use_ipex",
+    "eval_use_gather_object",
+    // not used by the Trainer itself ("intended to be used by your training/evaluation
+    // scripts", its help text)
+    "resume_from_checkpoint",
+    // read only with fsdp set, which is unsupported
+    "fsdp_min_num_params", "fsdp_config", "fsdp_transformer_layer_cls_to_wrap",
+    // read only under apex AMP (half_precision_backend "apex", warned)
+    "fp16_opt_level"};
 
 // Keys of the other frameworks' training block and what "hf-trainer" reads instead.
 struct Foreign {
@@ -100,6 +151,8 @@ constexpr Foreign kForeign[] = {
 std::vector<std::string> KnownKeys(bool own) {
   std::vector<std::string> k = kModelled;
   k.insert(k.end(), kNoMemoryEffect.begin(), kNoMemoryEffect.end());
+  for (const NotModelledField& f : kNotModelledFields) k.emplace_back(f.key);
+  k.emplace_back("accelerator_config");
   if (own) k.insert(k.end(), kOwnKeys.begin(), kOwnKeys.end());
   return k;
 }
@@ -303,6 +356,14 @@ void ReadOptim(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* not
       "adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit", "adamw_apex_fused", "adagrad",
       "rmsprop", "lion_32bit", "lion_8bit", "galore_adamw", "lomo", "adalomo", "schedule_free_adamw"};
   const std::string optim = t.Choice("optim", kKnown).value_or("adamw_torch");
+  // TrainingArguments.__post_init__: the deprecated adafactor true replaces optim by "adafactor"
+  // (so trainer.args.to_json_string() writes both).
+  if (t.Bool("adafactor").value_or(false) && optim != "adafactor") {
+    Fail(t.At("adafactor"), fmt::format("true makes the Trainer use optim \"adafactor\" "
+                                        "(TrainingArguments.__post_init__), not \"{}\"; write "
+                                        "\"optim\": \"adafactor\"",
+                                        optim));
+  }
   if (!t.Has("optim")) {
     notes->push_back(fmt::format("{}: absent, \"adamw_torch\" taken (TrainingArguments' default "
                                  "before torch 2.8; from 2.8 on the default is adamw_torch_fused)",
@@ -470,7 +531,39 @@ void ReadEval(const Readers& r, TrainingConfig& c, std::vector<std::string>* not
 }
 
 // Model-loading and kernel choices and the stacks memsim does not model.
-void ReadRest(const Readers& r, TrainingConfig& c, std::vector<std::string>* notes) {
+// A TrainingArguments value other than its "unset" form: null, false, an empty string, list or
+// object.
+bool IsSetValue(const Json& v) {
+  if (v.is_null()) return false;
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_string()) return !v.get<std::string>().empty();
+  if (v.is_array() || v.is_object()) return !v.empty();
+  return true;
+}
+
+// kNotModelledFields set to other than their default: a warning each, naming what they change.
+void WarnNotModelled(ObjectReader& t, std::vector<std::string>* warnings) {
+  for (const NotModelledField& f : kNotModelledFields) {
+    const Json* v = t.Get(f.key);
+    if (v == nullptr || !IsSetValue(*v)) continue;
+    if (!f.default_string.empty() && v->is_string() && v->get<std::string>() == f.default_string) {
+      continue;
+    }
+    warnings->push_back(fmt::format("{}: {}: not modelled ({})", t.At(f.key),
+                                    Printable(v->dump()), f.what));
+  }
+  // accelerate's AcceleratorConfig: only split_batches changes what a process holds.
+  if (const Json* v = t.Get("accelerator_config");
+      v != nullptr && v->is_object() && v->contains("split_batches") &&
+      IsSetValue((*v)["split_batches"])) {
+    warnings->push_back(fmt::format("{}/split_batches: true: not modelled (accelerate splits each "
+                                    "batch over the processes)",
+                                    t.At("accelerator_config")));
+  }
+}
+
+void ReadRest(const Readers& r, TrainingConfig& c, std::vector<std::string>* notes,
+              std::vector<std::string>* warnings) {
   ObjectReader& t = r.args;
   // from_pretrained(attn_implementation=...): "sdpa" is the default where the model supports
   // it (modeling_utils.py _check_and_adjust_attn_implementation). SDPA's flash and
@@ -500,18 +593,23 @@ void ReadRest(const Readers& r, TrainingConfig& c, std::vector<std::string>* not
   }
   for (const char* key : {"deepspeed", "fsdp"}) {
     const Json* v = t.Get(key);
-    const bool set = v != nullptr && !v->is_null() && !(v->is_string() && v->get<std::string>().empty()) &&
-                     !(v->is_array() && v->empty()) && !(v->is_boolean() && !v->get<bool>());
-    if (set) {
+    if (v != nullptr && IsSetValue(*v)) {
       throw UnsupportedError(fmt::format("{}: {} under the Trainer (not modelled)", t.At(key),
                                          std::string_view(key) == "fsdp" ? "FSDP" : "DeepSpeed"));
     }
   }
-  if (t.Bool("torch_compile").value_or(false)) {
-    throw UnsupportedError(fmt::format("{}: torch.compile (its fused kernels save other tensors; "
-                                       "not modelled)",
-                                       t.At("torch_compile")));
+  // torch_compile_backend / torch_compile_mode (or the deprecated torchdynamo) given switch
+  // torch_compile on (TrainingArguments.__post_init__).
+  for (const char* key : {"torch_compile", "torch_compile_backend", "torch_compile_mode",
+                          "torchdynamo"}) {
+    const Json* v = t.Get(key);
+    if (v != nullptr && IsSetValue(*v)) {
+      throw UnsupportedError(fmt::format("{}: torch.compile (its fused kernels save other "
+                                         "tensors; not modelled)",
+                                         t.At(key)));
+    }
   }
+  WarnNotModelled(t, warnings);
   for (const std::string& key : kNoMemoryEffect) {
     if (t.Get(key) != nullptr) notes->push_back(fmt::format("{}: accepted, no effect on memory", t.At(key)));
   }
@@ -533,7 +631,7 @@ TrainingConfig ReadFromArgs(const Readers& r, std::vector<std::string>* notes,
   ReadPrecision(r, c, notes);
   ReadOptim(r.args, c, notes);
   ReadCheckpointing(r.args, c, notes);
-  ReadRest(r, c, notes);
+  ReadRest(r, c, notes, warnings);
   ReadEval(r, c, notes, warnings);
   ReadPeft(r.own, r.config, c, notes, warnings, lora_modules);
   ReadDdp(r.args, c, notes);
@@ -692,17 +790,25 @@ TrainingConfig ReadHfTrainer(ObjectReader& t, const Document& config,
   CheckArgsFile(args);
   extras->keys = AliasesOf(Readers{args, t, config});
   TrainingConfig c = ReadFromArgs(Readers{args, t, config}, notes, warnings, &extras->lora_modules);
-  // Fields of a newer or older transformers than memsim's list: one warning naming them.
+  // Fields of a newer or older transformers than memsim's list: one warning naming those set,
+  // one note naming those at an unset value (null, false, empty), which every
+  // to_json_string() holds by the dozen.
   std::string unknown;
+  std::string unset;
   for (const std::string& key : args.Unread()) {
-    unknown += (unknown.empty() ? "" : ", ") + key;
-    if (const std::string guess = args.NearMiss(key); !guess.empty()) {
-      unknown += fmt::format(" (did you mean '{}'?)", guess);
-    }
+    const std::string guess = args.NearMiss(key);
+    std::string& list = guess.empty() && !IsSetValue(a.json[key]) ? unset : unknown;
+    list += (list.empty() ? "" : ", ") + key;
+    if (!guess.empty()) list += fmt::format(" (did you mean '{}'?)", guess);
   }
   if (!unknown.empty()) {
     warnings->push_back(fmt::format("{}: TrainingArguments fields memsim does not know, ignored: {}",
                                     a.label, unknown));
+  }
+  if (!unset.empty()) {
+    notes->push_back(fmt::format("{}: TrainingArguments fields memsim does not know, at an unset "
+                                 "value (null, false or empty), ignored: {}",
+                                 a.label, unset));
   }
   return c;
 }

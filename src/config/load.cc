@@ -330,10 +330,29 @@ std::string ModelTypeWhere(const ObjectReader& top, const internal::LocatedModel
 namespace {
 
 // Other tools' JSON files where a training config is expected (no "training" block): a Hugging
-// Face model config.json, or a DeepSpeed config (the top-level keys of DeepSpeed's
-// runtime/config.py: zero_optimization, train_micro_batch_size_per_gpu, train_batch_size).
+// Face model config.json, a PEFT adapter_config.json (every PeftConfig has peft_type:
+// peft/config.py PeftConfigMixin), a TrainingArguments JSON (trainer.args.to_json_string(): its
+// output_dir and per_device_train_batch_size fields, transformers/training_args.py), or a
+// DeepSpeed config (the top-level keys of DeepSpeed's runtime/config.py: zero_optimization,
+// train_micro_batch_size_per_gpu, train_batch_size). The first three sit beside the training
+// configs that name them, so `memsim check memsim/*.json` meets them (docs/ci.md).
 void RejectOtherJsonKinds(const ObjectReader& top, const std::string& label) {
   if (top.Has("training")) return;
+  if (top.Has("peft_type")) {
+    throw InputError(fmt::format(
+        "{}: a PEFT adapter config (adapter_config.json: it has \"peft_type\"), not a training "
+        "config; name it in a training config's training.adapter_config (framework "
+        "\"hf-trainer\")",
+        label));
+  }
+  for (const char* key : {"output_dir", "per_device_train_batch_size"}) {
+    if (!top.Has(key)) continue;
+    throw InputError(fmt::format(
+        "{}: a TrainingArguments JSON (trainer.args.to_json_string(): it has \"{}\"), not a "
+        "training config; name it in a training config's training.training_args (framework "
+        "\"hf-trainer\")",
+        label, key));
+  }
   if (top.Has("model_type") || top.Has("architectures")) {
     throw InputError(fmt::format(
         "{}: a model file (Hugging Face config.json: it has \"{}\"), not a training config; give "
@@ -481,7 +500,10 @@ std::string MegatronArchitecture(const ModelConfig& m) {
   add(m.normalization == Normalization::kRMSNorm, "RMSNorm");
   add(m.position_embedding_type == PositionEmbedding::kRope, "RoPE");
   add(m.position_embedding_type == PositionEmbedding::kNone, "no position embedding");
-  add(!m.add_bias_linear, "no linear biases");
+  // Megatron's --add-qkv-bias keeps the QKV projection's bias with --disable-bias-linear
+  // (megatron/core/transformer/attention.py: bias=config.add_bias_linear or config.add_qkv_bias).
+  add(!m.add_bias_linear && m.add_qkv_bias, "QKV bias only");
+  add(!m.add_bias_linear && !m.add_qkv_bias, "no linear biases");
   add(!m.tie_word_embeddings, "untied embeddings");
   return out;
 }

@@ -115,6 +115,14 @@ RunResult RunAllStages(const config::Setup& setup, const RunOptions& options) {
   }
 }
 
+config::Setup SimulatedSetup(const config::Setup& setup, const RunResult& run) {
+  MEMSIM_CHECK(run.simulated_iterations >= 1 &&
+               run.simulated_iterations <= setup.training.train_iters);
+  config::Setup out = setup;
+  out.training.train_iters = run.simulated_iterations;
+  return out;
+}
+
 namespace {
 
 // One pass over every stage: what the stages' simulations share.

@@ -104,4 +104,13 @@ struct RunOptions {
 // after another: those of the lowest rank that throws.
 RunResult RunAllStages(const config::Setup& setup, const RunOptions& options);
 
+// `setup` with train_iters = run.simulated_iterations: what a second simulation of a stage of
+// `run` (the exports, export/detail.h; `explain`, report/explain.h) replays, so that it covers
+// the iterations `run` reported and no more. For a long run the later iterations repeat the
+// steady state (docs/config.md, 'Long runs'); simulating all of them again would take time and
+// memory growing with train_iters (a launch script's `--train-iters 2000` held the whole
+// Program and every sample of 2000 iterations). RunAllStages simulates each pass the same way
+// (train_iters set to the pass's iterations), so the iterations replayed are the run's.
+config::Setup SimulatedSetup(const config::Setup& setup, const RunResult& run);
+
 }  // namespace memsim::engine

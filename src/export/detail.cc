@@ -122,9 +122,10 @@ std::vector<RunDetail> CollectStageDetails(const config::Setup& setup,
                                            const engine::RunResult& run) {
   DetailOptions options;
   options.simulate.usable_memory_bytes = run.usable_memory_bytes;
+  const config::Setup simulated = engine::SimulatedSetup(setup, run);
   std::vector<RunDetail> out;
   for (const engine::StageResult& stage : run.stages) {
-    out.push_back(CollectRunDetail(setup, stage.pipeline_rank, options));
+    out.push_back(CollectRunDetail(simulated, stage.pipeline_rank, options));
   }
   return out;
 }

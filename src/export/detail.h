@@ -87,7 +87,8 @@ RunDetail CollectRunDetail(const config::Setup& setup, int pipeline_rank,
                            const DetailOptions& options);
 
 // Every stage of `run` (by pipeline rank), without allocator events: what the HTML report's
-// stage selector shows.
+// stage selector shows. Over the iterations `run` simulated (engine::SimulatedSetup), not the
+// whole train_iters of a long run.
 std::vector<RunDetail> CollectStageDetails(const config::Setup& setup,
                                            const engine::RunResult& run);
 

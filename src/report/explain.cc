@@ -553,6 +553,7 @@ std::string FormatExplanation(const config::Setup& setup, const ExplainFacts& x,
   std::string out = fmt::format("memsim explain: pipeline stage {} of {} on {}, init and {} iterations\n",
                                 x.pipeline_rank, x.num_stages, setup.device.name,
                                 x.spans.empty() ? 0 : x.spans.back().iteration);
+  out += x.long_run;
   for (size_t i = 0; i < x.spans.size(); ++i) {
     const timeline::SpanSummary& s = x.spans[i];
     const SpanFacts& f = x.span_facts[i];

@@ -64,6 +64,9 @@ struct ExplainFacts {
   std::map<std::string, Bytes> communicator_bytes;      // by group (device/communicators.h)
   std::vector<std::string> outside_allocator_lines;  // device::DescribeOutsideAllocator
   bool npu = false;
+  // A long run: report::FormatLongRun of the run (the iterations simulated, from which one on
+  // they repeat), printed under the first line; empty when every iteration was simulated.
+  std::string long_run;
 };
 
 // Replays `pipeline_rank` of `setup` with a Recorder and the explain observer.

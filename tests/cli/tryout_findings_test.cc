@@ -6,7 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -369,6 +371,55 @@ TEST_CASE("tryout: check, explain and dump-program read a launch and take --set"
   // --help shows --set KEY=VALUE, one pair per --set.
   r = RunMemsim(dir, "check --help");
   CHECK(r.out.find("--set KEY=VALUE") != std::string::npos);
+}
+
+
+TEST_CASE("tryout: a long run's exports and explain replay the iterations run simulated",
+          "[cli][tryout]") {
+  // tryout8 #1: a launch script's `--train-iters 2000` made `run --csv/--trace/--snapshot/--html`
+  // and `explain` simulate all 2000 iterations again (22.9 GB, killed by the kernel), although
+  // the table showed the 4 `run` simulated. Here 5000 iterations of the tiny script: `run`
+  // simulates max(kMinSimulatedIterations 4, FirstRepeatingIteration 2 + 1) = 4
+  // (config/iterations.h), and the exports and explain replay those 4 (engine::SimulatedSetup).
+  ScratchDir dir("tryout-long-run");
+  std::string script = LaunchScript("");
+  script.replace(script.find("--train-iters 2"), 15, "--train-iters 5000");
+  dir.Write("train.sh", script);
+  const std::string launch = "--megatron-args train.sh --device ascend-910b-64g "
+                             "--set model.vocab_size=1000 ";
+  auto r = RunMemsim(dir, "run " + launch + "--no-chart --csv run.csv");
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("simulated 4 of 5000 iterations") != std::string::npos);
+  // The CSV's second column is the iteration (docs/interfaces.md, 'CSV timeline').
+  std::istringstream csv(testing::ReadAll(dir.path() / "run.csv"));
+  std::string line;
+  std::getline(csv, line);  // header
+  int last = -1;
+  while (std::getline(csv, line)) {
+    const size_t comma = line.find(',');
+    last = std::max(last, std::stoi(line.substr(comma + 1)));
+  }
+  CHECK(last == 4);
+  r = RunMemsim(dir, "explain " + launch + "--width 200");
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("init and 4 iterations\n  simulated 4 of 5000 iterations") != std::string::npos);
+  CHECK(r.out.find("\niteration 4:") != std::string::npos);
+  CHECK(r.out.find("\niteration 5:") == std::string::npos);
+}
+
+
+TEST_CASE("tryout: a launch with --add-qkv-bias is labelled QKV bias only", "[cli][tryout]") {
+  // tryout8 #4: Qwen2.5's MindSpeed script (--disable-bias-linear --add-qkv-bias) was labelled
+  // "no linear biases", though the QKV projection keeps its bias (Megatron-core SelfAttention:
+  // linear_qkv bias = add_bias_linear or add_qkv_bias) and memsim counts it.
+  ScratchDir dir("tryout-qkv-bias");
+  std::string script = LaunchScript("");
+  script.replace(script.find("--bf16"), 6, "--bf16 --disable-bias-linear --add-qkv-bias");
+  dir.Write("train.sh", script);
+  const auto r = RunMemsim(dir, "run --megatron-args train.sh --device ascend-910b-64g "
+                                "--set model.vocab_size=1000 --no-chart --iterations 1");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("(Megatron arguments; QKV bias only)") != std::string::npos);
 }
 
 }  // namespace

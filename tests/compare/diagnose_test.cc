@@ -2,6 +2,7 @@
 // iterations, the per-rank parameter count, the printed theoretical memory) is read and set
 // against the simulated config; the published case whose every step the fp16 loss scaler skipped
 // (tests/validation/cases/zhnotes-gpt2small-fp16-1gpu-all-skipped) names the skipped steps.
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -183,6 +184,33 @@ TEST_CASE("Diagnose: a gap a later iteration contradicts is not called an absenc
   CHECK_THAT(f[0].text, !Catch::Contains("the run may not hold them"));
   CHECK_THAT(f[0].text, Catch::Contains("the gap (-2.00 GiB) is the size of optimizer_states "
                                         "(2.00 GiB), but at iteration 2's end the run agrees"));
+}
+
+
+// tryout8 #5: a profile's steady iterations repeat one gap; iterations 2..6 (the last three
+// compared with simulated iteration 4, the steady state) give one finding per moment over the
+// range, and iteration 1, whose gap differs, stays its own.
+TEST_CASE("Diagnose: the same gap in consecutive iterations is one finding", "[compare]") {
+  compare::Report report;
+  compare::SimulatedSide sim;
+  CategoryBytes held{};
+  held[static_cast<size_t>(Category::kParameters)] = 6 * kGiB;
+  held[static_cast<size_t>(Category::kActivations)] = 4 * kGiB;
+  for (int k = 1; k <= 6; ++k) {
+    compare::IterationResult it;
+    it.iteration = k;
+    it.simulated_iteration = std::min(k, 4);
+    it.simulated.peak_allocated_bytes = 10 * kGiB;
+    it.measured.peak_allocated_bytes = k == 1 ? 9 * kGiB : 9 * kGiB + 512 * kMiB;  // -10%, -5%
+    report.iterations.push_back(it);
+    if (k <= 4) sim.iterations.push_back({k, held, held});
+  }
+  const std::vector<compare::Finding> f = compare::Diagnose(report, {}, sim);
+  REQUIRE(f.size() == 2);
+  CHECK_THAT(f[0].text, Catch::StartsWith("iteration 1 (simulated 1), peak allocated: measured "
+                                          "9.00 GiB"));
+  CHECK_THAT(f[1].text, Catch::StartsWith("iterations 2..6 (simulated 2..4), peak allocated: "
+                                          "measured 9.50 GiB"));
 }
 
 }  // namespace

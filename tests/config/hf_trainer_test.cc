@@ -333,6 +333,61 @@ TEST_CASE("hf-trainer: training_args and adapter_config files", "[config][hf]") 
   CHECK(workload::ComputeStaticSizes(s, 0).trainable_parameter_count == 6815744);
 }
 
+// tryout8 #2: a whole trainer.args.to_json_string() holds dozens of fields memsim does not read,
+// nearly all at their TrainingArguments default (transformers/training_args.py). Those at an
+// unset value are a --verbose note; the ones that change memory warn each when set; the
+// torch.compile switches are unsupported like torch_compile itself; adafactor true contradicting
+// optim is an error (TrainingArguments.__post_init__ turns it into optim "adafactor").
+TEST_CASE("hf-trainer: a full to_json_string() warns only about fields set that matter",
+          "[config][hf]") {
+  const auto config = [](const std::string& name, const std::string& args_fields) {
+    Write(name + "-args.json", "{\"output_dir\": \"out\", \"per_device_train_batch_size\": 1, "
+                               "\"max_steps\": 2, \"bf16\": true" + args_fields + "}");
+    return Write(name + ".json",
+                 "{\"model\": \"llama3-8b\", \"device\": \"l40s-48g\", \"training\": "
+                 "{\"framework\": \"hf-trainer\", \"training_args\": \"" + name +
+                     "-args.json\", \"max_seq_length\": 256, \"torch_dtype\": \"bfloat16\"}}");
+  };
+  const auto any = [](const std::vector<std::string>& lines, const std::string& text) {
+    return std::any_of(lines.begin(), lines.end(),
+                       [&](const std::string& l) { return l.find(text) != std::string::npos; });
+  };
+  // Defaults as to_json_string() writes them, and one field memsim does not know.
+  const Setup quiet = LoadSetup(
+      config("u1", ", \"torch_empty_cache_steps\": null, \"auto_find_batch_size\": false, "
+                   "\"use_liger_kernel\": false, \"half_precision_backend\": \"auto\", "
+                   "\"hub_token\": \"<HUB_TOKEN>\", \"fsdp_config\": {\"xla\": false}, "
+                   "\"torch_compile\": false, \"torch_compile_backend\": null, "
+                   "\"accelerator_config\": {\"split_batches\": false}, "
+                   "\"per_gpu_train_batch_size\": null, \"adafactor\": false, "
+                   "\"some_future_field\": null, \"another_future_field\": 3"),
+      {});
+  std::string joined;
+  for (const std::string& w : quiet.warnings) joined += w + "\n";
+  INFO(joined);
+  CHECK(quiet.warnings.size() == 1);
+  CHECK(any(quiet.warnings, "TrainingArguments fields memsim does not know, ignored: "
+                            "another_future_field"));
+  CHECK(any(quiet.notes, "at an unset value (null, false or empty), ignored: "
+                         "per_gpu_train_batch_size, some_future_field"));
+  // Set: a warning each, naming the value and what it changes.
+  const Setup loud = LoadSetup(
+      config("u2", ", \"torch_empty_cache_steps\": 1, \"auto_find_batch_size\": true, "
+                   "\"half_precision_backend\": \"apex\", "
+                   "\"accelerator_config\": {\"split_batches\": true}"),
+      {});
+  CHECK(any(loud.warnings, "u2-args.json: /torch_empty_cache_steps: 1: not modelled "
+                           "(Trainer.training_step calls torch.cuda.empty_cache()"));
+  CHECK(any(loud.warnings, "/auto_find_batch_size: true: not modelled"));
+  CHECK(any(loud.warnings, "/half_precision_backend: \"apex\": not modelled"));
+  CHECK(any(loud.warnings, "/accelerator_config/split_batches: true: not modelled"));
+  CHECK(IsUnsupported(config("u3", ", \"torch_compile_backend\": \"inductor\"")));
+  CHECK(ErrorOf(config("u4", ", \"adafactor\": true")).find(
+            "u4-args.json: /adafactor: true makes the Trainer use optim \"adafactor\"") !=
+        std::string::npos);
+  CHECK_NOTHROW(LoadSetup(config("u5", ", \"adafactor\": true, \"optim\": \"adafactor\""), {}));
+}
+
 TEST_CASE("hf-trainer: bad values name the TrainingArguments field written", "[config][hf]") {
   // memsim's limits (docs/config.md "Limits"): 2^16 = 65536 micro-batches a step, 2^26 tokens a
   // micro-batch, the global batch in an int (2^31 - 1), 2^21 layer passes.

@@ -638,6 +638,27 @@ TEST_CASE("a config.json given as the training config gets a hint to use --model
 }
 
 
+// tryout8 #3: `memsim check memsim/*.json` (docs/ci.md) also globs the adapter_config.json and
+// the TrainingArguments JSON that the training configs name beside them; each says what it is
+// and where it belongs rather than "unknown key".
+TEST_CASE("an adapter_config or a TrainingArguments JSON as the training config say so",
+          "[config]") {
+  // PEFT's saved adapter_config.json (peft/config.py: every config has peft_type).
+  const std::string adapter = TempFile("adapter_config.json", R"({"alpha_pattern": {},
+      "peft_type": "LORA", "r": 16, "target_modules": ["q_proj"]})");
+  CHECK(ErrorOf(adapter) == adapter +
+                                ": a PEFT adapter config (adapter_config.json: it has "
+                                "\"peft_type\"), not a training config; name it in a training "
+                                "config's training.adapter_config (framework \"hf-trainer\")");
+  // trainer.args.to_json_string() (transformers/training_args.py: output_dir first).
+  const std::string args = TempFile("training_args.json", R"({"output_dir": "out",
+      "accelerator_config": {"split_batches": false}, "per_device_train_batch_size": 4})");
+  CHECK(ErrorOf(args) == args +
+                             ": a TrainingArguments JSON (trainer.args.to_json_string(): it has "
+                             "\"output_dir\"), not a training config; name it in a training "
+                             "config's training.training_args (framework \"hf-trainer\")");
+}
+
 // Tryout 7 finding 4: other tools' files where memsim's config is expected say what they are.
 TEST_CASE("a DeepSpeed config, a TOML file or a training config as --model say what they are",
           "[config]") {

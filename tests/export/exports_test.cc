@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -61,6 +62,27 @@ TEST_CASE("exports: the detail run is the run (same samples as the Timeline)", "
     CHECK(sum == s.allocated_bytes);  // categories sum to allocated (docs/architecture.md)
     if (sum != s.allocated_bytes) break;
   }
+}
+
+TEST_CASE("exports: a long run's stages are replayed over the iterations run simulated",
+          "[export]") {
+  // The shortened default with train_iters 1000: RunAllStages simulates
+  // max(kMinSimulatedIterations 4, FirstRepeatingIteration 2 + 1) = 4 iterations
+  // (config/iterations.h; docs/config.md, 'Long runs'). The
+  // HTML report's stages are those 4 iterations again, sample for sample (tryout8 #1: all 1000).
+  config::LoadOptions load;
+  load.overrides = {"training.global_batch_size=16"};
+  load.iterations = 1000;
+  const config::Setup setup = config::LoadSetup("", load);
+  const engine::RunResult run = engine::RunAllStages(setup, engine::RunOptions{});
+  REQUIRE(run.IsLongRun());
+  REQUIRE(run.simulated_iterations == 4);
+  CHECK(engine::SimulatedSetup(setup, run).training.train_iters == 4);
+  const std::vector<RunDetail> stages = CollectStageDetails(setup, run);
+  REQUIRE(stages.size() == 1);
+  CHECK(stages[0].spans.back().iteration == 4);
+  REQUIRE(stages[0].samples.size() == run.timeline.samples.size());
+  CHECK(stages[0].samples.back().allocated_bytes == run.timeline.samples.back().allocated_bytes);
 }
 
 TEST_CASE("exports: every Perfetto event has its required fields", "[export]") {
