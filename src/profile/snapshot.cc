@@ -17,6 +17,7 @@
 // trace entry of every device plus per-device sums, then the usual bounded series (profile.h).
 #include <istream>
 #include <map>
+#include <set>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -36,9 +37,8 @@ using json = nlohmann::json;
 // largest snapshot torch's default ring buffer of 100,000 entries per device writes).
 constexpr size_t kMaxPickleBytes = size_t{4} << 30;
 
-// The whole (decompressed) file, refused beyond kMaxPickleBytes.
-std::string ReadWhole(const std::string& path) {
-  GzStreamBuf buf(path);
+// The rest of the (decompressed) file from `buf`, refused beyond kMaxPickleBytes.
+std::string ReadWhole(GzStreamBuf& buf, const std::string& path) {
   std::string out;
   std::vector<char> chunk(1 << 16);
   while (true) {
@@ -354,12 +354,14 @@ timeline::Timeline LoadSnapshot(const std::string& path, const LoadProfileOption
   Handler h(path);
   {
     // A pickle (torch.cuda.memory._dump_snapshot) is unpickled whole, then read as its JSON
-    // text by the same handler; a JSON file is streamed.
-    const bool pickled = LooksLikePickle(ReadHead(path, 2));
+    // text by the same handler; a JSON file is streamed. The file is opened once and its first
+    // byte peeked, not consumed: a pipe cannot be read twice (`--profile <(zcat s.json.gz)`).
+    // A pickle starts with PROTO (0x80), which no JSON text does (core/pickle.h).
     GzStreamBuf buf(path);
+    const bool pickled = buf.sgetc() == 0x80;
     std::istream in(&buf);
     const bool ok =
-        pickled ? json::sax_parse(PickleToJson(ReadWhole(path), path).dump(), &h,
+        pickled ? json::sax_parse(PickleToJson(ReadWhole(buf, path), path).dump(), &h,
                                   json::input_format_t::json, /*strict=*/true)
                 : json::sax_parse(in, &h, json::input_format_t::json, /*strict=*/true);
     if (h.semantic_failed()) throw InputError(h.error);
@@ -375,6 +377,17 @@ timeline::Timeline LoadSnapshot(const std::string& path, const LoadProfileOption
     if (device < 0 && !entries.empty()) device = d;
   }
   if (device < 0 && !h.finals.empty()) device = h.finals.begin()->first;
+  if (options.device_index >= 0 && !h.finals.count(device) && !h.traces.count(device)) {
+    // A device the snapshot never saw would compare as an empty profile (all zeros).
+    std::set<int> seen;
+    for (const auto& [d, f] : h.finals) seen.insert(d);
+    for (const auto& [d, t] : h.traces) seen.insert(d);
+    std::string list;
+    for (const int d : seen) list += fmt::format("{}{}", list.empty() ? "" : ", ", d);
+    throw InputError(fmt::format("{}: no segments and no trace entries for device {} (devices in "
+                                 "the snapshot: {})",
+                                 path, device, list.empty() ? "none" : list));
+  }
   if (device < 0) {
     throw InputError(fmt::format("{}: no segments and no trace entries, expected a snapshot "
                                  "recorded with _record_memory_history(enabled='all')", path));
