@@ -97,6 +97,19 @@ int RunCompare(const CompareArgs& a) {
   if (a.config.empty() == a.simulated.empty()) {
     throw InputError("expected either CONFIG or --simulated FILE (exactly one)");
   }
+  if (!a.simulated.empty()) {
+    // These change the simulation of CONFIG; a --simulated timeline has none to change.
+    const std::string given = !a.load.model.empty()    ? "--model"
+                              : !a.load.device.empty() ? "--device"
+                              : !a.load.sets.empty()   ? "--set"
+                              : a.load.iterations != kNotGiven ? "--iterations"
+                                                               : "";
+    if (!given.empty()) {
+      throw InputError(fmt::format("{} applies to the CONFIG compare simulates; with --simulated "
+                                   "{} there is no simulation to change",
+                                   given, a.simulated));
+    }
+  }
   report::CheckOutputs({a.json, a.html},
                        {a.config, a.profile, a.simulated, a.load.model, a.load.device});
   compare::CompareOptions options;
@@ -182,13 +195,12 @@ Action AddCompareCommand(CLI::App& sub) {
                  "a simulated timeline (memsim-csv from `memsim run --csv`) instead of CONFIG")
       ->check(NonEmpty);
   sub.add_option("--pipeline-rank", a->pipeline_rank, "simulated stage to compare with (default 0)")
-      ->check(CLI::NonNegativeNumber)
-      ->check(NotSentinel);
+      ->check(NonNegativeInt);
   sub.add_option("--skip", a->skip, "drop the profile's first N iterations")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegativeInt);
   sub.add_option("--profile-iterations", a->profile_iterations,
                  "how many iterations the profile covers when it has no markers")
-      ->check(CLI::NonNegativeNumber);
+      ->check(PositiveInt);
   sub.add_option("--tolerance", a->tolerance, "exit 1 when an overall peak error exceeds PCT");
   sub.add_option("--json", a->json, "write the comparison as JSON (schema_version 1)")
       ->check(NonEmpty);
@@ -196,9 +208,11 @@ Action AddCompareCommand(CLI::App& sub) {
                  "write a self-contained HTML report with the measured curves overlaid to FILE")
       ->check(NonEmpty);
   sub.add_option("--device-index", a->device_index,
-                 "device in the profile (default: the lowest with data)");
-  sub.add_option("--rank", a->rank, "Megatron logs: global rank (default: the lowest)");
-  AddConfigOptions(sub, a->load, /*with_iterations=*/false);
+                 "device in the profile (default: the lowest with data)")
+      ->check(NonNegativeInt);
+  sub.add_option("--rank", a->rank, "Megatron logs: global rank (default: the lowest)")
+      ->check(NonNegativeInt);
+  AddConfigOptions(sub, a->load, /*with_iterations=*/true);
   sub.add_flag("--no-chart", a->no_chart, "omit the overlay chart");
   sub.add_option("--width", a->width,
                  "fit the output to N columns (default: the terminal's, 80 when not a terminal)")

@@ -293,7 +293,8 @@ Action AddReplayCommand(CLI::App& sub) {
   sub.add_option("--alloc-conf", args->alloc_conf,
                  "allocator options in PYTORCH_CUDA_ALLOC_CONF syntax, \"k:v,...\"");
   sub.add_option("--device-index", args->device_index,
-                 "device whose device_traces a snapshot replays (default 0)");
+                 "device whose device_traces a snapshot replays (default 0)")
+      ->check(NonNegativeInt);
   sub.add_option("--json", args->json, "write the final and peak stats as JSON")->check(NonEmpty);
   sub.add_option("--csv", args->csv, "write a timeline, one row per operation")->check(NonEmpty);
   return [args]() -> int { return RunReplay(*args); };

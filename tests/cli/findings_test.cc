@@ -249,5 +249,84 @@ TEST_CASE("findings: explain says when the job runs out of memory (--capacity)",
   CHECK(fits.out.find("OUT OF MEMORY") == std::string::npos);
 }
 
+TEST_CASE("findings: integer options beyond int or not integers are named in memsim's words",
+          "[cli][findings]") {
+  ScratchDir dir("findings");
+  // CLI11 said "Could not convert: --skip = 99999999999", and for -1 printed the range of
+  // CLI::NonNegativeNumber with a 300-digit upper bound. The options are checked before the
+  // config is read (missing.json does not exist).
+  const std::pair<std::string, std::string> cases[] = {
+      {"compare missing.json --profile p --skip -1",
+       "memsim: --skip: -1 is out of range: expected a non-negative integer (0 to 2147483647)\n"},
+      {"compare missing.json --profile p --skip 99999999999",
+       "memsim: --skip: 99999999999 is out of range: expected a non-negative integer (0 to "
+       "2147483647)\n"},
+      {"compare missing.json --profile p --profile-iterations 0",
+       "memsim: --profile-iterations: 0 is out of range: expected a positive integer (1 to "
+       "2147483647)\n"},
+      {"compare missing.json --profile p --device-index -1",
+       "memsim: --device-index: -1 is out of range: expected a non-negative integer (0 to "
+       "2147483647)\n"},
+      {"compare missing.json --profile p --rank x",
+       "memsim: --rank: expected a non-negative integer, got 'x'\n"},
+      {"replay missing.csv --device-index 4294967296",
+       "memsim: --device-index: 4294967296 is out of range: expected a non-negative integer (0 "
+       "to 2147483647)\n"},
+      {"run missing.json --iterations 0",
+       "memsim: --iterations: 0 is out of range: expected a positive integer (1 to "
+       "2147483647)\n"},
+      {"run missing.json --width 1e3", "memsim: --width: expected an integer, got '1e3'\n"},
+      {"explain missing.json --pipeline-rank -2147483648",
+       "memsim: --pipeline-rank: -2147483648 is out of range: expected an integer (-2147483647 "
+       "to 2147483647)\n"},
+  };
+  for (const auto& [args, message] : cases) {
+    INFO(args);
+    const auto r = RunMemsim(dir, args);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err == message + "Run 'memsim --help' for usage.\n");
+    CHECK(r.out.empty());
+  }
+}
+
+TEST_CASE("findings: compare --simulated refuses the options that change a simulation",
+          "[cli][findings]") {
+  ScratchDir dir("findings");
+  // They were ignored without a word: --simulated is a timeline already simulated.
+  for (const std::string option : {"--model llama3-8b", "--device h100-80g",
+                                   "--set training.seq_length=2", "--iterations 3"}) {
+    INFO(option);
+    const auto r = RunMemsim(dir, "compare --simulated '" + kSim + "' --profile '" + kSim + "' " +
+                                      option);
+    CHECK(r.exit_code == 2);
+    const std::string flag = option.substr(0, option.find(' '));
+    CHECK(r.err == "memsim compare: " + flag +
+                       " applies to the CONFIG compare simulates; with --simulated " + kSim +
+                       " there is no simulation to change\n");
+  }
+  // A profile that numbers its iterations: --profile-iterations is said to be ignored.
+  const auto r = RunMemsim(dir, "compare --simulated '" + kSim + "' --profile '" + kSim +
+                                    "' --profile-iterations 5 --no-chart");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("note: --profile-iterations 5 ignored: the profile numbers its iterations "
+                   "itself\n") != std::string::npos);
+}
+
+TEST_CASE("findings: compare --iterations simulates that many iterations, as run does",
+          "[cli][findings]") {
+  ScratchDir dir("findings");
+  // memsim.csv numbers iterations 1 and 2. The default config simulates 4 (train_iters), so
+  // measured iteration 2 is set against simulated 2; with --iterations 1 the simulation has only
+  // iteration 1, against which the later measured ones are set (column "sim").
+  const std::string config = std::string(MEMSIM_SOURCE_DIR) + "/configs/default.json";
+  const std::string common = "compare '" + config + "' --profile '" + kSim + "' --no-chart --width 100";
+  const auto all = RunMemsim(dir, common);
+  CheckNoSanitizerReport(all);
+  CHECK(all.out.find("\n    2    2  ") != std::string::npos);
+  const auto one = RunMemsim(dir, common + " --iterations 1");
+  CHECK(one.exit_code == all.exit_code);
+  CHECK(one.out.find("\n    2    1  ") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace memsim
