@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
@@ -50,9 +51,28 @@ std::string UnknownOption(CLI::App& app, int argc, char** argv) {
   return "";
 }
 
+// `--megatron-args -- ARGS`: CLI11 takes a "--" right after an option of optional value
+// (--megatron-args FILE is optional) as the end of that option's values, not as the start of
+// the positional arguments, so ARGS were read as memsim's options ("The following arguments
+// were not expected"), while `--megatron-args --device X -- ARGS` worked. A second "--" there
+// makes both spellings one.
+std::vector<char*> WithPositionalSeparator(int argc, char** argv) {
+  std::vector<char*> out(argv, argv + argc);
+  static char separator[] = "--";
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string_view(argv[i + 1]) != "--") continue;
+    if (std::string_view(argv[i]) == "--megatron-args") out.insert(out.begin() + i + 1, separator);
+    break;  // only the first "--" separates
+  }
+  return out;
+}
+
 }  // namespace
 
-int Main(int argc, char** argv) {
+int Main(int argc_in, char** argv_in) {
+  std::vector<char*> args = WithPositionalSeparator(argc_in, argv_in);
+  const int argc = static_cast<int>(args.size());
+  char** argv = args.data();
   CLI::App app{"memsim: device-memory simulator for deep-learning training"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("memsim ") + MEMSIM_VERSION);

@@ -882,7 +882,24 @@ std::optional<std::pair<std::string, std::string>> ArgumentLine(std::string_view
 }  // namespace
 
 MegatronLaunch ReadLaunchScript(const std::string& label, std::string_view text) {
-  return ScriptReader(label, text).Read();
+  // CRLF line ends (a script saved on Windows): bash keeps each '\r' as part of the line, so
+  // `\` before CR-LF continues nothing and the training command stops at its first line (the
+  // model's flags silently lost). The script is read as with LF line ends, and told.
+  const size_t crlf = text.find("\r\n");
+  if (crlf == std::string_view::npos) return ScriptReader(label, text).Read();
+  std::string lf;
+  lf.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (!(text[i] == '\r' && i + 1 < text.size() && text[i + 1] == '\n')) lf += text[i];
+  }
+  MegatronLaunch out = ScriptReader(label, lf).Read();
+  const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(crlf), '\n');
+  out.warnings.insert(out.warnings.begin(),
+                      fmt::format("{}:{}: CRLF line ends (a file saved on Windows: bash keeps each "
+                                  "'\\r' in its line, so a '\\' before it continues nothing); "
+                                  "read as LF line ends",
+                                  label, line));
+  return out;
 }
 
 bool LooksLikeArgumentsLog(std::string_view text) {

@@ -244,7 +244,28 @@ class Translator {
     }
     const Modelled* m = FindModelled(a.name);
     MEMSIM_CHECK(m != nullptr);  // the table and kModelled agree (megatron_flags_test.cc)
+    WarnRepeated(a);
     Convert(*m, a);
+  }
+
+  // A modelled flag given again with other values (a flag in an argument group and again on
+  // the command): argparse keeps the last one, and so does memsim, but it is said.
+  void WarnRepeated(const LaunchArgument& a) {
+    const auto [it, first] = seen_.try_emplace(a.name, &a);
+    if (first) return;
+    if (it->second->values != a.values) {
+      auto shown = [](const LaunchArgument& x) {
+        std::string v;
+        for (const std::string& w : x.values) v += (v.empty() ? "" : " ") + w;
+        return x.values.empty() ? std::string("no value") : fmt::format("'{}'", Printable(v, 40));
+      };
+      const LaunchArgument& before = *it->second;
+      warnings_.push_back(fmt::format(
+          "{}: given again with {} ({} before{}); the last taken, as argparse does", Label(a),
+          shown(a), shown(before),
+          before.line == 0 ? std::string() : fmt::format(", line {}", before.line)));
+    }
+    it->second = &a;
   }
 
   void Convert(const Modelled& m, const LaunchArgument& a) {
@@ -391,6 +412,7 @@ class Translator {
   const MegatronLaunch& launch_;
   const MegatronOptions& options_;
   std::vector<std::string> unsupported_;
+  std::map<std::string, const LaunchArgument*> seen_;  // modelled flag -> its last occurrence
 };
 
 // The data-parallel size: the log's, or world / (TP × PP × CP) with the world from the launcher.

@@ -328,5 +328,37 @@ TEST_CASE("findings: compare --iterations simulates that many iterations, as run
   CHECK(one.out.find("\n    2    1  ") != std::string::npos);
 }
 
+TEST_CASE("findings: --megatron-args -- ARGS after the other options", "[cli][findings]") {
+  ScratchDir dir("findings");
+  // CLI11 took the "--" after --megatron-args (an option whose FILE is optional) as the end of
+  // its values, so ARGS were read as memsim's own options: "The following arguments were not
+  // expected". `--megatron-args --device X -- ARGS` worked.
+  const std::string args =
+      " -- --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 "
+      "--max-position-embeddings 128 --micro-batch-size 1 --vocab-size 1000 --bf16 "
+      "--nproc_per_node 1";
+  const auto before = RunMemsim(dir, "validate --megatron-args --device h100-80g" + args);
+  const auto after = RunMemsim(dir, "validate --device h100-80g --megatron-args" + args);
+  CHECK(before.exit_code == 0);
+  CHECK(after.exit_code == 0);
+  CHECK(after.out == before.out);
+  CHECK(after.err == before.err);
+}
+
+TEST_CASE("findings: a Megatron flag given twice with other values is a warning",
+          "[cli][findings]") {
+  ScratchDir dir("findings");
+  // argparse keeps the last value; memsim did too, without a word.
+  const auto r = RunMemsim(
+      dir, "validate --device h100-80g --megatron-args -- --num-layers 2 --hidden-size 64 "
+           "--num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 "
+           "--micro-batch-size 1 --vocab-size 1000 --bf16 --nproc_per_node 1 --micro-batch-size 2 "
+           "--bf16");
+  CHECK(r.exit_code == 0);
+  CHECK(r.err == "warning: --megatron-args --micro-batch-size: given again with '2' ('1' "
+                 "before); the last taken, as argparse does\n");
+  CHECK(r.out.find("micro-batch 2,") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace memsim

@@ -191,6 +191,31 @@ TEST_CASE("the MindSpeed-LLM Llama-2-7B script, field by field") {
                "temporaries)"});
 }
 
+TEST_CASE("a launch script with CRLF line ends reads as with LF ones, with a warning") {
+  // Saved on Windows, every line ends in "\r\n": a '\' before "\r\n" continued nothing, so
+  // the training command stopped at "pretrain_gpt.py" and the model's flags were lost ("the
+  // model is not in the arguments").
+  std::ifstream in(Data("launch/mindspeed_llama2_7b.sh"), std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string crlf;
+  for (const char c : text.str()) crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
+  const MegatronLaunch lf = ReadLaunchScript("s.sh", text.str());
+  const MegatronLaunch l = ReadLaunchScript("s.sh", crlf);
+  CHECK(l.arguments == lf.arguments);
+  CHECK(l.launch_line == lf.launch_line);
+  CHECK(l.nproc_per_node == lf.nproc_per_node);
+  CHECK(l.exports == lf.exports);
+  CHECK(l.warnings == std::vector<std::string>{
+                          "s.sh:1: CRLF line ends (a file saved on Windows: bash keeps each '\\r' "
+                          "in its line, so a '\\' before it continues nothing); read as LF line "
+                          "ends"});
+  // A '\r' not before a line end stays as written.
+  const MegatronLaunch one = ReadLaunchScript("t.sh", "python pretrain_gpt.py --x 'a\rb'\n");
+  CHECK(Args(one) == std::vector<std::string>{"--x=a\rb"});
+  CHECK(one.warnings.empty());
+}
+
 TEST_CASE("the NVIDIA Llama-3-8B H200 recipe, field by field") {
   const MegatronLaunch l = ReadMegatronArgsFile(Data("launch/nvidia_llama3_8b_h200.sh"));
   const Setup s = LoadSetupFromMegatron(l, OnDevice("h200-141g"), {});
