@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -277,6 +278,25 @@ TEST_CASE("hidden_act must be an activation Hugging Face knows", "[config]") {
                "'swish', 'tanh', 'prelu', got \"foo\"");
   CHECK(ErrorOf(WriteTemp("act_ok.json", Config(", \"hidden_act\": \"gelu_pytorch_tanh\""))) ==
         "(no error)");
+}
+
+TEST_CASE("a --set repeated with another value, or --iterations over a --set, is a warning",
+          "[config]") {
+  // Applied in order, the last one wins (as before); it was not said.
+  LoadOptions o = Set({"training.seq_length=512", "training.micro_batch_size=1",
+                       "training.seq_length=2048", "training.micro_batch_size=1",
+                       "training.train_iters=9"});
+  o.iterations = 2;
+  const Setup s = LoadSetup(Data("good.json"), o);
+  CHECK(s.training.seq_length == 2048);
+  CHECK(s.training.train_iters == 2);
+  CHECK(std::count(s.warnings.begin(), s.warnings.end(),
+                   "--set training.seq_length=2048: overrides --set training.seq_length=512 given "
+                   "before it; the last is taken") == 1);
+  CHECK(std::count(s.warnings.begin(), s.warnings.end(),
+                   "--iterations 2: overrides --set training.train_iters=9") == 1);
+  // The same value twice says nothing.
+  for (const std::string& w : s.warnings) CHECK(w.find("micro_batch_size") == std::string::npos);
 }
 
 }  // namespace
