@@ -8,6 +8,7 @@
 #include <fmt/core.h>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "core/json_pointer.h"
 
 namespace memsim::config::internal {
@@ -92,25 +93,7 @@ std::string Printable(std::string_view text, size_t max_chars) {
 }
 
 std::optional<size_t> FindTooDeep(std::string_view text) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;  // the escaped character
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth) return i;
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return std::nullopt;
+  return FindJsonTooDeep(text, kMaxJsonDepth);
 }
 
 std::string Child(const std::string& pointer, std::string_view key) {

@@ -112,6 +112,8 @@ bool LineReader::Next(std::string_view* line) {
 GzStreamBuf::GzStreamBuf(const std::string& path)
     : path_(path), gz_(OpenGz(path)), buffer_(kChunkBytes) {}
 
+bool GzStreamBuf::Compressed() const { return gzdirect(static_cast<gzFile>(gz_)) == 0; }
+
 GzStreamBuf::~GzStreamBuf() {
   if (gz_ != nullptr) gzclose(static_cast<gzFile>(gz_));
 }

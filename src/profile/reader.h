@@ -59,6 +59,9 @@ class GzStreamBuf : public std::streambuf {
   ~GzStreamBuf() override;
   GzStreamBuf(const GzStreamBuf&) = delete;
   GzStreamBuf& operator=(const GzStreamBuf&) = delete;
+  // True when the bytes are decompressed from gzip data (known once the first byte is read):
+  // then, as for a pipe, their count is not the file's size.
+  bool Compressed() const;
 
  protected:
   int_type underflow() override;

@@ -15,6 +15,7 @@
 // <= 2.0, torch_npu) the entry index, 1 us apart. The snapshot has no iteration markers.
 // Memory: read with a SAX parser (stack frames are skipped, never stored); kept are 24 bytes per
 // trace entry of every device plus per-device sums, then the usual bounded series (profile.h).
+#include <filesystem>
 #include <istream>
 #include <map>
 #include <set>
@@ -37,8 +38,15 @@ using json = nlohmann::json;
 // largest snapshot torch's default ring buffer of 100,000 entries per device writes).
 constexpr size_t kMaxPickleBytes = size_t{4} << 30;
 
-// The rest of the (decompressed) file from `buf`, refused beyond kMaxPickleBytes.
+// The rest of the (decompressed) file from `buf`, whose first byte has been peeked, refused
+// beyond kMaxPickleBytes. Bytes whose count is not known in advance (a pipe, gzip data) are
+// checked as they grow, at 4 MiB and every 4x more: the reading stops once they already hold
+// the error the whole would give (an endless or garbage stream, refused at its first bad opcode
+// instead of at 4 GiB) or the whole pickle (core/pickle.h PickleNeedsMoreBytes).
 std::string ReadWhole(GzStreamBuf& buf, const std::string& path) {
+  std::error_code ec;
+  const bool check = buf.Compressed() || !std::filesystem::is_regular_file(path, ec);
+  size_t next_check = size_t{4} << 20;
   std::string out;
   std::vector<char> chunk(1 << 16);
   while (true) {
@@ -47,6 +55,10 @@ std::string ReadWhole(GzStreamBuf& buf, const std::string& path) {
     out.append(chunk.data(), static_cast<size_t>(n));
     if (out.size() > kMaxPickleBytes) {
       throw InputError(fmt::format("{}: a pickled snapshot larger than 4 GiB", path));
+    }
+    if (check && out.size() >= next_check) {
+      if (!PickleNeedsMoreBytes(out)) break;
+      next_check = out.size() * 4;
     }
   }
   return out;
@@ -68,6 +80,13 @@ struct Entry {
 struct Final {
   int64_t reserved = 0, allocated = 0, active = 0;
 };
+
+// A snapshot nests at most 9 levels (root, /segments, a segment, its blocks, a block, its
+// history, an entry, its frames, a frame; torch/cuda/memory.py _snapshot); memsim refuses more
+// than 64, as the config reader does: an endless stream of '[' stops there.
+constexpr size_t kMaxDepth = 64;
+const char* const kTooDeep =
+    "nested deeper than memsim's limit of 64 levels (a memory snapshot nests at most 9)";
 
 const char* const kNotSnapshot =
     "expected a memory snapshot object with 'segments' and 'device_traces' arrays "
@@ -98,6 +117,7 @@ class Handler : public nlohmann::json_sax<json> {
   bool binary(binary_t&) override { return Scalar(Kind::kOther, 0, ""); }
 
   bool start_object(std::size_t) override {
+    if (frames_.size() >= kMaxDepth) return Fail(Pointer(), kTooDeep);
     BeginValue();
     if (frames_.empty()) legacy_ = false;
     frames_.push_back(Frame{false, {}, -1});
@@ -135,6 +155,7 @@ class Handler : public nlohmann::json_sax<json> {
     return true;
   }
   bool start_array(std::size_t) override {
+    if (frames_.size() >= kMaxDepth) return Fail(Pointer(), kTooDeep);
     BeginValue();
     if (frames_.empty()) {
       legacy_ = true;  // a bare list of segments (older snapshots, as _memory_viz.py accepts)

@@ -360,5 +360,45 @@ TEST_CASE("findings: a Megatron flag given twice with other values is a warning"
   CHECK(r.out.find("micro-batch 2,") != std::string::npos);
 }
 
+// `producer | memsim ARGS` in `dir`, through the shell.
+testing::CommandResult RunPiped(const ScratchDir& dir, const std::string& producer,
+                                const std::string& args) {
+  const std::string out = dir.path().string() + ".stdout", err = dir.path().string() + ".stderr";
+  const std::string cmd = "cd '" + dir.path().string() + "' && " + producer + " | '" MEMSIM_BINARY
+                          "' " + args + " > '" + out + "' 2> '" + err + "'";
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadAll(out), ReadAll(err)};
+}
+
+TEST_CASE("findings: an endless or garbage snapshot stream stops at its first bad byte",
+          "[cli][findings]") {
+  ScratchDir dir("findings");
+  // replay read a snapshot from a pipe up to its 2 GiB limit (4 GB of memory, 14-29 s) before
+  // parsing it; compare read a pickle up to 4 GiB. The producers here are cut at 64 MiB so
+  // that a regression still ends.
+  auto r = RunPiped(dir, "yes '{\"a\":' | head -c 67108864", "replay /dev/stdin");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim replay: /dev/stdin:65: JSON nested deeper than memsim's limit of 64 "
+                 "levels (byte 385; a memory snapshot nests at most 9)\n");
+  r = RunPiped(dir, "(printf '\\200\\002'; yes) | head -c 67108864", "replay /dev/stdin");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.rfind("memsim replay: /dev/stdin: pickle byte 2: unsupported opcode 0x79;", 0) == 0);
+  r = RunPiped(dir, "(printf '\\200\\002'; yes) | head -c 67108864",
+               "compare missing.json --format torch-snapshot --profile /dev/stdin");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.rfind("memsim compare: /dev/stdin: pickle byte 2: unsupported opcode 0x79;", 0) == 0);
+  // Blank lines only: the scan for the first non-blank byte was quadratic (a hang).
+  r = RunPiped(dir, "yes '' | head -c 67108864", "replay /dev/stdin");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim replay: /dev/stdin: only blanks in the first 1048576 bytes: not a trace "
+                 "(expected lines op,id,bytes,stream or a PyTorch memory snapshot)\n");
+  // A regular file of 2 GiB (sparse) is refused before a byte is read.
+  std::filesystem::resize_file(dir.Write("big.json", "{"), std::uintmax_t{1} << 31);
+  r = RunMemsim(dir, "replay big.json");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim replay: cannot read trace 'big.json': 2 GiB or larger (the limit is 2^31 "
+                 "bytes)\n");
+}
+
 }  // namespace
 }  // namespace memsim
