@@ -287,6 +287,14 @@ constexpr Limit kLimits[] = {
 std::optional<int> ObjectReader::PositiveInt(std::string_view key) {
   const Json* v = Value(key);
   if (v == nullptr) return std::nullopt;
+  if (v->is_number_integer() && !FitsInt(*v) && (v->is_number_unsigned() || v->get<std::int64_t>() > 0)) {
+    // A positive integer all the same: say which bound it passed, not "expected a positive
+    // integer, got 1099511627776".
+    const auto limit = std::find_if(std::begin(kLimits), std::end(kLimits),
+                                    [&](const Limit& l) { return l.key == key; });
+    Fail(At(key), fmt::format("{} exceeds memsim's limit of {}", Describe(*v),
+                              limit != std::end(kLimits) ? limit->max : std::numeric_limits<int>::max()));
+  }
   if (!FitsInt(*v) || v->get<std::int64_t>() <= 0) {
     Fail(At(key), fmt::format("expected a positive integer, got {}", Describe(*v)));
   }
@@ -301,6 +309,10 @@ std::optional<int> ObjectReader::PositiveInt(std::string_view key) {
 std::optional<int> ObjectReader::NonNegativeInt(std::string_view key) {
   const Json* v = Value(key);
   if (v == nullptr) return std::nullopt;
+  if (v->is_number_integer() && !FitsInt(*v) && (v->is_number_unsigned() || v->get<std::int64_t>() > 0)) {
+    Fail(At(key), fmt::format("{} exceeds memsim's limit of {}", Describe(*v),
+                              std::numeric_limits<int>::max()));
+  }
   if (!FitsInt(*v) || v->get<std::int64_t>() < 0) {
     Fail(At(key), fmt::format("expected a non-negative integer, got {}", Describe(*v)));
   }

@@ -299,5 +299,19 @@ TEST_CASE("a --set repeated with another value, or --iterations over a --set, is
   for (const std::string& w : s.warnings) CHECK(w.find("micro_batch_size") == std::string::npos);
 }
 
+TEST_CASE("an integer beyond int is named as over the limit, not as not positive", "[config]") {
+  // It read "expected a positive integer, got 1099511627776".
+  CHECK(ErrorOf(Data("good.json"), Set({"training.micro_batch_size=1099511627776"})) ==
+        "--set training.micro_batch_size=1099511627776: 1099511627776 exceeds memsim's limit of "
+        "65536");
+  // 2^63 (stored unsigned by the JSON parser).
+  CHECK(ErrorOf(Data("good.json"), Set({"training.train_iters=9223372036854775808"})) ==
+        "--set training.train_iters=9223372036854775808: 9223372036854775808 exceeds memsim's "
+        "limit of 2147483647");
+  CHECK(ErrorOf(Data("good.json"), Set({"training.seq_length=-1099511627776"})) ==
+        "--set training.seq_length=-1099511627776: expected a positive integer, got "
+        "-1099511627776");
+}
+
 }  // namespace
 }  // namespace memsim::config
