@@ -3,7 +3,9 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <string_view>
 #include <vector>
 
@@ -112,7 +114,17 @@ int Main(int argc_in, char** argv_in) {
   for (auto& [sub, action] : actions) {
     if (!sub->parsed()) continue;
     try {
-      return action();
+      const int code = action();
+      // What went to standard output must have been written: `memsim validate --print-config >
+      // c.json` on a full disk (or > /dev/full) exited 0 with c.json cut short.
+      const bool flushed = std::fflush(stdout) == 0;
+      if (!flushed || std::ferror(stdout)) {
+        // errno is the flush's own; an earlier failed write left only the stream's error flag.
+        std::fprintf(stderr, "memsim %s: standard output: cannot write: %s\n",
+                     sub->get_name().c_str(), flushed ? "a write failed" : std::strerror(errno));
+        return 2;
+      }
+      return code;
     } catch (const InputError& e) {
       std::fprintf(stderr, "memsim %s: %s\n", sub->get_name().c_str(), e.what());
       return 2;

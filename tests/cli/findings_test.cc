@@ -400,5 +400,22 @@ TEST_CASE("findings: an endless or garbage snapshot stream stops at its first ba
                  "bytes)\n");
 }
 
+TEST_CASE("findings: standard output that cannot be written is exit 2", "[cli][findings]") {
+  ScratchDir dir("findings");
+  // `memsim validate --print-config > c.json` on a full disk exited 0 with c.json cut short.
+  const std::string config = std::string(MEMSIM_SOURCE_DIR) + "/configs/default.json";
+  for (const std::string& args : {"validate '" + config + "' --print-config",
+                                  "validate '" + config + "'",
+                                  "dump-program '" + config + "' --iterations 1"}) {
+    INFO(args);
+    const std::string err = dir.path().string() + ".stderr";
+    const std::string cmd = "'" MEMSIM_BINARY "' " + args + " > /dev/full 2> '" + err + "'";
+    const int status = std::system(cmd.c_str());
+    CHECK((WIFEXITED(status) ? WEXITSTATUS(status) : -1) == 2);
+    const std::string name = args.substr(0, args.find(' '));
+    CHECK(ReadAll(err).rfind("memsim " + name + ": standard output: cannot write: ", 0) == 0);
+  }
+}
+
 }  // namespace
 }  // namespace memsim
