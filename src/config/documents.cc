@@ -163,7 +163,10 @@ Document FindDeviceDocument(const std::string& ref, const std::string& location,
   if (LooksLikePath(ref)) {
     std::string label;
     const std::optional<Document> doc = ReadByPath(ref, from, &label);
-    if (!doc) Fail(location, fmt::format("cannot read device preset file '{}'", Printable(label)));
+    if (!doc) {
+      Fail(location, fmt::format("cannot read device preset file '{}': {}", Printable(label),
+                                 WhyUnreadable(label)));
+    }
     return *doc;
   }
   std::optional<Document> doc = FindEmbeddedDocument("configs/devices/" + ref + ".json");

@@ -313,5 +313,14 @@ TEST_CASE("an integer beyond int is named as over the limit, not as not positive
         "-1099511627776");
 }
 
+TEST_CASE("a device preset path that cannot be read says why", "[config]") {
+  // It said only "cannot read device preset file 'DIR'".
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  LoadOptions o;
+  o.device = dir;
+  CHECK(ErrorOf(Data("good.json"), o) ==
+        "--device " + dir + ": cannot read device preset file '" + dir + "': a directory, not a file");
+}
+
 }  // namespace
 }  // namespace memsim::config

@@ -118,6 +118,14 @@ TEST_CASE("a missing file and a device that is not in the profile", "[profile]")
                         ": no samples for device 7 (devices in the file: 0-1)");
 }
 
+TEST_CASE("a memsim-csv iteration beyond 10^9 says the range", "[profile]") {
+  // It read "expected an integer >= -1, got '99999999999'".
+  CHECK(LoadError("time_us,iteration,phase,allocated_bytes,reserved_bytes,active_bytes,"
+                  "device_bytes\n0,99999999999,forward,1,1,,\n",
+                  Format::kMemsimCsv, "iteration.csv") ==
+        "<file>:2: iteration: expected an integer from -1 to 10^9, got '99999999999'");
+}
+
 TEST_CASE("a snapshot's --device-index that the snapshot never saw", "[profile]") {
   // snapshot.json holds segments of devices 0 and 1 and device_traces[0]; device 7 would load
   // as an empty profile and compare as -100%.
