@@ -219,11 +219,11 @@ class ScriptReader {
           }
         }
         if (pos_ >= text_.size()) break;
-      } else if (c == open) {
-        ++depth;
-      } else if (c == close && --depth == 0) {
+      } else if (c == close && --depth == 0) {  // before `open`: a '`' closes what '`' opened
         Advance();
         return body;
+      } else if (c == open) {
+        ++depth;
       }
       body += Peek();
       Advance();
@@ -372,10 +372,12 @@ class ScriptReader {
   // ---- arithmetic: + - * / % and parentheses over integers and variable names ----
   std::int64_t Arithmetic(const std::string& expr, int line) {
     size_t i = 0;
+    arith_missing_operand_ = false;
     const std::int64_t v = ArithSum(expr, i, line);
     while (i < expr.size() && IsBlank(expr[i])) ++i;
-    if (i != expr.size()) {
-      Warn(line, fmt::format("$(({})) not evaluated; taken as 0", Printable(expr, 40)));
+    if (i != expr.size() || arith_missing_operand_) {
+      Warn(line, fmt::format("$(({})) not evaluated{}; taken as 0", Printable(expr, 40),
+                             arith_missing_operand_ ? " (an operand is missing)" : ""));
       return 0;
     }
     return v;
@@ -422,7 +424,10 @@ class ScriptReader {
     while (j < e.size() && IsNameChar(e[j])) ++j;
     const std::string tok = e.substr(i, j - i);
     i = j;
-    if (tok.empty()) return 0;
+    if (tok.empty()) {
+      arith_missing_operand_ = true;  // `$((2+))`: bash refuses it
+      return 0;
+    }
     if (std::optional<std::int64_t> n = ParseInt(tok)) return *n;
     const std::vector<std::string>* v = Lookup(tok);
     if (v == nullptr || v->empty()) {
@@ -450,6 +455,7 @@ class ScriptReader {
       } else if (c == '`') {
         Balanced('`', '`');
         Warn(line_, "`...` not evaluated (memsim runs no command); taken as empty");
+        b.Quoted("");  // "`cmd`" is one field, empty here, as "$(cmd)" is
       } else {
         b.Quoted(std::string(1, c));
         Advance();
@@ -860,7 +866,8 @@ class ScriptReader {
   std::vector<CharLines> last_lines_;  // of the elements the last Dollar() returned, or empty
   std::vector<Block> blocks_;
   bool found_ = false;
-  bool all_elements_ = false;  // the last expansion was "${A[@]}" or "$@": one field each
+  bool all_elements_ = false;
+  bool arith_missing_operand_ = false;  // set by ArithAtom, read by Arithmetic  // the last expansion was "${A[@]}" or "$@": one field each
   MegatronLaunch out_;
 };
 

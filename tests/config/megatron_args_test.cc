@@ -115,6 +115,35 @@ python -m torch.distributed.run --nproc-per-node=8 pretrain_gpt.py --v $V --w $H
                           "environment); taken as empty"});
 }
 
+TEST_CASE("backquotes close, and $((...)) missing an operand is a warning") {
+  // A '`' opened a nesting that the next '`' deepened: "unterminated '`'" for `hostname`.
+  // Inside double quotes it is one field (empty: no command is run), as bash passes it.
+  const MegatronLaunch l = ReadLaunchScript("t.sh", "A=`date`\npython pretrain_gpt.py --x `hostname` "
+                                                    "--y \"`id -u`\" --z $((2+)) --w $((3*(1+1)))\n");
+  CHECK(Args(l) == std::vector<std::string>{"--x", "--y=", "--z=0", "--w=6"});
+  CHECK(l.warnings ==
+        std::vector<std::string>{
+            "t.sh:1: `...` not evaluated (memsim runs no command); taken as empty",
+            "t.sh:2: `...` not evaluated (memsim runs no command); taken as empty",
+            "t.sh:2: $((2+)) not evaluated (an operand is missing); taken as 0"});
+}
+
+TEST_CASE("an error about a value the script could not evaluate repeats why") {
+  // The warnings of a launch are printed only when it loads; an error about the value taken
+  // (0, empty) now says where it came from.
+  const std::string args = " --hidden-size 64 --num-attention-heads 4 --seq-length 128 "
+                           "--max-position-embeddings 128 --micro-batch-size 1 --vocab-size 1000";
+  const MegatronLaunch at_line =
+      ReadLaunchScript("t.sh", "python pretrain_gpt.py --num-layers $((1<<70))" + args + "\n");
+  CHECK(ErrorOf([&] { LoadSetupFromMegatron(at_line, OnDevice("h100-80g", "llama2-7b"), {}); }) ==
+        "t.sh:1: --num-layers: expected a positive integer, got 0 (on that line: $((1<<70)) not "
+        "evaluated; taken as 0)");
+  const MegatronLaunch model =
+      ReadLaunchScript("t.sh", "N=$((2+))\npython pretrain_gpt.py --num-layers $N" + args + "\n");
+  const std::string e = ErrorOf([&] { LoadSetupFromMegatron(model, OnDevice("h100-80g"), {}); });
+  CHECK(e.ends_with(" (t.sh:1: $((2+)) not evaluated (an operand is missing); taken as 0)"));
+}
+
 TEST_CASE("a script without a training command, or with an open quote, is one message") {
   CHECK(ErrorOf([] { ReadLaunchScript("t.sh", "echo hi\n"); }) ==
         "t.sh: no training command found (expected a line running torchrun, python -m "
