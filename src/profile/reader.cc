@@ -142,6 +142,20 @@ std::string ReadHead(const std::string& path, size_t max_bytes) {
   return head;
 }
 
+bool ObjectKeys::Insert(const std::string& key) {
+  constexpr size_t kFew = 16;
+  if (many_.empty()) {
+    if (std::find(few_.begin(), few_.end(), key) != few_.end()) return false;
+    if (few_.size() < kFew) {
+      few_.push_back(key);
+      return true;
+    }
+    many_.insert(few_.begin(), few_.end());
+    few_.clear();
+  }
+  return many_.insert(key).second;
+}
+
 std::string_view Trim(std::string_view s) {
   const char* ws = " \t\r\n";
   const size_t b = s.find_first_not_of(ws);

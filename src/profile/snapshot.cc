@@ -82,9 +82,8 @@ struct Final {
 };
 
 // A snapshot nests at most 9 levels (root, /segments, a segment, its blocks, a block, its
-// history, an entry, its frames, a frame; torch/cuda/memory.py _snapshot); memsim refuses more
-// than 64, as the config reader does: an endless stream of '[' stops there.
-constexpr size_t kMaxDepth = 64;
+// history, an entry, its frames, a frame; torch/cuda/memory.py _snapshot).
+constexpr size_t kMaxDepth = kMaxJsonProfileDepth;
 const char* const kTooDeep =
     "nested deeper than memsim's limit of 64 levels (a memory snapshot nests at most 9)";
 
@@ -120,7 +119,7 @@ class Handler : public nlohmann::json_sax<json> {
     if (frames_.size() >= kMaxDepth) return Fail(Pointer(), kTooDeep);
     BeginValue();
     if (frames_.empty()) legacy_ = false;
-    frames_.push_back(Frame{false, {}, -1});
+    frames_.push_back(Frame{false, {}, -1, {}});
     switch (Where()) {
       case Place::kSegment: segment_ = Segment{}; break;
       case Place::kBlock: block_ = Block{}; break;
@@ -163,7 +162,7 @@ class Handler : public nlohmann::json_sax<json> {
     } else if (frames_.size() == 1 && !legacy_ && frames_[0].key == "segments") {
       saw_segments = true;
     }
-    frames_.push_back(Frame{true, {}, -1});
+    frames_.push_back(Frame{true, {}, -1, {}});
     if (Where() == Place::kDeviceTrace) traces[static_cast<int>(frames_[1].index)];
     return true;
   }
@@ -172,6 +171,9 @@ class Handler : public nlohmann::json_sax<json> {
     return true;
   }
   bool key(string_t& k) override {
+    // Twice in one object, the streamed sums would count both ("segments" twice: reserved
+    // doubled); the replay reader refuses it too (replay/snapshot.h).
+    if (!frames_.back().keys.Insert(k)) return Fail(Pointer() + "/" + k, "duplicate key");
     frames_.back().key = k;
     return true;
   }
@@ -194,6 +196,7 @@ class Handler : public nlohmann::json_sax<json> {
     bool array;
     std::string key;
     int64_t index;
+    ObjectKeys keys;  // objects: the keys given so far
   };
   struct Segment {
     int device = 0;

@@ -126,6 +126,31 @@ TEST_CASE("a memsim-csv iteration beyond 10^9 says the range", "[profile]") {
         "<file>:2: iteration: expected an integer from -1 to 10^9, got '99999999999'");
 }
 
+TEST_CASE("JSON profiles: a key given twice, and nesting past 64 levels", "[profile]") {
+  // The snapshot importer summed both "segments" lists (reserved doubled), the Chrome trace
+  // importer read the later of two keys; replay and the config reader refuse them already.
+  CHECK(LoadError("{\"segments\": [{\"device\": 0, \"total_size\": 2097152}], \"segments\": [], "
+                  "\"device_traces\": [[]]}",
+                  Format::kTorchSnapshot, "dup_snapshot.json") ==
+        "<file>: /segments: duplicate key");
+  CHECK(LoadError("{\"segments\": [{\"device\": 0, \"total_size\": 1, \"total_size\": 2}]}",
+                  Format::kTorchSnapshot, "dup_segment.json") ==
+        "<file>: /segments/0/total_size: duplicate key");
+  CHECK(LoadError("{\"traceEvents\": [{\"ph\": \"i\", \"ts\": 1, \"ts\": 2}]}",
+                  Format::kTorchTrace, "dup_trace.json") ==
+        "<file>: duplicate key 'ts' in one object (at /traceEvents/*)");
+  // 65 levels: a snapshot nests at most 9, a Chrome trace about 5. Both stop at level 65 (they
+  // read on until the end of the input before: an endless '[[[' stream).
+  std::string deep = "{\"segments\": []" + std::string(", \"device_traces\": ") + std::string(70, '[');
+  CHECK(LoadError(deep, Format::kTorchSnapshot, "deep_snapshot.json") ==
+        "<file>: /device_traces/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/"
+        "0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0: nested deeper than memsim's "
+        "limit of 64 levels (a memory snapshot nests at most 9)");
+  CHECK(LoadError("{\"traceEvents\": " + std::string(70, '['), Format::kTorchTrace,
+                  "deep_trace.json") ==
+        "<file>: nested deeper than memsim's limit of 64 levels (a Chrome trace nests about 5)");
+}
+
 TEST_CASE("a snapshot's --device-index that the snapshot never saw", "[profile]") {
   // snapshot.json holds segments of devices 0 and 1 and device_traces[0]; device 7 would load
   // as an empty profile and compare as -100%.
