@@ -1023,7 +1023,9 @@ constexpr std::int64_t kMaxLaunchFileBytes = std::int64_t{1} << 28;
 MegatronLaunch ReadMegatronArgsFile(const std::string& path) {
   const std::optional<std::string> read =
       ReadBoundedFile(path, Printable(path), kMaxLaunchFileBytes, "a --megatron-args file");
-  if (!read) throw InputError(fmt::format("{}: cannot read the file", Printable(path)));
+  if (!read) {
+    throw InputError(fmt::format("{}: cannot read the file: {}", Printable(path), WhyUnreadable(path)));
+  }
   const std::string& text = *read;
   if (LooksLikeArgumentsLog(text)) return ReadArgumentsLog(Printable(path), text);
   return ReadLaunchScript(Printable(path), text);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -126,6 +127,15 @@ TEST_CASE("backquotes close, and $((...)) missing an operand is a warning") {
             "t.sh:1: `...` not evaluated (memsim runs no command); taken as empty",
             "t.sh:2: `...` not evaluated (memsim runs no command); taken as empty",
             "t.sh:2: $((2+)) not evaluated (an operand is missing); taken as 0"});
+}
+
+TEST_CASE("a --megatron-args file that cannot be read says why") {
+  // It said only "cannot read the file".
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  CHECK(ErrorOf([&] { ReadMegatronArgsFile(dir); }) ==
+        dir + ": cannot read the file: a directory, not a file");
+  CHECK(ErrorOf([&] { ReadMegatronArgsFile(dir + "/no-such-launch-script.sh"); }) ==
+        dir + "/no-such-launch-script.sh: cannot read the file: No such file or directory");
 }
 
 TEST_CASE("an error about a value the script could not evaluate repeats why") {
