@@ -29,6 +29,7 @@ struct CompareArgs {
   std::string format = "auto";
   std::string simulated;
   int pipeline_rank = 0;
+  CLI::Option* pipeline_rank_option = nullptr;  // count() > 0 when --pipeline-rank was given
   int skip = 0;
   int profile_iterations = 0;
   std::string tolerance;
@@ -98,12 +99,15 @@ int RunCompare(const CompareArgs& a) {
     throw InputError("expected either CONFIG or --simulated FILE (exactly one)");
   }
   if (!a.simulated.empty()) {
-    // These change the simulation of CONFIG; a --simulated timeline has none to change.
+    // These change (or pick a stage of) the simulation of CONFIG; a --simulated timeline has
+    // none to change.
     const std::string given = !a.load.model.empty()    ? "--model"
                               : !a.load.device.empty() ? "--device"
                               : !a.load.sets.empty()   ? "--set"
                               : a.load.iterations != kNotGiven ? "--iterations"
-                                                               : "";
+                              : a.pipeline_rank_option != nullptr && a.pipeline_rank_option->count() > 0
+                                  ? "--pipeline-rank"
+                                  : "";
     if (!given.empty()) {
       throw InputError(fmt::format("{} applies to the CONFIG compare simulates; with --simulated "
                                    "{} there is no simulation to change",
@@ -194,8 +198,9 @@ Action AddCompareCommand(CLI::App& sub) {
   sub.add_option("--simulated", a->simulated,
                  "a simulated timeline (memsim-csv from `memsim run --csv`) instead of CONFIG")
       ->check(NonEmpty);
-  sub.add_option("--pipeline-rank", a->pipeline_rank, "simulated stage to compare with (default 0)")
-      ->check(NonNegativeInt);
+  a->pipeline_rank_option =
+      sub.add_option("--pipeline-rank", a->pipeline_rank, "simulated stage to compare with (default 0)")
+          ->check(NonNegativeInt);
   sub.add_option("--skip", a->skip, "drop the profile's first N iterations")
       ->check(NonNegativeInt);
   sub.add_option("--profile-iterations", a->profile_iterations,

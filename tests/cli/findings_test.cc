@@ -294,7 +294,8 @@ TEST_CASE("findings: compare --simulated refuses the options that change a simul
   ScratchDir dir("findings");
   // They were ignored without a word: --simulated is a timeline already simulated.
   for (const std::string option : {"--model llama3-8b", "--device h100-80g",
-                                   "--set training.seq_length=2", "--iterations 3"}) {
+                                   "--set training.seq_length=2", "--iterations 3",
+                                   "--pipeline-rank 0"}) {
     INFO(option);
     const auto r = RunMemsim(dir, "compare --simulated '" + kSim + "' --profile '" + kSim + "' " +
                                       option);
