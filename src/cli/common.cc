@@ -104,8 +104,11 @@ void AddMegatronOptions(CLI::App& sub, MegatronArgs& args) {
                                "read a Megatron-LM / MindSpeed-LLM launch script or training log "
                                "(or the arguments after --) instead of a config")
                     ->expected(0, 1);
+  // Only a launch's flags are allowed through; a JSON config's unsupported keys stay errors, so
+  // without --megatron-args the flag would be ignored without a word.
   sub.add_flag("--allow-unsupported", args.allow_unsupported,
-               "with --megatron-args: run even with unsupported flags (ignored, with a warning)");
+               "with --megatron-args: run even with unsupported flags (ignored, with a warning)")
+      ->needs(args.option);
 }
 
 config::Setup LoadMegatronLaunch(const MegatronArgs& args, const std::vector<std::string>& words,

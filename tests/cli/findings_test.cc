@@ -418,5 +418,21 @@ TEST_CASE("findings: standard output that cannot be written is exit 2", "[cli][f
   }
 }
 
+TEST_CASE("findings: options that act only with another one say so", "[cli][findings]") {
+  ScratchDir dir("findings");
+  // Both were ignored without a word: --tolerance is the growth allowed over a --baseline,
+  // --allow-unsupported lets a launch's unsupported flags through.
+  const std::string config = std::string(MEMSIM_SOURCE_DIR) + "/configs/default.json";
+  auto r = RunMemsim(dir, "check '" + config + "' --tolerance 3");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim check: --tolerance: applies to the comparison with --baseline FILE|DIR, "
+                 "which is not given (--margin is the headroom asked of the usable memory)\n");
+  CHECK(r.out.empty());
+  r = RunMemsim(dir, "run '" + config + "' --allow-unsupported");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim: --allow-unsupported requires --megatron-args\nRun 'memsim --help' for "
+                 "usage.\n");
+}
+
 }  // namespace
 }  // namespace memsim
