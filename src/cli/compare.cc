@@ -125,6 +125,21 @@ int RunCompare(const CompareArgs& a) {
   load.device_index = a.device_index;
   load.rank = a.rank;
   const timeline::Timeline measured = profile::LoadProfile(a.profile, *format, load);
+  // --rank picks a Megatron log's [Rank N] lines, --device-index the device of the other
+  // formats (a memsim-csv timeline holds one); given where they pick nothing they were ignored.
+  const bool per_rank = measured.source == "megatron-log";
+  if (a.rank >= 0 && !per_rank) {
+    throw InputError(fmt::format("--rank {}: applies to a Megatron log (its [Rank N] lines); {} "
+                                 "is {}{}",
+                                 a.rank, a.profile, measured.source,
+                                 measured.source == "memsim-csv" ? "" : " (--device-index picks its device)"));
+  }
+  if (a.device_index >= 0 && (per_rank || measured.source == "memsim-csv")) {
+    throw InputError(fmt::format("--device-index {}: {} is {}, {}", a.device_index, a.profile,
+                                 measured.source,
+                                 per_rank ? "read per rank (--rank N picks one)"
+                                          : "one device's timeline"));
+  }
   const int width = TerminalWidth(a.width);
   timeline::Timeline simulated;
   compare::SimulatedSide side;

@@ -434,5 +434,25 @@ TEST_CASE("findings: options that act only with another one say so", "[cli][find
                  "usage.\n");
 }
 
+TEST_CASE("findings: compare --rank and --device-index where they pick nothing", "[cli][findings]") {
+  ScratchDir dir("findings");
+  // --rank was ignored for every format but a Megatron log, --device-index for a Megatron log
+  // (read per rank) and a memsim-csv timeline (one device).
+  const std::string config = std::string(MEMSIM_SOURCE_DIR) + "/configs/default.json";
+  const std::string data = std::string(MEMSIM_SOURCE_DIR) + "/tests/profile/data/";
+  auto r = RunMemsim(dir, "compare '" + config + "' --profile '" + data + "snapshot.json' --rank 3");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim compare: --rank 3: applies to a Megatron log (its [Rank N] lines); " +
+                     data + "snapshot.json is torch-snapshot (--device-index picks its device)\n");
+  r = RunMemsim(dir, "compare '" + config + "' --profile '" + data + "megatron.log' --device-index 1");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim compare: --device-index 1: " + data +
+                     "megatron.log is megatron-log, read per rank (--rank N picks one)\n");
+  r = RunMemsim(dir, "compare '" + config + "' --profile '" + kSim + "' --device-index 0");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim compare: --device-index 0: " + kSim + " is memsim-csv, one device's "
+                                                                "timeline\n");
+}
+
 }  // namespace
 }  // namespace memsim
