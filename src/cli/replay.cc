@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -36,7 +37,7 @@ struct ReplayArgs {
   std::string backend = "cuda";
   std::string capacity;
   std::string alloc_conf;
-  int device_index = 0;
+  int device_index = -1;  // -1: not given (device 0 of a snapshot)
   std::string json;
   std::string csv;
 };
@@ -153,7 +154,13 @@ replay::ReplayResult ReplayFile(TraceFile& file, const ReplayArgs& args,
   }
   if (!replay::IsCsvTrace(buffer, args.trace)) {
     ReadSnapshotRest(file, buffer, eof);
-    return replay::ReplayTraceText(buffer, args.trace, args.device_index, allocator, rows);
+    return replay::ReplayTraceText(buffer, args.trace, std::max(args.device_index, 0), allocator,
+                                   rows);
+  }
+  if (args.device_index >= 0) {  // it picks nothing here: said rather than ignored
+    throw InputError(fmt::format("--device-index {}: applies to a snapshot (its device_traces); "
+                                 "{} is a CSV trace of one allocator",
+                                 args.device_index, args.trace));
   }
   replay::CsvReplay csv(args.trace, allocator, rows);
   csv.ReserveFor(file.Size());
@@ -239,7 +246,6 @@ int RunReplay(const ReplayArgs& args) {
   alloc::AllocatorOptions options = alloc::ParseAllocConf(args.alloc_conf, backend);
   if (!args.capacity.empty()) options.capacity_bytes = ParseSizeArg(args.capacity, "--capacity");
   alloc::ValidateOptions(options);
-  if (args.device_index < 0) throw InputError("--device-index must be >= 0");
   if (!args.json.empty() && args.json == args.csv) {
     throw InputError(fmt::format("--json and --csv name the same file '{}'", args.json));
   }

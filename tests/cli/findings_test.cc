@@ -452,6 +452,13 @@ TEST_CASE("findings: compare --rank and --device-index where they pick nothing",
   CHECK(r.exit_code == 2);
   CHECK(r.err == "memsim compare: --device-index 0: " + kSim + " is memsim-csv, one device's "
                                                                 "timeline\n");
+  // replay: a CSV trace is one allocator's.
+  dir.Write("t.csv", "malloc,a,512,0\nfree,a\n");
+  r = RunMemsim(dir, "replay t.csv --device-index 0 --csv out.csv");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim replay: --device-index 0: applies to a snapshot (its device_traces); "
+                 "t.csv is a CSV trace of one allocator\n");
+  CHECK_FALSE(std::filesystem::exists(dir.path() / "out.csv"));
 }
 
 }  // namespace
