@@ -20,6 +20,7 @@ using testing::ScratchDir;
 const std::string kFindings = std::string(MEMSIM_SOURCE_DIR) + "/tests/profile/data/findings/";
 const std::string kCliData = std::string(MEMSIM_SOURCE_DIR) + "/tests/cli/data/";
 const std::string kSim = std::string(MEMSIM_SOURCE_DIR) + "/tests/profile/data/memsim.csv";
+const std::string kDefaultConfig = std::string(MEMSIM_SOURCE_DIR) + "/configs/default.json";
 
 void CheckNoSanitizerReport(const testing::CommandResult& r) {
   CHECK(r.err.find("runtime error") == std::string::npos);
@@ -319,7 +320,7 @@ TEST_CASE("findings: compare --iterations simulates that many iterations, as run
   // memsim.csv numbers iterations 1 and 2. The default config simulates 4 (train_iters), so
   // measured iteration 2 is set against simulated 2; with --iterations 1 the simulation has only
   // iteration 1, against which the later measured ones are set (column "sim").
-  const std::string config = std::string(MEMSIM_SOURCE_DIR) + "/configs/default.json";
+  const std::string& config = kDefaultConfig;
   const std::string common = "compare '" + config + "' --profile '" + kSim + "' --no-chart --width 100";
   const auto all = RunMemsim(dir, common);
   CheckNoSanitizerReport(all);
@@ -404,7 +405,7 @@ TEST_CASE("findings: an endless or garbage snapshot stream stops at its first ba
 TEST_CASE("findings: standard output that cannot be written is exit 2", "[cli][findings]") {
   ScratchDir dir("findings");
   // `memsim validate --print-config > c.json` on a full disk exited 0 with c.json cut short.
-  const std::string config = std::string(MEMSIM_SOURCE_DIR) + "/configs/default.json";
+  const std::string& config = kDefaultConfig;
   for (const std::string& args : {"validate '" + config + "' --print-config",
                                   "validate '" + config + "'",
                                   "dump-program '" + config + "' --iterations 1"}) {
@@ -422,7 +423,7 @@ TEST_CASE("findings: options that act only with another one say so", "[cli][find
   ScratchDir dir("findings");
   // Both were ignored without a word: --tolerance is the growth allowed over a --baseline,
   // --allow-unsupported lets a launch's unsupported flags through.
-  const std::string config = std::string(MEMSIM_SOURCE_DIR) + "/configs/default.json";
+  const std::string& config = kDefaultConfig;
   auto r = RunMemsim(dir, "check '" + config + "' --tolerance 3");
   CHECK(r.exit_code == 2);
   CHECK(r.err == "memsim check: --tolerance: applies to the comparison with --baseline FILE|DIR, "
@@ -438,7 +439,7 @@ TEST_CASE("findings: compare --rank and --device-index where they pick nothing",
   ScratchDir dir("findings");
   // --rank was ignored for every format but a Megatron log, --device-index for a Megatron log
   // (read per rank) and a memsim-csv timeline (one device).
-  const std::string config = std::string(MEMSIM_SOURCE_DIR) + "/configs/default.json";
+  const std::string& config = kDefaultConfig;
   const std::string data = std::string(MEMSIM_SOURCE_DIR) + "/tests/profile/data/";
   auto r = RunMemsim(dir, "compare '" + config + "' --profile '" + data + "snapshot.json' --rank 3");
   CHECK(r.exit_code == 2);
