@@ -32,6 +32,7 @@ struct CheckArgs {
   std::string margin = "5";
   std::string baseline;
   std::string tolerance = "1";
+  CLI::Option* tolerance_option = nullptr;  // count() > 0 when --tolerance was given
   bool update_baseline = false;
   std::string junit_path;
   std::string json_path;
@@ -115,6 +116,11 @@ int Check(const CheckArgs& a) {
   if (a.update_baseline && a.baseline.empty()) {
     throw InputError("--update-baseline: needs --baseline FILE|DIR to write to");
   }
+  if (a.tolerance_option != nullptr && a.tolerance_option->count() > 0 && a.baseline.empty()) {
+    // The growth allowed over a baseline: without one it would be ignored without a word.
+    throw InputError("--tolerance: applies to the comparison with --baseline FILE|DIR, which is "
+                     "not given (--margin is the headroom asked of the usable memory)");
+  }
   if (baseline_is_dir && !a.update_baseline && !fs::is_directory(a.baseline)) {
     throw InputError(fmt::format(
         "--baseline {}: no such directory (create it with --update-baseline)", a.baseline));
@@ -194,7 +200,7 @@ Action AddCheckCommand(CLI::App& sub) {
   sub.add_option("--baseline", a->baseline,
                  "a previous `run --json` report, or a directory of <stem>.json")
       ->check(NonEmpty);
-  sub.add_option("--tolerance", a->tolerance,
+  a->tolerance_option = sub.add_option("--tolerance", a->tolerance,
                  "allowed growth over the baseline, percent (default 1)");
   sub.add_flag("--update-baseline", a->update_baseline, "write the new reports as the baseline");
   sub.add_option("--junit", a->junit_path, "write JUnit XML to FILE")->check(NonEmpty);

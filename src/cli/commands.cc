@@ -3,7 +3,10 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
@@ -50,9 +53,28 @@ std::string UnknownOption(CLI::App& app, int argc, char** argv) {
   return "";
 }
 
+// `--megatron-args -- ARGS`: CLI11 takes a "--" right after an option of optional value
+// (--megatron-args FILE is optional) as the end of that option's values, not as the start of
+// the positional arguments, so ARGS were read as memsim's options ("The following arguments
+// were not expected"), while `--megatron-args --device X -- ARGS` worked. A second "--" there
+// makes both spellings one.
+std::vector<char*> WithPositionalSeparator(int argc, char** argv) {
+  std::vector<char*> out(argv, argv + argc);
+  static char separator[] = "--";
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string_view(argv[i + 1]) != "--") continue;
+    if (std::string_view(argv[i]) == "--megatron-args") out.insert(out.begin() + i + 1, separator);
+    break;  // only the first "--" separates
+  }
+  return out;
+}
+
 }  // namespace
 
-int Main(int argc, char** argv) {
+int Main(int argc_in, char** argv_in) {
+  std::vector<char*> args = WithPositionalSeparator(argc_in, argv_in);
+  const int argc = static_cast<int>(args.size());
+  char** argv = args.data();
   CLI::App app{"memsim: device-memory simulator for deep-learning training"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("memsim ") + MEMSIM_VERSION);
@@ -92,7 +114,17 @@ int Main(int argc, char** argv) {
   for (auto& [sub, action] : actions) {
     if (!sub->parsed()) continue;
     try {
-      return action();
+      const int code = action();
+      // What went to standard output must have been written: `memsim validate --print-config >
+      // c.json` on a full disk (or > /dev/full) exited 0 with c.json cut short.
+      const bool flushed = std::fflush(stdout) == 0;
+      if (!flushed || std::ferror(stdout)) {
+        // errno is the flush's own; an earlier failed write left only the stream's error flag.
+        std::fprintf(stderr, "memsim %s: standard output: cannot write: %s\n",
+                     sub->get_name().c_str(), flushed ? "a write failed" : std::strerror(errno));
+        return 2;
+      }
+      return code;
     } catch (const InputError& e) {
       std::fprintf(stderr, "memsim %s: %s\n", sub->get_name().c_str(), e.what());
       return 2;

@@ -8,6 +8,8 @@
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
+#include <string_view>
 
 #include "config/megatron_args.h"
 #include "core/error.h"
@@ -39,11 +41,42 @@ std::string KeyValue(const std::string& value) {
   return "";
 }
 
-std::string NotSentinel(const std::string& value) {
+namespace {
+
+// "" when `value` (blanks around it allowed) is a decimal integer from `lo` to `hi`, else the
+// message: CLI11's own would say "Could not convert" for an integer beyond int, and print the
+// range of CLI::NonNegativeNumber with 300 digits.
+std::string IntegerIn(const std::string& value, std::int64_t lo, std::int64_t hi,
+                      std::string_view expected) {
   std::string_view v = value;
   while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
   while (!v.empty() && v.back() == ' ') v.remove_suffix(1);
-  return v == "-2147483648" ? "-2147483648 is out of range" : "";
+  std::int64_t n = 0;
+  const char* begin = v.data() + (v.starts_with('+') ? 1 : 0);
+  const auto [end, ec] = std::from_chars(begin, v.data() + v.size(), n);
+  if (v.empty() || end != v.data() + v.size() || (ec != std::errc() && ec != std::errc::result_out_of_range)) {
+    return fmt::format("expected {}, got '{}'", expected, value);
+  }
+  if (ec == std::errc::result_out_of_range || n < lo || n > hi) {
+    return fmt::format("{} is out of range: expected {} ({} to {})", v, expected, lo, hi);
+  }
+  return "";
+}
+
+constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
+
+}  // namespace
+
+std::string NotSentinel(const std::string& value) {
+  return IntegerIn(value, -kIntMax, kIntMax, "an integer");
+}
+
+std::string NonNegativeInt(const std::string& value) {
+  return IntegerIn(value, 0, kIntMax, "a non-negative integer");
+}
+
+std::string PositiveInt(const std::string& value) {
+  return IntegerIn(value, 1, kIntMax, "a positive integer");
 }
 
 void AddConfigOptions(CLI::App& sub, ConfigArgs& args, bool with_iterations) {
@@ -62,7 +95,7 @@ void AddConfigOptions(CLI::App& sub, ConfigArgs& args, bool with_iterations) {
       ->check(KeyValue);
   if (with_iterations) {
     sub.add_option("--iterations", args.iterations, "training iterations to simulate (train_iters)")
-        ->check(NotSentinel);
+        ->check(PositiveInt);
   }
 }
 
@@ -71,8 +104,11 @@ void AddMegatronOptions(CLI::App& sub, MegatronArgs& args) {
                                "read a Megatron-LM / MindSpeed-LLM launch script or training log "
                                "(or the arguments after --) instead of a config")
                     ->expected(0, 1);
+  // Only a launch's flags are allowed through; a JSON config's unsupported keys stay errors, so
+  // without --megatron-args the flag would be ignored without a word.
   sub.add_flag("--allow-unsupported", args.allow_unsupported,
-               "with --megatron-args: run even with unsupported flags (ignored, with a warning)");
+               "with --megatron-args: run even with unsupported flags (ignored, with a warning)")
+      ->needs(args.option);
 }
 
 config::Setup LoadMegatronLaunch(const MegatronArgs& args, const std::vector<std::string>& words,

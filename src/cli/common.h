@@ -63,9 +63,15 @@ std::string KeyValue(const std::string& value);
 
 // The value of an int option the user did not give.
 inline constexpr int kNotGiven = -2147483647 - 1;
-// A CLI11 validator for the int options that default to kNotGiven: the value itself
-// (-2147483648) is refused, so that giving it is never taken as "not given".
+// CLI11 validators for int options, run on the text before CLI11 converts it, so that text
+// that is not an integer, or one beyond the range, is named in memsim's words ("--skip: -1 is
+// out of range: expected a non-negative integer (0 to 2147483647)"). NotSentinel: any int but
+// kNotGiven (-2147483648), for the options that default to it, so that giving it is never
+// taken as "not given". NonNegativeInt: 0 and up. PositiveInt: 1 and up (for options whose 0
+// means "not given").
 std::string NotSentinel(const std::string& value);
+std::string NonNegativeInt(const std::string& value);
+std::string PositiveInt(const std::string& value);
 
 // "80GiB", "512MiB", "1000000" (bytes), "80GB" (10^9), from 1 MiB to 1 PiB (2^50). Throws
 // InputError naming `option`.

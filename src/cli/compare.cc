@@ -29,6 +29,7 @@ struct CompareArgs {
   std::string format = "auto";
   std::string simulated;
   int pipeline_rank = 0;
+  CLI::Option* pipeline_rank_option = nullptr;  // count() > 0 when --pipeline-rank was given
   int skip = 0;
   int profile_iterations = 0;
   std::string tolerance;
@@ -97,6 +98,22 @@ int RunCompare(const CompareArgs& a) {
   if (a.config.empty() == a.simulated.empty()) {
     throw InputError("expected either CONFIG or --simulated FILE (exactly one)");
   }
+  if (!a.simulated.empty()) {
+    // These change (or pick a stage of) the simulation of CONFIG; a --simulated timeline has
+    // none to change.
+    const std::string given = !a.load.model.empty()    ? "--model"
+                              : !a.load.device.empty() ? "--device"
+                              : !a.load.sets.empty()   ? "--set"
+                              : a.load.iterations != kNotGiven ? "--iterations"
+                              : a.pipeline_rank_option != nullptr && a.pipeline_rank_option->count() > 0
+                                  ? "--pipeline-rank"
+                                  : "";
+    if (!given.empty()) {
+      throw InputError(fmt::format("{} applies to the CONFIG compare simulates; with --simulated "
+                                   "{} there is no simulation to change",
+                                   given, a.simulated));
+    }
+  }
   report::CheckOutputs({a.json, a.html},
                        {a.config, a.profile, a.simulated, a.load.model, a.load.device});
   compare::CompareOptions options;
@@ -108,6 +125,21 @@ int RunCompare(const CompareArgs& a) {
   load.device_index = a.device_index;
   load.rank = a.rank;
   const timeline::Timeline measured = profile::LoadProfile(a.profile, *format, load);
+  // --rank picks a Megatron log's [Rank N] lines, --device-index the device of the other
+  // formats (a memsim-csv timeline holds one); given where they pick nothing they were ignored.
+  const bool per_rank = measured.source == "megatron-log";
+  if (a.rank >= 0 && !per_rank) {
+    throw InputError(fmt::format("--rank {}: applies to a Megatron log (its [Rank N] lines); {} "
+                                 "is {}{}",
+                                 a.rank, a.profile, measured.source,
+                                 measured.source == "memsim-csv" ? "" : " (--device-index picks its device)"));
+  }
+  if (a.device_index >= 0 && (per_rank || measured.source == "memsim-csv")) {
+    throw InputError(fmt::format("--device-index {}: {} is {}, {}", a.device_index, a.profile,
+                                 measured.source,
+                                 per_rank ? "read per rank (--rank N picks one)"
+                                          : "one device's timeline"));
+  }
   const int width = TerminalWidth(a.width);
   timeline::Timeline simulated;
   compare::SimulatedSide side;
@@ -181,14 +213,14 @@ Action AddCompareCommand(CLI::App& sub) {
   sub.add_option("--simulated", a->simulated,
                  "a simulated timeline (memsim-csv from `memsim run --csv`) instead of CONFIG")
       ->check(NonEmpty);
-  sub.add_option("--pipeline-rank", a->pipeline_rank, "simulated stage to compare with (default 0)")
-      ->check(CLI::NonNegativeNumber)
-      ->check(NotSentinel);
+  a->pipeline_rank_option =
+      sub.add_option("--pipeline-rank", a->pipeline_rank, "simulated stage to compare with (default 0)")
+          ->check(NonNegativeInt);
   sub.add_option("--skip", a->skip, "drop the profile's first N iterations")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegativeInt);
   sub.add_option("--profile-iterations", a->profile_iterations,
                  "how many iterations the profile covers when it has no markers")
-      ->check(CLI::NonNegativeNumber);
+      ->check(PositiveInt);
   sub.add_option("--tolerance", a->tolerance, "exit 1 when an overall peak error exceeds PCT");
   sub.add_option("--json", a->json, "write the comparison as JSON (schema_version 1)")
       ->check(NonEmpty);
@@ -196,9 +228,11 @@ Action AddCompareCommand(CLI::App& sub) {
                  "write a self-contained HTML report with the measured curves overlaid to FILE")
       ->check(NonEmpty);
   sub.add_option("--device-index", a->device_index,
-                 "device in the profile (default: the lowest with data)");
-  sub.add_option("--rank", a->rank, "Megatron logs: global rank (default: the lowest)");
-  AddConfigOptions(sub, a->load, /*with_iterations=*/false);
+                 "device in the profile (default: the lowest with data)")
+      ->check(NonNegativeInt);
+  sub.add_option("--rank", a->rank, "Megatron logs: global rank (default: the lowest)")
+      ->check(NonNegativeInt);
+  AddConfigOptions(sub, a->load, /*with_iterations=*/true);
   sub.add_flag("--no-chart", a->no_chart, "omit the overlay chart");
   sub.add_option("--width", a->width,
                  "fit the output to N columns (default: the terminal's, 80 when not a terminal)")

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -24,6 +25,7 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "core/huge_page_allocator.h"
+#include "replay/snapshot.h"
 #include "replay/trace.h"
 #include "report/format.h"
 
@@ -35,7 +37,7 @@ struct ReplayArgs {
   std::string backend = "cuda";
   std::string capacity;
   std::string alloc_conf;
-  int device_index = 0;
+  int device_index = -1;  // -1: not given (device 0 of a snapshot)
   std::string json;
   std::string csv;
 };
@@ -64,6 +66,10 @@ class TraceFile {
     }
     fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0) Fail(errno);
+    if (Size() >= kMaxTraceBytes) {  // refused before a byte is read
+      ::close(fd_);
+      TooLarge();
+    }
   }
   ~TraceFile() { ::close(fd_); }
   TraceFile(const TraceFile&) = delete;
@@ -74,6 +80,10 @@ class TraceFile {
     struct stat st {};
     if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
     return static_cast<std::size_t>(st.st_size);
+  }
+  bool IsRegular() const {
+    struct stat st {};
+    return ::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode);
   }
 
   // Appends the next block (up to 4 MiB) to `buffer`; returns true at the end of the file.
@@ -88,14 +98,15 @@ class TraceFile {
     if (n < 0) Fail(errno);
     buffer.resize(at + static_cast<std::size_t>(n));
     total_ += static_cast<std::size_t>(n);
-    if (total_ >= kMaxTraceBytes) {
-      throw InputError(fmt::format(
-          "cannot read trace '{}': 2 GiB or larger (the limit is 2^31 bytes)", path_));
-    }
+    if (total_ >= kMaxTraceBytes) TooLarge();
     return n == 0;
   }
 
  private:
+  [[noreturn]] void TooLarge() const {
+    throw InputError(fmt::format(
+        "cannot read trace '{}': 2 GiB or larger (the limit is 2^31 bytes)", path_));
+  }
   [[noreturn]] void Fail(int err) const {
     throw InputError(fmt::format("cannot read trace '{}': {}", path_, std::strerror(err)));
   }
@@ -105,6 +116,23 @@ class TraceFile {
   std::size_t total_ = 0;
 };
 
+// Reads the rest of a snapshot into `buffer` (`eof`: already at the end). A pipe or device
+// (whose size is not known in advance) is checked as it grows, at 4 MiB and every 4x more: the
+// reading stops once the bytes so far already hold the error the whole would give (an endless
+// or garbage stream, refused at its first bad byte instead of at the 2 GiB limit) or a whole
+// pickle. A regular file is read whole (its size was checked when opened).
+void ReadSnapshotRest(TraceFile& file, TraceText& buffer, bool eof) {
+  const bool check = !file.IsRegular();
+  std::size_t next_check = std::size_t{4} << 20;
+  while (!eof) {
+    eof = file.ReadMore(buffer);
+    if (check && !eof && buffer.size() >= next_check) {
+      if (!replay::SnapshotNeedsMoreBytes(buffer)) return;
+      next_check = buffer.size() * 4;
+    }
+  }
+}
+
 // Replays the trace file. A CSV trace is parsed and replayed block by block
 // (replay::CsvReplay): neither its text nor its records are held, only a block and the ids. A
 // snapshot (told by its first non-blank character or pickle header) is read whole first.
@@ -112,12 +140,27 @@ replay::ReplayResult ReplayFile(TraceFile& file, const ReplayArgs& args,
                                 alloc::Allocator& allocator, replay::ReplayRowSink* rows) {
   TraceText buffer;
   bool eof = file.ReadMore(buffer);
-  while (!eof && buffer.find_first_not_of(" \t\r\n") == std::string::npos) {
+  // Leading blanks: only the bytes read since are scanned (scanning the whole buffer after each
+  // read of a pipe made an endless stream of blank lines quadratic: a hang).
+  std::size_t scanned = 0;
+  while (!eof && buffer.find_first_not_of(" \t\r\n", scanned) == std::string::npos) {
+    if (buffer.size() > kMaxCsvLineBytes) {
+      throw InputError(fmt::format("{}: only blanks in the first {} bytes: not a trace (expected "
+                                   "lines op,id,bytes,stream or a PyTorch memory snapshot)",
+                                   args.trace, kMaxCsvLineBytes));
+    }
+    scanned = buffer.size();
     eof = file.ReadMore(buffer);
   }
   if (!replay::IsCsvTrace(buffer, args.trace)) {
-    while (!eof) eof = file.ReadMore(buffer);
-    return replay::ReplayTraceText(buffer, args.trace, args.device_index, allocator, rows);
+    ReadSnapshotRest(file, buffer, eof);
+    return replay::ReplayTraceText(buffer, args.trace, std::max(args.device_index, 0), allocator,
+                                   rows);
+  }
+  if (args.device_index >= 0) {  // it picks nothing here: said rather than ignored
+    throw InputError(fmt::format("--device-index {}: applies to a snapshot (its device_traces); "
+                                 "{} is a CSV trace of one allocator",
+                                 args.device_index, args.trace));
   }
   replay::CsvReplay csv(args.trace, allocator, rows);
   csv.ReserveFor(file.Size());
@@ -203,7 +246,6 @@ int RunReplay(const ReplayArgs& args) {
   alloc::AllocatorOptions options = alloc::ParseAllocConf(args.alloc_conf, backend);
   if (!args.capacity.empty()) options.capacity_bytes = ParseSizeArg(args.capacity, "--capacity");
   alloc::ValidateOptions(options);
-  if (args.device_index < 0) throw InputError("--device-index must be >= 0");
   if (!args.json.empty() && args.json == args.csv) {
     throw InputError(fmt::format("--json and --csv name the same file '{}'", args.json));
   }
@@ -293,7 +335,8 @@ Action AddReplayCommand(CLI::App& sub) {
   sub.add_option("--alloc-conf", args->alloc_conf,
                  "allocator options in PYTORCH_CUDA_ALLOC_CONF syntax, \"k:v,...\"");
   sub.add_option("--device-index", args->device_index,
-                 "device whose device_traces a snapshot replays (default 0)");
+                 "device whose device_traces a snapshot replays (default 0)")
+      ->check(NonNegativeInt);
   sub.add_option("--json", args->json, "write the final and peak stats as JSON")->check(NonEmpty);
   sub.add_option("--csv", args->csv, "write a timeline, one row per operation")->check(NonEmpty);
   return [args]() -> int { return RunReplay(*args); };

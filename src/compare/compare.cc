@@ -476,6 +476,11 @@ Report Compare(const Timeline& measured_in, const Timeline& simulated, const Com
   bool from_start = false;  // the measured iteration 1 starts at the profile's first sample
   if (HasIterations(m)) {
     r.alignment = fmt::format("by the iteration numbers in the profile ({})", m.source);
+    if (o.profile_iterations > 0) {
+      r.notes.push_back(fmt::format("--profile-iterations {} ignored: the profile numbers its "
+                                    "iterations itself",
+                                    o.profile_iterations));
+    }
   } else if (allocator_level) {
     const int n = DetectIterations(m, o.profile_iterations);
     detected = n > 0 && o.profile_iterations == 0;
@@ -484,7 +489,11 @@ Report Compare(const Timeline& measured_in, const Timeline& simulated, const Com
                                       HasCurve(m, Curve::kAllocated) ? "allocated" : "reserved",
                                       o.profile_iterations > 0 ? " (--profile-iterations)" : "")
                         : o.profile_iterations > 0
-                            ? "no iterations found in the profile: compared on peaks only"
+                            ? fmt::format("no {} iterations found in the periodic {} curve "
+                                          "(--profile-iterations {}): compared on peaks only",
+                                          o.profile_iterations,
+                                          HasCurve(m, Curve::kAllocated) ? "allocated" : "reserved",
+                                          o.profile_iterations)
                             : "no iterations found in the profile: compared on peaks only "
                               "(--profile-iterations N says how many it covers)";
   } else if (o.profile_iterations > 0) {

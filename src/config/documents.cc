@@ -106,16 +106,6 @@ std::optional<Document> ReadByPath(const std::string& ref, const Document* from,
   return d;
 }
 
-// Why ReadFile failed on `path`: a directory, or the C library's reason for not opening it.
-std::string WhyUnreadable(const std::string& path) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) return "a directory, not a file";
-  errno = 0;
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return std::strerror(errno);
-  std::fclose(f);
-  return "a read error";
-}
 
 std::string CommaList(const std::vector<std::string>& names) {
   std::string out;
@@ -163,7 +153,10 @@ Document FindDeviceDocument(const std::string& ref, const std::string& location,
   if (LooksLikePath(ref)) {
     std::string label;
     const std::optional<Document> doc = ReadByPath(ref, from, &label);
-    if (!doc) Fail(location, fmt::format("cannot read device preset file '{}'", Printable(label)));
+    if (!doc) {
+      Fail(location, fmt::format("cannot read device preset file '{}': {}", Printable(label),
+                                 WhyUnreadable(label)));
+    }
     return *doc;
   }
   std::optional<Document> doc = FindEmbeddedDocument("configs/devices/" + ref + ".json");

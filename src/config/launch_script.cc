@@ -219,11 +219,11 @@ class ScriptReader {
           }
         }
         if (pos_ >= text_.size()) break;
-      } else if (c == open) {
-        ++depth;
-      } else if (c == close && --depth == 0) {
+      } else if (c == close && --depth == 0) {  // before `open`: a '`' closes what '`' opened
         Advance();
         return body;
+      } else if (c == open) {
+        ++depth;
       }
       body += Peek();
       Advance();
@@ -372,10 +372,12 @@ class ScriptReader {
   // ---- arithmetic: + - * / % and parentheses over integers and variable names ----
   std::int64_t Arithmetic(const std::string& expr, int line) {
     size_t i = 0;
+    arith_missing_operand_ = false;
     const std::int64_t v = ArithSum(expr, i, line);
     while (i < expr.size() && IsBlank(expr[i])) ++i;
-    if (i != expr.size()) {
-      Warn(line, fmt::format("$(({})) not evaluated; taken as 0", Printable(expr, 40)));
+    if (i != expr.size() || arith_missing_operand_) {
+      Warn(line, fmt::format("$(({})) not evaluated{}; taken as 0", Printable(expr, 40),
+                             arith_missing_operand_ ? " (an operand is missing)" : ""));
       return 0;
     }
     return v;
@@ -422,7 +424,10 @@ class ScriptReader {
     while (j < e.size() && IsNameChar(e[j])) ++j;
     const std::string tok = e.substr(i, j - i);
     i = j;
-    if (tok.empty()) return 0;
+    if (tok.empty()) {
+      arith_missing_operand_ = true;  // `$((2+))`: bash refuses it
+      return 0;
+    }
     if (std::optional<std::int64_t> n = ParseInt(tok)) return *n;
     const std::vector<std::string>* v = Lookup(tok);
     if (v == nullptr || v->empty()) {
@@ -450,6 +455,7 @@ class ScriptReader {
       } else if (c == '`') {
         Balanced('`', '`');
         Warn(line_, "`...` not evaluated (memsim runs no command); taken as empty");
+        b.Quoted("");  // "`cmd`" is one field, empty here, as "$(cmd)" is
       } else {
         b.Quoted(std::string(1, c));
         Advance();
@@ -860,7 +866,8 @@ class ScriptReader {
   std::vector<CharLines> last_lines_;  // of the elements the last Dollar() returned, or empty
   std::vector<Block> blocks_;
   bool found_ = false;
-  bool all_elements_ = false;  // the last expansion was "${A[@]}" or "$@": one field each
+  bool all_elements_ = false;
+  bool arith_missing_operand_ = false;  // set by ArithAtom, read by Arithmetic  // the last expansion was "${A[@]}" or "$@": one field each
   MegatronLaunch out_;
 };
 
@@ -882,7 +889,24 @@ std::optional<std::pair<std::string, std::string>> ArgumentLine(std::string_view
 }  // namespace
 
 MegatronLaunch ReadLaunchScript(const std::string& label, std::string_view text) {
-  return ScriptReader(label, text).Read();
+  // CRLF line ends (a script saved on Windows): bash keeps each '\r' as part of the line, so
+  // `\` before CR-LF continues nothing and the training command stops at its first line (the
+  // model's flags silently lost). The script is read as with LF line ends, and told.
+  const size_t crlf = text.find("\r\n");
+  if (crlf == std::string_view::npos) return ScriptReader(label, text).Read();
+  std::string lf;
+  lf.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (!(text[i] == '\r' && i + 1 < text.size() && text[i + 1] == '\n')) lf += text[i];
+  }
+  MegatronLaunch out = ScriptReader(label, lf).Read();
+  const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(crlf), '\n');
+  out.warnings.insert(out.warnings.begin(),
+                      fmt::format("{}:{}: CRLF line ends (a file saved on Windows: bash keeps each "
+                                  "'\\r' in its line, so a '\\' before it continues nothing); "
+                                  "read as LF line ends",
+                                  label, line));
+  return out;
 }
 
 bool LooksLikeArgumentsLog(std::string_view text) {
@@ -999,7 +1023,9 @@ constexpr std::int64_t kMaxLaunchFileBytes = std::int64_t{1} << 28;
 MegatronLaunch ReadMegatronArgsFile(const std::string& path) {
   const std::optional<std::string> read =
       ReadBoundedFile(path, Printable(path), kMaxLaunchFileBytes, "a --megatron-args file");
-  if (!read) throw InputError(fmt::format("{}: cannot read the file", Printable(path)));
+  if (!read) {
+    throw InputError(fmt::format("{}: cannot read the file: {}", Printable(path), WhyUnreadable(path)));
+  }
   const std::string& text = *read;
   if (LooksLikeArgumentsLog(text)) return ReadArgumentsLog(Printable(path), text);
   return ReadLaunchScript(Printable(path), text);

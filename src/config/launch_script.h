@@ -68,7 +68,7 @@ bool LooksLikeArgumentsLog(std::string_view text);
 MegatronLaunch ReadCommandLineArguments(const std::vector<std::string>& words);
 
 // Reads FILE as a training log when it holds an arguments block, else as a launch script.
-// Throws InputError "<path>: cannot read the file" when it cannot be read.
+// Throws InputError "<path>: cannot read the file: <why>" when it cannot be read.
 MegatronLaunch ReadMegatronArgsFile(const std::string& path);
 
 }  // namespace memsim::config

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <map>
 
 #include <fmt/core.h>
 
@@ -395,12 +396,35 @@ void RejectMegatronArgumentKeys(const ObjectReader& t, const std::vector<std::st
   }
 }
 
+// Two --set of one key with other values, or --iterations with a --set of the key it sets: the
+// last is taken (as ApplyCommandLine applies them in order), and said.
+void WarnCommandLineRepeats(const LoadOptions& options, std::vector<std::string>* warnings) {
+  std::map<std::string, std::string> given;  // key -> its last "KEY=VALUE"
+  for (const std::string& o : options.overrides) {
+    const auto [it, fresh] = given.try_emplace(o.substr(0, o.find('=')), o);
+    if (!fresh && it->second != o) {
+      warnings->push_back(fmt::format("--set {}: overrides --set {} given before it; the last "
+                                      "is taken",
+                                      Printable(o), Printable(it->second)));
+    }
+    it->second = o;
+  }
+  if (options.iterations <= 0) return;
+  for (const char* key : {"training.train_iters", "training.max_steps"}) {
+    if (const auto it = given.find(key); it != given.end()) {
+      warnings->push_back(fmt::format("--iterations {}: overrides --set {}", options.iterations,
+                                      Printable(it->second)));
+    }
+  }
+}
+
 }  // namespace
 
 Setup LoadParsedConfig(const Document& config, const Json& root, const Source& source,
                        const LoadOptions& options) {
   Setup s;
   s.config_path = config.label;
+  WarnCommandLineRepeats(options, &s.warnings);
   ObjectReader top(source, root, "");
   RejectOtherJsonKinds(top, config.label);
   top.RejectUnknown({"model", "device", "training", "allocator"});

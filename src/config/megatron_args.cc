@@ -247,7 +247,28 @@ class Translator {
     }
     const Modelled* m = FindModelled(a.name);
     MEMSIM_CHECK(m != nullptr);  // the table and kModelled agree (megatron_flags_test.cc)
+    WarnRepeated(a);
     Convert(*m, a);
+  }
+
+  // A modelled flag given again with other values (a flag in an argument group and again on
+  // the command): argparse keeps the last one, and so does memsim, but it is said.
+  void WarnRepeated(const LaunchArgument& a) {
+    const auto [it, first] = seen_.try_emplace(a.name, &a);
+    if (first) return;
+    if (it->second->values != a.values) {
+      auto shown = [](const LaunchArgument& x) {
+        std::string v;
+        for (const std::string& w : x.values) v += (v.empty() ? "" : " ") + w;
+        return x.values.empty() ? std::string("no value") : fmt::format("'{}'", Printable(v, 40));
+      };
+      const LaunchArgument& before = *it->second;
+      warnings_.push_back(fmt::format(
+          "{}: given again with {} ({} before{}); the last taken, as argparse does", Label(a),
+          shown(a), shown(before),
+          before.line == 0 ? std::string() : fmt::format(", line {}", before.line)));
+    }
+    it->second = &a;
   }
 
   void Convert(const Modelled& m, const LaunchArgument& a) {
@@ -394,6 +415,7 @@ class Translator {
   const MegatronLaunch& launch_;
   const MegatronOptions& options_;
   std::vector<std::string> unsupported_;
+  std::map<std::string, const LaunchArgument*> seen_;  // modelled flag -> its last occurrence
 };
 
 // The data-parallel size: the log's, or world / (TP × PP × CP) with the world from the launcher.
@@ -577,8 +599,34 @@ std::vector<std::string> ModelledMegatronFlags() {
   return out;
 }
 
-Setup LoadSetupFromMegatron(const MegatronLaunch& launch, const LoadOptions& options,
-                            const MegatronOptions& megatron) {
+namespace {
+
+// An error at "<label>:<line>: " gains the reader's warnings about that line: a value the
+// reader could not evaluate (`$((1<<70))`, `$UNSET`) and took as 0 or empty is what the error
+// is about, and the warnings are not printed when loading fails. An error without a line (a
+// field of the model built from the arguments: "/model/n_layer") gains every such substitution
+// of the launch ("taken as ..."), at most three.
+std::string WithLineWarnings(const std::string& message, const MegatronLaunch& launch) {
+  const std::string label = launch.label + ":";
+  if (!message.starts_with(label)) return message;
+  const size_t end = message.find(": ", label.size());
+  const bool has_line = end != std::string::npos && end > label.size() &&
+                        message.find_first_not_of("0123456789", label.size()) == end;
+  const std::string prefix = has_line ? message.substr(0, end + 2) : std::string();
+  std::string said;
+  int count = 0;
+  for (const std::string& w : launch.warnings) {
+    const bool about = has_line ? w.starts_with(prefix) : w.find("; taken as ") != std::string::npos;
+    if (!about || ++count > 3) continue;
+    said += (said.empty() ? "" : "; ") + (has_line ? w.substr(prefix.size()) : w);
+  }
+  if (count > 3) said += fmt::format("; {} more", count - 3);
+  if (said.empty()) return message;
+  return message + (has_line ? " (on that line: " : " (") + said + ")";
+}
+
+Setup TranslateAndLoad(const MegatronLaunch& launch, const LoadOptions& options,
+                       const MegatronOptions& megatron) {
   Translator t(launch, megatron);
   t.Run();
   if (t.train_samples) {  // arguments.py: iterations = samples / global batch
@@ -626,6 +674,19 @@ Setup LoadSetupFromMegatron(const MegatronLaunch& launch, const LoadOptions& opt
   s.notes.insert(s.notes.begin(), t.notes_.begin(), t.notes_.end());
   s.notes.insert(s.notes.begin(), launch.notes.begin(), launch.notes.end());
   return s;
+}
+
+}  // namespace
+
+Setup LoadSetupFromMegatron(const MegatronLaunch& launch, const LoadOptions& options,
+                            const MegatronOptions& megatron) {
+  try {
+    return TranslateAndLoad(launch, options, megatron);
+  } catch (const UnsupportedError&) {
+    throw;  // about a flag, not a value
+  } catch (const InputError& e) {
+    throw InputError(WithLineWarnings(e.what(), launch));
+  }
 }
 
 }  // namespace memsim::config

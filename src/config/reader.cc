@@ -8,6 +8,7 @@
 #include <fmt/core.h>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "core/json_pointer.h"
 
 namespace memsim::config::internal {
@@ -92,25 +93,7 @@ std::string Printable(std::string_view text, size_t max_chars) {
 }
 
 std::optional<size_t> FindTooDeep(std::string_view text) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;  // the escaped character
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth) return i;
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return std::nullopt;
+  return FindJsonTooDeep(text, kMaxJsonDepth);
 }
 
 std::string Child(const std::string& pointer, std::string_view key) {
@@ -304,6 +287,14 @@ constexpr Limit kLimits[] = {
 std::optional<int> ObjectReader::PositiveInt(std::string_view key) {
   const Json* v = Value(key);
   if (v == nullptr) return std::nullopt;
+  if (v->is_number_integer() && !FitsInt(*v) && (v->is_number_unsigned() || v->get<std::int64_t>() > 0)) {
+    // A positive integer all the same: say which bound it passed, not "expected a positive
+    // integer, got 1099511627776".
+    const auto limit = std::find_if(std::begin(kLimits), std::end(kLimits),
+                                    [&](const Limit& l) { return l.key == key; });
+    Fail(At(key), fmt::format("{} exceeds memsim's limit of {}", Describe(*v),
+                              limit != std::end(kLimits) ? limit->max : std::numeric_limits<int>::max()));
+  }
   if (!FitsInt(*v) || v->get<std::int64_t>() <= 0) {
     Fail(At(key), fmt::format("expected a positive integer, got {}", Describe(*v)));
   }
@@ -318,6 +309,10 @@ std::optional<int> ObjectReader::PositiveInt(std::string_view key) {
 std::optional<int> ObjectReader::NonNegativeInt(std::string_view key) {
   const Json* v = Value(key);
   if (v == nullptr) return std::nullopt;
+  if (v->is_number_integer() && !FitsInt(*v) && (v->is_number_unsigned() || v->get<std::int64_t>() > 0)) {
+    Fail(At(key), fmt::format("{} exceeds memsim's limit of {}", Describe(*v),
+                              std::numeric_limits<int>::max()));
+  }
   if (!FitsInt(*v) || v->get<std::int64_t>() < 0) {
     Fail(At(key), fmt::format("expected a non-negative integer, got {}", Describe(*v)));
   }

@@ -70,13 +70,22 @@ bool IsUtf8(std::string_view s) {
   return true;
 }
 
+// Thrown instead of an error about the end of the input when reading a prefix.
+struct PrefixEnds {};
+
 class Unpickler {
  public:
-  Unpickler(std::string_view in, std::string_view file) : in_(in), file_(file) {}
+  // `prefix`: `in` is the start of a longer pickle; running out of bytes throws PrefixEnds, and
+  // Run() returns null at STOP (the value is not built).
+  Unpickler(std::string_view in, std::string_view file, bool prefix = false)
+      : in_(in), file_(file), prefix_(prefix) {}
 
   json Run() {
     while (true) {
-      if (pos_ >= in_.size()) throw Fail(pos_, "ends before the STOP opcode");
+      if (pos_ >= in_.size()) {
+        if (prefix_) throw PrefixEnds{};
+        throw Fail(pos_, "ends before the STOP opcode");
+      }
       op_at_ = pos_;
       const auto op = static_cast<unsigned char>(in_[pos_++]);
       if (op == '.') break;
@@ -85,6 +94,7 @@ class Unpickler {
     if (!marks_.empty() || stack_.size() != 1) {
       throw Fail(op_at_, "STOP with an unbalanced stack (a truncated or malformed pickle)");
     }
+    if (prefix_) return json();
     budget_ = std::max<std::size_t>(std::size_t{1} << 20, 4 * in_.size());
     return ToJson(stack_.back(), 0);
   }
@@ -95,7 +105,10 @@ class Unpickler {
   }
 
   std::string_view Take(std::uint64_t n) {
-    if (n > in_.size() - pos_) throw Fail(op_at_, "a length runs past the end of the file");
+    if (n > in_.size() - pos_) {
+      if (prefix_) throw PrefixEnds{};
+      throw Fail(op_at_, "a length runs past the end of the file");
+    }
     std::string_view v = in_.substr(pos_, static_cast<std::size_t>(n));
     pos_ += static_cast<std::size_t>(n);
     return v;
@@ -203,6 +216,7 @@ class Unpickler {
 
   std::string_view in_;
   std::string_view file_;
+  bool prefix_ = false;
   std::size_t pos_ = 0;
   std::size_t op_at_ = 0;
   std::vector<Node> nodes_;
@@ -340,4 +354,14 @@ json PickleToJson(std::string_view bytes, std::string_view file_name) {
   return Unpickler(bytes, file_name).Run();
 }
 
+bool PickleNeedsMoreBytes(std::string_view prefix) {
+  try {
+    Unpickler(prefix, "", /*prefix=*/true).Run();
+  } catch (const PrefixEnds&) {
+    return true;
+  } catch (const InputError&) {
+    return false;  // an error more bytes cannot mend
+  }
+  return false;  // STOP: the pickle is whole; the bytes after it are never read
+}
 }  // namespace memsim

@@ -24,4 +24,11 @@ bool LooksLikePickle(std::string_view head);
 // Throws InputError "<file_name>: pickle byte <n>: <what was wrong>".
 nlohmann::json PickleToJson(std::string_view bytes, std::string_view file_name);
 
+// For a reader of a pickle still arriving (a pipe, an endless stream, gigabytes of gzip): true
+// iff PickleToJson of `prefix`, the bytes so far, would fail only for want of more bytes. False
+// when the prefix already holds an error more bytes cannot mend (an opcode memsim refuses, a
+// reference to nothing: PickleToJson of the whole throws the same error as of the prefix) or
+// the whole pickle (its STOP: the bytes after it are never read), so reading can stop there.
+// Costs what unpickling the prefix costs, without building its value.
+bool PickleNeedsMoreBytes(std::string_view prefix);
 }  // namespace memsim

@@ -3,6 +3,8 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -46,6 +48,16 @@ std::optional<std::string> ReadBoundedFile(const std::string& path, std::string_
   }
   if (in.bad()) return std::nullopt;
   return text;
+}
+
+std::string WhyUnreadable(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return "a directory, not a file";
+  errno = 0;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return std::strerror(errno);
+  std::fclose(f);
+  return "a read error";
 }
 
 }  // namespace memsim

@@ -19,4 +19,8 @@ namespace memsim {
 std::optional<std::string> ReadBoundedFile(const std::string& path, std::string_view label,
                                            std::int64_t max_bytes, std::string_view what);
 
+// Why `path` could not be read, for a message: "a directory, not a file", or the C library's
+// reason for not opening it ("No such file or directory").
+std::string WhyUnreadable(const std::string& path);
+
 }  // namespace memsim

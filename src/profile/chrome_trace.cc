@@ -60,8 +60,10 @@ class Handler : public nlohmann::json_sax<json> {
   }
   bool binary(binary_t&) override { return true; }
   bool start_object(std::size_t) override {
+    if (TooDeep()) return false;
     ++depth_;
     keys_.emplace_back();
+    object_keys_.emplace_back();
     if (events_depth_ > 0 && depth_ == events_depth_ + 1) {
       ev_ = Event{};
       event_depth_ = depth_;
@@ -69,6 +71,14 @@ class Handler : public nlohmann::json_sax<json> {
     return true;
   }
   bool key(string_t& k) override {
+    if (!object_keys_.back().Insert(k)) {
+      // A document would keep the last value silently ("ts" twice in an event).
+      std::string where;
+      for (size_t i = 0; i + 1 < keys_.size(); ++i) where += "/" + (keys_[i].empty() ? "*" : keys_[i]);
+      error_ = fmt::format("duplicate key '{}' in one object (at {})", k, where.empty() ? "/" : where);
+      semantic_ = true;
+      return false;
+    }
     keys_.back() = k;
     return true;
   }
@@ -79,9 +89,11 @@ class Handler : public nlohmann::json_sax<json> {
     }
     --depth_;
     keys_.pop_back();
+    object_keys_.pop_back();
     return true;
   }
   bool start_array(std::size_t) override {
+    if (TooDeep()) return false;
     ++depth_;
     keys_.emplace_back();
     // The events: "traceEvents" of the top object, or a top-level array (JSON Array Format).
@@ -106,8 +118,18 @@ class Handler : public nlohmann::json_sax<json> {
 
   std::optional<size_t> error_position_;
   std::string error_;
+  bool semantic_ = false;  // error_ is memsim's (duplicate key, nesting), not the parser's
 
  private:
+  bool TooDeep() {
+    if (keys_.size() < kMaxJsonProfileDepth) return false;
+    error_ = fmt::format("nested deeper than memsim's limit of {} levels (a Chrome trace nests "
+                         "about 5)",
+                         kMaxJsonProfileDepth);
+    semantic_ = true;
+    return true;
+  }
+  std::vector<ObjectKeys> object_keys_;  // of the open objects, innermost last
   bool InEvent() const { return event_depth_ > 0 && depth_ >= event_depth_; }
 
   void SetTime(std::optional<TimeNs>* out, std::optional<TimeNs> v) {
@@ -207,6 +229,7 @@ ChromeTraceScan ScanChromeTrace(const std::string& path, size_t max_samples) {
   std::istream in(&buf);
   Handler handler(&scan, max_samples);
   const bool ok = json::sax_parse(in, &handler, json::input_format_t::json, /*strict=*/true);
+  if (handler.semantic_) throw InputError(fmt::format("{}: {}", path, handler.error_));
   if (!ok || handler.error_position_) {
     throw InputError(JsonErrorMessage(path, handler.error_position_.value_or(0), handler.error_,
                                       "a Chrome trace JSON object"));

@@ -62,7 +62,7 @@ timeline::Timeline LoadMemsimCsv(const std::string& path, const LoadProfileOptio
     if (!field(1).empty()) {
       auto v = ParseInt(field(1));
       if (!v || *v < -1 || *v > 1'000'000'000) {
-        in.Fail(fmt::format("iteration: expected an integer >= -1, got '{}'", field(1)));
+        in.Fail(fmt::format("iteration: expected an integer from -1 to 10^9, got '{}'", field(1)));
       }
       s.iteration = static_cast<int>(*v);
     }

@@ -81,11 +81,9 @@ SeriesBuilder& BuilderFor(Builders& b, int device, size_t max_samples) {
   return b.try_emplace(device, max_samples).first->second;
 }
 
-void ReadMemoryRecord(const std::string& path, size_t max_samples, Builders* out,
+// `in` has read the header line `line`.
+void ReadMemoryRecord(LineReader& in, std::string_view line, size_t max_samples, Builders* out,
                       std::map<std::string, int64_t>* skipped) {
-  LineReader in(path);
-  std::string_view line;
-  if (!in.Next(&line)) in.Fail("empty file, expected the memory_record.csv header");
   const std::vector<int> col =
       Columns(in, SplitCsv(line),
               {"Component", "Timestamp(us)", "Total Allocated(MB)", "Total Reserved(MB)",
@@ -121,11 +119,9 @@ void ReadMemoryRecord(const std::string& path, size_t max_samples, Builders* out
   }
 }
 
-void ReadOperatorMemory(const std::string& path, size_t max_samples, Builders* out,
+// `in` has read the header line `line`.
+void ReadOperatorMemory(LineReader& in, std::string_view line, size_t max_samples, Builders* out,
                         std::map<std::string, int64_t>* skipped) {
-  LineReader in(path);
-  std::string_view line;
-  if (!in.Next(&line)) in.Fail("empty file, expected the operator_memory.csv header");
   const std::vector<std::string> header = SplitCsv(line);
   const std::vector<int> col = Columns(
       in, header,
@@ -190,7 +186,8 @@ std::string ModuleMemNote(const std::string& path) {
 
 timeline::Timeline LoadNpuProfiler(const std::string& path, const LoadProfileOptions& options) {
   std::string memory_record, operator_memory, trace_view, module_mem;
-  if (IsDirectory(path)) {
+  const bool folder = IsDirectory(path);
+  if (folder) {
     std::string dir = path;
     while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
     if (IsDirectory(dir + "/ASCEND_PROFILER_OUTPUT")) dir += "/ASCEND_PROFILER_OUTPUT";
@@ -208,35 +205,40 @@ timeline::Timeline LoadNpuProfiler(const std::string& path, const LoadProfileOpt
           "recorded with profile_memory=True (ASCEND_PROFILER_OUTPUT/memory_record.csv)",
           dir));
     }
-  } else {
-    std::string head = ReadHead(path, 4096);
-    if (StartsWith(head, "\xEF\xBB\xBF")) head.erase(0, 3);
-    if (StartsWith(head, "Component,")) {
+  }
+  // The file is opened once: its header line says which CSV it is, and a pipe cannot be read
+  // twice (`--profile <(zcat memory_record.csv.gz) --format npu-profiler`).
+  const std::string used = memory_record.empty() ? (operator_memory.empty() ? path : operator_memory)
+                                                 : memory_record;
+  LineReader in(used);
+  std::string_view header;
+  const bool has_header = in.Next(&header);
+  if (!folder) {
+    if (StartsWith(header, "Component,")) {
       memory_record = path;
-    } else if (StartsWith(head, "Name,")) {
+    } else if (StartsWith(header, "Name,")) {
       operator_memory = path;
-    } else if (StartsWith(head, "Device_id,Component,")) {
+    } else if (StartsWith(header, "Device_id,Component,")) {
       throw InputError(fmt::format(
           "{}: npu_module_mem.csv holds CANN component memory only, expected memory_record.csv or "
           "operator_memory.csv (or the whole *_ascend_pt folder)",
           path));
     } else {
-      LineReader in(path);
-      std::string_view line;
-      in.Next(&line);
-      in.Fail(head.empty() ? "empty file, expected a torch_npu memory_record.csv or operator_memory.csv"
-                           : "expected a torch_npu memory_record.csv header "
-                             "'Component,Timestamp(us),Total Allocated(MB),...' or operator_memory.csv "
-                             "header 'Name,Size(KB),Allocation Time(us),...'");
+      in.Fail(!has_header ? "empty file, expected a torch_npu memory_record.csv or operator_memory.csv"
+                          : "expected a torch_npu memory_record.csv header "
+                            "'Component,Timestamp(us),Total Allocated(MB),...' or operator_memory.csv "
+                            "header 'Name,Size(KB),Allocation Time(us),...'");
     }
+  } else if (!has_header) {
+    in.Fail(memory_record.empty() ? "empty file, expected the operator_memory.csv header"
+                                  : "empty file, expected the memory_record.csv header");
   }
   Builders builders;
   std::map<std::string, int64_t> skipped;
-  const std::string& used = memory_record.empty() ? operator_memory : memory_record;
   if (!memory_record.empty()) {
-    ReadMemoryRecord(memory_record, options.max_samples, &builders, &skipped);
+    ReadMemoryRecord(in, header, options.max_samples, &builders, &skipped);
   } else {
-    ReadOperatorMemory(operator_memory, options.max_samples, &builders, &skipped);
+    ReadOperatorMemory(in, header, options.max_samples, &builders, &skipped);
   }
   if (builders.empty()) {
     throw InputError(fmt::format("{}: no PTA or APP rows for an NPU, expected allocator records", used));

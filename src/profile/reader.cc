@@ -112,6 +112,8 @@ bool LineReader::Next(std::string_view* line) {
 GzStreamBuf::GzStreamBuf(const std::string& path)
     : path_(path), gz_(OpenGz(path)), buffer_(kChunkBytes) {}
 
+bool GzStreamBuf::Compressed() const { return gzdirect(static_cast<gzFile>(gz_)) == 0; }
+
 GzStreamBuf::~GzStreamBuf() {
   if (gz_ != nullptr) gzclose(static_cast<gzFile>(gz_));
 }
@@ -138,6 +140,20 @@ std::string ReadHead(const std::string& path, size_t max_bytes) {
   gzclose(gz);
   head.resize(got);
   return head;
+}
+
+bool ObjectKeys::Insert(const std::string& key) {
+  constexpr size_t kFew = 16;
+  if (many_.empty()) {
+    if (std::find(few_.begin(), few_.end(), key) != few_.end()) return false;
+    if (few_.size() < kFew) {
+      few_.push_back(key);
+      return true;
+    }
+    many_.insert(few_.begin(), few_.end());
+    few_.clear();
+  }
+  return many_.insert(key).second;
 }
 
 std::string_view Trim(std::string_view s) {

@@ -11,6 +11,7 @@
 #include <streambuf>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "core/checked.h"
@@ -59,6 +60,9 @@ class GzStreamBuf : public std::streambuf {
   ~GzStreamBuf() override;
   GzStreamBuf(const GzStreamBuf&) = delete;
   GzStreamBuf& operator=(const GzStreamBuf&) = delete;
+  // True when the bytes are decompressed from gzip data (known once the first byte is read):
+  // then, as for a pipe, their count is not the file's size.
+  bool Compressed() const;
 
  protected:
   int_type underflow() override;
@@ -74,6 +78,23 @@ class GzStreamBuf : public std::streambuf {
 std::string ReadHead(const std::string& path, size_t max_bytes);
 // True iff `path` names a directory.
 bool IsDirectory(const std::string& path);
+
+// The keys of one JSON object a SAX reader is in, to refuse a key given twice (the parser passes
+// both; a document would keep the last silently, and a streaming reader would add both up): a
+// few keys in a vector, more in a hash set (a hostile object of 10^6 keys stays linear).
+class ObjectKeys {
+ public:
+  // False when `key` was already given in this object.
+  bool Insert(const std::string& key);
+
+ private:
+  std::vector<std::string> few_;
+  std::unordered_set<std::string> many_;
+};
+
+// JSON profiles nest a few levels (a snapshot at most 9, a Chrome trace about 5); memsim refuses
+// more than 64, as its config reader does, so an endless stream of '[' stops there.
+inline constexpr size_t kMaxJsonProfileDepth = 64;
 
 std::string_view Trim(std::string_view s);
 // Splits one CSV record on commas; double-quoted fields may contain commas ("" is a quote).

@@ -15,8 +15,10 @@
 // <= 2.0, torch_npu) the entry index, 1 us apart. The snapshot has no iteration markers.
 // Memory: read with a SAX parser (stack frames are skipped, never stored); kept are 24 bytes per
 // trace entry of every device plus per-device sums, then the usual bounded series (profile.h).
+#include <filesystem>
 #include <istream>
 #include <map>
+#include <set>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -36,9 +38,15 @@ using json = nlohmann::json;
 // largest snapshot torch's default ring buffer of 100,000 entries per device writes).
 constexpr size_t kMaxPickleBytes = size_t{4} << 30;
 
-// The whole (decompressed) file, refused beyond kMaxPickleBytes.
-std::string ReadWhole(const std::string& path) {
-  GzStreamBuf buf(path);
+// The rest of the (decompressed) file from `buf`, whose first byte has been peeked, refused
+// beyond kMaxPickleBytes. Bytes whose count is not known in advance (a pipe, gzip data) are
+// checked as they grow, at 4 MiB and every 4x more: the reading stops once they already hold
+// the error the whole would give (an endless or garbage stream, refused at its first bad opcode
+// instead of at 4 GiB) or the whole pickle (core/pickle.h PickleNeedsMoreBytes).
+std::string ReadWhole(GzStreamBuf& buf, const std::string& path) {
+  std::error_code ec;
+  const bool check = buf.Compressed() || !std::filesystem::is_regular_file(path, ec);
+  size_t next_check = size_t{4} << 20;
   std::string out;
   std::vector<char> chunk(1 << 16);
   while (true) {
@@ -47,6 +55,10 @@ std::string ReadWhole(const std::string& path) {
     out.append(chunk.data(), static_cast<size_t>(n));
     if (out.size() > kMaxPickleBytes) {
       throw InputError(fmt::format("{}: a pickled snapshot larger than 4 GiB", path));
+    }
+    if (check && out.size() >= next_check) {
+      if (!PickleNeedsMoreBytes(out)) break;
+      next_check = out.size() * 4;
     }
   }
   return out;
@@ -68,6 +80,12 @@ struct Entry {
 struct Final {
   int64_t reserved = 0, allocated = 0, active = 0;
 };
+
+// A snapshot nests at most 9 levels (root, /segments, a segment, its blocks, a block, its
+// history, an entry, its frames, a frame; torch/cuda/memory.py _snapshot).
+constexpr size_t kMaxDepth = kMaxJsonProfileDepth;
+const char* const kTooDeep =
+    "nested deeper than memsim's limit of 64 levels (a memory snapshot nests at most 9)";
 
 const char* const kNotSnapshot =
     "expected a memory snapshot object with 'segments' and 'device_traces' arrays "
@@ -98,9 +116,10 @@ class Handler : public nlohmann::json_sax<json> {
   bool binary(binary_t&) override { return Scalar(Kind::kOther, 0, ""); }
 
   bool start_object(std::size_t) override {
+    if (frames_.size() >= kMaxDepth) return Fail(Pointer(), kTooDeep);
     BeginValue();
     if (frames_.empty()) legacy_ = false;
-    frames_.push_back(Frame{false, {}, -1});
+    frames_.push_back(Frame{false, {}, -1, {}});
     switch (Where()) {
       case Place::kSegment: segment_ = Segment{}; break;
       case Place::kBlock: block_ = Block{}; break;
@@ -135,6 +154,7 @@ class Handler : public nlohmann::json_sax<json> {
     return true;
   }
   bool start_array(std::size_t) override {
+    if (frames_.size() >= kMaxDepth) return Fail(Pointer(), kTooDeep);
     BeginValue();
     if (frames_.empty()) {
       legacy_ = true;  // a bare list of segments (older snapshots, as _memory_viz.py accepts)
@@ -142,7 +162,7 @@ class Handler : public nlohmann::json_sax<json> {
     } else if (frames_.size() == 1 && !legacy_ && frames_[0].key == "segments") {
       saw_segments = true;
     }
-    frames_.push_back(Frame{true, {}, -1});
+    frames_.push_back(Frame{true, {}, -1, {}});
     if (Where() == Place::kDeviceTrace) traces[static_cast<int>(frames_[1].index)];
     return true;
   }
@@ -151,6 +171,9 @@ class Handler : public nlohmann::json_sax<json> {
     return true;
   }
   bool key(string_t& k) override {
+    // Twice in one object, the streamed sums would count both ("segments" twice: reserved
+    // doubled); the replay reader refuses it too (replay/snapshot.h).
+    if (!frames_.back().keys.Insert(k)) return Fail(Pointer() + "/" + k, "duplicate key");
     frames_.back().key = k;
     return true;
   }
@@ -173,6 +196,7 @@ class Handler : public nlohmann::json_sax<json> {
     bool array;
     std::string key;
     int64_t index;
+    ObjectKeys keys;  // objects: the keys given so far
   };
   struct Segment {
     int device = 0;
@@ -354,12 +378,14 @@ timeline::Timeline LoadSnapshot(const std::string& path, const LoadProfileOption
   Handler h(path);
   {
     // A pickle (torch.cuda.memory._dump_snapshot) is unpickled whole, then read as its JSON
-    // text by the same handler; a JSON file is streamed.
-    const bool pickled = LooksLikePickle(ReadHead(path, 2));
+    // text by the same handler; a JSON file is streamed. The file is opened once and its first
+    // byte peeked, not consumed: a pipe cannot be read twice (`--profile <(zcat s.json.gz)`).
+    // A pickle starts with PROTO (0x80), which no JSON text does (core/pickle.h).
     GzStreamBuf buf(path);
+    const bool pickled = buf.sgetc() == 0x80;
     std::istream in(&buf);
     const bool ok =
-        pickled ? json::sax_parse(PickleToJson(ReadWhole(path), path).dump(), &h,
+        pickled ? json::sax_parse(PickleToJson(ReadWhole(buf, path), path).dump(), &h,
                                   json::input_format_t::json, /*strict=*/true)
                 : json::sax_parse(in, &h, json::input_format_t::json, /*strict=*/true);
     if (h.semantic_failed()) throw InputError(h.error);
@@ -375,6 +401,17 @@ timeline::Timeline LoadSnapshot(const std::string& path, const LoadProfileOption
     if (device < 0 && !entries.empty()) device = d;
   }
   if (device < 0 && !h.finals.empty()) device = h.finals.begin()->first;
+  if (options.device_index >= 0 && !h.finals.count(device) && !h.traces.count(device)) {
+    // A device the snapshot never saw would compare as an empty profile (all zeros).
+    std::set<int> seen;
+    for (const auto& [d, f] : h.finals) seen.insert(d);
+    for (const auto& [d, t] : h.traces) seen.insert(d);
+    std::string list;
+    for (const int d : seen) list += fmt::format("{}{}", list.empty() ? "" : ", ", d);
+    throw InputError(fmt::format("{}: no segments and no trace entries for device {} (devices in "
+                                 "the snapshot: {})",
+                                 path, device, list.empty() ? "none" : list));
+  }
   if (device < 0) {
     throw InputError(fmt::format("{}: no segments and no trace entries, expected a snapshot "
                                  "recorded with _record_memory_history(enabled='all')", path));

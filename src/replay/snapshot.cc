@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "core/json_pointer.h"
 #include "core/pickle.h"
 
@@ -29,6 +30,12 @@ constexpr alloc::StreamId kFirstPrivateStream = 1 << 30;
 // enough that adding two of them cannot overflow int64; Malloc itself refuses >= 2^60 as an
 // out-of-memory, which stays the rule for replayed allocs).
 constexpr std::uint64_t kMaxSnapshotBytes = std::uint64_t{1} << 62;
+
+// A snapshot nests at most 9 levels (the root, /segments, a segment, its blocks, a block, its
+// history, an entry, its frames, a frame; torch/cuda/memory.py _snapshot). memsim refuses more
+// than 64 (the config reader's limit): a deeper document is not a snapshot, and an endless
+// stream of '[' stops there.
+constexpr int kMaxSnapshotDepth = 64;
 
 // Receives, one at a time, the entries of the list that Builder streams instead of keeping.
 class EntryStream {
@@ -79,6 +86,7 @@ class Builder {
     return Send([&v](auto& d) { return d.binary(v); }) && EndScalar();
   }
   bool start_object(std::size_t n) {
+    if (TooDeep()) return false;
     Start(false);
     levels_.push_back({true, objects_.size()});
     objects_.emplace_back();
@@ -99,6 +107,7 @@ class Builder {
     return Send([](auto& d) { return d.end_object(); }) && EndContainer();
   }
   bool start_array(std::size_t n) {
+    if (TooDeep()) return false;
     if (Start(true)) {
       // A device's list: empty in the document, its elements streamed or dropped.
       levels_.push_back({false, 0});
@@ -127,8 +136,13 @@ class Builder {
   std::size_t error_byte = 0;
   int error_id = 0;
   std::string duplicate_pointer;  // set when a key repeats
+  bool too_deep = false;          // set when a container would open level kMaxSnapshotDepth + 1
 
  private:
+  bool TooDeep() {
+    too_deep = levels_.size() >= static_cast<std::size_t>(kMaxSnapshotDepth);
+    return too_deep;
+  }
   struct Level {
     bool object;
     std::size_t n;  // object: index in objects_; list: elements started so far
@@ -523,6 +537,14 @@ Trace StreamSnapshotJson(std::string_view text, std::string_view file_name, int 
         throw InputError(
             fmt::format("{}: {}: duplicate key", file_name, builder.duplicate_pointer));
       }
+      if (builder.too_deep) {
+        // The parser accepted everything before that container, so the scan finds it too.
+        const std::size_t at = FindJsonTooDeep(text, kMaxSnapshotDepth).value_or(0);
+        const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<long>(at), '\n');
+        throw InputError(fmt::format("{}:{}: JSON nested deeper than memsim's limit of {} levels "
+                                     "(byte {}; a memory snapshot nests at most 9)",
+                                     file_name, line, kMaxSnapshotDepth, at + 1));
+      }
       const std::size_t byte = builder.error_byte;
       const std::size_t end = std::min<std::size_t>(byte == 0 ? 0 : byte - 1, text.size());
       const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<long>(end), '\n');
@@ -537,6 +559,54 @@ Trace StreamSnapshotJson(std::string_view text, std::string_view file_name, int 
 
 Trace TraceFromSnapshot(const nlohmann::json& doc, std::string_view file_name, int device_index) {
   return FromDocument(doc, file_name, device_index, nullptr);
+}
+
+namespace {
+
+// SAX events of a JSON prefix, checked for syntax and depth only (nothing kept).
+class PrefixCheck {
+ public:
+  bool null() { return true; }
+  bool boolean(bool) { return true; }
+  bool number_integer(json::number_integer_t) { return true; }
+  bool number_unsigned(json::number_unsigned_t) { return true; }
+  bool number_float(json::number_float_t, const std::string&) { return true; }
+  bool string(std::string&) { return true; }
+  bool binary(json::binary_t&) { return true; }
+  bool key(std::string&) { return true; }
+  bool start_object(std::size_t) { return Open(); }
+  bool end_object() { return Close(); }
+  bool start_array(std::size_t) { return Open(); }
+  bool end_array() { return Close(); }
+  template <class Exception>
+  bool parse_error(std::size_t position, const std::string& /*token*/, const Exception&) {
+    error_byte = position;
+    return false;
+  }
+  std::size_t error_byte = 0;
+  bool too_deep = false;
+
+ private:
+  bool Open() {
+    too_deep = ++depth_ > kMaxSnapshotDepth;
+    return !too_deep;
+  }
+  bool Close() {
+    --depth_;
+    return true;
+  }
+  int depth_ = 0;
+};
+
+}  // namespace
+
+bool SnapshotNeedsMoreBytes(std::string_view prefix) {
+  if (LooksLikePickle(prefix)) return PickleNeedsMoreBytes(prefix);
+  PrefixCheck check;
+  if (json::sax_parse(prefix.begin(), prefix.end(), &check)) return true;  // bytes may follow
+  // nlohmann counts the end of the input as one more character read: an error there is the
+  // prefix ending, one before it is in the bytes already read.
+  return !check.too_deep && check.error_byte > prefix.size();
 }
 
 Trace ParseSnapshot(std::string_view text, std::string_view file_name, int device_index) {

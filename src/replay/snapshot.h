@@ -29,9 +29,19 @@ namespace memsim::replay {
 // and total_size are integers in [0, 2^62) and their per-device sum stays below 2^62, addresses
 // and stream handles integers in [0, 2^64), devices integers in [0, 2^31). No nlohmann
 // exception escapes; a key repeated in one object is an error ("<file>: /segments: duplicate
-// key"); parsing is iterative, so deep nesting costs heap, not stack.
+// key"); nesting deeper than 64 levels is an error ("<file>:<line>: JSON nested deeper than
+// memsim's limit of 64 levels (byte <n>; ...)"), found as the parser reaches it.
 // A pickle (LooksLikePickle) is read by PickleToJson first, whose errors name the byte.
 Trace ParseSnapshot(std::string_view text, std::string_view file_name, int device_index);
+
+// For a reader of a snapshot still arriving (a pipe, an endless stream): true iff ParseSnapshot
+// of `prefix`, the bytes so far, would fail only for want of more bytes (or succeed, since
+// more bytes may follow). False when the prefix already holds the error ParseSnapshot of the
+// whole would report (JSON: a syntax error before its last byte read, nesting deeper than
+// memsim's limit of 64 levels; a pickle: PickleNeedsMoreBytes, core/pickle.h), or a whole
+// pickle, so that the reader can stop there and hand ParseSnapshot the prefix. Linear in the
+// prefix; nothing kept.
+bool SnapshotNeedsMoreBytes(std::string_view prefix);
 
 // The same from a document already parsed (JSON or unpickled).
 Trace TraceFromSnapshot(const nlohmann::json& doc, std::string_view file_name, int device_index);

@@ -20,6 +20,7 @@ using testing::ScratchDir;
 const std::string kFindings = std::string(MEMSIM_SOURCE_DIR) + "/tests/profile/data/findings/";
 const std::string kCliData = std::string(MEMSIM_SOURCE_DIR) + "/tests/cli/data/";
 const std::string kSim = std::string(MEMSIM_SOURCE_DIR) + "/tests/profile/data/memsim.csv";
+const std::string kDefaultConfig = std::string(MEMSIM_SOURCE_DIR) + "/configs/default.json";
 
 void CheckNoSanitizerReport(const testing::CommandResult& r) {
   CHECK(r.err.find("runtime error") == std::string::npos);
@@ -247,6 +248,218 @@ TEST_CASE("findings: explain says when the job runs out of memory (--capacity)",
   CHECK(r.out.rfind("*** OUT OF MEMORY predicted: stage 0, iteration 0, init\n", 0) == 0);
   const auto fits = RunMemsim(dir, "explain");
   CHECK(fits.out.find("OUT OF MEMORY") == std::string::npos);
+}
+
+TEST_CASE("findings: integer options beyond int or not integers are named in memsim's words",
+          "[cli][findings]") {
+  ScratchDir dir("findings");
+  // CLI11 said "Could not convert: --skip = 99999999999", and for -1 printed the range of
+  // CLI::NonNegativeNumber with a 300-digit upper bound. The options are checked before the
+  // config is read (missing.json does not exist).
+  const std::pair<std::string, std::string> cases[] = {
+      {"compare missing.json --profile p --skip -1",
+       "memsim: --skip: -1 is out of range: expected a non-negative integer (0 to 2147483647)\n"},
+      {"compare missing.json --profile p --skip 99999999999",
+       "memsim: --skip: 99999999999 is out of range: expected a non-negative integer (0 to "
+       "2147483647)\n"},
+      {"compare missing.json --profile p --profile-iterations 0",
+       "memsim: --profile-iterations: 0 is out of range: expected a positive integer (1 to "
+       "2147483647)\n"},
+      {"compare missing.json --profile p --device-index -1",
+       "memsim: --device-index: -1 is out of range: expected a non-negative integer (0 to "
+       "2147483647)\n"},
+      {"compare missing.json --profile p --rank x",
+       "memsim: --rank: expected a non-negative integer, got 'x'\n"},
+      {"replay missing.csv --device-index 4294967296",
+       "memsim: --device-index: 4294967296 is out of range: expected a non-negative integer (0 "
+       "to 2147483647)\n"},
+      {"run missing.json --iterations 0",
+       "memsim: --iterations: 0 is out of range: expected a positive integer (1 to "
+       "2147483647)\n"},
+      {"run missing.json --width 1e3", "memsim: --width: expected an integer, got '1e3'\n"},
+      {"explain missing.json --pipeline-rank -2147483648",
+       "memsim: --pipeline-rank: -2147483648 is out of range: expected an integer (-2147483647 "
+       "to 2147483647)\n"},
+  };
+  for (const auto& [args, message] : cases) {
+    INFO(args);
+    const auto r = RunMemsim(dir, args);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err == message + "Run 'memsim --help' for usage.\n");
+    CHECK(r.out.empty());
+  }
+}
+
+TEST_CASE("findings: compare --simulated refuses the options that change a simulation",
+          "[cli][findings]") {
+  ScratchDir dir("findings");
+  // They were ignored without a word: --simulated is a timeline already simulated.
+  for (const std::string option : {"--model llama3-8b", "--device h100-80g",
+                                   "--set training.seq_length=2", "--iterations 3",
+                                   "--pipeline-rank 0"}) {
+    INFO(option);
+    const auto r = RunMemsim(dir, "compare --simulated '" + kSim + "' --profile '" + kSim + "' " +
+                                      option);
+    CHECK(r.exit_code == 2);
+    const std::string flag = option.substr(0, option.find(' '));
+    CHECK(r.err == "memsim compare: " + flag +
+                       " applies to the CONFIG compare simulates; with --simulated " + kSim +
+                       " there is no simulation to change\n");
+  }
+  // A profile that numbers its iterations: --profile-iterations is said to be ignored.
+  const auto r = RunMemsim(dir, "compare --simulated '" + kSim + "' --profile '" + kSim +
+                                    "' --profile-iterations 5 --no-chart");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("note: --profile-iterations 5 ignored: the profile numbers its iterations "
+                   "itself\n") != std::string::npos);
+}
+
+TEST_CASE("findings: compare --iterations simulates that many iterations, as run does",
+          "[cli][findings]") {
+  ScratchDir dir("findings");
+  // memsim.csv numbers iterations 1 and 2. The default config simulates 4 (train_iters), so
+  // measured iteration 2 is set against simulated 2; with --iterations 1 the simulation has only
+  // iteration 1, against which the later measured ones are set (column "sim").
+  const std::string& config = kDefaultConfig;
+  const std::string common = "compare '" + config + "' --profile '" + kSim + "' --no-chart --width 100";
+  const auto all = RunMemsim(dir, common);
+  CheckNoSanitizerReport(all);
+  CHECK(all.out.find("\n    2    2  ") != std::string::npos);
+  const auto one = RunMemsim(dir, common + " --iterations 1");
+  CHECK(one.exit_code == all.exit_code);
+  CHECK(one.out.find("\n    2    1  ") != std::string::npos);
+}
+
+TEST_CASE("findings: --megatron-args -- ARGS after the other options", "[cli][findings]") {
+  ScratchDir dir("findings");
+  // CLI11 took the "--" after --megatron-args (an option whose FILE is optional) as the end of
+  // its values, so ARGS were read as memsim's own options: "The following arguments were not
+  // expected". `--megatron-args --device X -- ARGS` worked.
+  const std::string args =
+      " -- --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 "
+      "--max-position-embeddings 128 --micro-batch-size 1 --vocab-size 1000 --bf16 "
+      "--nproc_per_node 1";
+  const auto before = RunMemsim(dir, "validate --megatron-args --device h100-80g" + args);
+  const auto after = RunMemsim(dir, "validate --device h100-80g --megatron-args" + args);
+  CHECK(before.exit_code == 0);
+  CHECK(after.exit_code == 0);
+  CHECK(after.out == before.out);
+  CHECK(after.err == before.err);
+}
+
+TEST_CASE("findings: a Megatron flag given twice with other values is a warning",
+          "[cli][findings]") {
+  ScratchDir dir("findings");
+  // argparse keeps the last value; memsim did too, without a word.
+  const auto r = RunMemsim(
+      dir, "validate --device h100-80g --megatron-args -- --num-layers 2 --hidden-size 64 "
+           "--num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 "
+           "--micro-batch-size 1 --vocab-size 1000 --bf16 --nproc_per_node 1 --micro-batch-size 2 "
+           "--bf16");
+  CHECK(r.exit_code == 0);
+  CHECK(r.err == "warning: --megatron-args --micro-batch-size: given again with '2' ('1' "
+                 "before); the last taken, as argparse does\n");
+  CHECK(r.out.find("micro-batch 2,") != std::string::npos);
+}
+
+// `producer | memsim ARGS` in `dir`, through the shell.
+testing::CommandResult RunPiped(const ScratchDir& dir, const std::string& producer,
+                                const std::string& args) {
+  const std::string out = dir.path().string() + ".stdout", err = dir.path().string() + ".stderr";
+  const std::string cmd = "cd '" + dir.path().string() + "' && " + producer + " | '" MEMSIM_BINARY
+                          "' " + args + " > '" + out + "' 2> '" + err + "'";
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadAll(out), ReadAll(err)};
+}
+
+TEST_CASE("findings: an endless or garbage snapshot stream stops at its first bad byte",
+          "[cli][findings]") {
+  ScratchDir dir("findings");
+  // replay read a snapshot from a pipe up to its 2 GiB limit (4 GB of memory, 14-29 s) before
+  // parsing it; compare read a pickle up to 4 GiB. The producers here are cut at 64 MiB so
+  // that a regression still ends.
+  auto r = RunPiped(dir, "yes '{\"a\":' | head -c 67108864", "replay /dev/stdin");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim replay: /dev/stdin:65: JSON nested deeper than memsim's limit of 64 "
+                 "levels (byte 385; a memory snapshot nests at most 9)\n");
+  r = RunPiped(dir, "(printf '\\200\\002'; yes) | head -c 67108864", "replay /dev/stdin");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.rfind("memsim replay: /dev/stdin: pickle byte 2: unsupported opcode 0x79;", 0) == 0);
+  r = RunPiped(dir, "(printf '\\200\\002'; yes) | head -c 67108864",
+               "compare missing.json --format torch-snapshot --profile /dev/stdin");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.rfind("memsim compare: /dev/stdin: pickle byte 2: unsupported opcode 0x79;", 0) == 0);
+  // Blank lines only: the scan for the first non-blank byte was quadratic (a hang).
+  r = RunPiped(dir, "yes '' | head -c 67108864", "replay /dev/stdin");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim replay: /dev/stdin: only blanks in the first 1048576 bytes: not a trace "
+                 "(expected lines op,id,bytes,stream or a PyTorch memory snapshot)\n");
+  // A regular file of 2 GiB (sparse) is refused before a byte is read.
+  std::filesystem::resize_file(dir.Write("big.json", "{"), std::uintmax_t{1} << 31);
+  r = RunMemsim(dir, "replay big.json");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim replay: cannot read trace 'big.json': 2 GiB or larger (the limit is 2^31 "
+                 "bytes)\n");
+}
+
+TEST_CASE("findings: standard output that cannot be written is exit 2", "[cli][findings]") {
+  ScratchDir dir("findings");
+  // `memsim validate --print-config > c.json` on a full disk exited 0 with c.json cut short.
+  const std::string& config = kDefaultConfig;
+  for (const std::string& args : {"validate '" + config + "' --print-config",
+                                  "validate '" + config + "'",
+                                  "dump-program '" + config + "' --iterations 1"}) {
+    INFO(args);
+    const std::string err = dir.path().string() + ".stderr";
+    const std::string cmd = "'" MEMSIM_BINARY "' " + args + " > /dev/full 2> '" + err + "'";
+    const int status = std::system(cmd.c_str());
+    CHECK((WIFEXITED(status) ? WEXITSTATUS(status) : -1) == 2);
+    const std::string name = args.substr(0, args.find(' '));
+    CHECK(ReadAll(err).rfind("memsim " + name + ": standard output: cannot write: ", 0) == 0);
+  }
+}
+
+TEST_CASE("findings: options that act only with another one say so", "[cli][findings]") {
+  ScratchDir dir("findings");
+  // Both were ignored without a word: --tolerance is the growth allowed over a --baseline,
+  // --allow-unsupported lets a launch's unsupported flags through.
+  const std::string& config = kDefaultConfig;
+  auto r = RunMemsim(dir, "check '" + config + "' --tolerance 3");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim check: --tolerance: applies to the comparison with --baseline FILE|DIR, "
+                 "which is not given (--margin is the headroom asked of the usable memory)\n");
+  CHECK(r.out.empty());
+  r = RunMemsim(dir, "run '" + config + "' --allow-unsupported");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim: --allow-unsupported requires --megatron-args\nRun 'memsim --help' for "
+                 "usage.\n");
+}
+
+TEST_CASE("findings: compare --rank and --device-index where they pick nothing", "[cli][findings]") {
+  ScratchDir dir("findings");
+  // --rank was ignored for every format but a Megatron log, --device-index for a Megatron log
+  // (read per rank) and a memsim-csv timeline (one device).
+  const std::string& config = kDefaultConfig;
+  const std::string data = std::string(MEMSIM_SOURCE_DIR) + "/tests/profile/data/";
+  auto r = RunMemsim(dir, "compare '" + config + "' --profile '" + data + "snapshot.json' --rank 3");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim compare: --rank 3: applies to a Megatron log (its [Rank N] lines); " +
+                     data + "snapshot.json is torch-snapshot (--device-index picks its device)\n");
+  r = RunMemsim(dir, "compare '" + config + "' --profile '" + data + "megatron.log' --device-index 1");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim compare: --device-index 1: " + data +
+                     "megatron.log is megatron-log, read per rank (--rank N picks one)\n");
+  r = RunMemsim(dir, "compare '" + config + "' --profile '" + kSim + "' --device-index 0");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim compare: --device-index 0: " + kSim + " is memsim-csv, one device's "
+                                                                "timeline\n");
+  // replay: a CSV trace is one allocator's.
+  dir.Write("t.csv", "malloc,a,512,0\nfree,a\n");
+  r = RunMemsim(dir, "replay t.csv --device-index 0 --csv out.csv");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim replay: --device-index 0: applies to a snapshot (its device_traces); "
+                 "t.csv is a CSV trace of one allocator\n");
+  CHECK_FALSE(std::filesystem::exists(dir.path() / "out.csv"));
 }
 
 }  // namespace

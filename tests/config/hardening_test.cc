@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -277,6 +278,48 @@ TEST_CASE("hidden_act must be an activation Hugging Face knows", "[config]") {
                "'swish', 'tanh', 'prelu', got \"foo\"");
   CHECK(ErrorOf(WriteTemp("act_ok.json", Config(", \"hidden_act\": \"gelu_pytorch_tanh\""))) ==
         "(no error)");
+}
+
+TEST_CASE("a --set repeated with another value, or --iterations over a --set, is a warning",
+          "[config]") {
+  // Applied in order, the last one wins (as before); it was not said.
+  LoadOptions o = Set({"training.seq_length=512", "training.micro_batch_size=1",
+                       "training.seq_length=2048", "training.micro_batch_size=1",
+                       "training.train_iters=9"});
+  o.iterations = 2;
+  const Setup s = LoadSetup(Data("good.json"), o);
+  CHECK(s.training.seq_length == 2048);
+  CHECK(s.training.train_iters == 2);
+  CHECK(std::count(s.warnings.begin(), s.warnings.end(),
+                   "--set training.seq_length=2048: overrides --set training.seq_length=512 given "
+                   "before it; the last is taken") == 1);
+  CHECK(std::count(s.warnings.begin(), s.warnings.end(),
+                   "--iterations 2: overrides --set training.train_iters=9") == 1);
+  // The same value twice says nothing.
+  for (const std::string& w : s.warnings) CHECK(w.find("micro_batch_size") == std::string::npos);
+}
+
+TEST_CASE("an integer beyond int is named as over the limit, not as not positive", "[config]") {
+  // It read "expected a positive integer, got 1099511627776".
+  CHECK(ErrorOf(Data("good.json"), Set({"training.micro_batch_size=1099511627776"})) ==
+        "--set training.micro_batch_size=1099511627776: 1099511627776 exceeds memsim's limit of "
+        "65536");
+  // 2^63 (stored unsigned by the JSON parser).
+  CHECK(ErrorOf(Data("good.json"), Set({"training.train_iters=9223372036854775808"})) ==
+        "--set training.train_iters=9223372036854775808: 9223372036854775808 exceeds memsim's "
+        "limit of 2147483647");
+  CHECK(ErrorOf(Data("good.json"), Set({"training.seq_length=-1099511627776"})) ==
+        "--set training.seq_length=-1099511627776: expected a positive integer, got "
+        "-1099511627776");
+}
+
+TEST_CASE("a device preset path that cannot be read says why", "[config]") {
+  // It said only "cannot read device preset file 'DIR'".
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  LoadOptions o;
+  o.device = dir;
+  CHECK(ErrorOf(Data("good.json"), o) ==
+        "--device " + dir + ": cannot read device preset file '" + dir + "': a directory, not a file");
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -115,6 +116,44 @@ python -m torch.distributed.run --nproc-per-node=8 pretrain_gpt.py --v $V --w $H
                           "environment); taken as empty"});
 }
 
+TEST_CASE("backquotes close, and $((...)) missing an operand is a warning") {
+  // A '`' opened a nesting that the next '`' deepened: "unterminated '`'" for `hostname`.
+  // Inside double quotes it is one field (empty: no command is run), as bash passes it.
+  const MegatronLaunch l = ReadLaunchScript("t.sh", "A=`date`\npython pretrain_gpt.py --x `hostname` "
+                                                    "--y \"`id -u`\" --z $((2+)) --w $((3*(1+1)))\n");
+  CHECK(Args(l) == std::vector<std::string>{"--x", "--y=", "--z=0", "--w=6"});
+  CHECK(l.warnings ==
+        std::vector<std::string>{
+            "t.sh:1: `...` not evaluated (memsim runs no command); taken as empty",
+            "t.sh:2: `...` not evaluated (memsim runs no command); taken as empty",
+            "t.sh:2: $((2+)) not evaluated (an operand is missing); taken as 0"});
+}
+
+TEST_CASE("a --megatron-args file that cannot be read says why") {
+  // It said only "cannot read the file".
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  CHECK(ErrorOf([&] { ReadMegatronArgsFile(dir); }) ==
+        dir + ": cannot read the file: a directory, not a file");
+  CHECK(ErrorOf([&] { ReadMegatronArgsFile(dir + "/no-such-launch-script.sh"); }) ==
+        dir + "/no-such-launch-script.sh: cannot read the file: No such file or directory");
+}
+
+TEST_CASE("an error about a value the script could not evaluate repeats why") {
+  // The warnings of a launch are printed only when it loads; an error about the value taken
+  // (0, empty) now says where it came from.
+  const std::string args = " --hidden-size 64 --num-attention-heads 4 --seq-length 128 "
+                           "--max-position-embeddings 128 --micro-batch-size 1 --vocab-size 1000";
+  const MegatronLaunch at_line =
+      ReadLaunchScript("t.sh", "python pretrain_gpt.py --num-layers $((1<<70))" + args + "\n");
+  CHECK(ErrorOf([&] { LoadSetupFromMegatron(at_line, OnDevice("h100-80g", "llama2-7b"), {}); }) ==
+        "t.sh:1: --num-layers: expected a positive integer, got 0 (on that line: $((1<<70)) not "
+        "evaluated; taken as 0)");
+  const MegatronLaunch model =
+      ReadLaunchScript("t.sh", "N=$((2+))\npython pretrain_gpt.py --num-layers $N" + args + "\n");
+  const std::string e = ErrorOf([&] { LoadSetupFromMegatron(model, OnDevice("h100-80g"), {}); });
+  CHECK(e.ends_with(" (t.sh:1: $((2+)) not evaluated (an operand is missing); taken as 0)"));
+}
+
 TEST_CASE("a script without a training command, or with an open quote, is one message") {
   CHECK(ErrorOf([] { ReadLaunchScript("t.sh", "echo hi\n"); }) ==
         "t.sh: no training command found (expected a line running torchrun, python -m "
@@ -189,6 +228,31 @@ TEST_CASE("the MindSpeed-LLM Llama-2-7B script, field by field") {
           at + "71: --use-fused-swiglu: not modelled (MindSpeed's fused SwiGLU kernel "
                "(mindspeed/core/fusions/fused_bias_swiglu.py): it changes one MLP's "
                "temporaries)"});
+}
+
+TEST_CASE("a launch script with CRLF line ends reads as with LF ones, with a warning") {
+  // Saved on Windows, every line ends in "\r\n": a '\' before "\r\n" continued nothing, so
+  // the training command stopped at "pretrain_gpt.py" and the model's flags were lost ("the
+  // model is not in the arguments").
+  std::ifstream in(Data("launch/mindspeed_llama2_7b.sh"), std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string crlf;
+  for (const char c : text.str()) crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
+  const MegatronLaunch lf = ReadLaunchScript("s.sh", text.str());
+  const MegatronLaunch l = ReadLaunchScript("s.sh", crlf);
+  CHECK(l.arguments == lf.arguments);
+  CHECK(l.launch_line == lf.launch_line);
+  CHECK(l.nproc_per_node == lf.nproc_per_node);
+  CHECK(l.exports == lf.exports);
+  CHECK(l.warnings == std::vector<std::string>{
+                          "s.sh:1: CRLF line ends (a file saved on Windows: bash keeps each '\\r' "
+                          "in its line, so a '\\' before it continues nothing); read as LF line "
+                          "ends"});
+  // A '\r' not before a line end stays as written.
+  const MegatronLaunch one = ReadLaunchScript("t.sh", "python pretrain_gpt.py --x 'a\rb'\n");
+  CHECK(Args(one) == std::vector<std::string>{"--x=a\rb"});
+  CHECK(one.warnings.empty());
 }
 
 TEST_CASE("the NVIDIA Llama-3-8B H200 recipe, field by field") {

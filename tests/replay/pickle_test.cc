@@ -102,6 +102,22 @@ TEST_CASE("pickle: malformed and unsupported input is one message naming the byt
 // docs/allocator-rules.md, 'Getting new memory'), so the allocated peak is 4 + 6 = 10 MiB; the
 // 1 MiB request (<= kSmallSize) takes a 2 MiB small-pool segment, so reserved ends at
 // 20 + 2 = 22 MiB. Pickle and JSON twin give the same trace and the same replay.
+TEST_CASE("pickle: a prefix says whether more bytes could change the result",
+          "[replay][pickle]") {
+  // For a reader of a pipe: an error the bytes so far already hold, or the whole pickle (its
+  // STOP), ends the reading; running out of bytes does not.
+  const std::string whole = Fixture("snapshot-synthetic.pickle");
+  CHECK_FALSE(PickleNeedsMoreBytes(whole));                            // STOP reached
+  CHECK_FALSE(PickleNeedsMoreBytes(whole + "endless garbage"));        // bytes after STOP unread
+  CHECK(PickleNeedsMoreBytes(whole.substr(0, whole.size() / 2)));      // cut in the middle
+  CHECK(PickleNeedsMoreBytes(whole.substr(0, 2)));                     // PROTO only
+  CHECK(PickleNeedsMoreBytes(std::string("\x80\x02X\xff\xff\xff\x7f", 7)));  // a length past the end
+  // 'y' (0x79) is no opcode memsim reads: the error of the whole, at byte 2, is already there.
+  const std::string endless = "\x80\x02" + std::string(1000, 'y');
+  CHECK_FALSE(PickleNeedsMoreBytes(endless));
+  CHECK(ErrorOf(endless.substr(0, 3)) == ErrorOf(endless));
+}
+
 TEST_CASE("pickle: the synthetic fixtures replay as their JSON twins", "[replay][pickle]") {
   for (const std::string name : {"snapshot-synthetic", "snapshot-npu-synthetic"}) {
     CAPTURE(name);

@@ -163,5 +163,33 @@ TEST_CASE("streamed snapshot reader equals the whole-document reader", "[replay]
     {"action": "free_requested", "addr": 1}]]})", 0);
 }
 
+TEST_CASE("a snapshot prefix says whether more bytes could change the result", "[replay][stream]") {
+  // For `memsim replay` of a pipe: the reading stops once the bytes so far hold the error the
+  // whole would give, and ParseSnapshot of those bytes reports it.
+  const std::string ok = R"({"segments": [], "device_traces": [[{"action": "alloc", "addr": 1, )";
+  CHECK(SnapshotNeedsMoreBytes(ok));  // cut inside an entry
+  CHECK(SnapshotNeedsMoreBytes(ok + "\"size\": 51"));  // cut inside a number
+  CHECK(SnapshotNeedsMoreBytes(R"({"segments": [], "device_traces": [[]]} )"));  // whole: blanks may follow
+  // A syntax error before the last byte: the same message from the prefix as from more.
+  const std::string bad = R"({"segments": [], "device_traces": [[x)";
+  CHECK_FALSE(SnapshotNeedsMoreBytes(bad + "yyyy"));
+  CHECK(ErrorOf([&] { ParseSnapshot(bad + "yyyy", "s.json", 0); }) ==
+        ErrorOf([&] { ParseSnapshot(bad + std::string(100, 'y'), "s.json", 0); }));
+  // Data after the document is an error already there.
+  CHECK_FALSE(SnapshotNeedsMoreBytes(R"({"segments": [], "device_traces": [[]]} x)"));
+  // 65 levels: a snapshot nests at most 9; `yes '{"a":'` stops at level 65.
+  std::string deep;
+  for (int i = 0; i < 65; ++i) deep += "{\"a\":\n";
+  CHECK(SnapshotNeedsMoreBytes(deep.substr(0, deep.size() - 6)));  // 64 levels so far
+  CHECK_FALSE(SnapshotNeedsMoreBytes(deep));
+  // The 65th '{' is on line 65, byte 6 × 64 + 1 = 385 (1-based).
+  CHECK(ErrorOf([&] { ParseSnapshot(deep, "s.json", 0); }) ==
+        "s.json:65: JSON nested deeper than memsim's limit of 64 levels (byte 385; a memory "
+        "snapshot nests at most 9)");
+  // A pickle: PickleNeedsMoreBytes (pickle_test.cc).
+  CHECK_FALSE(SnapshotNeedsMoreBytes(std::string("\x80\x02yyy", 5)));
+  CHECK(SnapshotNeedsMoreBytes(std::string("\x80\x02", 2)));
+}
+
 }  // namespace
 }  // namespace memsim::replay
