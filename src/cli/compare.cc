@@ -151,6 +151,10 @@ int RunCompare(const CompareArgs& a) {
     run_options.pipeline_rank = CheckPipelineRank(a.pipeline_rank, setup);
     run_options.keep_timeline = true;
     engine::RunResult run = engine::RunAllStages(setup, run_options);
+    if (a.pipeline_rank_option == nullptr || a.pipeline_rank_option->count() == 0) {
+      run.reported_stage_chosen = false;  // stage 0 by default, not the user's choice
+      run.reported_stage_default = true;
+    }
     side = SimulatedSideOf(setup, run);
     if (!a.html.empty()) {
       html.header = report::FormatRunHeader(run, setup);

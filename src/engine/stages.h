@@ -48,6 +48,7 @@ struct RunResult {
   std::vector<StageResult> stages;  // by pipeline rank
   int reported_stage = 0;
   bool reported_stage_chosen = false;  // by --pipeline-rank, not as the worst
+  bool reported_stage_default = false;  // compare's stage 0, --pipeline-rank not given
   Bytes usable_memory_bytes = 0;       // the device preset's, or --capacity
   timeline::Timeline timeline;      // of the reported stage (empty unless keep_timeline)
   // RunOptions::sample_sink's sink of the reported stage (of the last pass of a long run).

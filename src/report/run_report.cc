@@ -333,8 +333,10 @@ std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& s
   out +=
       fmt::format("  reported: pipeline stage {} of {}{}\n", stage.pipeline_rank, run.stages.size(),
                   run.reported_stage_chosen ? " (--pipeline-rank)"
-                  : run.stages.size() > 1   ? " (the highest peak device memory)"
-                                            : "");
+                  : run.stages.size() <= 1  ? ""
+                  : run.reported_stage_default
+                      ? " (compare's default; --pipeline-rank picks another)"
+                      : " (the highest peak device memory)");
   // Two different budgets: the device total that npu-smi / nvidia-smi shows (which includes the
   // idle baseline), and what the framework may use (usable memory, which excludes it).
   out += fmt::format("  peak device ({}) {} GiB of {} GiB total\n", npu ? "npu-smi" : "nvidia-smi",

@@ -105,6 +105,31 @@ TEST_CASE("memsim compare CONFIG against the CSV of memsim run: no difference", 
   CHECK(text.str().find("\"failed\": false") != std::string::npos);
 }
 
+// Tryout 8 finding 7: compare's HTML header says why its stage was compared: stage 0 by default
+// ("compare's default"), not "(--pipeline-rank)" when the flag was not given.
+TEST_CASE("compare --html: the header names --pipeline-rank only when it was given", "[compare]") {
+  const std::string config = std::string(MEMSIM_SOURCE_DIR) +
+                             "/configs/default.json --set training.global_batch_size=16 "
+                             "--set training.train_iters=2 "
+                             "--set training.pipeline_model_parallel_size=2";
+  const std::string csv = testing::TempPath("cli_pp2.csv");
+  REQUIRE(RunMemsim("run " + config + " --no-chart --csv " + csv).exit_code == 0);
+  const auto header = [&](const std::string& extra) {
+    const std::string html = testing::TempPath("cli_pp2.html");
+    REQUIRE(RunMemsim("compare " + config + " --profile " + csv + " --html " + html + extra)
+                .exit_code == 0);
+    std::ifstream in(html);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  const std::string by_default = header("");
+  CHECK(by_default.find(
+            "pipeline stage 0 of 2 (compare's default; --pipeline-rank picks another)") !=
+        std::string::npos);
+  CHECK(header(" --pipeline-rank 1").find("pipeline stage 1 of 2 (--pipeline-rank)") !=
+        std::string::npos);
+}
 
 // Tryout 7 finding 3: memsim's own snapshot compared with the same config must agree in every
 // iteration, not only overall. The snapshot has no iteration markers, so this checks the
