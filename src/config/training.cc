@@ -685,12 +685,13 @@ void ReadOutsideAllocator(ObjectReader& t, TrainingConfig& c, std::vector<std::s
     // The process groups memsim makes communicators for, by Megatron's names (parallel_state.py
     // get_nccl_options, which MindSpeed's --hccl-group-buffer takes); "edp" is memsim's expert
     // data-parallel group. A size for another group changes nothing here: say so.
-    static const std::set<std::string> kModelled = {"dp", "dp_cp", "tp", "pp", "mp", "embd", "edp"};
+    static const std::set<std::string> kModelled = {"dp",  "dp_cp", "tp",  "pp",
+                                                    "cp",  "mp",    "embd", "edp"};
     for (const auto& [group, bytes] : c.env.hccl_group_buffer) {
       if (kModelled.count(group) != 0) continue;
       warnings->push_back(fmt::format(
-          "{}: group \"{}\" not modelled (memsim makes communicators for dp, dp_cp, tp, pp, mp, "
-          "embd and edp); its buffer size is not used",
+          "{}: group \"{}\" not modelled (memsim makes communicators for dp, dp_cp, tp, pp, cp, "
+          "mp, embd and edp); its buffer size is not used",
           t.At("hccl_group_buffer"), group));
     }
   }

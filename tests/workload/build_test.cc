@@ -673,6 +673,19 @@ TEST_CASE("collectives and record_stream tags", "[workload]") {
     CHECK(op.collective_ranks == 8);
   }
   CHECK(norm_ops >= 1);
+  // Context parallelism 2: the core attention's K/V exchange runs on Megatron's "cp" group of
+  // cp = 2 ranks (Transformer Engine's AttnFuncWithCPAndKVP2P on get_context_parallel_group()).
+  s.training.context_parallel_size = 2;
+  s.training.data_parallel_size = 1;
+  s.training.global_batch_size = 4;
+  bool cp_seen = false;
+  for (const Op& op : Build(s, 0).ops) {
+    if (op.collective_group != "cp") continue;
+    cp_seen = true;
+    CHECK(op.collective_ranks == 2);
+    CHECK(op.name == "attn.cp_exchange");
+  }
+  CHECK(cp_seen);
 }
 
 // --log-params-norm: calc_params_l2_norm (megatron/training/utils.py) lists an fp32 copy of each

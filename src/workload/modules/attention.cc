@@ -150,7 +150,18 @@ CoreAttn UnfusedForward(ModuleContext& ctx, int l, bool keep) {
 }
 
 CoreAttn CoreForward(ModuleContext& ctx, int l, bool keep) {
-  return ctx.d.flash ? FlashForward(ctx, l, keep) : UnfusedForward(ctx, l, keep);
+  const ModelDims& d = ctx.d;
+  if (d.cp > 1) {
+    // Context parallelism: the core attention exchanges K and V chunks with the other ranks of
+    // the context-parallel process group (Transformer Engine attention.py
+    // AttnFuncWithCPAndKVP2P, cp_group = parallel_state.get_context_parallel_group(), Megatron's
+    // "cp"), which gives that group its communicator. Only the communicator is modelled here;
+    // the ring's receive buffers and per-step saved tensors are not (docs/validation.md).
+    ctx.em.Begin("attn.cp_exchange", l);
+    ctx.em.Collective("cp", d.cp, static_cast<double>(2 * d.T * (d.kv / d.t) * d.act_bytes),
+                      Coll::kP2P);
+  }
+  return d.flash ? FlashForward(ctx, l, keep) : UnfusedForward(ctx, l, keep);
 }
 
 struct QkvGrads {
