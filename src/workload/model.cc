@@ -30,6 +30,9 @@ const std::vector<int> kCrossEntropyInPlaceSince = {0, 8};
 // pretrain_gpt.py loss_func all-reduces the reporting loss over get_data_parallel_group() up to
 // core_v0.12.0; core_v0.13.0's returns it and training.py reduces it over the DDP's group.
 const std::vector<int> kLossReducedOverDpCpSince = {0, 13};
+// utils.py calc_params_l2_norm takes a dense parameter's `main_param` (set by optimizer.py and
+// distrib_optimizer.py) from core_v0.11.0; core_v0.10.0 copies every bf16 parameter.
+const std::vector<int> kParamsNormUsesMainParamSince = {0, 11};
 // megatron/core/transformer/moe: core_v0.12.0's MoEAlltoAllTokenDispatcher.token_unpermutation
 // still passes probs=self.probs to moe_utils.py unpermute; core_v0.13.0's experts.py takes
 // permuted_probs and applies them in the activation.
@@ -118,6 +121,11 @@ void SetWeightGradRules(const config::TrainingConfig& tc, ModelDims* d) {
   d->loss_dp_all_reduce =
       tc.framework == "megatron" && d->d > 1 &&
       (d->npu || !at_least(tc.megatron_core_version, kLossReducedOverDpCpSince));
+  using Copies = ModelDims::ParamsNormCopies;
+  d->params_norm_copies =
+      !tc.log_params_norm || tc.precision != config::Precision::kBf16 ? Copies::kNone
+      : at_least(tc.megatron_core_version, kParamsNormUsesMainParamSince) ? Copies::kExperts
+                                                                          : Copies::kAll;
 }
 
 // Layers per chunk, chunks (VPP) and micro-batches per iteration.

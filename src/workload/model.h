@@ -144,6 +144,12 @@ struct ModelDims {
   // to core_v0.12.0, and MindSpeed-LLM's pretrain_gpt.py loss_func (main, 2026-08). From
   // core_v0.13.0 training.py reduces it over "dp_cp" after the schedule. Last stage, d > 1.
   bool loss_dp_all_reduce = false;
+  // --log-params-norm (TrainingConfig::log_params_norm) under bf16: which parameters
+  // calc_params_l2_norm copies to fp32 after each step (megatron/training/utils.py): every local
+  // one before core_v0.11.0; from it the dense ones use the optimizer's `main_param` and only
+  // expert parameters are copied.
+  enum class ParamsNormCopies { kNone, kExperts, kAll };
+  ParamsNormCopies params_norm_copies = ParamsNormCopies::kNone;
   // Megatron's GPT dataset causal mask on the device (framework "megatron" off Ascend, unless
   // --no-create-attention-mask-in-dataloader): [b, 1, s·cp, s·cp] bool from get_batch on the first
   // and last pipeline stages (pretrain_gpt.py get_batch returns None on the others), sliced to

@@ -93,7 +93,7 @@ class MegatronLoop final : public TrainingLoop {
     if (level >= 1) em.EmptyCache();
     em.SetContext(k, Phase::kOptimizerStep, -1);
     optimizer_.Step(em, k <= p_.setup.training.skipped_iterations);
-    if (p_.setup.training.log_params_norm) LogParamsNorm();
+    if (p_.d.params_norm_copies != ModelDims::ParamsNormCopies::kNone) LogParamsNorm();
     em.Begin("optim.done");  // logging; the iteration's loss-reporting tensors dropped
     em.Synchronize();
     for (TensorId id : p_.runner.TakeReportLosses()) em.Free(id);
@@ -135,10 +135,7 @@ class MegatronLoop final : public TrainingLoop {
   // counted: the last stage's tied output weight (`shared`, param_is_not_shared); TP duplicates
   // are counted, as on TP rank 0 (param_is_not_tensor_parallel_duplicate).
   void LogParamsNorm() {
-    const config::TrainingConfig& tc = p_.setup.training;
-    if (tc.precision != config::Precision::kBf16) return;
-    const bool dense_main_param =
-        tc.megatron_core_version.empty() || tc.megatron_core_version >= std::vector<int>{0, 11};
+    const bool dense_main_param = p_.d.params_norm_copies == ModelDims::ParamsNormCopies::kExperts;
     Emitter& em = p_.em;
     em.Begin("log.params_norm");
     std::vector<TensorId> copies;
