@@ -3,18 +3,13 @@
 
 #include <fmt/core.h>
 
+#include "config/stack.h"
+
 namespace memsim::config::internal {
 
 void Derive(Setup* s, const Origin& origin) {
+  StackOf(s->training).Derive(s, origin);
   TrainingConfig& c = s->training;
-  if (c.framework == "megatron" && c.precision == Precision::kBf16 &&
-      !c.accumulate_allreduce_grads_in_fp32 && !c.grad_reduce_in_bf16) {
-    // Megatron arguments.py (validate_args): bf16 requires gradient accumulation and
-    // all-reduce in fp32, so it switches the flag on, unless --grad-reduce-in-bf16.
-    c.accumulate_allreduce_grads_in_fp32 = true;
-    s->notes.push_back(fmt::format("{}: set to true for bf16, as Megatron does",
-                                   origin.Training("accumulate_allreduce_grads_in_fp32")));
-  }
   const int layers_per_stage = s->model.num_hidden_layers / c.pipeline_model_parallel_size;
   if (const std::optional<int> vstages = origin.virtual_stages_per_pipeline_rank) {
     c.num_layers_per_virtual_pipeline_stage = *vstages > 1 ? layers_per_stage / *vstages : 0;

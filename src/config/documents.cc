@@ -15,6 +15,7 @@
 #include <fmt/core.h>
 
 #include "config/embedded.h"
+#include "config/stack.h"
 #include "config/parts.h"
 #include "core/error.h"
 #include "core/read_file.h"
@@ -237,9 +238,7 @@ void ApplyOverride(const std::string& text, Json* root, Source* source) {
     // model.<key> on a model file: the training block's architecture keys override it (not
     // under hf-trainer, which takes the model file as it is).
     std::string hint;
-    const Json* training = root->contains("training") ? &(*root)["training"] : nullptr;
-    const bool hf_trainer = training != nullptr && training->is_object() &&
-                            training->value("framework", Json("")) == "hf-trainer";
+    const bool hf_trainer = TrainingArgumentsKeys(*root);
     if (section == "model" && dot != std::string::npos && dot + 1 < key.size()) {
       const std::vector<std::string>& arch = MegatronArchitectureKeys();
       const std::string name = key.substr(dot + 1);
@@ -293,6 +292,15 @@ void ApplyOverride(const std::string& text, Json* root, Source* source) {
   }
   sec[name] = value;
   source->set_labels[Child("/" + section, name)] = label;
+}
+
+bool TrainingArgumentsKeys(const Json& root) {
+  const auto training = root.find("training");
+  if (training == root.end() || !training->is_object()) return false;
+  const auto framework = training->find("framework");
+  if (framework == training->end() || !framework->is_string()) return false;
+  const Stack* stack = FindStack(framework->get<std::string>());
+  return stack != nullptr && stack->Traits().training_arguments_keys;
 }
 
 }  // namespace internal

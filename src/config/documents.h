@@ -47,4 +47,9 @@ std::string KnownDevices();
 // "allocator.<key>"; VALUE is JSON, else a plain string; True/False are booleans.
 void ApplyOverride(const std::string& text, Json* root, Source* source);
 
+// Whether the config `root`'s training block names a stack that reads Hugging Face
+// TrainingArguments names (stack.h StackTraits::training_arguments_keys); false when the block or
+// its "framework" is absent, not of its type, or names no stack.
+bool TrainingArgumentsKeys(const Json& root);
+
 }  // namespace memsim::config::internal

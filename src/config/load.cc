@@ -21,6 +21,7 @@
 #include "config/parts.h"
 #include "config/reader.h"
 #include "config/rules.h"
+#include "config/stack.h"
 #include "config/training.h"
 #include "core/error.h"
 
@@ -154,7 +155,7 @@ void NoteSoftwareVersions(ObjectReader& t, Setup* s) {
   // workload/model.cc: the data loader's causal mask is modelled for Megatron's get_batch on
   // CUDA only (MindSpeed-LLM replaces get_batch on Ascend; a plain PyTorch loop has its own).
   if (t.Has("create_attention_mask_in_dataloader") &&
-      (s->training.framework != "megatron" ||
+      (!StackOf(s->training).Traits().megatron_get_batch ||
        s->device.allocator_backend != alloc::Backend::kCuda)) {
     s->notes.push_back(fmt::format("{}: no effect here (modelled for framework \"megatron\" on "
                                    "CUDA devices: Megatron's get_batch)",
@@ -310,9 +311,7 @@ void ApplyCommandLine(const LoadOptions& options, Json* root, Source* source) {
     // --iterations N: the key of the training block's key set that counts optimizer steps,
     // named as given: train_iters, or max_steps for framework "hf-trainer" (hf_trainer.h).
     const auto training = root->find("training");
-    const bool hf = training != root->end() && training->is_object() &&
-                    training->value("framework", Json()) == Json("hf-trainer");
-    const char* key = hf ? "max_steps" : "train_iters";
+    const char* key = TrainingArgumentsKeys(*root) ? "max_steps" : "train_iters";
     internal::ApplyOverride(fmt::format("training.{}={}", key, options.iterations), root, source);
     source->set_labels[internal::Child("/training", key)] =
         fmt::format("--iterations {}", options.iterations);
@@ -371,31 +370,6 @@ void RejectOtherJsonKinds(const ObjectReader& top, const std::string& label) {
   }
 }
 
-// A key of the training block that memsim does not read but Megatron's argument parsers
-// define (optimizer_cpu_offload = --optimizer-cpu-offload): said as --megatron-args says it,
-// from the same table (megatron_flags.h), rather than as an unknown key.
-void RejectMegatronArgumentKeys(const ObjectReader& t, const std::vector<std::string>& known) {
-  for (const std::string& key : t.Unread()) {
-    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
-    std::string flag = "--" + key;
-    std::replace(flag.begin(), flag.end(), '_', '-');
-    const FlagInfo* info = FindFlag(flag);
-    if (info == nullptr || info->flag_class == FlagClass::kModelled) continue;
-    if (info->flag_class == FlagClass::kUnsupported) {
-      throw UnsupportedError(
-          fmt::format("{}: {} (the launch-script argument {})", t.At(key), info->why, flag));
-    }
-    Fail(t.At(key),
-         info->flag_class == FlagClass::kNotModelled
-             ? fmt::format("not modelled: {} (the launch-script argument {}); remove the key, or "
-                           "give the launch script with --megatron-args, which warns and goes on",
-                           info->why, flag)
-             : fmt::format("the launch-script argument {} is memory-neutral and not a key memsim "
-                           "reads: remove it",
-                           flag));
-  }
-}
-
 // Two --set of one key with other values, or --iterations with a --set of the key it sets: the
 // last is taken (as ApplyCommandLine applies them in order), and said.
 void WarnCommandLineRepeats(const LoadOptions& options, std::vector<std::string>* warnings) {
@@ -433,32 +407,15 @@ Setup LoadParsedConfig(const Document& config, const Json& root, const Source& s
   // Unsupported features first, so that a config for another stack says "unsupported" rather
   // than naming its first unknown key; then unknown keys, before any value is read (a misspelt
   // key is reported as such, not as a missing one).
-  // framework "hf-trainer" has its own key set (TrainingArguments names, hf_trainer.h).
-  const bool hf_trainer = internal::IsHfTrainer(t);
+  // The stack the block names reads it (config/stack.h; each has its own key set).
+  const Stack& stack = internal::StackOfBlock(t);
   internal::HfTrainerExtras hf;
-  if (hf_trainer) {
-    s.training = internal::ReadHfTrainer(t, config, &s.notes, &s.warnings, &hf);
-  } else {
-    internal::RejectUnsupported(t);
-    const Json* fw = t.Get("framework");
-    internal::RejectHfTrainerKeys(t, fw != nullptr && fw->is_string() ? fw->get<std::string>()
-                                                                      : "megatron");
-    std::vector<std::string> known = internal::TrainingKeys();
-    known.insert(known.end(), internal::MegatronArchitectureKeys().begin(),
-                 internal::MegatronArchitectureKeys().end());
-    known.insert(known.end(), internal::MegatronMoeArchitectureKeys().begin(),
-                 internal::MegatronMoeArchitectureKeys().end());
-    known.insert(known.end(), internal::MoeTrainingKeys().begin(),
-                 internal::MoeTrainingKeys().end());
-    RejectMegatronArgumentKeys(t, known);
-    t.RejectUnknown(known);
-  }
+  stack.ReadBeforeModel(t, config, &s, &hf);
 
   internal::LocatedModel located = ReadModel(top, config, options, &s);
   s.warnings.insert(s.warnings.end(), located.warnings.begin(), located.warnings.end());
-  if (!hf_trainer) internal::ApplyMegatronArchitecture(t, &located, &s.notes);
+  stack.ReadAfterModel(t, &located, &s);
   s.model = located.model;
-  if (!hf_trainer) s.training = internal::ReadTraining(t, &s.notes, &s.warnings);
   if (s.training.lora_r > 0 && s.model.model_type != "llama" && s.model.model_type != "mistral" &&
       s.model.model_type != "qwen2" && s.model.model_type != "qwen3") {
     throw UnsupportedError(fmt::format("{}: LoRA on model_type '{}' (memsim maps target_modules onto "
@@ -468,7 +425,7 @@ Setup LoadParsedConfig(const Document& config, const Json& root, const Source& s
   if (s.training.lora_r > 0 && hf.lora_modules.needed()) {
     internal::ResolveLoraModules(hf.lora_modules, s.model, s.training, &s.warnings);
   }
-  if (s.model.type_vocab_size > 0 && !PyTorchLoop(s.training)) {
+  if (s.model.type_vocab_size > 0 && !stack.Traits().encoder_models) {
     throw UnsupportedError(fmt::format(
         "{}: encoder model_type '{}' under framework \"{}\" (memsim models encoders with "
         "framework \"hf-trainer\" or \"pytorch\")",

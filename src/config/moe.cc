@@ -5,6 +5,7 @@
 
 #include <fmt/core.h>
 
+#include "config/stack.h"
 #include "core/error.h"
 
 namespace memsim::config::internal {
@@ -207,7 +208,7 @@ void CheckMoe(const Setup& s, const Origin& origin) {
     }
     return;
   }
-  if (PyTorchLoop(c)) {
+  if (!StackOf(c).Traits().mixture_of_experts) {
     throw UnsupportedError(fmt::format("{}: a mixture-of-experts model under framework "
                                        "\"{}\" (memsim models Megatron-core's MoE layer)",
                                        origin.Model("num_experts"), c.framework));

@@ -11,6 +11,7 @@
 
 #include "config/iterations.h"
 #include "config/moe.h"
+#include "config/stack.h"
 
 namespace memsim::config::internal {
 namespace {
@@ -223,7 +224,7 @@ void CheckLayerPasses(const Setup& s, const Origin& origin) {
 // Weights, gradients and optimizer state of the largest pipeline stage within kMaxRankBytes.
 void CheckRankParameters(const Setup& s, const Origin& origin, const RankParameters& p) {
   // Plain PyTorch runs on one device: no model parallelism to suggest.
-  const char* more = PyTorchLoop(s.training)
+  const char* more = !StackOf(s.training).Traits().model_parallel
                          ? ""
                          : ", or raise tensor_model_parallel_size or pipeline_model_parallel_size";
   if (p.total * kStateBytesPerParameter > kMaxRankBytes) {

@@ -301,20 +301,15 @@ struct TorchDdp {
 };
 using DataParallelWrapper = std::variant<MegatronDdp, MegatronFsdp, SingleDevice, TorchDdp>;
 
-// Whether `c` runs a plain PyTorch training loop (framework "pytorch" or "hf-trainer", whose
-// Trainer.training_step is forward, loss.backward, and optimizer.step every
-// gradient_accumulation_steps micro-batches: transformers/trainer.py _inner_training_loop).
-bool PyTorchLoop(const TrainingConfig& c);
-
-// The wrapper `c` describes: SingleDevice for a PyTorch loop on one device, TorchDdp for one
-// over data_parallel_size > 1, MegatronFsdp when
+// The wrapper `c` describes, as its stack says (config/stack.h Stack::Wrapper): SingleDevice for
+// a PyTorch loop on one device, TorchDdp for one over data_parallel_size > 1, MegatronFsdp when
 // use_megatron_fsdp, else MegatronDdp. A pure function of the loaded TrainingConfig.
 DataParallelWrapper DataParallelOf(const TrainingConfig& c);
 
 // The vocabulary rows of the embedding and output layer, the one definition every module uses.
-// framework "megatron": vocab_size rounded up to a multiple of make_vocab_size_divisible_by × TP
-// (Megatron _vocab_size_with_padding, megatron/training/tokenizer/tokenizer.py). framework
-// "pytorch" / "hf-trainer": vocab_size (a Hugging Face model keeps config.vocab_size rows). int64: the product
+// A stack that pads (StackTraits::pads_vocab, Megatron-core): vocab_size rounded up to a multiple of make_vocab_size_divisible_by × TP
+// (Megatron _vocab_size_with_padding, megatron/training/tokenizer/tokenizer.py). Others
+// ("pytorch", "hf-trainer"): vocab_size (a Hugging Face model keeps config.vocab_size rows). int64: the product
 // can pass 2^31 (config/rules.h bounds it at 2^27).
 std::int64_t PaddedVocabSize(const ModelConfig& m, const TrainingConfig& c);
 

@@ -12,13 +12,15 @@
 #include <set>
 #include <string_view>
 
+#include "config/hf_trainer.h"
+#include "config/megatron_flags.h"
 #include "config/moe.h"
+#include "config/parts.h"
+#include "config/stack.h"
 #include "core/error.h"
 
 namespace memsim::config::internal {
 namespace {
-
-constexpr std::string_view kPytorch = "pytorch";
 
 // Keys of the training block, in groups (docs/config.md).
 const std::vector<std::string> kTrainingKeys = {
@@ -317,8 +319,9 @@ void ReadMegatronFsdp(ObjectReader& t, const std::optional<std::string>& shardin
 }
 
 // The optimizer and the data-parallel wrapper's optimizer settings.
-void ReadOptimizer(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
-  const bool pytorch = c.framework == kPytorch;
+void ReadOptimizer(ObjectReader& t, TrainingConfig& c, BlockReader reader,
+                   std::vector<std::string>* notes) {
+  const bool pytorch = reader == BlockReader::kPlainPyTorch;
   if (std::optional<std::string> o = t.Choice("optimizer", {"adam", "adamw", "sgd"})) {
     c.optimizer = *o == "sgd" ? OptimizerKind::kSgd : OptimizerKind::kAdam;
     // torch.optim.Adam adds weight_decay × param to the gradient (L2); AdamW and Megatron's
@@ -373,7 +376,7 @@ void ReadOptimizer(ObjectReader& t, TrainingConfig& c, std::vector<std::string>*
 // Megatron's rules: OptimizerConfig.__post_init__ (megatron/core/optimizer/optimizer_config.py)
 // asserts the dtypes stay fp32 without it and Adam with it; get_megatron_optimizer
 // (megatron/core/optimizer/__init__.py) needs the distributed optimizer.
-void ReadPrecisionAware(ObjectReader& t, TrainingConfig& c) {
+void ReadPrecisionAware(ObjectReader& t, TrainingConfig& c, BlockReader reader) {
   c.use_precision_aware_optimizer = t.Bool("use_precision_aware_optimizer").value_or(false);
   if (t.Choice("main_params_dtype", {"fp32", "fp16"}) == "fp16") {
     c.main_params_dtype = Precision::kFp16;
@@ -398,7 +401,7 @@ void ReadPrecisionAware(ObjectReader& t, TrainingConfig& c) {
     }
     return;
   }
-  const char* refusal = c.framework == kPytorch               ? "framework \"megatron\""
+  const char* refusal = reader == BlockReader::kPlainPyTorch ? "framework \"megatron\""
                         : c.optimizer != OptimizerKind::kAdam ? "optimizer \"adam\""
                         : c.use_megatron_fsdp                 ? "Megatron's DDP, not Megatron-FSDP"
                         : !c.use_distributed_optimizer        ? "use_distributed_optimizer true"
@@ -525,15 +528,16 @@ void ReadRecompute(ObjectReader& t, TrainingConfig& c, std::vector<std::string>*
 
 // Kernels and software: attention, the Transformer Engine switch, gradient accumulation fusion,
 // versions, iterations and Megatron's empty_cache level.
-void ReadKernels(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes,
-                 std::vector<std::string>* warnings) {
+void ReadKernels(ObjectReader& t, TrainingConfig& c, BlockReader reader,
+                 std::vector<std::string>* notes, std::vector<std::string>* warnings) {
+  const bool pytorch = reader == BlockReader::kPlainPyTorch;
   c.use_flash_attn = t.Bool("use_flash_attn").value_or(false);
   c.transformer_impl =
       t.Choice("transformer_impl", {"transformer_engine", "local"}).value_or("transformer_engine");
   c.gradient_accumulation_fusion = t.Bool("gradient_accumulation_fusion").value_or(true);
   c.create_attention_mask_in_dataloader =
       t.Bool("create_attention_mask_in_dataloader").value_or(true);
-  if (c.framework == kPytorch && c.gradient_accumulation_fusion) {
+  if (pytorch && c.gradient_accumulation_fusion) {
     // Megatron's fused weight-gradient accumulation into main_grad; plain PyTorch's autograd
     // hands every weight gradient to the parameter's .grad.
     c.gradient_accumulation_fusion = false;
@@ -556,12 +560,12 @@ void ReadKernels(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* n
   c.train_iters = t.PositiveInt("train_iters").value_or(4);
   c.empty_unused_memory_level = t.IntInRange("empty_unused_memory_level", 0, 2).value_or(0);
   c.log_params_norm = t.Bool("log_params_norm").value_or(false);
-  if (c.framework != "megatron" && c.log_params_norm) {
+  if (pytorch && c.log_params_norm) {
     Fail(t.At("log_params_norm"),
          fmt::format("Megatron's --log-params-norm needs framework \"megatron\", not \"{}\"",
                      c.framework));
   }
-  if (c.framework == kPytorch && c.empty_unused_memory_level > 0) {
+  if (pytorch && c.empty_unused_memory_level > 0) {
     // Megatron's train_step calls torch.cuda.empty_cache() at these levels; a plain loop does
     // not.
     Fail(t.At("empty_unused_memory_level"),
@@ -584,10 +588,11 @@ void NoteAcceptedKeys(ObjectReader& t, std::vector<std::string>* notes) {
 
 // DistributedDataParallel's constructor arguments (torch/nn/parallel/distributed.py), framework
 // "pytorch" only: under "megatron" each is an error naming what Megatron-core DDP reads instead.
-void ReadTorchDdpKeys(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
+void ReadTorchDdpKeys(ObjectReader& t, TrainingConfig& c, BlockReader reader,
+                      std::vector<std::string>* notes) {
   static const char* const kKeys[] = {"bucket_cap_mb", "find_unused_parameters",
                                       "gradient_as_bucket_view"};
-  if (c.framework != kPytorch) {
+  if (reader != BlockReader::kPlainPyTorch) {
     for (const char* key : kKeys) {
       if (t.Has(key)) {
         Fail(t.At(key), "a framework \"pytorch\" key (PyTorch DistributedDataParallel's "
@@ -613,16 +618,16 @@ void ReadTorchDdpKeys(ObjectReader& t, TrainingConfig& c, std::vector<std::strin
 // torch_dtype and zero_grad_set_to_none: read under either framework (a wrong value is an error),
 // used with "pytorch" only; with "megatron" a note says so. With "pytorch", what memsim assumes
 // where the config is silent.
-void ReadPlainPytorchKeys(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes,
-                          std::vector<std::string>* warnings) {
+void ReadPlainPytorchKeys(ObjectReader& t, TrainingConfig& c, BlockReader reader,
+                          std::vector<std::string>* notes, std::vector<std::string>* warnings) {
   if (std::optional<std::string> d = t.Choice("torch_dtype", {"float32", "bfloat16", "float16"})) {
     c.torch_dtype = *d == "bfloat16"  ? Precision::kBf16
                     : *d == "float16" ? Precision::kFp16
                                       : Precision::kFp32;
   }
   c.zero_grad_set_to_none = t.Bool("zero_grad_set_to_none").value_or(true);
-  ReadTorchDdpKeys(t, c, notes);
-  if (c.framework != kPytorch) {
+  ReadTorchDdpKeys(t, c, reader, notes);
+  if (reader != BlockReader::kPlainPyTorch) {
     for (const char* key : {"torch_dtype", "zero_grad_set_to_none"}) {
       if (t.Has(key)) {
         warnings->push_back(
@@ -730,14 +735,7 @@ void ReadSkippedIterations(ObjectReader& t, TrainingConfig& c) {
   }
 }
 
-void RejectUnsupported(ObjectReader& t) {
-  if (std::optional<std::string> fw = t.String("framework");
-      fw && *fw != "megatron" && *fw != kPytorch) {
-    throw UnsupportedError(
-        fmt::format("{}: framework '{}' (memsim models \"megatron\", \"pytorch\" and "
-                    "\"hf-trainer\")",
-                    t.At("framework"), Printable(*fw)));
-  }
+void RejectUnsupported(ObjectReader& t, BlockReader reader) {
   const bool fsdp = t.Bool("use_megatron_fsdp").value_or(false);
   if (std::optional<std::string> s =
           t.Choice("data_parallel_sharding_strategy",
@@ -749,7 +747,7 @@ void RejectUnsupported(ObjectReader& t) {
                     "optim and optim_grads)",
                     t.At("data_parallel_sharding_strategy")));
   }
-  const bool pytorch = t.String("framework") == kPytorch;
+  const bool pytorch = reader == BlockReader::kPlainPyTorch;
   if (std::optional<int> z = t.IntInRange("zero_stage", 0, 3); pytorch && z && *z >= 2) {
     // Sharding across data-parallel devices (DeepSpeed ZeRO); not "models ZeRO-1", which is a
     // Megatron feature.
@@ -786,24 +784,75 @@ void RejectUnsupported(ObjectReader& t) {
   }
 }
 
+namespace {
+
+// A key of the training block that memsim does not read but Megatron's argument parsers
+// define (optimizer_cpu_offload = --optimizer-cpu-offload): said as --megatron-args says it,
+// from the same table (megatron_flags.h), rather than as an unknown key.
+void RejectMegatronArgumentKeys(const ObjectReader& t, const std::vector<std::string>& known) {
+  for (const std::string& key : t.Unread()) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string flag = "--" + key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    const FlagInfo* info = FindFlag(flag);
+    if (info == nullptr || info->flag_class == FlagClass::kModelled) continue;
+    if (info->flag_class == FlagClass::kUnsupported) {
+      throw UnsupportedError(
+          fmt::format("{}: {} (the launch-script argument {})", t.At(key), info->why, flag));
+    }
+    Fail(t.At(key),
+         info->flag_class == FlagClass::kNotModelled
+             ? fmt::format("not modelled: {} (the launch-script argument {}); remove the key, or "
+                           "give the launch script with --megatron-args, which warns and goes on",
+                           info->why, flag)
+             : fmt::format("the launch-script argument {} is memory-neutral and not a key memsim "
+                           "reads: remove it",
+                           flag));
+  }
+}
+
+}  // namespace
+
 const std::vector<std::string>& TrainingKeys() { return kTrainingKeys; }
 
-TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes,
-                            std::vector<std::string>* warnings) {
+const Stack& StackOfBlock(ObjectReader& t) {
+  const std::string name = t.String("framework").value_or("megatron");
+  const Stack* stack = FindStack(name);
+  if (stack == nullptr) {
+    throw UnsupportedError(fmt::format("{}: framework '{}' (memsim models {})", t.At("framework"),
+                                       Printable(name), QuotedStackNames()));
+  }
+  return *stack;
+}
+
+void CheckMegatronNamedKeys(ObjectReader& t, std::string_view framework, BlockReader reader) {
+  RejectUnsupported(t, reader);
+  RejectHfTrainerKeys(t, framework);
+  std::vector<std::string> known = TrainingKeys();
+  for (const std::vector<std::string>* more :
+       {&MegatronArchitectureKeys(), &MegatronMoeArchitectureKeys(), &MoeTrainingKeys()}) {
+    known.insert(known.end(), more->begin(), more->end());
+  }
+  RejectMegatronArgumentKeys(t, known);
+  t.RejectUnknown(known);
+}
+
+TrainingConfig ReadTraining(ObjectReader& t, std::string_view framework, BlockReader reader,
+                            std::vector<std::string>* notes, std::vector<std::string>* warnings) {
   TrainingConfig c;
-  c.framework = t.String("framework").value_or("megatron");
-  if (c.framework == kPytorch) CheckSingleDevice(t);
+  c.framework = std::string(framework);
+  if (reader == BlockReader::kPlainPyTorch) CheckSingleDevice(t);
   ReadBatch(t, c, notes);
   ReadPrecision(t, c, notes);
-  ReadOptimizer(t, c, notes);
+  ReadOptimizer(t, c, reader, notes);
   ReadSkippedIterations(t, c);
-  ReadPrecisionAware(t, c);
+  ReadPrecisionAware(t, c, reader);
   ReadOverlap(t, c, notes);
   ReadRecompute(t, c, notes, warnings);
-  ReadKernels(t, c, notes, warnings);
+  ReadKernels(t, c, reader, notes, warnings);
   ReadMoeTraining(t, c);
   NoteAcceptedKeys(t, notes);
-  ReadPlainPytorchKeys(t, c, notes, warnings);
+  ReadPlainPytorchKeys(t, c, reader, notes, warnings);
   ReadOutsideAllocator(t, c, warnings);
   return c;
 }

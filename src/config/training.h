@@ -7,18 +7,34 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/reader.h"
 #include "config/setup.h"
+#include "config/stack.h"
 
 namespace memsim::config::internal {
 
-// Throws UnsupportedError for the stacks and features memsim recognises and does not model
-// (framework other than "megatron" and "pytorch", ZeRO-2/3 without Megatron-FSDP, expert
-// parallelism, CUDA graphs, FP8, a resume with optimizer state). Run first, so that a config for
-// another stack says "unsupported" rather than naming its first unknown key.
-void RejectUnsupported(ObjectReader& t);
+// Which stack reads the Megatron-named block (src/stacks/): Megatron-core itself, or plain
+// PyTorch, which runs data parallel only, adds torch_dtype, zero_grad_set_to_none and
+// DistributedDataParallel's keys, and refuses what only Megatron does.
+enum class BlockReader { kMegatron, kPlainPyTorch };
+
+// The stack the block's "framework" names ("megatron" when absent). Throws UnsupportedError for a
+// name no stack is registered under, listing the registered ones.
+const Stack& StackOfBlock(ObjectReader& t);
+
+// Throws UnsupportedError for the features memsim recognises and does not model (ZeRO-2/3
+// without Megatron-FSDP, CUDA graphs, FP8, a resume with optimizer state). Run first, so that a
+// config for another stack says "unsupported" rather than naming its first unknown key.
+void RejectUnsupported(ObjectReader& t, BlockReader reader);
+
+// Before the model is read, for a stack that reads the Megatron-named block: RejectUnsupported,
+// then keys of another stack's set (hf_trainer.h RejectHfTrainerKeys), Megatron launch-script
+// arguments memsim does not read (said as --megatron-args says them) and unknown keys, each an
+// error naming the key.
+void CheckMegatronNamedKeys(ObjectReader& t, std::string_view framework, BlockReader reader);
 
 // The keys the training block may hold, besides MegatronArchitectureKeys() (parts.h).
 const std::vector<std::string>& TrainingKeys();
@@ -27,11 +43,11 @@ const std::vector<std::string>& TrainingKeys();
 // read after c.precision; an error naming it with another precision. Also read by hf-trainer.
 void ReadSkippedIterations(ObjectReader& t, TrainingConfig& c);
 
-// Reads the training block; appends to `notes` what was defaulted, adjusted or not used.
-// REQUIRES: RejectUnsupported(t) passed.
+// Reads the training block for the stack named `framework`; appends to `notes` what was
+// defaulted, adjusted or not used. REQUIRES: CheckMegatronNamedKeys(t, framework, reader) passed.
 // `notes` collects what --verbose prints (defaults taken, accepted keys); `warnings` what is
 // always printed: keys given that do not act in this configuration.
-TrainingConfig ReadTraining(ObjectReader& t, std::vector<std::string>* notes,
-                            std::vector<std::string>* warnings);
+TrainingConfig ReadTraining(ObjectReader& t, std::string_view framework, BlockReader reader,
+                            std::vector<std::string>* notes, std::vector<std::string>* warnings);
 
 }  // namespace memsim::config::internal

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "config/load.h"
+#include "config/stack.h"
 #include "report/format.h"
 #include "workload/build.h"
 
@@ -192,7 +193,7 @@ json SetupJson(const config::Setup& setup) {
       {"recompute_granularity", RecomputeName(t.recompute_granularity)},
       {"use_flash_attn", t.use_flash_attn},
       {"train_iters", t.train_iters}};
-  if (config::PyTorchLoop(t)) {  // absent from Megatron reports (their schema is unchanged)
+  if (config::StackOf(t).Traits().plain_pytorch_step) {  // absent from Megatron reports (their schema is unchanged)
     j["training"]["torch_dtype"] = PrecisionName(t.torch_dtype);
     j["training"]["zero_grad_set_to_none"] = t.zero_grad_set_to_none;
   }
@@ -294,6 +295,7 @@ std::string FormatLongRun(const engine::RunResult& run) {
 
 std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& setup) {
   const config::TrainingConfig& t = setup.training;
+  const config::StackTraits& stack = config::StackOf(t).Traits();
   const int m = t.global_batch_size / std::max(1, t.micro_batch_size * t.data_parallel_size);
   std::string out = fmt::format(
       "memsim run: {} ({} layers, h {}) on {} ({} allocator)\n"
@@ -304,9 +306,8 @@ std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& s
       t.tensor_model_parallel_size, t.pipeline_model_parallel_size, t.data_parallel_size,
       t.context_parallel_size, t.sequence_parallel ? " SP" : "", t.seq_length, t.micro_batch_size,
       m,
-      config::PyTorchLoop(t)
-          ? fmt::format("{}, {} weights, {}",
-                        t.framework == "hf-trainer" ? "HF Trainer" : "plain PyTorch",
+      stack.plain_pytorch_step
+          ? fmt::format("{}, {} weights, {}", stack.label,
                         PrecisionName(t.torch_dtype),
                         t.precision == config::Precision::kFp32
                             ? std::string("no autocast")
@@ -315,7 +316,7 @@ std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& s
       t.optimizer == config::OptimizerKind::kSgd         ? "SGD"
       : t.optimizer == config::OptimizerKind::kAdafactor ? "Adafactor"
       : t.adam_coupled_weight_decay              ? "Adam (L2 weight decay)"
-      : config::PyTorchLoop(t)                   ? "AdamW"
+      : !stack.adam_label.empty()                ? stack.adam_label
                                                  : "Adam",
       OptimizerDetail(t), RecomputeDetail(t));
   out += SkippedStepsLines(t);

@@ -2,6 +2,8 @@
 // the framework's training loop over them (build.h).
 #include "workload/build.h"
 
+#include "config/stack.h"
+
 #include "workload/data_parallel.h"
 #include "workload/emitter.h"
 #include "workload/evaluation.h"
@@ -19,8 +21,6 @@
 namespace memsim::workload {
 namespace {
 
-bool PlainPyTorch(const config::Setup& setup) { return config::PyTorchLoop(setup.training); }
-
 // The optimizer's param groups: Megatron's (weight decay or not, model.h ParamGroups), or the
 // single group of torch.optim.AdamW(model.parameters()) in a plain PyTorch loop.
 // With PEFT (hf_peft.h) the list is get_peft_model's and the optimizer gets the trainable
@@ -32,14 +32,7 @@ RankParams MakeRankParams(const config::Setup& setup, int rank, const DecoderLay
   if (UsesPeft(setup.training)) {
     rp.params = ApplyPeft(setup, ComputeDims(setup), std::move(rp.params), peft);
   }
-  if (PlainPyTorch(setup)) {
-    rp.groups.emplace_back();
-    for (int i = 0; i < static_cast<int>(rp.params.size()); ++i) {
-      if (!rp.params[i].frozen) rp.groups[0].push_back(i);
-    }
-  } else {
-    rp.groups = ParamGroups(rp.params);
-  }
+  rp.groups = config::StackOf(setup.training).ParamGroups(rp.params);
   return rp;
 }
 
@@ -47,6 +40,7 @@ RankParams MakeRankParams(const config::Setup& setup, int rank, const DecoderLay
 Program Generate(const config::Setup& setup, int pipeline_rank, const BuildParts& parts,
                  OpSink* sink) {
   const ModelDims d = ComputeDims(setup);
+  const FrameworkFacts f = ComputeFacts(setup, d);
   DecoderLayer layer = parts.layer ? parts.layer() : DecoderLayer::ForSetup(setup);
   PeftKernels peft;
   const RankParams params = MakeRankParams(setup, pipeline_rank, layer, &peft);
@@ -55,22 +49,22 @@ Program Generate(const config::Setup& setup, int pipeline_rank, const BuildParts
   std::unique_ptr<DataParallel> dp = parts.data_parallel
                                          ? parts.data_parallel(d, params)
                                          : NewDataParallel(setup, pipeline_rank, d, params);
-  Kernels kernels(em, d, *dp);
+  Kernels kernels(em, d, f, *dp);
   if (peft.Active()) kernels.SetPeft(&peft);
-  ModuleContext ctx{setup.model, d, em, kernels, SelectiveModules(setup.training, d.te)};
+  ModuleContext ctx{setup.model, d, f, em, kernels, SelectiveModules(setup.training, f.te)};
   PipelineExchange exchange(em, d);
   StageRunner runner(ctx, setup.training, pipeline_rank, layer, *dp, exchange);
   const std::vector<ScheduleStep> steps = PipelineSchedule(d.p, pipeline_rank, d.m, d.v);
-  LoopParts loop_parts{setup, d, params, em, *dp, runner, exchange, steps};
+  LoopParts loop_parts{setup, d, f, params, em, *dp, runner, exchange, steps};
   // The Trainer's evaluation pass (evaluation.h): the same model and kernels on eval batches.
   const ModelDims eval_dims = EvalDims(d, setup.training);
-  ModuleContext eval_ctx{setup.model, eval_dims, em, kernels, ctx.selective};
-  if (PlainPyTorch(setup) && setup.training.eval_steps > 0 && setup.training.eval_batches > 0) {
+  ModuleContext eval_ctx{setup.model, eval_dims, f, em, kernels, ctx.selective};
+  // Only a stack that reads the evaluation keys sets them (hf-trainer).
+  if (setup.training.eval_steps > 0 && setup.training.eval_batches > 0) {
     loop_parts.eval_ctx = &eval_ctx;
     loop_parts.layer = &layer;
   }
-  std::unique_ptr<TrainingLoop> loop =
-      PlainPyTorch(setup) ? NewPyTorchLoop(loop_parts) : NewMegatronLoop(loop_parts);
+  std::unique_ptr<TrainingLoop> loop = config::StackOf(setup.training).NewTrainingLoop(loop_parts);
   loop->Init();
   for (int k = 1; k <= iterations; ++k) loop->Iteration(k);
   return em.Finish();

@@ -91,7 +91,7 @@ ClosedFormEstimate ComputeClosedFormEstimate(const config::Setup& setup, int pip
   const double mlp =
       (d.gamma == 2 ? 6.0 : 4.0) * static_cast<double>(d.ffn) / h;  // 4ffn/h, 6 gated
   const double attn_s2 = static_cast<double>(d.a) * d.s / h * (d.attention_dropout ? 5.0 : 2.0);
-  const bool core_saved = !d.flash && tc.recompute_granularity == RecomputeGranularity::kNone;
+  const bool core_saved = !tc.use_flash_attn && tc.recompute_granularity == RecomputeGranularity::kNone;
   double layer;
   if (tc.recompute_granularity == RecomputeGranularity::kFull) {
     layer = 2.0 * sbh / d.sigma;

@@ -1,7 +1,8 @@
-// The factory of data-parallel wrappers (data_parallel.h): the one place that picks a wrapper.
+// What the data-parallel wrappers share (data_parallel.h); each stack picks its own wrapper
+// (config/stack.h NewDataParallel).
 #include "workload/data_parallel.h"
 
-#include <variant>
+#include "config/stack.h"
 
 namespace memsim::workload {
 
@@ -42,29 +43,13 @@ void ParamAllGather(Emitter& em, const ModelDims& d, const std::vector<GradBuffe
 
 std::unique_ptr<DataParallel> NewDataParallel(const config::Setup& setup, int rank,
                                               const ModelDims& d, const RankParams& params) {
-  const config::DataParallelWrapper w = config::DataParallelOf(setup.training);
-  if (const auto* ddp = std::get_if<config::MegatronDdp>(&w)) {
-    return NewMegatronDdp(setup, rank, d, params, *ddp);
-  }
-  if (const auto* fsdp = std::get_if<config::MegatronFsdp>(&w)) {
-    return NewMegatronFsdp(setup, rank, d, params, *fsdp);
-  }
-  if (const auto* ddp = std::get_if<config::TorchDdp>(&w)) return NewTorchDdp(d, params, *ddp);
-  return NewSingleDevice(d, params, std::get<config::SingleDevice>(w));
+  return config::StackOf(setup.training).NewDataParallel(setup, rank, d, params);
 }
 
 std::vector<GradBuffer> LayoutGradBuffers(const config::Setup& setup, int pipeline_rank,
                                           const std::vector<ParamTensor>& params) {
-  const ModelDims d = ComputeDims(setup);
-  const config::DataParallelWrapper w = config::DataParallelOf(setup.training);
-  if (const auto* ddp = std::get_if<config::MegatronDdp>(&w)) {
-    return LayoutDdpBuffers(setup, pipeline_rank, d, params, ddp->distributed_optimizer);
-  }
-  if (const auto* fsdp = std::get_if<config::MegatronFsdp>(&w)) {
-    return LayoutFsdpBuffers(setup, pipeline_rank, d, params,
-                             fsdp->sharding != config::FsdpSharding::kNoShard);
-  }
-  return {};
+  return config::StackOf(setup.training)
+      .LayoutGradBuffers(setup, pipeline_rank, ComputeDims(setup), params);
 }
 
 }  // namespace memsim::workload

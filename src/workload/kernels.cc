@@ -33,18 +33,18 @@ std::string LayerLabel(int layer, std::string_view name) {
 }
 
 void Kernels::GemmWorkspace(bool torch_gemm) {
-  if (d_->npu) return;
-  if (torch_gemm || !d_->te) {
+  if (f_->npu) return;
+  if (torch_gemm || !f_->te) {
     const bool autograd_thread = on_autograd_thread_;
     bool& done = cublas_done_[autograd_thread ? 1 : 0];
     if (done) return;
     done = true;
-    em_.Alloc(d_->hopper ? kCublasWorkspaceHopperBytes : kCublasWorkspaceBytes, Category::kWorkspace,
+    em_.Alloc(f_->hopper ? kCublasWorkspaceHopperBytes : kCublasWorkspaceBytes, Category::kWorkspace,
               autograd_thread ? "workspace.cublas_autograd" : "workspace.cublas");
   } else {
     if (te_done_) return;
     te_done_ = true;
-    em_.Alloc(d_->hopper ? kTeWorkspaceHopperBytes : kTeWorkspaceBytes, Category::kWorkspace,
+    em_.Alloc(f_->hopper ? kTeWorkspaceHopperBytes : kTeWorkspaceBytes, Category::kWorkspace,
               "workspace.te_cublas");
   }
 }
@@ -60,7 +60,7 @@ void Kernels::MpuBuffer(Bytes size_bytes) {
 TensorId Kernels::SpGather(Bytes full_bytes, const std::string& label, bool torch_linear) {
   if (!d_->sp) return 0;
   em_.Collective("tp", d_->t, static_cast<double>(full_bytes), Coll::kGather);
-  if (d_->te && !torch_linear) return em_.Alloc(full_bytes, Category::kTemporaries, label);
+  if (f_->te && !torch_linear) return em_.Alloc(full_bytes, Category::kTemporaries, label);
   MpuBuffer(full_bytes);
   return 0;
 }
@@ -214,7 +214,7 @@ void Kernels::WeightGradToAutograd(std::int64_t rows, std::int64_t cols, bool te
     if (GradTarget(param).empty()) return;
   }
   const bool cached =
-      d_->grad_accum_fusion && (te_layer ? d_->te_dummy_wgrad_cache : d_->megatron_dummy_wgrad_cache);
+      f_->grad_accum_fusion && (te_layer ? f_->te_dummy_wgrad_cache : f_->megatron_dummy_wgrad_cache);
   if (cached) {
     TensorId& dummy = dummy_wgrads_[{rows, cols}];
     if (dummy == 0) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "workload/emitter.h"
+#include "workload/facts.h"
 #include "workload/model.h"
 
 namespace memsim::workload {
@@ -32,7 +33,8 @@ class GradSink {
 class Kernels {
  public:
   // The sink must outlive the Kernels.
-  Kernels(Emitter& em, const ModelDims& dims, GradSink& sink) : em_(em), d_(&dims), sink_(sink) {}
+  Kernels(Emitter& em, const ModelDims& dims, const FrameworkFacts& facts, GradSink& sink)
+      : em_(em), d_(&dims), f_(&facts), sink_(sink) {}
 
   // The dimensions the following ops run with: the evaluation pass (evaluation.h) runs the same
   // model, workspaces and caches on batches of another size. `dims` must outlive its use.
@@ -135,6 +137,7 @@ class Kernels {
  private:
   Emitter& em_;
   const ModelDims* d_;
+  const FrameworkFacts* f_;
   GradSink& sink_;
   bool cublas_done_[2] = {false, false};  // main thread, autograd thread
   bool on_autograd_thread_ = false;

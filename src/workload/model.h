@@ -48,9 +48,6 @@ struct ModelDims {
   // Plain PyTorch under autocast to a dtype other than the weights': linears cast their weights
   // (kernels.h CastWeight) and weight grads are cast back (never under Megatron).
   bool weight_cast = false;
-  // framework "hf-trainer": the Transformers modelling code runs the model ([b, s, h]
-  // activations without Megatron's transpose, eager attention without Megatron's global buffer).
-  bool hf = false;
   // Transformers BERT / RoBERTa under autocast over wider weights (fp16 or bf16 autocast, fp32
   // weights): the tensors autocast leaves in the weights' dtype are wide_bytes, not act_bytes:
   // LayerNorm inputs and outputs (aten/src/ATen/autocast_mode.cpp: layer_norm in the fp32 list),
@@ -62,38 +59,10 @@ struct ModelDims {
   // autocast_mode.h). Elsewhere wide_bytes = act_bytes and cast_inputs is false.
   Bytes wide_bytes = 2;
   bool cast_inputs = false;
-  // Transformers eager attention under PyTorch before 1.11 (TrainingConfig::softmax_saves_input):
-  // SoftmaxBackward keeps softmax's input, the masked scores, until the layer's backward.
-  bool softmax_saves_input = false;
   bool layernorm = false;  // LayerNorm (mean + rstd, weight + bias) vs RMSNorm
-  bool flash = true;       // flash/fused attention; false = Megatron unfused DotProductAttention
-  bool te = true;          // transformer_impl == "transformer_engine"
-  bool npu = false;        // Ascend (torch_npu) backend
-  bool hopper = false;     // sm >= 90 class GPU (workspace sizes; estimate, see model.cc)
-  // Transformer Engine runs core attention through flash-attn 2 (TE DotProductAttention picks
-  // FlashAttention below sm 90 and FusedAttention from sm 90 on: TE 1.7 attention.py
-  // DotProductAttention.forward, TE 2.9 dot_product_attention/utils.py get_attention_backend).
-  // TE's FlashAttention.forward hands flash-attn [b, s, a/t, d] copies of q, k, v and copies the
-  // [b, s, ...] output back to [s, b, ...]; flash-attn saves its own output (flash_attn_interface.py
-  // FlashAttnVarlenFunc / FlashAttnFunc save_for_backward), so two output tensors stay saved.
-  // Without context parallelism only (the CP path saves other tensors); model.cc.
-  bool te_flash_attn2 = false;
-  // Megatron-core 0.5-0.13 with RoPE fusion (Megatron-LM's default) and TE's cuDNN FusedAttention
-  // (sm 90 on): TEDotProductAttention switches to qkv_format 'bshd' (transformer_engine.py,
-  // model.cc kRopeFusionBshdSince), so FusedAttnFunc.forward saves its [b, s, a/t, d] output
-  // (TE attention.py / dot_product_attention/backends.py save_for_backward(q, k, v, out, ...))
-  // and Megatron returns `out.transpose(0, 1)`, which TE Linear's prepare_forward (module/base.py)
-  // makes contiguous for the output projection, which saves that [s, b] copy: two output tensors
-  // stay saved, as with te_flash_attn2. Without context parallelism; model.cc.
-  bool te_fused_attn_bshd_out = false;
   bool hidden_dropout = false;
   bool attention_dropout = false;
   bool tied = false;
-  // Weight grads handed to autograd (docs/training-memory.md, 'Megatron DDP buffers'; model.cc for
-  // the versions):
-  bool grad_accum_fusion = true;     // gradient_accumulation_fusion (wgrad GEMM into main_grad)
-  bool te_dummy_wgrad_cache = true;  // TE layers return a cached dummy wgrad (get_dummy_wgrad)
-  bool megatron_dummy_wgrad_cache = true;  // Megatron's own linears return TE's cached dummy
   // Mixture of experts (modules/moe.h; Megatron-core megatron/core/transformer/moe/). 0 experts:
   // a dense model.
   int experts = 0;                // E: routed experts of a MoE layer
@@ -111,54 +80,16 @@ struct ModelDims {
   bool grouped_gemm = false;      // TEGroupedMLP (else SequentialMLP)
   bool permute_fusion = false;    // TE fused permute / unpermute kernels
   bool aux_loss = false;          // moe_aux_loss_coeff > 0
-  // Megatron-core < 0.13 with the alltoall dispatcher and no permute fusion: the router probs
-  // weight the expert outputs in unpermute (token_dispatcher.py token_unpermutation passes
-  // probs=self.probs to moe_utils.py unpermute), which saves the combined tokens [S, h]; from
-  // 0.13 the experts' activation applies them (experts.py permuted_probs). model.cc.
-  bool moe_probs_at_unpermute = false;
-  // With moe_probs_at_unpermute, unpermute gathers the probs by
-  // `probs.T.contiguous().masked_select(routing_map.T.contiguous())` (moe_utils.py, core 0.10-0.12;
-  // 0.11 and 0.12 take index_select instead when padding to capacity, drop_and_pad), and
-  // MaskedSelectBackward saves both operands: [E, n] probs in the activation dtype and an
-  // [E, n] bool mask per MoE layer until its backward. model.cc.
-  bool unpermute_masked_select = false;
   // --moe-router-pre-softmax: the fp32 softmax over all E logits comes before the top-k
   // (moe_utils.py topk_softmax_with_capacity, core 0.9-0.12; topk_routing_with_score_function
   // since), so SoftmaxBackward saves [n, E] fp32 rather than [n, k]. Until core 0.17 the scores
   // are cast back to the logits' dtype before the top-k (a [n, E] copy); from #3673 (2026-04,
   // first in core 0.18) the top-k runs on the fp32 scores.
   bool router_pre_softmax = false;
-  bool pre_softmax_cast_all = false;
   double imbalance = 1.0;         // the rank receives imbalance × the mean routed tokens
   bool IsMoeLayer(int layer) const {
     return experts > 1 && (moe_layers.empty() || moe_layers[layer]);
   }
-  // Megatron-core before 0.8 subtracts the max out of place in the vocab-parallel cross-entropy
-  // (tensor_parallel/cross_entropy.py, in place since commit 9634c0e4a3, first in core_v0.8.0;
-  // NVIDIA/Megatron-LM#525): a second fp32 [T, V/t] tensor while the first is alive.
-  bool ce_max_out_of_place = false;
-  // The loss function all-reduces each micro-batch's reporting loss over
-  // get_data_parallel_group(), Megatron's "dp" (without context parallelism), a process group of
-  // its own beside the DDP's "dp_cp" (parallel_state.py: two new_group calls, one communicator
-  // each): pretrain_gpt.py loss_func in core_v0.6.0 (average_losses_across_data_parallel_group)
-  // to core_v0.12.0, and MindSpeed-LLM's pretrain_gpt.py loss_func (main, 2026-08). From
-  // core_v0.13.0 training.py reduces it over "dp_cp" after the schedule. Last stage, d > 1.
-  bool loss_dp_all_reduce = false;
-  // --log-params-norm (TrainingConfig::log_params_norm) under bf16: which parameters
-  // calc_params_l2_norm copies to fp32 after each step (megatron/training/utils.py): every local
-  // one before core_v0.11.0; from it the dense ones use the optimizer's `main_param` and only
-  // expert parameters are copied.
-  enum class ParamsNormCopies { kNone, kExperts, kAll };
-  ParamsNormCopies params_norm_copies = ParamsNormCopies::kNone;
-  // Megatron's GPT dataset causal mask on the device (framework "megatron" off Ascend, unless
-  // --no-create-attention-mask-in-dataloader): [b, 1, s·cp, s·cp] bool from get_batch on the first
-  // and last pipeline stages (pretrain_gpt.py get_batch returns None on the others), sliced to
-  // [b, 1, s, s·cp] by get_batch_on_this_cp_rank. Alive while forward_step runs; with full
-  // recompute or selective recompute of core_attn, tensor_parallel.checkpoint saves it
-  // (CheckpointFunction.forward save_for_backward(*args)) until the micro-batch's layers are
-  // backwarded. modules/embedding.h GetBatch.
-  bool dataloader_attention_mask = false;
-  bool attention_mask_to_backward = false;
 };
 
 // REQUIRES: a Setup that config/ validated (positive sizes, divisibility of heads, layers and

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "config/stack.h"
+
 namespace memsim::workload {
 namespace {
 
@@ -49,7 +51,7 @@ StateLayout PrecisionAwareLayout(const config::TrainingConfig& tc, Bytes param_b
 
 StateLayout OptimizerStateLayout(const config::Setup& setup, const ModelDims& d) {
   const config::TrainingConfig& tc = setup.training;
-  if (config::PyTorchLoop(tc)) {
+  if (config::StackOf(tc).Traits().plain_pytorch_step) {
     return {d.param_bytes, d.param_bytes, 0, 0, 0, d.param_bytes};
   }
   if (tc.use_precision_aware_optimizer) return PrecisionAwareLayout(tc, d.param_bytes);

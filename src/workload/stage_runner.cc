@@ -61,7 +61,7 @@ void StageRunner::DropBatch(Unit& u) {
   if (u.batch.tokens != u.embedding.indices) em.Free(u.batch.tokens);
   if (!positions_saved) em.Free(u.batch.position_ids);
   em.Free(u.batch.labels);
-  if (!d_.attention_mask_to_backward) {
+  if (!ctx_.f.attention_mask_to_backward) {
     em.Free(u.batch.attention_mask);
     u.batch.attention_mask = 0;
   }
@@ -99,7 +99,7 @@ void StageRunner::Forward(int mb, int chunk, const ScheduleStep* next) {
             : OutputAndLoss::Forward(
                   ctx_, x, OutputAndLoss::OutputWeight(d_, /*has_embedding=*/d_.p == 1), &u.head));
     // loss_func: the reporting loss (a scalar) all-reduced over Megatron's "dp" (ModelDims).
-    if (d_.loss_dp_all_reduce) {
+    if (ctx_.f.loss_dp_all_reduce) {
       ctx_.em.Begin("loss.reporting_all_reduce");
       ctx_.em.Collective("dp", d_.d, 4, Coll::kAllReduce);
     }

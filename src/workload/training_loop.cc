@@ -93,7 +93,7 @@ class MegatronLoop final : public TrainingLoop {
     if (level >= 1) em.EmptyCache();
     em.SetContext(k, Phase::kOptimizerStep, -1);
     optimizer_.Step(em, k <= p_.setup.training.skipped_iterations);
-    if (p_.d.params_norm_copies != ModelDims::ParamsNormCopies::kNone) LogParamsNorm();
+    if (p_.f.params_norm_copies != FrameworkFacts::ParamsNormCopies::kNone) LogParamsNorm();
     em.Begin("optim.done");  // logging; the iteration's loss-reporting tensors dropped
     em.Synchronize();
     for (TensorId id : p_.runner.TakeReportLosses()) em.Free(id);
@@ -135,7 +135,7 @@ class MegatronLoop final : public TrainingLoop {
   // counted: the last stage's tied output weight (`shared`, param_is_not_shared); TP duplicates
   // are counted, as on TP rank 0 (param_is_not_tensor_parallel_duplicate).
   void LogParamsNorm() {
-    const bool dense_main_param = p_.d.params_norm_copies == ModelDims::ParamsNormCopies::kExperts;
+    const bool dense_main_param = p_.f.params_norm_copies == FrameworkFacts::ParamsNormCopies::kExperts;
     Emitter& em = p_.em;
     em.Begin("log.params_norm");
     std::vector<TensorId> copies;

@@ -26,6 +26,7 @@ namespace memsim::workload {
 struct LoopParts {
   const config::Setup& setup;
   const ModelDims& d;
+  const FrameworkFacts& f;
   const RankParams& params;
   Emitter& em;
   DataParallel& dp;

@@ -9,6 +9,7 @@
 
 #include "config/embedded.h"
 #include "config/load.h"
+#include "config/stack.h"
 #include "workload/build.h"
 #include "core/error.h"
 
@@ -33,7 +34,7 @@ std::vector<std::string> JsonFilesIn(const std::string& dir) {
 // loop (plain or the Hugging Face Trainer, possibly with frozen or 4-bit weights) keeps no fp32
 // master copies: there the workload's own static sizes are taken.
 double StaticBytesPerRank(const Setup& s) {
-  if (PyTorchLoop(s.training)) {
+  if (StackOf(s.training).Traits().plain_pytorch_step) {
     return static_cast<double>(workload::ComputeStaticSizes(s, 0).total_bytes());
   }
   const ModelConfig& m = s.model;

@@ -11,6 +11,7 @@
 
 #include "config/iterations.h"
 #include "config/load.h"
+#include "config/stack.h"
 #include "test_util.h"
 #include "workload/build.h"
 
@@ -53,7 +54,7 @@ TEST_CASE("hf-trainer: TrainingArguments names into the plain PyTorch loop", "[c
                                                        "\"bf16\": true, \"gradient_checkpointing\""
                                                        ": true, \"max_steps\": 3"),
                             {});
-  CHECK(PyTorchLoop(s.training));
+  CHECK(StackOf(s.training).Traits().plain_pytorch_step);
   CHECK(s.training.framework == "hf-trainer");
   CHECK(s.training.micro_batch_size == 2);
   CHECK(s.training.seq_length == 512);

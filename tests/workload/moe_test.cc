@@ -266,7 +266,7 @@ TEST_CASE("Megatron-core < 0.13: unpermute weights the tokens by the probs and s
   // (8192 B) dies after scatter_add_. From core_v0.13.0 the experts apply the probs instead.
   config::Setup s = SmallMoe(1.0);
   s.training.megatron_core_version = {0, 12};
-  REQUIRE(ComputeDims(s).moe_probs_at_unpermute);
+  REQUIRE(testing::FactsOf(s).moe_probs_at_unpermute);
   const PhaseBytes f = MoeLayerBytes(Build(s, 0), Phase::kForward);
   CHECK(f.alive.at("layer0.moe.combined_tokens") == 8192);
   CHECK(f.allocated.at("layer0.moe.weighted_tokens") == 8192);
@@ -274,13 +274,13 @@ TEST_CASE("Megatron-core < 0.13: unpermute weights the tokens by the probs and s
   // Freed by the unpermute's backward.
   CHECK(FreedBy(Build(s, 0)).at("layer0.moe.combined_tokens") == "moe.unpermute_bwd");
   s.training.megatron_core_version = {0, 13};
-  CHECK_FALSE(ComputeDims(s).moe_probs_at_unpermute);
+  CHECK_FALSE(testing::FactsOf(s).moe_probs_at_unpermute);
   CHECK(MoeLayerBytes(Build(s, 0), Phase::kForward).alive.count("layer0.moe.combined_tokens") == 0);
   // TE's fused unpermute (moe_permute_fusion) takes another path; unstated versions are current.
   s.training.megatron_core_version = {0, 12};
   s.training.moe_permute_fusion = true;
-  CHECK_FALSE(ComputeDims(s).moe_probs_at_unpermute);
-  CHECK_FALSE(ComputeDims(SmallMoe(1.0)).moe_probs_at_unpermute);
+  CHECK_FALSE(testing::FactsOf(s).moe_probs_at_unpermute);
+  CHECK_FALSE(testing::FactsOf(SmallMoe(1.0)).moe_probs_at_unpermute);
 }
 
 TEST_CASE("MoE router pre-softmax (--moe-router-pre-softmax) saves the fp32 softmax over every expert",
@@ -323,7 +323,7 @@ TEST_CASE("core 0.10-0.12: unpermute's masked_select saves the transposed probs 
   // bf16 = 4·32·2 = 256 B and [E, n] bool = 128 B, until the unpermute's backward.
   config::Setup s = SmallMoe(1.0);
   s.training.megatron_core_version = {0, 10};
-  REQUIRE(ComputeDims(s).unpermute_masked_select);
+  REQUIRE(testing::FactsOf(s).unpermute_masked_select);
   const PhaseBytes f = MoeLayerBytes(Build(s, 0), Phase::kForward);
   CHECK(f.alive.at("layer0.moe.unpermute_probs_t") == 256);
   CHECK(f.alive.at("layer0.moe.unpermute_map_t") == 128);
@@ -335,14 +335,14 @@ TEST_CASE("core 0.10-0.12: unpermute's masked_select saves the transposed probs 
   // backward keeps only the index).
   s.training.moe_expert_capacity_factor = 1.0;
   s.training.moe_pad_expert_input_to_capacity = true;
-  CHECK(ComputeDims(s).unpermute_masked_select);
+  CHECK(testing::FactsOf(s).unpermute_masked_select);
   s.training.megatron_core_version = {0, 11};
-  CHECK_FALSE(ComputeDims(s).unpermute_masked_select);
+  CHECK_FALSE(testing::FactsOf(s).unpermute_masked_select);
   s.training.moe_pad_expert_input_to_capacity = false;
-  CHECK(ComputeDims(s).unpermute_masked_select);
+  CHECK(testing::FactsOf(s).unpermute_masked_select);
   // From 0.13 the experts apply the probs: no unpermute of them at all.
   s.training.megatron_core_version = {0, 13};
-  CHECK_FALSE(ComputeDims(s).unpermute_masked_select);
+  CHECK_FALSE(testing::FactsOf(s).unpermute_masked_select);
 }
 
 TEST_CASE("expert parameters: own DDP buffers, optimizer shards over the expert-DP group",

@@ -83,7 +83,7 @@ TEST_CASE("peak inventory: Megatron-core < 0.8 keeps a second fp32 logits tensor
   config::Setup s = DenseDistOpt();
   s.training.megatron_core_version = {0, 7};
   const ModelDims d = ComputeDims(s);
-  CHECK(d.ce_max_out_of_place);
+  CHECK(testing::FactsOf(s).ce_max_out_of_place);
   const Program p = Build(s, 0);
   const std::multiset<std::string> alive = AliveAfter(p, "cross_entropy");
   CHECK(alive.count("output_layer.logits") == 1);
@@ -101,7 +101,7 @@ TEST_CASE("peak inventory: Megatron-core < 0.8 keeps a second fp32 logits tensor
   CHECK(copy_bytes == 4 * d.T * (d.V / d.t));
   CHECK(sub_bytes == copy_bytes);
   s.training.megatron_core_version = {0, 8};
-  CHECK_FALSE(ComputeDims(s).ce_max_out_of_place);
+  CHECK_FALSE(testing::FactsOf(s).ce_max_out_of_place);
 }
 
 TEST_CASE("peak inventory: TE's flash-attn 2 path saves flash-attn's own output besides TE's copy",
@@ -113,7 +113,7 @@ TEST_CASE("peak inventory: TE's flash-attn 2 path saves flash-attn's own output 
   // too. TinyLlama: T = s·b = 32, a/t·d = 4 · 16 = 64, bf16: 2 B × 32 × 64 = 4096 B per layer.
   const config::Setup s = TinyGqaA100();
   const ModelDims d = ComputeDims(s);
-  REQUIRE(d.te_flash_attn2);
+  REQUIRE(testing::FactsOf(s).te_flash_attn2);
   const Program p = Build(s, 0);
   CHECK(AllocBytes(p, "layer0.attn.flash_out") == 4096);
   CHECK(AllocBytes(p, "layer0.attn.core_out") == 4096);
@@ -127,7 +127,7 @@ TEST_CASE("peak inventory: TE's flash-attn 2 path saves flash-attn's own output 
   CHECK(AllocBytes(p, "layer0.attn.d_value_expanded") == 4096);
   // From sm 90 on TE prefers cuDNN FusedAttention (TE 2.9 utils.py get_attention_backend): no
   // flash-attn output. With as many KV heads as heads, no expanded grads.
-  CHECK_FALSE(ComputeDims(testing::TinyLlama()).te_flash_attn2);
+  CHECK_FALSE(testing::FactsOf(testing::TinyLlama()).te_flash_attn2);
   CHECK(AllocBytes(Build(testing::TinyLlama(), 0), "layer0.attn.flash_out") == 0);
   config::Setup mha = TinyGqaA100();
   mha.model.num_key_value_heads = 4;
@@ -146,7 +146,7 @@ TEST_CASE("peak inventory: Megatron-core 0.5-0.13's bshd switch keeps cuDNN Fuse
   // a/t·d = 4 · 16 = 64, bf16: 2 B × 32 × 64 = 4096 B per layer, alive at the loss.
   config::Setup s = testing::TinyLlama();
   s.training.megatron_core_version = {0, 12};
-  REQUIRE(ComputeDims(s).te_fused_attn_bshd_out);
+  REQUIRE(testing::FactsOf(s).te_fused_attn_bshd_out);
   const Program p = Build(s, 0);
   CHECK(AllocBytes(p, "layer0.attn.fused_out") == 4096);
   CHECK(AllocBytes(p, "layer0.attn.core_out") == 4096);
@@ -156,19 +156,19 @@ TEST_CASE("peak inventory: Megatron-core 0.5-0.13's bshd switch keeps cuDNN Fuse
   // Commit 733b682b6b (first in core_v0.14.0) keeps 'sbhd': one output, the one both save. A
   // version not stated is taken as current.
   s.training.megatron_core_version = {0, 14};
-  CHECK_FALSE(ComputeDims(s).te_fused_attn_bshd_out);
+  CHECK_FALSE(testing::FactsOf(s).te_fused_attn_bshd_out);
   CHECK(AllocBytes(Build(s, 0), "layer0.attn.fused_out") == 0);
-  CHECK_FALSE(ComputeDims(testing::TinyLlama()).te_fused_attn_bshd_out);
+  CHECK_FALSE(testing::FactsOf(testing::TinyLlama()).te_fused_attn_bshd_out);
   // core_v0.4.0 has no switch; without RoPE arguments.py turns the fusion off.
   s.training.megatron_core_version = {0, 4};
-  CHECK_FALSE(ComputeDims(s).te_fused_attn_bshd_out);
+  CHECK_FALSE(testing::FactsOf(s).te_fused_attn_bshd_out);
   s.training.megatron_core_version = {0, 12};
   s.model.position_embedding_type = config::PositionEmbedding::kLearnedAbsolute;
-  CHECK_FALSE(ComputeDims(s).te_fused_attn_bshd_out);
+  CHECK_FALSE(testing::FactsOf(s).te_fused_attn_bshd_out);
   // Below sm 90 flash-attn 2 runs instead; fix 12's two outputs, whatever the format.
   config::Setup a100 = TinyGqaA100();
   a100.training.megatron_core_version = {0, 12};
-  CHECK_FALSE(ComputeDims(a100).te_fused_attn_bshd_out);
+  CHECK_FALSE(testing::FactsOf(a100).te_fused_attn_bshd_out);
   CHECK(AllocBytes(Build(a100, 0), "layer0.attn.flash_out") == 4096);
 }
 

@@ -7,9 +7,14 @@
 #include <vector>
 
 #include "config/setup.h"
+#include "workload/facts.h"
+#include "workload/model.h"
 #include "workload/program.h"
 
 namespace memsim::workload::testing {
+
+// The framework facts a Build of `s` runs with (facts.h).
+inline FrameworkFacts FactsOf(const config::Setup& s) { return ComputeFacts(s, ComputeDims(s)); }
 
 // LLaMA-2-7B (HF config.json): h 4096, ffn 11008, 32 layers, 32 heads, vocab 32000, RMSNorm,
 // SwiGLU, RoPE, untied, no biases, no dropout. bf16, flash attention, TE, one rank.

@@ -45,15 +45,15 @@ CoreAttn FlashForward(ModuleContext& ctx, int l, bool keep) {
   const std::int64_t heads = d.a / d.t;
   CoreAttn c;
   em.Begin("attn.core", l);
-  if (d.te_flash_attn2 || d.te_fused_attn_bshd_out) {
+  if (ctx.f.te_flash_attn2 || ctx.f.te_fused_attn_bshd_out) {
     // ModelDims::te_flash_attn2 / te_fused_attn_bshd_out: the kernel's Function saves the output
     // it wrote; the output projection saves a [s, b, ...] copy of it (core_out below).
     c.fa_out = em.Alloc(d.act_bytes * d.T * d.q / d.t, Category::kActivations,
-                        LayerLabel(l, d.te_flash_attn2 ? "attn.flash_out" : "attn.fused_out"));
+                        LayerLabel(l, ctx.f.te_flash_attn2 ? "attn.flash_out" : "attn.fused_out"));
   }
   c.out = em.Alloc(d.act_bytes * d.T * d.q / d.t, Category::kActivations,
                    LayerLabel(l, "attn.core_out"));
-  if (d.npu) {
+  if (ctx.f.npu) {
     c.lse1 = em.Alloc(32 * d.T * heads, Category::kActivations, LayerLabel(l, "attn.softmax_max"));
     c.lse2 = em.Alloc(32 * d.T * heads, Category::kActivations, LayerLabel(l, "attn.softmax_sum"));
   } else {
@@ -84,7 +84,7 @@ CoreAttn UnfusedForward(ModuleContext& ctx, int l, bool keep) {
   em.Begin("attn.scores", l);
   ctx.k.GemmWorkspace(/*torch_gemm=*/true);
   TensorId scores;
-  if (d.hf) {
+  if (ctx.f.hf) {
     // Transformers eager attention (modeling_bert.py BertSelfAttention.forward; llama's
     // eager_attention_forward): matmul(q, k^T), then the scale and the additive mask, each a
     // new [b, a, s, s] tensor while the previous one is alive. The mask is always there: with
@@ -99,7 +99,7 @@ CoreAttn UnfusedForward(ModuleContext& ctx, int l, bool keep) {
     em.Free(scores);
     const TensorId masked =
         em.Alloc(d.wide_bytes * s2,
-                 d.softmax_saves_input ? Category::kActivations : Category::kTemporaries,
+                 ctx.f.softmax_saves_input ? Category::kActivations : Category::kTemporaries,
                  LayerLabel(l, "attn.scores_masked"));
     em.Free(scaled);
     scores = masked;
@@ -112,7 +112,7 @@ CoreAttn UnfusedForward(ModuleContext& ctx, int l, bool keep) {
   // softmax is an autocast fp32 op (aten/src/ATen/autocast_mode.cpp): wide_bytes; it saves its
   // output.
   c.probs = em.Alloc(d.wide_bytes * s2, Category::kActivations, LayerLabel(l, "attn.probs"));
-  if (d.hf && d.softmax_saves_input && keep) {
+  if (ctx.f.hf && ctx.f.softmax_saves_input && keep) {
     c.softmax_in = scores;
   } else {
     em.Free(scores);
@@ -161,7 +161,7 @@ CoreAttn CoreForward(ModuleContext& ctx, int l, bool keep) {
     ctx.em.Collective("cp", d.cp, static_cast<double>(2 * d.T * (d.kv / d.t) * d.act_bytes),
                       Coll::kP2P);
   }
-  return d.flash ? FlashForward(ctx, l, keep) : UnfusedForward(ctx, l, keep);
+  return ctx.f.flash ? FlashForward(ctx, l, keep) : UnfusedForward(ctx, l, keep);
 }
 
 struct QkvGrads {
@@ -176,7 +176,7 @@ QkvGrads FlashBackward(ModuleContext& ctx, int l, const CoreAttn& c, TensorId d_
   QkvGrads g;
   em.Begin("attn.core_bwd", l);
   TensorId acc = 0, softmax_d = 0;
-  if (!d.npu) {
+  if (!ctx.f.npu) {
     acc = em.Alloc(4 * d.T * d.q / d.t, Category::kTemporaries, LayerLabel(l, "attn.dq_accum"));
     softmax_d =
         em.Alloc(4 * d.T * (d.a / d.t), Category::kTemporaries, LayerLabel(l, "attn.softmax_d"));
@@ -188,7 +188,7 @@ QkvGrads FlashBackward(ModuleContext& ctx, int l, const CoreAttn& c, TensorId d_
   g.dv = em.Alloc(d.act_bytes * d.T * d.kv / d.t, Category::kTemporaries,
                   LayerLabel(l, "attn.d_value"));
   TensorId dk_expanded = 0, dv_expanded = 0;
-  if (d.te_flash_attn2 && d.g < d.a) {
+  if (ctx.f.te_flash_attn2 && d.g < d.a) {
     // flash-attn 2 with fewer KV heads (csrc/flash_attn/flash_api.cpp mha_bwd / mha_varlen_bwd):
     // dk_expanded and dv_expanded [b, s, a/t, d] in the input dtype, summed over each KV group
     // into dk and dv before the call returns.
@@ -269,7 +269,7 @@ QkvGrads UnfusedBackward(ModuleContext& ctx, int l, CoreAttn c, TensorId d_core,
 TensorId CoreBackward(ModuleContext& ctx, int l, const CoreAttn& c, TensorId d_core,
                       TensorId extra_free) {
   const ModelDims& d = ctx.d;
-  const QkvGrads g = d.flash ? FlashBackward(ctx, l, c, d_core, extra_free)
+  const QkvGrads g = ctx.f.flash ? FlashBackward(ctx, l, c, d_core, extra_free)
                              : UnfusedBackward(ctx, l, c, d_core, extra_free);
   ctx.em.Begin("attn.qkv_grad", l);
   const TensorId dqkv = ctx.em.Alloc(d.act_bytes * d.T * (d.q + 2 * d.kv) / d.t,
@@ -378,7 +378,7 @@ TensorId AttentionModule::Backward(ModuleContext& ctx, int l, ModuleSaved& saved
     ctx.k.SmallWeightGrad(d.h, LayerLabel(l, "attn.proj.bias_grad"),
                           LayerLabel(l, "attn.proj.bias"));
   }
-  ctx.k.WeightGradToAutograd(d.h, d.q / d.t, d.te, LayerLabel(l, "attn.proj.wgrad"),
+  ctx.k.WeightGradToAutograd(d.h, d.q / d.t, ctx.f.te, LayerLabel(l, "attn.proj.wgrad"),
                              LayerLabel(l, "attn.proj.weight"));
   em.Free(g);
   if (dproj != dy) em.Free(dproj);
@@ -404,7 +404,7 @@ TensorId AttentionModule::Backward(ModuleContext& ctx, int l, ModuleSaved& saved
     ctx.k.SmallWeightGrad((d.q + 2 * d.kv) / d.t, LayerLabel(l, "attn.qkv.bias_grad"),
                           LayerLabel(l, "attn.qkv.bias"));
   }
-  ctx.k.WeightGradToAutograd((d.q + 2 * d.kv) / d.t, d.h, d.te, LayerLabel(l, "attn.qkv.wgrad"),
+  ctx.k.WeightGradToAutograd((d.q + 2 * d.kv) / d.t, d.h, ctx.f.te, LayerLabel(l, "attn.qkv.wgrad"),
                              LayerLabel(l, "attn.qkv.weight"));
   FreeIds(em, {g, dqkv, a.ln1.out});
   ctx.k.ReleaseWeightCopy(a.qkv_weight_copy);

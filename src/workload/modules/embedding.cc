@@ -27,7 +27,7 @@ Batch GetBatch(ModuleContext& ctx, bool first_stage, bool last_stage) {
     b.loss_mask = em.Alloc(4 * d.T, Category::kActivations, "data.loss_mask");
     bytes += 12.0 * d.T;
   }
-  if (d.dataloader_attention_mask && (first_stage || last_stage)) {
+  if (ctx.f.dataloader_attention_mask && (first_stage || last_stage)) {
     // gpt_dataset.py _get_ltor_masks_and_position_ids: torch.tril(ones(S, S)) < 0.5, one bool
     // [1, S, S] per sample over the full sequence S = s·cp; get_batch_on_this_tp_rank moves the
     // collated [b, 1, S, S] to the device (or broadcasts into an empty one on TP ranks > 0);
@@ -85,7 +85,7 @@ TensorId Embedding::Forward(ModuleContext& ctx, const Batch& batch, EmbeddingSav
   }
   const bool last_is_transpose = !d.sp && !d.hidden_dropout;
   TensorId y = 0;
-  if (!d.hf) {  // Megatron's LanguageModelEmbedding; Transformers models stay [b, s, h]
+  if (!ctx.f.hf) {  // Megatron's LanguageModelEmbedding; Transformers models stay [b, s, h]
     em.Begin("embedding.transpose");  // [b, s, h] -> [s, b, h] .contiguous()
     y = em.Alloc(full, last_is_transpose ? Category::kActivations : Category::kTemporaries,
                  last_is_transpose ? "embedding.out" : "embedding.transposed");
@@ -125,20 +125,22 @@ namespace {
 // every release since); before pytorch/pytorch#70943 the partial count was read back from the
 // device (at most this bound), between the two PRs it was T. CUB's own scratch is not modelled.
 // torch_npu's kernel is not audited: the sort buffers only, as before.
-bool SortedEmbeddingBackward(const ModelDims& d) {
+bool SortedEmbeddingBackward(const ModelDims& d, const FrameworkFacts& f) {
   constexpr std::int64_t kAtomicPathMaxIndices = 3072;
-  return d.npu || d.T > kAtomicPathMaxIndices;
+  return f.npu || d.T > kAtomicPathMaxIndices;
 }
 
 // The radix sort's buffers, made before the grad.
-std::vector<TensorId> EmbeddingSortBuffers(const ModelDims& d, Emitter& em) {
-  if (!SortedEmbeddingBackward(d)) return {};
+std::vector<TensorId> EmbeddingSortBuffers(const ModuleContext& ctx, Emitter& em) {
+  const ModelDims& d = ctx.d;
+  if (!SortedEmbeddingBackward(d, ctx.f)) return {};
   return {em.Alloc(24 * d.T, Category::kTemporaries, "embedding.sort_buffers")};
 }
 
 // The segment buffers and fp32 partial sums, made after the grad.
-void AppendSegmentBuffers(const ModelDims& d, Emitter& em, std::vector<TensorId>* out) {
-  if (d.npu || !SortedEmbeddingBackward(d)) return;
+void AppendSegmentBuffers(const ModuleContext& ctx, Emitter& em, std::vector<TensorId>* out) {
+  const ModelDims& d = ctx.d;
+  if (ctx.f.npu || !SortedEmbeddingBackward(d, ctx.f)) return;
   const std::int64_t segments = std::min(d.T, d.V / d.t);
   const std::int64_t partials = d.T / 10 + segments;
   out->push_back(em.Alloc(8 * (d.T + 2 * segments + partials), Category::kTemporaries,
@@ -181,10 +183,10 @@ void Embedding::Backward(ModuleContext& ctx, const Batch& batch, const Embedding
   // A frozen embedding (PEFT) gets no weight grad: autograd skips the kernel.
   const bool trainable = ctx.k.Trainable("embedding.word_embeddings.weight");
   std::vector<TensorId> temps;
-  if (trainable) temps = EmbeddingSortBuffers(d, em);
+  if (trainable) temps = EmbeddingSortBuffers(ctx, em);
   ctx.k.SmallWeightGrad(d.V / d.t * d.h, "embedding.word_embeddings.grad",
                         "embedding.word_embeddings.weight");
-  if (trainable) AppendSegmentBuffers(d, em, &temps);
+  if (trainable) AppendSegmentBuffers(ctx, em, &temps);
   for (TensorId id : temps) em.Free(id);
   em.Free(dx);
   em.Free(saved.indices);

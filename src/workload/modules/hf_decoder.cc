@@ -7,6 +7,7 @@
 #include <array>
 #include <string>
 
+#include "config/stack.h"
 #include "core/check.h"
 
 namespace memsim::workload {
@@ -248,7 +249,8 @@ TensorId ResidualInputGrad(ModuleContext& ctx, int l, const char* op, TensorId d
 
 bool UsesHfDecoder(const config::Setup& setup) {
   const config::ModelConfig& m = setup.model;
-  return setup.training.framework == "hf-trainer" && m.type_vocab_size == 0 &&
+  return config::StackOf(setup.training).Traits().transformers_modelling &&
+         m.type_vocab_size == 0 &&
          m.num_experts <= 1 && m.gated_mlp && m.normalization == config::Normalization::kRMSNorm;
 }
 
@@ -537,7 +539,7 @@ std::array<TensorId, 3> EagerBackward(ModuleContext& ctx, int l, HfAttnSaved& a,
 // fresh C copies of the wide rotary outputs, saved in their place; v is already C.
 void SdpaCasts(ModuleContext& ctx, int l, HfAttnSaved* a) {
   const ModelDims& d = ctx.d;
-  if (!d.cast_inputs || !d.flash) return;
+  if (!d.cast_inputs || !ctx.f.flash) return;
   Emitter& em = ctx.em;
   em.Begin("self_attn.sdpa_cast", l);
   const TensorId q = em.Alloc(d.act_bytes * d.T * d.q, Category::kActivations, LayerLabel(l, "self_attn.query_cast"));
@@ -551,7 +553,7 @@ void SdpaCasts(ModuleContext& ctx, int l, HfAttnSaved* a) {
 // last, so it runs first).
 void SdpaCastsBackward(ModuleContext& ctx, int l, std::array<TensorId, 3>* g) {
   const ModelDims& d = ctx.d;
-  if (!d.cast_inputs || !d.flash) return;
+  if (!d.cast_inputs || !ctx.f.flash) return;
   Emitter& em = ctx.em;
   const Bytes r = DtypesOf(d).r;
   for (int i : {1, 0}) {
@@ -636,7 +638,7 @@ TensorId HfAttentionModule::Forward(ModuleContext& ctx, int l, TensorId x, const
   const TensorId y = RmsNormForward(ctx, l, "input_layernorm", d.T, d.h, d.wide_bytes, d.wide_bytes,
                                     mode.nograd, &a.ln);
   ProjectQkv(ctx, l, y, mode.nograd, &a);
-  if (d.flash) {
+  if (ctx.f.flash) {
     SdpaCasts(ctx, l, &a);
     SdpaForward(ctx, l, mode.nograd, &a);
   } else {
@@ -644,7 +646,7 @@ TensorId HfAttentionModule::Forward(ModuleContext& ctx, int l, TensorId x, const
   }
   TensorId o = LinearForward(ctx, l, kProj[3], d.q, d.h, false, mode.nograd, &a.proj[3]);
   // sdpa saved its output too; eager's transposed copy is o_proj's alone.
-  if (mode.nograd || (!d.flash && !ctx.k.KeepsLinearInput(Param(l, kProj[3])))) {
+  if (mode.nograd || (!ctx.f.flash && !ctx.k.KeepsLinearInput(Param(l, kProj[3])))) {
     ctx.em.Free(a.out);
     a.out = 0;
   }
@@ -668,7 +670,7 @@ TensorId HfAttentionModule::Backward(ModuleContext& ctx, int l, ModuleSaved& sav
   }
   const TensorId dout =
       LinearBackward(ctx, l, kProj[3], d.q, d.h, ctx.model.add_bias_linear, a.proj[3], db, db != dy);
-  std::array<TensorId, 3> g = d.flash ? SdpaBackward(ctx, l, a, dout) : EagerBackward(ctx, l, a, dout);
+  std::array<TensorId, 3> g = ctx.f.flash ? SdpaBackward(ctx, l, a, dout) : EagerBackward(ctx, l, a, dout);
   SdpaCastsBackward(ctx, l, &g);
   Bytes in_bytes = d.act_bytes;
   if (ctx.model.qk_layernorm) in_bytes = wide;

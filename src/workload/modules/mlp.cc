@@ -105,7 +105,7 @@ TensorId MlpModule::Backward(ModuleContext& ctx, int l, ModuleSaved& saved, Tens
   if (bias) {
     ctx.k.SmallWeightGrad(d.h, LayerLabel(l, "mlp.fc2.bias_grad"), LayerLabel(l, "mlp.fc2.bias"));
   }
-  ctx.k.WeightGradToAutograd(d.h, d.ffn / d.t, d.te, LayerLabel(l, "mlp.fc2.wgrad"),
+  ctx.k.WeightGradToAutograd(d.h, d.ffn / d.t, ctx.f.te, LayerLabel(l, "mlp.fc2.wgrad"),
                              LayerLabel(l, "mlp.fc2.weight"));
   em.Free(g);
   em.Free(a.act_out);
@@ -125,7 +125,7 @@ TensorId MlpModule::Backward(ModuleContext& ctx, int l, ModuleSaved& saved, Tens
     ctx.k.SmallWeightGrad(d.gamma * d.ffn / d.t, LayerLabel(l, "mlp.fc1.bias_grad"),
                           LayerLabel(l, "mlp.fc1.bias"));
   }
-  ctx.k.WeightGradToAutograd(d.gamma * d.ffn / d.t, d.h, d.te, LayerLabel(l, "mlp.fc1.wgrad"),
+  ctx.k.WeightGradToAutograd(d.gamma * d.ffn / d.t, d.h, ctx.f.te, LayerLabel(l, "mlp.fc1.wgrad"),
                              LayerLabel(l, "mlp.fc1.weight"));
   em.Free(g);
   em.Free(dfc1);

@@ -17,6 +17,7 @@
 
 #include "config/setup.h"
 #include "workload/emitter.h"
+#include "workload/facts.h"
 #include "workload/kernels.h"
 #include "workload/model.h"
 
@@ -37,6 +38,7 @@ struct SelectiveRecompute {
 struct ModuleContext {
   const config::ModelConfig& model;
   const ModelDims& d;
+  const FrameworkFacts& f;
   Emitter& em;
   Kernels& k;
   SelectiveRecompute selective;

@@ -83,7 +83,7 @@ TensorId RouterForward(ModuleContext& ctx, const Sizes& z, int l, bool nograd, M
     // back to the logits' dtype (core <= 0.17), or on the fp32 scores with the top-k probs
     // cast afterwards (core 0.18 on).
     a->topk_probs = Act(em, 4 * n * E, l, "moe.router.softmax_fp32");
-    if (d.pre_softmax_cast_all) {
+    if (ctx.f.pre_softmax_cast_all) {
       temps.push_back(Tmp(em, d.act_bytes * n * E, l, "moe.router.softmax"));
       temps.push_back(Tmp(em, d.act_bytes * n * k, l, "moe.router.topk_probs"));
       a->top_indices = Act(em, 8 * n * k, l, "moe.router.topk_indices");
@@ -286,12 +286,12 @@ TensorId Combine(ModuleContext& ctx, const Sizes& z, int l, TensorId out, bool n
   em.Collective("ep", d.ep, static_cast<double>(z.Hidden(t.send)), Coll::kP2P);
   em.Free(out);
   em.Begin("moe.unpermute", l);
-  if (d.moe_probs_at_unpermute) {
+  if (ctx.f.moe_probs_at_unpermute) {
     // moe_utils.py unpermute (core 0.10-0.12): `permuted_tokens * permuted_probs.unsqueeze(-1)`
     // is a new [S, h] tensor, and MulBackward saves both factors (both need grad), so the
     // combined tokens stay saved; the product dies after scatter_add_ (whose backward needs the
     // index only). Core 0.10-0.12's masked_select of the probs keeps both transposed copies.
-    if (d.unpermute_masked_select) {
+    if (ctx.f.unpermute_masked_select) {
       a->unpermute_probs_t = Act(em, d.act_bytes * t.n * d.experts, l, "moe.unpermute_probs_t");
       a->unpermute_map_t = Act(em, t.n * d.experts, l, "moe.unpermute_map_t");
     }
@@ -442,7 +442,7 @@ TensorId ExpertsBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dy,
     ctx.k.GemmWorkspace(false);
     const TensorId d_act = Tmp(em, d.act_bytes * n * z.Fe(), l, "moe.experts.d_act_out");
     for (int e = d.grouped_gemm ? 0 : i; e < (d.grouped_gemm ? el : i + 1); ++e) {
-      ctx.k.WeightGradToAutograd(d.h, z.Fe(), d.te, LayerLabel(l, fmt::format("moe.fc2.wgrad{}", e)),
+      ctx.k.WeightGradToAutograd(d.h, z.Fe(), ctx.f.te, LayerLabel(l, fmt::format("moe.fc2.wgrad{}", e)),
                                  LayerLabel(l, fmt::format("mlp.experts.{}.fc2.weight", e)));
     }
     em.Free(a->act_out[i]);
@@ -454,7 +454,7 @@ TensorId ExpertsBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dy,
     em.Begin("moe.experts.fc1_bwd", l);
     d_in[i] = Tmp(em, z.Hidden(n), l, "moe.experts.d_input");
     for (int e = d.grouped_gemm ? 0 : i; e < (d.grouped_gemm ? el : i + 1); ++e) {
-      ctx.k.WeightGradToAutograd(d.gamma * z.Fe(), d.h, d.te,
+      ctx.k.WeightGradToAutograd(d.gamma * z.Fe(), d.h, ctx.f.te,
                                  LayerLabel(l, fmt::format("moe.fc1.wgrad{}", e)),
                                  LayerLabel(l, fmt::format("mlp.experts.{}.fc1.weight", e)));
     }
@@ -579,7 +579,7 @@ TensorId SharedBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dy, 
   ctx.k.GemmWorkspace(false);
   TensorId g = ctx.k.SpGather(z.Hidden(d.T), LayerLabel(l, "moe.shared.d_fc2_gather"), false);
   const TensorId d_act = Tmp(em, d.act_bytes * d.T * z.Fs(), l, "moe.shared.d_act_out");
-  ctx.k.WeightGradToAutograd(d.h, z.Fs(), d.te, LayerLabel(l, "moe.shared.fc2.wgrad"),
+  ctx.k.WeightGradToAutograd(d.h, z.Fs(), ctx.f.te, LayerLabel(l, "moe.shared.fc2.wgrad"),
                              LayerLabel(l, "mlp.shared_experts.fc2.weight"));
   em.Free(g);
   em.Free(a->shared_act_out);
@@ -591,7 +591,7 @@ TensorId SharedBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dy, 
   em.Begin("moe.shared_experts.fc1_bwd", l);
   g = ctx.k.SpGather(z.Hidden(d.T), LayerLabel(l, "moe.shared.fc1_input_gather"), false);
   TensorId d_in = ctx.k.ColumnParallelInputGrad(LayerLabel(l, "moe.shared.d_input"));
-  ctx.k.WeightGradToAutograd(d.gamma * z.Fs(), d.h, d.te, LayerLabel(l, "moe.shared.fc1.wgrad"),
+  ctx.k.WeightGradToAutograd(d.gamma * z.Fs(), d.h, ctx.f.te, LayerLabel(l, "moe.shared.fc1.wgrad"),
                              LayerLabel(l, "mlp.shared_experts.fc1.weight"));
   em.Free(g);
   em.Free(d_fc1);

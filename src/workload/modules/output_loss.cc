@@ -49,7 +49,7 @@ TensorId OutputAndLoss::Forward(ModuleContext& ctx, TensorId x, const std::strin
   // Megatron-core < 0.8 (ModelDims::ce_max_out_of_place): `logits - logits_max` is a new fp32
   // tensor, which becomes the saved softmax; the input copy lives until the Function returns.
   std::optional<TensorId> ce_input;
-  if (d.ce_max_out_of_place) {
+  if (ctx.f.ce_max_out_of_place) {
     ce_input = u->logits_fp32;
     u->logits_fp32 = em.Alloc(4 * d.T * vocab, Category::kActivations, "loss.logits_minus_max");
   }

@@ -1,0 +1,97 @@
+// FrameworkFacts: what the code that trains the model does on this rank, beyond the shapes of
+// ModelDims (model.h): which implementation runs (Transformer Engine, flash or unfused attention,
+// Megatron-core's or Transformers' modelling code), the device backend and class, and the rules
+// that depend on the framework's release (each with the release that changed it). Computed once
+// per Setup by ComputeFacts: the common part here (facts.cc), the stack's own part by its
+// config::Stack::SetFacts (src/stacks/). Read by the modules, kernels and loops; pure data.
+// Not modelled: a fact without a stated source (each member says where it comes from).
+#pragma once
+
+#include "config/setup.h"
+#include "workload/model.h"
+
+namespace memsim::workload {
+
+struct FrameworkFacts {
+  // The Transformers modelling code (config::StackTraits::transformers_modelling) runs the model ([b, s, h]
+  // activations without Megatron's transpose, eager attention without Megatron's global buffer).
+  bool hf = false;
+  // Transformers eager attention under PyTorch before 1.11 (TrainingConfig::softmax_saves_input):
+  // SoftmaxBackward keeps softmax's input, the masked scores, until the layer's backward.
+  bool softmax_saves_input = false;
+  bool flash = true;       // flash/fused attention; false = Megatron unfused DotProductAttention
+  bool te = true;          // transformer_impl == "transformer_engine"
+  bool npu = false;        // Ascend (torch_npu) backend
+  bool hopper = false;     // sm >= 90 class GPU (workspace sizes; estimate, see facts.cc)
+  // Transformer Engine runs core attention through flash-attn 2 (TE DotProductAttention picks
+  // FlashAttention below sm 90 and FusedAttention from sm 90 on: TE 1.7 attention.py
+  // DotProductAttention.forward, TE 2.9 dot_product_attention/utils.py get_attention_backend).
+  // TE's FlashAttention.forward hands flash-attn [b, s, a/t, d] copies of q, k, v and copies the
+  // [b, s, ...] output back to [s, b, ...]; flash-attn saves its own output (flash_attn_interface.py
+  // FlashAttnVarlenFunc / FlashAttnFunc save_for_backward), so two output tensors stay saved.
+  // Without context parallelism only (the CP path saves other tensors); facts.cc.
+  bool te_flash_attn2 = false;
+  // Megatron-core 0.5-0.13 with RoPE fusion (Megatron-LM's default) and TE's cuDNN FusedAttention
+  // (sm 90 on): TEDotProductAttention switches to qkv_format 'bshd' (transformer_engine.py,
+  // facts.cc kRopeFusionBshdSince), so FusedAttnFunc.forward saves its [b, s, a/t, d] output
+  // (TE attention.py / dot_product_attention/backends.py save_for_backward(q, k, v, out, ...))
+  // and Megatron returns `out.transpose(0, 1)`, which TE Linear's prepare_forward (module/base.py)
+  // makes contiguous for the output projection, which saves that [s, b] copy: two output tensors
+  // stay saved, as with te_flash_attn2. Without context parallelism; facts.cc.
+  bool te_fused_attn_bshd_out = false;
+  // Weight grads handed to autograd (docs/training-memory.md, 'Megatron DDP buffers'; facts.cc for
+  // the versions):
+  bool grad_accum_fusion = true;     // gradient_accumulation_fusion (wgrad GEMM into main_grad)
+  bool te_dummy_wgrad_cache = true;  // TE layers return a cached dummy wgrad (get_dummy_wgrad)
+  bool megatron_dummy_wgrad_cache = true;  // Megatron's own linears return TE's cached dummy
+  // --moe-router-pre-softmax (ModelDims::router_pre_softmax) before core 0.18: the fp32 scores are
+  // cast back to the logits' dtype before the top-k, a [n, E] copy (src/stacks/megatron.cc).
+  bool pre_softmax_cast_all = false;
+  // Megatron-core < 0.13 with the alltoall dispatcher and no permute fusion: the router probs
+  // weight the expert outputs in unpermute (token_dispatcher.py token_unpermutation passes
+  // probs=self.probs to moe_utils.py unpermute), which saves the combined tokens [S, h]; from
+  // 0.13 the experts' activation applies them (experts.py permuted_probs). src/stacks/megatron.cc.
+  bool moe_probs_at_unpermute = false;
+  // With moe_probs_at_unpermute, unpermute gathers the probs by
+  // `probs.T.contiguous().masked_select(routing_map.T.contiguous())` (moe_utils.py, core 0.10-0.12;
+  // 0.11 and 0.12 take index_select instead when padding to capacity, drop_and_pad), and
+  // MaskedSelectBackward saves both operands: [E, n] probs in the activation dtype and an
+  // [E, n] bool mask per MoE layer until its backward. src/stacks/megatron.cc.
+  bool unpermute_masked_select = false;
+  // Megatron-core before 0.8 subtracts the max out of place in the vocab-parallel cross-entropy
+  // (tensor_parallel/cross_entropy.py, in place since commit 9634c0e4a3, first in core_v0.8.0;
+  // NVIDIA/Megatron-LM#525): a second fp32 [T, V/t] tensor while the first is alive.
+  bool ce_max_out_of_place = false;
+  // The loss function all-reduces each micro-batch's reporting loss over
+  // get_data_parallel_group(), Megatron's "dp" (without context parallelism), a process group of
+  // its own beside the DDP's "dp_cp" (parallel_state.py: two new_group calls, one communicator
+  // each): pretrain_gpt.py loss_func in core_v0.6.0 (average_losses_across_data_parallel_group)
+  // to core_v0.12.0, and MindSpeed-LLM's pretrain_gpt.py loss_func (main, 2026-08). From
+  // core_v0.13.0 training.py reduces it over "dp_cp" after the schedule. Last stage, d > 1.
+  bool loss_dp_all_reduce = false;
+  // --log-params-norm (TrainingConfig::log_params_norm) under bf16: which parameters
+  // calc_params_l2_norm copies to fp32 after each step (megatron/training/utils.py): every local
+  // one before core_v0.11.0; from it the dense ones use the optimizer's `main_param` and only
+  // expert parameters are copied.
+  enum class ParamsNormCopies { kNone, kExperts, kAll };
+  ParamsNormCopies params_norm_copies = ParamsNormCopies::kNone;
+  // Megatron's GPT dataset causal mask on the device (Megatron's get_batch off Ascend, unless
+  // --no-create-attention-mask-in-dataloader): [b, 1, s·cp, s·cp] bool from get_batch on the first
+  // and last pipeline stages (pretrain_gpt.py get_batch returns None on the others), sliced to
+  // [b, 1, s, s·cp] by get_batch_on_this_cp_rank. Alive while forward_step runs; with full
+  // recompute or selective recompute of core_attn, tensor_parallel.checkpoint saves it
+  // (CheckpointFunction.forward save_for_backward(*args)) until the micro-batch's layers are
+  // backwarded. modules/embedding.h GetBatch.
+  bool dataloader_attention_mask = false;
+  bool attention_mask_to_backward = false;
+};
+
+// The facts of `setup` for a rank of shapes `d`: the common ones, then the stack's
+// (config::StackOf(setup.training).SetFacts). REQUIRES: a validated Setup; d = ComputeDims(setup).
+FrameworkFacts ComputeFacts(const config::Setup& setup, const ModelDims& d);
+
+// Whether a release `version` ({major, minor}; {} = not stated, taken as current) is at least
+// `since`.
+bool AtLeast(const std::vector<int>& version, const std::vector<int>& since);
+
+}  // namespace memsim::workload
