@@ -297,9 +297,9 @@ void ApplyOverride(const std::string& text, Json* root, Source* source) {
 bool TrainingArgumentsKeys(const Json& root) {
   const auto training = root.find("training");
   if (training == root.end() || !training->is_object()) return false;
-  const auto framework = training->find("framework");
-  if (framework == training->end() || !framework->is_string()) return false;
-  const Stack* stack = FindStack(framework->get<std::string>());
+  const auto name = training->find("framework");
+  if (name == training->end() || !name->is_string()) return false;
+  const Stack* stack = FindStack(name->get<std::string>());
   return stack != nullptr && stack->Traits().training_arguments_keys;
 }
 

@@ -706,11 +706,6 @@ void RejectHfTrainerKeys(ObjectReader& t, std::string_view framework) {
   }
 }
 
-bool IsHfTrainer(ObjectReader& t) {
-  const Json* fw = t.Get("framework");
-  return fw != nullptr && fw->is_string() && fw->get<std::string>() == kFramework;
-}
-
 namespace {
 
 // The TrainingArguments fields of a block that has training_args: only those given on the

@@ -21,9 +21,6 @@
 
 namespace memsim::config::internal {
 
-// Whether the training block asks for framework "hf-trainer".
-bool IsHfTrainer(ObjectReader& t);
-
 // Throws InputError naming the first key of the block that only framework "hf-trainer" reads
 // (per_device_train_batch_size, max_seq_length, optim, the evaluation keys, adapter_config, ...)
 // and the key `framework` ("megatron" or "pytorch") reads instead.

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/check.h"
 
 namespace memsim::config {
@@ -22,6 +24,16 @@ void RegisterStack(std::unique_ptr<const Stack> stack) {
   std::vector<std::unique_ptr<const Stack>>& stacks = Stacks();
   MEMSIM_CHECK(FindStack(stack->Name()) == nullptr);
   stacks.push_back(std::move(stack));
+}
+
+void UnregisterStack(std::string_view name) {
+  std::vector<std::unique_ptr<const Stack>>& stacks = Stacks();
+  const std::vector<std::unique_ptr<const Stack>> builtins = BuiltinStacks();
+  for (const std::unique_ptr<const Stack>& b : builtins) MEMSIM_CHECK(b->Name() != name);
+  const auto it = std::find_if(stacks.begin(), stacks.end(),
+                               [&](const std::unique_ptr<const Stack>& s) { return s->Name() == name; });
+  MEMSIM_CHECK(it != stacks.end());
+  stacks.erase(it);
 }
 
 const Stack* FindStack(std::string_view name) {

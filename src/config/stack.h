@@ -128,6 +128,9 @@ class Stack {
 // Adds `stack` under its Name(). REQUIRES: no stack of that name is registered yet; no
 // simulation is running.
 void RegisterStack(std::unique_ptr<const Stack> stack);
+// Removes the stack RegisterStack added under `name` (a test's, at its end). REQUIRES: `name` is
+// registered and not a built-in; no simulation is running.
+void UnregisterStack(std::string_view name);
 // The stack registered under `name`, or nullptr.
 const Stack* FindStack(std::string_view name);
 // The stack of a loaded TrainingConfig. REQUIRES: c.framework is registered (LoadSetup
