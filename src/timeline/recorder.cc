@@ -78,11 +78,9 @@ void Recorder::OnOpBoundary(const engine::OpBoundary& b) {
   last_device_ = b.device_bytes;
   last_by_category_ = *b.allocated_by_category;
   last_time_ = b.time_us;
-  if (keep_samples_ || sink_ != nullptr) {
-    const Sample sample{b.time_us,       op.iteration,   op.phase,      b.allocated_bytes,
-                        b.reserved_bytes, b.active_bytes, b.device_bytes};
-    if (sink_ != nullptr) sink_->OnSample(sample);
-    if (keep_samples_) curve_.Add(sample);
+  if (keep_samples_) {
+    curve_.Add({b.time_us, op.iteration, op.phase, b.allocated_bytes, b.reserved_bytes,
+                b.active_bytes, b.device_bytes});
   }
 }
 

@@ -26,6 +26,7 @@ struct PhasePeak {
   int micro_batch = -1;
   SimTimeUs time_us = 0;
   CategoryBytes by_category{};
+  bool operator==(const PhasePeak&) const = default;
 };
 
 // Phases with a PhasePeak: init, forward, backward, optimizer_step (Phase::kUnknown excluded).
@@ -60,14 +61,7 @@ struct SpanSummary {
   std::array<PhasePeak, kNumSimulatedPhases> phase_peaks{};
 
   const PhasePeak& PeakOf(Phase phase) const { return phase_peaks[static_cast<size_t>(phase)]; }
-};
-
-// Full-resolution consumers of the simulated curve (a CSV file, a trace export): every sample,
-// in time order, as the engine produces it, before any down-sampling.
-class SampleSink {
- public:
-  virtual ~SampleSink() = default;
-  virtual void OnSample(const Sample& sample) = 0;
+  bool operator==(const SpanSummary&) const = default;
 };
 
 // Samples the Recorder keeps at most (BoundedCurve): 2^18 samples (12 MiB); above, the curve is
@@ -77,10 +71,8 @@ inline constexpr std::size_t kMaxKeptSamples = std::size_t{1} << 18;
 class Recorder final : public engine::Observer {
  public:
   // `keep_samples` false keeps only the summaries (cheaper when the curve is not needed).
-  // `sink`, when given, receives every sample (it outlives the Recorder's use).
-  explicit Recorder(bool keep_samples = true, SampleSink* sink = nullptr,
-                    std::size_t max_samples = kMaxKeptSamples)
-      : keep_samples_(keep_samples), sink_(sink), curve_(max_samples) {}
+  explicit Recorder(bool keep_samples = true, std::size_t max_samples = kMaxKeptSamples)
+      : keep_samples_(keep_samples), curve_(max_samples) {}
 
   void OnOpBoundary(const engine::OpBoundary& b) override;
   void OnCommunicatorCreated(SimTimeUs time_us, const std::string& group) override;
@@ -97,7 +89,6 @@ class Recorder final : public engine::Observer {
   void OpenSpan(int iteration, const engine::OpBoundary& b);
 
   bool keep_samples_;
-  SampleSink* sink_;
   BoundedCurve curve_;
   Timeline timeline_;
   std::vector<SpanSummary> spans_;
