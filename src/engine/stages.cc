@@ -175,7 +175,7 @@ StageOutcome StagePass::Simulate(int r) {
   sim_options.usable_memory_bytes = options_.usable_memory_bytes;
   sim_options.record_iteration_states = long_run_;
   if (options_.progress) sim_options.progress = [this, r](double f) { Progress(r, f); };
-  timeline::Recorder recorder(keep);
+  Recorder recorder(keep);
   StageResult& stage = out.stage;
   stage.pipeline_rank = r;
   Simulation simulation(setup_, sim_options, recorder);

@@ -8,8 +8,9 @@
 #include <vector>
 
 #include "config/setup.h"
+#include "engine/recorder.h"
 #include "engine/simulator.h"
-#include "timeline/recorder.h"
+#include "timeline/span_summary.h"
 #include "timeline/timeline.h"
 
 namespace memsim::engine {
@@ -75,7 +76,7 @@ struct RunProgress {
 struct RunOptions {
   std::optional<int> pipeline_rank;  // REQUIRES: in [0, pipeline_model_parallel_size)
   std::optional<Bytes> usable_memory_bytes;  // --capacity
-  bool keep_timeline = true;  // at bounded resolution (timeline::kMaxKeptSamples)
+  bool keep_timeline = true;  // at bounded resolution (kMaxKeptSamples, engine/recorder.h)
   // Called now and then while stages are simulated (for a progress line); empty = never. Called
   // from the threads that simulate stages, never two calls at once.
   std::function<void(const RunProgress&)> progress;

@@ -8,7 +8,7 @@
 #include "config/setup.h"
 #include "engine/stages.h"
 #include "report/format.h"
-#include "timeline/recorder.h"
+#include "timeline/span_summary.h"
 
 namespace memsim::report {
 

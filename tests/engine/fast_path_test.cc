@@ -7,9 +7,9 @@
 #include <filesystem>
 
 #include "config/load.h"
+#include "engine/recorder.h"
 #include "engine/stages.h"
 #include "shipped_configs.h"
-#include "timeline/recorder.h"
 #include "workload/build.h"
 
 namespace memsim::engine {
@@ -30,7 +30,7 @@ TEST_CASE("every shipped config and stage: the streamed run records what the who
       for (int r = 0; r < static_cast<int>(streamed.stages.size()); ++r) {
         INFO("stage " << r);
         const bool reported = r == streamed.reported_stage;
-        timeline::Recorder recorder(reported);
+        Recorder recorder(reported);
         const SimulateResult whole =
             Simulate(workload::Build(simulated, r), simulated, SimulateOptions{}, recorder);
         recorder.Finish();

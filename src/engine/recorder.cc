@@ -1,10 +1,14 @@
-#include "timeline/recorder.h"
+#include "engine/recorder.h"
 
 #include <fmt/core.h>
 
-namespace memsim::timeline {
+namespace memsim::engine {
 
-void Recorder::OpenSpan(int iteration, const engine::OpBoundary& b) {
+using timeline::PhasePeak;
+using timeline::SpanSummary;
+using timeline::kNumSimulatedPhases;
+
+void Recorder::OpenSpan(int iteration, const OpBoundary& b) {
   if (open_) {
     SpanSummary& prev = spans_.back();
     prev.end_time_us = b.time_us;
@@ -37,7 +41,7 @@ void Recorder::OpenSpan(int iteration, const engine::OpBoundary& b) {
   last_phase_ = b.op->phase;
 }
 
-void Recorder::OnOpBoundary(const engine::OpBoundary& b) {
+void Recorder::OnOpBoundary(const OpBoundary& b) {
   const workload::Op& op = *b.op;
   if (b.at_start && (!open_ || op.iteration > spans_.back().iteration)) {
     OpenSpan(op.iteration, b);
@@ -105,4 +109,4 @@ void Recorder::Finish() {
   }
 }
 
-}  // namespace memsim::timeline
+}  // namespace memsim::engine
