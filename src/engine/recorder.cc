@@ -4,16 +4,12 @@
 
 namespace memsim::engine {
 
-using timeline::PhasePeak;
-using timeline::SpanSummary;
-using timeline::kNumSimulatedPhases;
-
 void Recorder::OpenSpan(int iteration, const OpBoundary& b) {
   if (open_) {
-    SpanSummary& prev = spans_.back();
+    timeline::SpanSummary& prev = spans_.back();
     prev.end_time_us = b.time_us;
   }
-  SpanSummary s;
+  timeline::SpanSummary s;
   s.iteration = iteration;
   s.start_time_us = b.time_us;
   s.start_allocated_bytes = last_allocated_;
@@ -50,7 +46,7 @@ void Recorder::OnOpBoundary(const OpBoundary& b) {
     timeline_.markers.push_back({b.time_us, op.iteration, op.phase, std::string(PhaseName(op.phase))});
     last_phase_ = op.phase;
   }
-  SpanSummary& s = spans_.back();
+  timeline::SpanSummary& s = spans_.back();
   if (b.allocated_bytes > s.peak_allocated_bytes) {
     s.peak_allocated_bytes = b.allocated_bytes;
     s.peak_phase = op.phase;
@@ -64,8 +60,8 @@ void Recorder::OnOpBoundary(const OpBoundary& b) {
     s.peak_reserved_time_us = b.time_us;
     s.peak_reserved_phase = op.phase;
   }
-  if (static_cast<int>(op.phase) < kNumSimulatedPhases) {
-    PhasePeak& pp = s.phase_peaks[static_cast<size_t>(op.phase)];
+  if (static_cast<int>(op.phase) < timeline::kNumSimulatedPhases) {
+    timeline::PhasePeak& pp = s.phase_peaks[static_cast<size_t>(op.phase)];
     if (!pp.seen || b.allocated_bytes > pp.allocated_bytes) {
       pp = {true, b.allocated_bytes, op.name, op.micro_batch, b.time_us, *b.allocated_by_category};
     }
