@@ -283,6 +283,15 @@ class CachingAllocator final : public Allocator {
   void ReleaseExpandableSegment(BlockIndex b);
   void NpuAlignBlock(AllocParams& p);
 
+  // invariants.cc: the parts of CheckInvariants, each returning its first violation ("" if none).
+  struct Recount;  // what the walk over the segments counts, for the pools and gauges
+  std::string CheckSegment(std::size_t s, std::vector<BlockIndex>& blocks, Recount& r) const;
+  std::string CheckBlockPlace(std::size_t s, const std::vector<BlockIndex>& blocks, std::size_t k,
+                              Bytes expect_addr) const;
+  std::string RecountBlock(BlockIndex bi, Recount& r) const;
+  std::string CheckPools(const Recount& r) const;
+  std::string CheckHandlesAndGauges(const Recount& r) const;
+
   AllocatorOptions options_;
   Bytes max_split_bytes_ = kUnlimited;
   AllocatorStats stats_;

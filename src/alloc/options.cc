@@ -114,6 +114,65 @@ bool ParseBool(std::string_view what, std::string_view key, std::string_view v) 
   Fail(what, fmt::format("{} expects True or False, got '{}'", key, v));
 }
 
+// Fails unless `key` is an option of `backend`'s allocator: naming the other backend when it is
+// one of its options, else suggesting the closest key.
+void CheckKnownKey(std::string_view what, Backend backend, const std::string& key) {
+  const auto& keys = KeysFor(backend);
+  if (std::find(keys.begin(), keys.end(), key) != keys.end()) return;
+  const auto& other = KeysFor(backend == Backend::kCuda ? Backend::kNpu : Backend::kCuda);
+  if (std::find(other.begin(), other.end(), key) != other.end()) {
+    Fail(what, fmt::format("'{}' is not an option of the {} backend", key, BackendName(backend)));
+  }
+  std::string message = fmt::format("unknown key '{}'", key);
+  const std::string guess = ClosestMatch(key, keys);
+  if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
+  Fail(what, message);
+}
+
+// Sets the option `key` (a known key) of `o` from `value`.
+void ApplyOption(std::string_view what, const std::string& key, std::string_view value,
+                 AllocatorOptions& o) {
+  if (key == "max_split_size_mb") {
+    const std::int64_t mb = ParseInt(what, key, value);
+    // Older parsers demand > kLargeBuffer / MiB (docs/interfaces.md, 'Allocator traces').
+    if (mb <= kLargeBuffer / kMiB) {
+      Fail(what, fmt::format("max_split_size_mb must be > 20, got {}", mb));
+    }
+    if (mb > (Bytes{1} << 40)) Fail(what, "max_split_size_mb is too large");
+    o.max_split_size_bytes = mb * kMiB;
+  } else if (key == "max_non_split_rounding_mb") {
+    const std::int64_t mb = ParseInt(what, key, value);
+    if (mb > (Bytes{1} << 40)) Fail(what, "max_non_split_rounding_mb is too large");
+    o.max_non_split_rounding_bytes = mb * kMiB;
+  } else if (key == "roundup_power2_divisions") {
+    if (!value.empty() && value.front() == '[') {
+      if (value.back() != ']') Fail(what, "roundup_power2_divisions: missing ']'");
+      o.roundup_power2_divisions = {};
+      ParseDivisionList(what, value, o.roundup_power2_divisions);
+    } else {
+      o.roundup_power2_divisions.fill(ParseDivisions(what, value));
+    }
+  } else if (key == "garbage_collection_threshold") {
+    const double t = ParseDouble(what, key, value);
+    if (!(t > 0.0 && t < 1.0)) {
+      Fail(what, fmt::format("garbage_collection_threshold must be in (0, 1), got {}", value));
+    }
+    o.garbage_collection_threshold = t;
+  } else if (key == "expandable_segments") {
+    o.expandable_segments = ParseBool(what, key, value);
+  } else if (key == "memory_fraction") {
+    const double f = ParseDouble(what, key, value);
+    if (!(f >= 0.0 && f <= 1.0)) {
+      Fail(what, fmt::format("memory_fraction must be in [0, 1], got {}", value));
+    }
+    o.memory_fraction = f;
+  } else if (key == "base_addr_aligned_kb") {
+    const std::int64_t kb = ParseInt(what, key, value);
+    if (kb > 16) Fail(what, fmt::format("base_addr_aligned_kb must be in [0, 16], got {}", kb));
+    o.base_addr_aligned_bytes = kb * kKiB;
+  }
+}
+
 }  // namespace
 
 std::string_view BackendName(Backend backend) {
@@ -148,63 +207,14 @@ AllocatorOptions ParseAllocConf(std::string_view conf, Backend backend, std::str
     }
     const std::string key(item.substr(0, colon));
     const std::string_view value = item.substr(colon + 1);
-    const auto& keys = KeysFor(backend);
-    if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
-      const auto& other = KeysFor(backend == Backend::kCuda ? Backend::kNpu : Backend::kCuda);
-      if (std::find(other.begin(), other.end(), key) != other.end()) {
-        Fail(what, fmt::format("'{}' is not an option of the {} backend", key,
-                               BackendName(backend)));
-      }
-      std::string message = fmt::format("unknown key '{}'", key);
-      const std::string guess = ClosestMatch(key, keys);
-      if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
-      Fail(what, message);
-    }
+    CheckKnownKey(what, backend, key);
     // c10 keeps the last value of a repeated key; the JSON configs refuse duplicates, so this
     // parser does too rather than let one of two values win silently.
     if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
       Fail(what, fmt::format("duplicate key '{}'", key));
     }
     seen.push_back(key);
-    if (key == "max_split_size_mb") {
-      const std::int64_t mb = ParseInt(what, key, value);
-      // Older parsers demand > kLargeBuffer / MiB (docs/interfaces.md, 'Allocator traces').
-      if (mb <= kLargeBuffer / kMiB) {
-        Fail(what, fmt::format("max_split_size_mb must be > 20, got {}", mb));
-      }
-      if (mb > (Bytes{1} << 40)) Fail(what, "max_split_size_mb is too large");
-      o.max_split_size_bytes = mb * kMiB;
-    } else if (key == "max_non_split_rounding_mb") {
-      const std::int64_t mb = ParseInt(what, key, value);
-      if (mb > (Bytes{1} << 40)) Fail(what, "max_non_split_rounding_mb is too large");
-      o.max_non_split_rounding_bytes = mb * kMiB;
-    } else if (key == "roundup_power2_divisions") {
-      if (!value.empty() && value.front() == '[') {
-        if (value.back() != ']') Fail(what, "roundup_power2_divisions: missing ']'");
-        o.roundup_power2_divisions = {};
-        ParseDivisionList(what, value, o.roundup_power2_divisions);
-      } else {
-        o.roundup_power2_divisions.fill(ParseDivisions(what, value));
-      }
-    } else if (key == "garbage_collection_threshold") {
-      const double t = ParseDouble(what, key, value);
-      if (!(t > 0.0 && t < 1.0)) {
-        Fail(what, fmt::format("garbage_collection_threshold must be in (0, 1), got {}", value));
-      }
-      o.garbage_collection_threshold = t;
-    } else if (key == "expandable_segments") {
-      o.expandable_segments = ParseBool(what, key, value);
-    } else if (key == "memory_fraction") {
-      const double f = ParseDouble(what, key, value);
-      if (!(f >= 0.0 && f <= 1.0)) {
-        Fail(what, fmt::format("memory_fraction must be in [0, 1], got {}", value));
-      }
-      o.memory_fraction = f;
-    } else if (key == "base_addr_aligned_kb") {
-      const std::int64_t kb = ParseInt(what, key, value);
-      if (kb > 16) Fail(what, fmt::format("base_addr_aligned_kb must be in [0, 16], got {}", kb));
-      o.base_addr_aligned_bytes = kb * kKiB;
-    }
+    ApplyOption(what, key, value, o);
   }
   return o;
 }

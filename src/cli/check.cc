@@ -95,17 +95,10 @@ config::Setup LoadChecked(const CheckArgs& a, const std::string& name,
   return config::LoadSetup(name, load);
 }
 
-int Check(const CheckArgs& a) {
-  const std::vector<std::string> configs = CheckedNames(a);
-  report::CheckOptions options;
-  std::optional<Bytes> capacity;
-  if (a.capacity_given) capacity = ParseSizeArg(a.capacity, "--capacity");
-  options.usable_memory_bytes = capacity;
-  options.margin_pct = ParsePercentArg(a.margin, "--margin");
-  options.tolerance_pct = ParsePercentArg(a.tolerance, "--tolerance");
-  const bool baseline_is_dir =
-      !a.baseline.empty() && (fs::is_directory(a.baseline) || a.baseline.back() == '/');
-  if (!a.baseline.empty() && !baseline_is_dir && configs.size() > 1) {
+// --baseline, --update-baseline and --tolerance together: a file for one config or a directory,
+// something to write to or compare with. Throws InputError naming the option.
+void CheckBaselineOptions(const CheckArgs& a, bool baseline_is_dir, std::size_t num_configs) {
+  if (!a.baseline.empty() && !baseline_is_dir && num_configs > 1) {
     throw InputError(
         fmt::format("--baseline {}: with several configs, name a directory of "
                     "<config stem>.json reports ({}; a trailing / names one that "
@@ -125,62 +118,94 @@ int Check(const CheckArgs& a) {
     throw InputError(fmt::format(
         "--baseline {}: no such directory (create it with --update-baseline)", a.baseline));
   }
-  report::CheckOutputs({a.junit_path, a.json_path}, configs);
-  if (a.update_baseline) CheckBaselineTargets(a.baseline, configs);
-  std::vector<std::string> notes;
+}
 
+// What checking the configs gathers, config after config.
+struct CheckResults {
   std::vector<report::StageVerdict> verdicts;
   std::vector<report::CheckError> errors;
   std::vector<std::pair<std::string, std::string>> to_write;  // baseline path, report
+  std::vector<std::string> notes;
+};
+
+// Simulates `config_path` and adds its stages' verdicts (against its baseline when there is one)
+// to `out`, or its report to out.to_write with --update-baseline. Throws InputError.
+void CheckConfig(const CheckArgs& a, const std::string& config_path,
+                 const std::optional<Bytes>& capacity, const report::CheckOptions& options,
+                 bool baseline_is_dir, CheckResults& out) {
+  const config::Setup setup = LoadChecked(a, config_path, capacity);
+  PrintWarnings(setup);
+  engine::RunOptions run_options;
+  run_options.usable_memory_bytes = capacity;
+  run_options.keep_timeline = false;
+  const engine::RunResult run = engine::RunAllStages(setup, run_options);
+  const std::string baseline_path = BaselinePath(a.baseline, config_path);
+  std::vector<report::BaselineStage> baseline;
+  const bool have_baseline =
+      !baseline_path.empty() && !a.update_baseline && fs::exists(baseline_path);
+  if (!baseline_path.empty() && !a.update_baseline && !have_baseline && !baseline_is_dir) {
+    throw InputError(fmt::format("--baseline {}: no such file", baseline_path));
+  }
+  if (have_baseline) {
+    baseline = report::ParseBaseline(baseline_path, ReadBaselineFile(baseline_path));
+  }
+  if (baseline_is_dir && !a.update_baseline && !have_baseline) {
+    out.notes.push_back(fmt::format("note: no baseline {} for {}: checked against capacity only",
+                                    baseline_path, config_path));
+  }
+  auto v = report::CheckStages(config_path, run, setup, options,
+                               have_baseline ? &baseline : nullptr);
+  out.verdicts.insert(out.verdicts.end(), v.begin(), v.end());
+  if (a.update_baseline)
+    out.to_write.emplace_back(baseline_path, report::RunReportJson(run, setup));
+}
+
+int Check(const CheckArgs& a) {
+  const std::vector<std::string> configs = CheckedNames(a);
+  report::CheckOptions options;
+  std::optional<Bytes> capacity;
+  if (a.capacity_given) capacity = ParseSizeArg(a.capacity, "--capacity");
+  options.usable_memory_bytes = capacity;
+  options.margin_pct = ParsePercentArg(a.margin, "--margin");
+  options.tolerance_pct = ParsePercentArg(a.tolerance, "--tolerance");
+  const bool baseline_is_dir =
+      !a.baseline.empty() && (fs::is_directory(a.baseline) || a.baseline.back() == '/');
+  CheckBaselineOptions(a, baseline_is_dir, configs.size());
+  report::CheckOutputs({a.junit_path, a.json_path}, configs);
+  if (a.update_baseline) CheckBaselineTargets(a.baseline, configs);
+
+  CheckResults r;
   for (const std::string& config_path : configs) {
     try {
-      const config::Setup setup = LoadChecked(a, config_path, capacity);
-      PrintWarnings(setup);
-      engine::RunOptions run_options;
-      run_options.usable_memory_bytes = capacity;
-      run_options.keep_timeline = false;
-      const engine::RunResult run = engine::RunAllStages(setup, run_options);
-      const std::string baseline_path = BaselinePath(a.baseline, config_path);
-      std::vector<report::BaselineStage> baseline;
-      const bool have_baseline =
-          !baseline_path.empty() && !a.update_baseline && fs::exists(baseline_path);
-      if (!baseline_path.empty() && !a.update_baseline && !have_baseline && !baseline_is_dir) {
-        throw InputError(fmt::format("--baseline {}: no such file", baseline_path));
-      }
-      if (have_baseline) baseline = report::ParseBaseline(baseline_path, ReadBaselineFile(baseline_path));
-      if (baseline_is_dir && !a.update_baseline && !have_baseline) {
-        notes.push_back(fmt::format("note: no baseline {} for {}: checked against capacity only",
-                                    baseline_path, config_path));
-      }
-      auto v = report::CheckStages(config_path, run, setup, options,
-                                   have_baseline ? &baseline : nullptr);
-      verdicts.insert(verdicts.end(), v.begin(), v.end());
-      if (a.update_baseline)
-        to_write.emplace_back(baseline_path, report::RunReportJson(run, setup));
+      CheckConfig(a, config_path, capacity, options, baseline_is_dir, r);
     } catch (const InputError& e) {
-      errors.push_back({config_path, e.what()});
+      r.errors.push_back({config_path, e.what()});
     }
   }
   // The JSON and JUnit reports are written even when a config could not be checked: they hold
   // its error case beside every other verdict (exit 2 all the same). Baselines only when every
   // config could be checked. All files or none.
   std::vector<std::pair<std::string, std::string>> files;
-  if (errors.empty()) {
-    files = to_write;
-    if (!to_write.empty() && baseline_is_dir) fs::create_directories(a.baseline);
+  if (r.errors.empty()) {
+    files = r.to_write;
+    if (!r.to_write.empty() && baseline_is_dir) fs::create_directories(a.baseline);
   }
-  if (!a.json_path.empty()) files.emplace_back(a.json_path, report::CheckJson(verdicts, errors));
-  if (!a.junit_path.empty()) files.emplace_back(a.junit_path, report::CheckJUnit(verdicts, errors));
+  if (!a.json_path.empty()) {
+    files.emplace_back(a.json_path, report::CheckJson(r.verdicts, r.errors));
+  }
+  if (!a.junit_path.empty()) {
+    files.emplace_back(a.junit_path, report::CheckJUnit(r.verdicts, r.errors));
+  }
   report::WriteFilesAtomically(files);
-  std::fputs(report::FormatCheckText(verdicts, errors).c_str(), stdout);
-  for (const std::string& note : notes) std::printf("%s\n", note.c_str());
-  for (const report::CheckError& e : errors)
+  std::fputs(report::FormatCheckText(r.verdicts, r.errors).c_str(), stdout);
+  for (const std::string& note : r.notes) std::printf("%s\n", note.c_str());
+  for (const report::CheckError& e : r.errors)
     std::fprintf(stderr, "memsim check: %s\n", e.message.c_str());
-  if (!to_write.empty() && errors.empty()) {
-    std::printf("wrote %zu baseline report(s) to %s\n", to_write.size(), a.baseline.c_str());
+  if (!r.to_write.empty() && r.errors.empty()) {
+    std::printf("wrote %zu baseline report(s) to %s\n", r.to_write.size(), a.baseline.c_str());
   }
-  if (!errors.empty()) return 2;
-  for (const report::StageVerdict& v : verdicts) {
+  if (!r.errors.empty()) return 2;
+  for (const report::StageVerdict& v : r.verdicts) {
     if (v.verdict != "ok") return 1;
   }
   return 0;

@@ -83,7 +83,9 @@ double MeasuredOffsetUs(const timeline::Timeline& measured, const timeline::Time
   return simulated.samples.front().time_us - measured.samples.front().time_us;
 }
 
-int RunCompare(const CompareArgs& a) {
+// The --format name, and the choice between CONFIG and --simulated with the options that only
+// CONFIG's simulation takes. Throws InputError naming the option.
+profile::Format CheckFormatAndSources(const CompareArgs& a) {
   auto format = profile::FormatFromName(a.format);
   if (!format) {
     const std::vector<std::string> names = {"auto",         "torch-trace",  "torch-snapshot",
@@ -114,19 +116,13 @@ int RunCompare(const CompareArgs& a) {
                                    given, a.simulated));
     }
   }
-  report::CheckOutputs({a.json, a.html},
-                       {a.config, a.profile, a.simulated, a.load.model, a.load.device});
-  compare::CompareOptions options;
-  options.skip = a.skip;
-  options.profile_iterations = a.profile_iterations;
-  options.pipeline_rank = a.pipeline_rank;
-  if (!a.tolerance.empty()) options.tolerance_pct = ParsePercentArg(a.tolerance, "--tolerance");
-  profile::LoadProfileOptions load;
-  load.device_index = a.device_index;
-  load.rank = a.rank;
-  const timeline::Timeline measured = profile::LoadProfile(a.profile, *format, load);
-  // --rank picks a Megatron log's [Rank N] lines, --device-index the device of the other
-  // formats (a memsim-csv timeline holds one); given where they pick nothing they were ignored.
+  return *format;
+}
+
+// --rank picks a Megatron log's [Rank N] lines, --device-index the device of the other formats
+// (a memsim-csv timeline holds one); given where they pick nothing in `measured` they would be
+// ignored, so they are errors.
+void CheckProfilePicks(const CompareArgs& a, const timeline::Timeline& measured) {
   const bool per_rank = measured.source == "megatron-log";
   if (a.rank >= 0 && !per_rank) {
     throw InputError(fmt::format("--rank {}: applies to a Megatron log (its [Rank N] lines); {} "
@@ -140,43 +136,49 @@ int RunCompare(const CompareArgs& a) {
                                  per_rank ? "read per rank (--rank N picks one)"
                                           : "one device's timeline"));
   }
-  const int width = TerminalWidth(a.width);
-  timeline::Timeline simulated;
+}
+
+// The simulated side: CONFIG's stage simulated, or a --simulated memsim-csv read; what the
+// diagnosis and (with --html) the HTML report take from it.
+struct SimulatedInputs {
+  timeline::Timeline timeline;
   compare::SimulatedSide side;
-  exports::HtmlInput html;
-  if (a.simulated.empty()) {
-    const config::Setup setup = LoadSetupAndWarn(a.config, ToLoadOptions(a.load));
-    report::CheckOutputs({a.json, a.html}, {setup.model_path, setup.device_path});
-    engine::RunOptions run_options;
-    run_options.pipeline_rank = CheckPipelineRank(a.pipeline_rank, setup);
-    run_options.keep_timeline = true;
-    engine::RunResult run = engine::RunAllStages(setup, run_options);
-    if (a.pipeline_rank_option == nullptr || a.pipeline_rank_option->count() == 0) {
-      run.reported_stage_chosen = false;  // stage 0 by default, not the user's choice
-      run.reported_stage_default = true;
-    }
-    side = SimulatedSideOf(setup, run);
+  exports::HtmlInput html;  // header and stages, with --html
+};
+SimulatedInputs SimulateOrRead(const CompareArgs& a) {
+  SimulatedInputs in;
+  if (!a.simulated.empty()) {
+    in.timeline = profile::LoadProfile(a.simulated, profile::Format::kMemsimCsv);
     if (!a.html.empty()) {
-      html.header = report::FormatRunHeader(run, setup);
-      html.stages = exports::CollectStageDetails(setup, run);
-      html.reported_stage = run.reported_stage;
+      in.html.header = fmt::format("memsim compare: simulated {}\n", a.simulated);
+      in.html.stages.push_back(exports::DetailFromTimeline(in.timeline));
     }
-    simulated = std::move(run.timeline);
-  } else {
-    simulated = profile::LoadProfile(a.simulated, profile::Format::kMemsimCsv);
-    if (!a.html.empty()) {
-      html.header = fmt::format("memsim compare: simulated {}\n", a.simulated);
-      html.stages.push_back(exports::DetailFromTimeline(simulated));
-    }
+    return in;
   }
-  options.format = measured.source;
-  const compare::Report report = compare::Compare(measured, simulated, options);
-  if (a.skip > 0 && report.measured_iterations > 0 && a.skip >= report.measured_iterations) {
-    throw InputError(
-        fmt::format("--skip {}: the profile {} has {} iteration(s); it would skip "
-                    "all of them",
-                    a.skip, a.profile, report.measured_iterations));
+  const config::Setup setup = LoadSetupAndWarn(a.config, ToLoadOptions(a.load));
+  report::CheckOutputs({a.json, a.html}, {setup.model_path, setup.device_path});
+  engine::RunOptions run_options;
+  run_options.pipeline_rank = CheckPipelineRank(a.pipeline_rank, setup);
+  run_options.keep_timeline = true;
+  engine::RunResult run = engine::RunAllStages(setup, run_options);
+  if (a.pipeline_rank_option == nullptr || a.pipeline_rank_option->count() == 0) {
+    run.reported_stage_chosen = false;  // stage 0 by default, not the user's choice
+    run.reported_stage_default = true;
   }
+  in.side = SimulatedSideOf(setup, run);
+  if (!a.html.empty()) {
+    in.html.header = report::FormatRunHeader(run, setup);
+    in.html.stages = exports::CollectStageDetails(setup, run);
+    in.html.reported_stage = run.reported_stage;
+  }
+  in.timeline = std::move(run.timeline);
+  return in;
+}
+
+// What compare prints: the table, the diagnosis, the chart unless --no-chart.
+std::string FormatCompareOutput(const CompareArgs& a, const compare::Report& report,
+                                const timeline::Timeline& measured,
+                                const compare::SimulatedSide& side, int width) {
   std::string out = compare::FormatTable(report, width);
   const std::string diagnosis =
       compare::FormatDiagnosis(compare::Diagnose(report, measured.statements, side), width);
@@ -186,14 +188,44 @@ int RunCompare(const CompareArgs& a) {
     const std::string chart = compare::FormatChart(report, std::min(72, width - 12));
     if (!chart.empty()) out += "\n" + chart;
   }
+  return out;
+}
+
+int RunCompare(const CompareArgs& a) {
+  const profile::Format format = CheckFormatAndSources(a);
+  report::CheckOutputs({a.json, a.html},
+                       {a.config, a.profile, a.simulated, a.load.model, a.load.device});
+  compare::CompareOptions options;
+  options.skip = a.skip;
+  options.profile_iterations = a.profile_iterations;
+  options.pipeline_rank = a.pipeline_rank;
+  if (!a.tolerance.empty()) options.tolerance_pct = ParsePercentArg(a.tolerance, "--tolerance");
+  profile::LoadProfileOptions load;
+  load.device_index = a.device_index;
+  load.rank = a.rank;
+  const timeline::Timeline measured = profile::LoadProfile(a.profile, format, load);
+  CheckProfilePicks(a, measured);
+  const int width = TerminalWidth(a.width);
+  SimulatedInputs simulated = SimulateOrRead(a);
+  options.format = measured.source;
+  const compare::Report report = compare::Compare(measured, simulated.timeline, options);
+  if (a.skip > 0 && report.measured_iterations > 0 && a.skip >= report.measured_iterations) {
+    throw InputError(
+        fmt::format("--skip {}: the profile {} has {} iteration(s); it would skip "
+                    "all of them",
+                    a.skip, a.profile, report.measured_iterations));
+  }
+  const std::string out = FormatCompareOutput(a, report, measured, simulated.side, width);
   // The files first, so a failed write (exit 2) leaves no report on stdout either.
   std::vector<std::pair<std::string, std::string>> files;
   if (!a.json.empty()) files.emplace_back(a.json, compare::FormatJson(report));
   if (!a.html.empty()) {
+    exports::HtmlInput& html = simulated.html;
     html.title = fmt::format("{} against {}", exports::TitleOf(html.header), a.profile);
     html.table = compare::FormatTable(report, 100);
     html.measured = exports::MeasuredCurve{fmt::format("{} ({})", a.profile, measured.source),
-                                           measured, MeasuredOffsetUs(measured, simulated)};
+                                           measured,
+                                           MeasuredOffsetUs(measured, simulated.timeline)};
     files.emplace_back(a.html, exports::HtmlReport(html));
   }
   report::WriteFilesAtomically(files);

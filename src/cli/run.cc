@@ -39,7 +39,6 @@ struct RunArgs {
   int width = kNotGiven;
   MegatronArgs megatron;
   std::vector<std::string> trailing;  // with --megatron-args: the arguments after `--`
-  bool no_fast_path = false;  // hidden: engine::RunOptions::whole_program (tests only)
 };
 
 // `--csv`: the rows written to a temporary file as the simulation produces them (never held;
@@ -117,7 +116,6 @@ int Run(const RunArgs& a) {
   options.usable_memory_bytes = capacity;
   options.pipeline_rank = CheckPipelineRank(a.pipeline_rank, setup);
   options.keep_timeline = !a.no_chart;
-  options.whole_program = a.no_fast_path;
   // --csv is written by the exports (AddExports: the reported stage simulated once more, with a
   // column per category), streamed to its file as that simulation goes.
   ProgressLine progress;
@@ -192,7 +190,6 @@ Action AddRunCommand(CLI::App& sub) {
   sub.add_option("args", a->trailing, "with --megatron-args: the training arguments after --");
   AddMegatronOptions(sub, a->megatron);
   // Hidden (empty group): the equivalence test's switch to the whole-Program path.
-  sub.add_flag("--no-fast-path", a->no_fast_path, "")->group("");
   CLI::Option* capacity = sub.get_option("--capacity");
   return [a, capacity] {
     a->capacity_given = capacity->count() > 0;

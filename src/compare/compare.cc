@@ -464,16 +464,19 @@ int DetectIterations(Timeline& t, int expected_count) {
   return count;
 }
 
-Report Compare(const Timeline& measured_in, const Timeline& simulated, const CompareOptions& o) {
-  Report r;
-  r.format = o.format.empty() ? measured_in.source : o.format;
-  r.pipeline_rank = o.pipeline_rank;
-  r.tolerance_pct = o.tolerance_pct;
-  Timeline m = measured_in;
-  for (const std::string& n : measured_in.notes) r.notes.push_back(n);
-  const bool allocator_level = HasCurve(m, Curve::kAllocated) || HasCurve(m, Curve::kReserved);
-  bool detected = false;
+namespace {
+
+// How the measured iterations were found (Compare's alignment).
+struct Alignment {
+  bool detected = false;    // from the periodic curve, without --profile-iterations
   bool from_start = false;  // the measured iteration 1 starts at the profile's first sample
+};
+
+// Numbers the iterations of `m` when the profile does not (detection from the periodic curve,
+// or --profile-iterations' even split) and says how in r.alignment and r.notes.
+Alignment AlignMeasured(Timeline& m, const CompareOptions& o, Report& r) {
+  Alignment a;
+  const bool allocator_level = HasCurve(m, Curve::kAllocated) || HasCurve(m, Curve::kReserved);
   if (HasIterations(m)) {
     r.alignment = fmt::format("by the iteration numbers in the profile ({})", m.source);
     if (o.profile_iterations > 0) {
@@ -483,8 +486,8 @@ Report Compare(const Timeline& measured_in, const Timeline& simulated, const Com
     }
   } else if (allocator_level) {
     const int n = DetectIterations(m, o.profile_iterations);
-    detected = n > 0 && o.profile_iterations == 0;
-    from_start = n > 0 && o.profile_iterations > 0;
+    a.detected = n > 0 && o.profile_iterations == 0;
+    a.from_start = n > 0 && o.profile_iterations > 0;
     r.alignment = n > 0 ? fmt::format("{} iterations detected from the periodic {} curve{}", n,
                                       HasCurve(m, Curve::kAllocated) ? "allocated" : "reserved",
                                       o.profile_iterations > 0 ? " (--profile-iterations)" : "")
@@ -498,156 +501,150 @@ Report Compare(const Timeline& measured_in, const Timeline& simulated, const Com
                               "(--profile-iterations N says how many it covers)";
   } else if (o.profile_iterations > 0) {
     SplitEvenly(m, o.profile_iterations);
-    from_start = true;
+    a.from_start = true;
     r.alignment = fmt::format("device-level samples split into {} equal iterations "
                               "(--profile-iterations)", o.profile_iterations);
   } else {
     r.alignment = "device-level samples without iteration markers: compared on the peak and the "
                   "converged level";
   }
-  // --skip: drop the first N measured iterations (>= 1).
-  std::map<int, IterSpan> mspans = SpansByIteration(m);
-  mspans.erase(0);  // init is not an iteration
-  r.measured_iterations = static_cast<int>(mspans.size());
-  for (int i = 0; i < o.skip && !mspans.empty(); ++i) mspans.erase(mspans.begin());
-  if (o.skip > 0) r.notes.push_back(fmt::format("skipped the profile's first {} iterations", o.skip));
-  std::map<int, IterSpan> sspans = SpansByIteration(simulated);
-  const int last_simulated = sspans.empty() ? -1 : sspans.rbegin()->first;
-  // Detected iterations repeat by construction, so they are compared with the simulated steady
-  // state: detected iteration j with simulated iteration S + j - 1, where S is the simulated
-  // iteration after which reserved stops growing.
-  int offset = 0;
-  if (detected) {
-    std::vector<std::pair<int, Bytes>> sim_reserved;
-    for (const auto& [k, span] : sspans) {
-      if (k < 1) continue;
-      const Bytes res = MaxOf(simulated, span.index, Curve::kReserved);
-      sim_reserved.emplace_back(k, res >= 0 ? res : MaxOf(simulated, span.index, Curve::kAllocated));
-    }
-    if (auto steady = SteadyState(sim_reserved)) {
-      offset = *steady - 1;
-      r.alignment += fmt::format("; compared from the simulated steady state (iteration {}) on", *steady);
-    }
+  return a;
+}
+
+// Detected iterations repeat by construction, so they are compared with the simulated steady
+// state: detected iteration j with simulated iteration S + j - 1, where S is the simulated
+// iteration after which reserved stops growing. Returns S - 1 (0 when there is none).
+int SteadyStateOffset(const Timeline& simulated, const std::map<int, IterSpan>& sspans,
+                      Report& r) {
+  std::vector<std::pair<int, Bytes>> sim_reserved;
+  for (const auto& [k, span] : sspans) {
+    if (k < 1) continue;
+    const Bytes res = MaxOf(simulated, span.index, Curve::kReserved);
+    sim_reserved.emplace_back(k, res >= 0 ? res : MaxOf(simulated, span.index, Curve::kAllocated));
   }
+  const std::optional<int> steady = SteadyState(sim_reserved);
+  if (!steady) return 0;
+  r.alignment +=
+      fmt::format("; compared from the simulated steady state (iteration {}) on", *steady);
+  return *steady - 1;
+}
 
-  r.cumulative_peaks = !m.reported_peaks.empty();
-  std::map<int, timeline::ReportedPeak> reported;
-  for (const auto& p : m.reported_peaks) reported[p.iteration] = p;
+// What the comparison of every aligned iteration shares.
+struct IterationInputs {
+  const Timeline& m;  // measured, with its iterations numbered
+  const Timeline& simulated;
+  const CompareOptions& o;
+  std::map<int, timeline::ReportedPeak> reported;  // the profile's own peaks, by iteration
+  std::optional<Curve> chart_curve;                // the first curve both sides have
+};
 
-  std::vector<size_t> all_measured_index, all_simulated_index;
-  std::vector<std::pair<int, Bytes>> m_reserved;
-  std::optional<Curve> chart_curve;
+// Peaks since the start of the process (a profile of cumulative peaks): the simulated maximum
+// over init..the end of `ss`, the measured one as reported for iteration k.
+void UseCumulativePeaks(const IterationInputs& in, const IterSpan& ss, int k,
+                        IterationResult& it) {
+  std::vector<size_t> upto;
+  for (size_t i = 0; i < in.simulated.samples.size(); ++i) {
+    if (in.simulated.samples[i].time_us <= ss.end_us) upto.push_back(i);
+  }
+  const Peaks cum = PeaksOf(in.simulated, upto);
+  it.simulated.peak_allocated_bytes = cum.peak_allocated_bytes;
+  it.simulated.peak_reserved_bytes = cum.peak_reserved_bytes;
+  it.simulated.peak_device_bytes = cum.peak_device_bytes;
+  auto rp = in.reported.find(k);
+  const bool known = rp != in.reported.end();
+  it.measured.peak_allocated_bytes = known ? rp->second.max_allocated_bytes : kUnknownBytes;
+  it.measured.peak_reserved_bytes = known ? rp->second.max_reserved_bytes : kUnknownBytes;
+  it.measured.peak_device_bytes = kUnknownBytes;  // one sample per report: no peak
+}
+
+// The curve errors of one iteration (mean absolute difference at o.curve_points matched times,
+// over the measured peak), the chart's points on the way; the iteration's headline error (the
+// first curve of allocated, reserved, device) is appended to `curve_errors`.
+void CompareCurves(const IterationInputs& in, const IterSpan& ms, const IterSpan& ss,
+                   IterationResult& it, Report& r, std::vector<double>* curve_errors) {
+  const int points = in.o.curve_points;
+  std::vector<double> mt, st;
+  QueryTimes(in.m, ms, in.simulated, ss, points, &mt, &st, &it.phase_normalised);
   for (Curve c : kCurves) {
-    if (!chart_curve && HasCurve(m, c) && HasCurve(simulated, c)) chart_curve = c;
+    const Bytes peak = MaxOf(in.m, ms.index, c);
+    if (peak <= 0 || MaxOf(in.simulated, ss.index, c) < 0) continue;
+    double sum = 0;
+    for (int i = 0; i < points; ++i) {
+      const Bytes a = HoldAt(in.m, ms.index, c, mt[i]);
+      const Bytes b = HoldAt(in.simulated, ss.index, c, st[i]);
+      sum += std::fabs(static_cast<double>(a - b));
+      if (in.chart_curve == c) {
+        r.chart_measured.push_back(a);
+        r.chart_simulated.push_back(b);
+      }
+    }
+    const double e = sum / points / static_cast<double>(peak) * 100.0;
+    (c == Curve::kAllocated ? it.curve_error_pct.allocated
+                            : c == Curve::kReserved ? it.curve_error_pct.reserved
+                                                    : it.curve_error_pct.device) = e;
   }
-  std::vector<double> curve_errors;
-  for (const auto& [k, ms] : mspans) {
-    if (last_simulated < 1) break;
-    const int sk = std::min(k + offset, last_simulated);
-    if (!sspans.count(sk)) continue;
-    IterSpan ss = sspans.at(sk);
-    // --profile-iterations on a profile without markers: its iteration 1 runs from the first
-    // sample, so it holds whatever preceded (init); the simulated side then does too.
-    if (k == 1 && sk == 1 && from_start && sspans.count(0)) ss = Joined(sspans.at(0), ss);
-    IterationResult it;
-    it.iteration = k;
-    it.simulated_iteration = sk;
-    it.measured = PeaksOf(m, ms.index);
-    it.simulated = PeaksOf(simulated, ss.index);
-    if (r.cumulative_peaks) {
-      // Peaks since the start of the process: simulated maximum over init..sk.
-      std::vector<size_t> upto;
-      for (size_t i = 0; i < simulated.samples.size(); ++i) {
-        if (simulated.samples[i].time_us <= ss.end_us) upto.push_back(i);
-      }
-      const Peaks cum = PeaksOf(simulated, upto);
-      it.simulated.peak_allocated_bytes = cum.peak_allocated_bytes;
-      it.simulated.peak_reserved_bytes = cum.peak_reserved_bytes;
-      it.simulated.peak_device_bytes = cum.peak_device_bytes;
-      auto rp = reported.find(k);
-      it.measured.peak_allocated_bytes = rp == reported.end() ? kUnknownBytes : rp->second.max_allocated_bytes;
-      it.measured.peak_reserved_bytes = rp == reported.end() ? kUnknownBytes : rp->second.max_reserved_bytes;
-      it.measured.peak_device_bytes = kUnknownBytes;  // one sample per report: no peak
-    }
-    it.error_pct = ErrorsOf(it.measured, it.simulated);
-    if (!r.cumulative_peaks && ms.index.size() >= 2) {
-      std::vector<double> mt, st;
-      QueryTimes(m, ms, simulated, ss, o.curve_points, &mt, &st, &it.phase_normalised);
-      for (Curve c : kCurves) {
-        const Bytes peak = MaxOf(m, ms.index, c);
-        if (peak <= 0 || MaxOf(simulated, ss.index, c) < 0) continue;
-        double sum = 0;
-        for (int i = 0; i < o.curve_points; ++i) {
-          const Bytes a = HoldAt(m, ms.index, c, mt[i]), b = HoldAt(simulated, ss.index, c, st[i]);
-          sum += std::fabs(static_cast<double>(a - b));
-          if (chart_curve == c) {
-            r.chart_measured.push_back(a);
-            r.chart_simulated.push_back(b);
-          }
-        }
-        const double e = sum / o.curve_points / static_cast<double>(peak) * 100.0;
-        (c == Curve::kAllocated ? it.curve_error_pct.allocated
-                                : c == Curve::kReserved ? it.curve_error_pct.reserved
-                                                        : it.curve_error_pct.device) = e;
-      }
-      const auto& ce = it.curve_error_pct;
-      if (auto e = ce.allocated ? ce.allocated : ce.reserved ? ce.reserved : ce.device) {
-        curve_errors.push_back(*e);
-      }
-    }
-    all_measured_index.insert(all_measured_index.end(), ms.index.begin(), ms.index.end());
-    all_simulated_index.insert(all_simulated_index.end(), ss.index.begin(), ss.index.end());
-    m_reserved.emplace_back(k, it.measured.peak_reserved_bytes >= 0 ? it.measured.peak_reserved_bytes
-                                                                    : it.measured.peak_device_bytes);
-    r.iterations.push_back(it);
+  const auto& ce = it.curve_error_pct;
+  if (auto e = ce.allocated ? ce.allocated : ce.reserved ? ce.reserved : ce.device) {
+    curve_errors->push_back(*e);
   }
-  if (chart_curve) r.chart_curve = CurveName(*chart_curve);
-  if (!r.iterations.empty()) {
-    // Overall: maxima over the aligned iterations; ends from the last one.
-    Peaks om, os;
-    for (const IterationResult& it : r.iterations) {
-      om.peak_allocated_bytes = std::max(om.peak_allocated_bytes, it.measured.peak_allocated_bytes);
-      om.peak_reserved_bytes = std::max(om.peak_reserved_bytes, it.measured.peak_reserved_bytes);
-      om.peak_device_bytes = std::max(om.peak_device_bytes, it.measured.peak_device_bytes);
-      os.peak_allocated_bytes = std::max(os.peak_allocated_bytes, it.simulated.peak_allocated_bytes);
-      os.peak_reserved_bytes = std::max(os.peak_reserved_bytes, it.simulated.peak_reserved_bytes);
-      os.peak_device_bytes = std::max(os.peak_device_bytes, it.simulated.peak_device_bytes);
-    }
-    om.end_allocated_bytes = r.iterations.back().measured.end_allocated_bytes;
-    om.end_reserved_bytes = r.iterations.back().measured.end_reserved_bytes;
-    os.end_allocated_bytes = r.iterations.back().simulated.end_allocated_bytes;
-    os.end_reserved_bytes = r.iterations.back().simulated.end_reserved_bytes;
-    if (om.peak_device_bytes < 0 && os.peak_device_bytes >= 0 && HasCurve(m, Curve::kDevice)) {
-      om.peak_device_bytes = MaxOf(m, all_measured_index, Curve::kDevice);
-    }
-    r.overall_measured = om;
-    r.overall_simulated = os;
-    // Detected iterations repeat by construction and are numbered from the first repeat, so
-    // where the profile's reserved stops growing is not known from them (left absent, "-").
-    if (!detected) r.steady_state_measured = SteadyState(m_reserved);
-  } else {
-    std::vector<size_t> mi(m.samples.size()), si(simulated.samples.size());
-    std::iota(mi.begin(), mi.end(), size_t{0});
-    std::iota(si.begin(), si.end(), size_t{0});
-    r.overall_measured = PeaksOf(m, mi);
-    r.overall_simulated = PeaksOf(simulated, si);
-    if (chart_curve) {
-      IterSpan ms{mi, m.samples.empty() ? 0 : m.samples.front().time_us,
-                  m.samples.empty() ? 0 : m.samples.back().time_us};
-      IterSpan ss{si, simulated.samples.empty() ? 0 : simulated.samples.front().time_us,
-                  simulated.samples.empty() ? 0 : simulated.samples.back().time_us};
-      for (int i = 0; i < o.curve_points; ++i) {
-        const double u = (i + 0.5) / o.curve_points;
-        r.chart_measured.push_back(HoldAt(m, mi, *chart_curve, ms.start_us + u * (ms.end_us - ms.start_us)));
-        r.chart_simulated.push_back(
-            HoldAt(simulated, si, *chart_curve, ss.start_us + u * (ss.end_us - ss.start_us)));
-      }
-    }
-    if (!HasIterations(simulated)) r.notes.push_back("the simulated timeline has no iterations");
+}
+
+// The overall peaks from the aligned iterations: maxima over them, ends from the last one.
+// `measured_index`: the samples of every aligned measured iteration.
+void OverallOfIterations(const Timeline& m, const std::vector<size_t>& measured_index,
+                         Report& r) {
+  Peaks om, os;
+  for (const IterationResult& it : r.iterations) {
+    om.peak_allocated_bytes = std::max(om.peak_allocated_bytes, it.measured.peak_allocated_bytes);
+    om.peak_reserved_bytes = std::max(om.peak_reserved_bytes, it.measured.peak_reserved_bytes);
+    om.peak_device_bytes = std::max(om.peak_device_bytes, it.measured.peak_device_bytes);
+    os.peak_allocated_bytes = std::max(os.peak_allocated_bytes, it.simulated.peak_allocated_bytes);
+    os.peak_reserved_bytes = std::max(os.peak_reserved_bytes, it.simulated.peak_reserved_bytes);
+    os.peak_device_bytes = std::max(os.peak_device_bytes, it.simulated.peak_device_bytes);
   }
+  om.end_allocated_bytes = r.iterations.back().measured.end_allocated_bytes;
+  om.end_reserved_bytes = r.iterations.back().measured.end_reserved_bytes;
+  os.end_allocated_bytes = r.iterations.back().simulated.end_allocated_bytes;
+  os.end_reserved_bytes = r.iterations.back().simulated.end_reserved_bytes;
+  if (om.peak_device_bytes < 0 && os.peak_device_bytes >= 0 && HasCurve(m, Curve::kDevice)) {
+    om.peak_device_bytes = MaxOf(m, measured_index, Curve::kDevice);
+  }
+  r.overall_measured = om;
+  r.overall_simulated = os;
+}
+
+// No iteration aligned: the overall peaks of the whole curves, and the chart over both whole.
+void OverallOfWholeCurves(const IterationInputs& in, Report& r) {
+  const Timeline& m = in.m;
+  const Timeline& simulated = in.simulated;
+  std::vector<size_t> mi(m.samples.size()), si(simulated.samples.size());
+  std::iota(mi.begin(), mi.end(), size_t{0});
+  std::iota(si.begin(), si.end(), size_t{0});
+  r.overall_measured = PeaksOf(m, mi);
+  r.overall_simulated = PeaksOf(simulated, si);
+  if (in.chart_curve) {
+    IterSpan ms{mi, m.samples.empty() ? 0 : m.samples.front().time_us,
+                m.samples.empty() ? 0 : m.samples.back().time_us};
+    IterSpan ss{si, simulated.samples.empty() ? 0 : simulated.samples.front().time_us,
+                simulated.samples.empty() ? 0 : simulated.samples.back().time_us};
+    for (int i = 0; i < in.o.curve_points; ++i) {
+      const double u = (i + 0.5) / in.o.curve_points;
+      r.chart_measured.push_back(
+          HoldAt(m, mi, *in.chart_curve, ms.start_us + u * (ms.end_us - ms.start_us)));
+      r.chart_simulated.push_back(
+          HoldAt(simulated, si, *in.chart_curve, ss.start_us + u * (ss.end_us - ss.start_us)));
+    }
+  }
+  if (!HasIterations(simulated)) r.notes.push_back("the simulated timeline has no iterations");
+}
+
+// What follows the overall peaks: their errors and scale note, the mean curve error, the
+// converged device levels, the simulated steady state and the verdict against --tolerance.
+void FinishReport(const IterationInputs& in, const std::map<int, IterSpan>& sspans,
+                  const std::vector<double>& curve_errors, Report& r) {
   // The simulated steady state over all simulated iterations, whether or not the profile has
   // iterations to align with (an nvidia-smi or npu-smi log has none).
-  r.steady_state_simulated = SimulatedSteadyState(simulated, sspans);
+  r.steady_state_simulated = SimulatedSteadyState(in.simulated, sspans);
   r.overall_error_pct = ErrorsOf(r.overall_measured, r.overall_simulated);
   if (std::string n = ScaleNote(r.overall_measured, r.overall_simulated); !n.empty()) {
     r.notes.push_back(std::move(n));
@@ -656,15 +653,79 @@ Report Compare(const Timeline& measured_in, const Timeline& simulated, const Com
     r.overall_curve_error_pct =
         std::accumulate(curve_errors.begin(), curve_errors.end(), 0.0) / curve_errors.size();
   }
-  r.converged_device_measured = ConvergedLevel(m, Curve::kDevice);
-  r.converged_device_simulated = ConvergedLevel(simulated, Curve::kDevice);
+  r.converged_device_measured = ConvergedLevel(in.m, Curve::kDevice);
+  r.converged_device_simulated = ConvergedLevel(in.simulated, Curve::kDevice);
   r.converged_device_error_pct = Pct(r.converged_device_measured, r.converged_device_simulated);
-  if (o.tolerance_pct) {
+  if (in.o.tolerance_pct) {
     for (const auto& e : {r.overall_error_pct.peak_allocated, r.overall_error_pct.peak_reserved,
                           r.overall_error_pct.peak_device}) {
-      if (e && std::fabs(*e) > *o.tolerance_pct) r.failed = true;
+      if (e && std::fabs(*e) > *in.o.tolerance_pct) r.failed = true;
     }
   }
+}
+
+}  // namespace
+
+Report Compare(const Timeline& measured_in, const Timeline& simulated, const CompareOptions& o) {
+  Report r;
+  r.format = o.format.empty() ? measured_in.source : o.format;
+  r.pipeline_rank = o.pipeline_rank;
+  r.tolerance_pct = o.tolerance_pct;
+  Timeline m = measured_in;
+  for (const std::string& n : measured_in.notes) r.notes.push_back(n);
+  const Alignment aligned = AlignMeasured(m, o, r);
+  // --skip: drop the first N measured iterations (>= 1).
+  std::map<int, IterSpan> mspans = SpansByIteration(m);
+  mspans.erase(0);  // init is not an iteration
+  r.measured_iterations = static_cast<int>(mspans.size());
+  for (int i = 0; i < o.skip && !mspans.empty(); ++i) mspans.erase(mspans.begin());
+  if (o.skip > 0) r.notes.push_back(fmt::format("skipped the profile's first {} iterations", o.skip));
+  std::map<int, IterSpan> sspans = SpansByIteration(simulated);
+  const int last_simulated = sspans.empty() ? -1 : sspans.rbegin()->first;
+  const int offset = aligned.detected ? SteadyStateOffset(simulated, sspans, r) : 0;
+
+  r.cumulative_peaks = !m.reported_peaks.empty();
+  IterationInputs in{m, simulated, o, {}, std::nullopt};
+  for (const auto& p : m.reported_peaks) in.reported[p.iteration] = p;
+  for (Curve c : kCurves) {
+    if (!in.chart_curve && HasCurve(m, c) && HasCurve(simulated, c)) in.chart_curve = c;
+  }
+  std::vector<size_t> all_measured_index;
+  std::vector<std::pair<int, Bytes>> m_reserved;
+  std::vector<double> curve_errors;
+  for (const auto& [k, ms] : mspans) {
+    if (last_simulated < 1) break;
+    const int sk = std::min(k + offset, last_simulated);
+    if (!sspans.count(sk)) continue;
+    IterSpan ss = sspans.at(sk);
+    // --profile-iterations on a profile without markers: its iteration 1 runs from the first
+    // sample, so it holds whatever preceded (init); the simulated side then does too.
+    if (k == 1 && sk == 1 && aligned.from_start && sspans.count(0)) ss = Joined(sspans.at(0), ss);
+    IterationResult it;
+    it.iteration = k;
+    it.simulated_iteration = sk;
+    it.measured = PeaksOf(m, ms.index);
+    it.simulated = PeaksOf(simulated, ss.index);
+    if (r.cumulative_peaks) UseCumulativePeaks(in, ss, k, it);
+    it.error_pct = ErrorsOf(it.measured, it.simulated);
+    if (!r.cumulative_peaks && ms.index.size() >= 2) {
+      CompareCurves(in, ms, ss, it, r, &curve_errors);
+    }
+    all_measured_index.insert(all_measured_index.end(), ms.index.begin(), ms.index.end());
+    m_reserved.emplace_back(k, it.measured.peak_reserved_bytes >= 0 ? it.measured.peak_reserved_bytes
+                                                                    : it.measured.peak_device_bytes);
+    r.iterations.push_back(it);
+  }
+  if (in.chart_curve) r.chart_curve = CurveName(*in.chart_curve);
+  if (!r.iterations.empty()) {
+    OverallOfIterations(m, all_measured_index, r);
+    // Detected iterations repeat by construction and are numbered from the first repeat, so
+    // where the profile's reserved stops growing is not known from them (left absent, "-").
+    if (!aligned.detected) r.steady_state_measured = SteadyState(m_reserved);
+  } else {
+    OverallOfWholeCurves(in, r);
+  }
+  FinishReport(in, sspans, curve_errors, r);
   return r;
 }
 

@@ -138,70 +138,79 @@ const SimulatedSide::Iteration* SimIteration(const SimulatedSide& s, int iterati
   return nullptr;
 }
 
-}  // namespace
+// Skipped iterations (fp16 loss scaling): Adam's state was created later than simulated, or never.
+void SkippedIterationFindings(const Report& report, const timeline::LogStatements& log,
+                              const SimulatedSide& sim, std::vector<Finding>& out) {
+  if (!log.skipped_iterations || *log.skipped_iterations <= 0) return;
+  int measured_last = 0;
+  for (const IterationResult& it : report.iterations) measured_last = std::max(measured_last, it.iteration);
+  const int logged = std::max(log.last_logged_iteration.value_or(0), measured_last);
+  const int skipped = *log.skipped_iterations;
+  const std::string of = logged > 0 ? fmt::format(" of {}", logged) : std::string();
+  if (logged == 0 || skipped >= logged) {
+    out.push_back(
+        {true, fmt::format(
+                   "likely cause: the log says {}{} iterations were skipped (Megatron "
+                   "training_log, 'number of skipped iterations'): the {}loss scaler found "
+                   "inf/nan gradients and skipped every optimizer step, so Adam's state was "
+                   "never created; the simulation assumes the steps ran and creates {} of "
+                   "optimizer_states in iteration 1's optimizer.step().",
+                   skipped, of, sim.fp16 ? "fp16 " : "", Size(sim.optimizer_state_bytes))});
+  } else {
+    out.push_back(
+        {true, fmt::format("likely cause: the log says {}{} iterations were skipped (Megatron "
+                           "training_log, 'number of skipped iterations'): until the first step "
+                           "that ran, Adam's state ({} in the simulation) did not exist.",
+                           skipped, of, Size(sim.optimizer_state_bytes))});
+  }
+}
 
-std::vector<Finding> Diagnose(const Report& report, const timeline::LogStatements& log,
-                              const SimulatedSide& sim) {
-  std::vector<Finding> out;
-  // What the log says about its own run first: those are the likely causes.
-  if (log.skipped_iterations && *log.skipped_iterations > 0) {
-    int measured_last = 0;
-    for (const IterationResult& it : report.iterations) measured_last = std::max(measured_last, it.iteration);
-    const int logged = std::max(log.last_logged_iteration.value_or(0), measured_last);
-    const int skipped = *log.skipped_iterations;
-    const std::string of = logged > 0 ? fmt::format(" of {}", logged) : std::string();
-    if (logged == 0 || skipped >= logged) {
-      out.push_back(
-          {true, fmt::format(
-                     "likely cause: the log says {}{} iterations were skipped (Megatron "
-                     "training_log, 'number of skipped iterations'): the {}loss scaler found "
-                     "inf/nan gradients and skipped every optimizer step, so Adam's state was "
-                     "never created; the simulation assumes the steps ran and creates {} of "
-                     "optimizer_states in iteration 1's optimizer.step().",
-                     skipped, of, sim.fp16 ? "fp16 " : "", Size(sim.optimizer_state_bytes))});
+// The parameter count the log prints for the simulated pipeline stage's rank.
+void ParameterCountFindings(const timeline::LogStatements& log, const SimulatedSide& sim,
+                            std::vector<Finding>& out) {
+  if (sim.parameters_on_rank <= 0) return;
+  for (const timeline::LogStatements::RankParameters& p : log.parameters) {
+    if (p.tensor_rank != 0 || p.pipeline_rank != sim.pipeline_rank) continue;
+    const double pct = Pct(static_cast<double>(p.count), static_cast<double>(sim.parameters_on_rank));
+    if (std::abs(pct) > 1.0) {
+      out.push_back({true, fmt::format(
+                               "likely cause: the log's rank (tensor 0, pipeline {}) holds {} "
+                               "parameters, the simulated config {} ({:+.1f}%): the config does "
+                               "not describe that run (layers, hidden or FFN size, vocabulary "
+                               "padding, tensor or pipeline split).",
+                               p.pipeline_rank, p.count, sim.parameters_on_rank, pct)});
     } else {
-      out.push_back(
-          {true, fmt::format("likely cause: the log says {}{} iterations were skipped (Megatron "
-                             "training_log, 'number of skipped iterations'): until the first step "
-                             "that ran, Adam's state ({} in the simulation) did not exist.",
-                             skipped, of, Size(sim.optimizer_state_bytes))});
+      out.push_back({false, fmt::format("the log's parameter count of rank (tensor 0, pipeline "
+                                        "{}) agrees with the config: {} (simulated {}).",
+                                        p.pipeline_rank, p.count, sim.parameters_on_rank)});
     }
   }
-  if (sim.parameters_on_rank > 0) {
-    for (const timeline::LogStatements::RankParameters& p : log.parameters) {
-      if (p.tensor_rank != 0 || p.pipeline_rank != sim.pipeline_rank) continue;
-      const double pct = Pct(static_cast<double>(p.count), static_cast<double>(sim.parameters_on_rank));
-      if (std::abs(pct) > 1.0) {
-        out.push_back({true, fmt::format(
-                                 "likely cause: the log's rank (tensor 0, pipeline {}) holds {} "
-                                 "parameters, the simulated config {} ({:+.1f}%): the config does "
-                                 "not describe that run (layers, hidden or FFN size, vocabulary "
-                                 "padding, tensor or pipeline split).",
-                                 p.pipeline_rank, p.count, sim.parameters_on_rank, pct)});
-      } else {
-        out.push_back({false, fmt::format("the log's parameter count of rank (tensor 0, pipeline "
-                                          "{}) agrees with the config: {} (simulated {}).",
-                                          p.pipeline_rank, p.count, sim.parameters_on_rank)});
-      }
-    }
+}
+
+// The log's theoretical weight and optimizer memory against the same closed form.
+void ClosedFormFindings(const timeline::LogStatements& log, const SimulatedSide& sim,
+                        std::vector<Finding>& out) {
+  if (!log.theoretical_weight_and_optimizer_bytes) return;
+  if (sim.closed_form_weight_and_optimizer_bytes <= 0) return;
+  const Bytes printed = *log.theoretical_weight_and_optimizer_bytes;
+  const double pct = Pct(static_cast<double>(printed),
+                         static_cast<double>(sim.closed_form_weight_and_optimizer_bytes));
+  const std::string figures =
+      fmt::format("the log's theoretical weight and optimizer memory, {}, against {} from the "
+                  "same closed form for this config ({:+.1f}%)",
+                  Size(printed), Size(sim.closed_form_weight_and_optimizer_bytes), pct);
+  if (std::abs(pct) > 2.0) {
+    out.push_back({true, "likely cause: " + figures +
+                             ": the run's arguments differ from the config (releases before "
+                             "NVIDIA/Megatron-LM#4687 also left expert parallelism out of this "
+                             "figure; for the dense models memsim simulates both agree)."});
+  } else {
+    out.push_back({false, figures + ": the config matches the run's arguments."});
   }
-  if (log.theoretical_weight_and_optimizer_bytes && sim.closed_form_weight_and_optimizer_bytes > 0) {
-    const Bytes printed = *log.theoretical_weight_and_optimizer_bytes;
-    const double pct = Pct(static_cast<double>(printed),
-                           static_cast<double>(sim.closed_form_weight_and_optimizer_bytes));
-    const std::string figures =
-        fmt::format("the log's theoretical weight and optimizer memory, {}, against {} from the "
-                    "same closed form for this config ({:+.1f}%)",
-                    Size(printed), Size(sim.closed_form_weight_and_optimizer_bytes), pct);
-    if (std::abs(pct) > 2.0) {
-      out.push_back({true, "likely cause: " + figures +
-                               ": the run's arguments differ from the config (releases before "
-                               "NVIDIA/Megatron-LM#4687 also left expert parallelism out of this "
-                               "figure; for the dense models memsim simulates both agree)."});
-    } else {
-      out.push_back({false, figures + ": the config matches the run's arguments."});
-    }
-  }
+}
+
+// The moments (each iteration's allocated peak and end) where the curves part, by category.
+void MomentFindingsOf(const Report& report, const SimulatedSide& sim, std::vector<Finding>& out) {
   MomentFindings moments(&out);
   for (size_t i = 0; i < report.iterations.size(); ++i) {
     const IterationResult& it = report.iterations[i];
@@ -234,6 +243,18 @@ std::vector<Finding> Diagnose(const Report& report, const timeline::LogStatement
                                     it.simulated.end_allocated_bytes, s->at_end, later(false)));
     }
   }
+}
+
+}  // namespace
+
+std::vector<Finding> Diagnose(const Report& report, const timeline::LogStatements& log,
+                              const SimulatedSide& sim) {
+  std::vector<Finding> out;
+  // What the log says about its own run first: those are the likely causes.
+  SkippedIterationFindings(report, log, sim, out);
+  ParameterCountFindings(log, sim, out);
+  ClosedFormFindings(log, sim, out);
+  MomentFindingsOf(report, sim, out);
   return out;
 }
 

@@ -576,8 +576,6 @@ void ResolveLoraModules(const LoraModuleMatch& match, const ModelConfig& model,
   c.lora_target_modules = targets;
 }
 
-const std::vector<std::string>& LoraTargetNames() { return kTargets; }
-
 void ReadPeft(ObjectReader& own, const Document& config, TrainingConfig& c,
               std::vector<std::string>* notes, std::vector<std::string>* warnings,
               LoraModuleMatch* match) {

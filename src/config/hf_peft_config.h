@@ -64,7 +64,4 @@ void ReadPeft(ObjectReader& own, const Document& config, TrainingConfig& c,
 void ResolveLoraModules(const LoraModuleMatch& match, const ModelConfig& model,
                         TrainingConfig& c, std::vector<std::string>* warnings);
 
-// The names LoRA may target in a llama-family decoder (LlamaAttention, LlamaMLP).
-const std::vector<std::string>& LoraTargetNames();
-
 }  // namespace memsim::config::internal

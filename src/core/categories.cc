@@ -24,11 +24,4 @@ std::optional<Phase> PhaseFromName(std::string_view name) {
   return std::nullopt;
 }
 
-std::optional<Category> CategoryFromName(std::string_view name) {
-  for (size_t i = 0; i < kCategoryNames.size(); ++i) {
-    if (kCategoryNames[i] == name) return static_cast<Category>(i);
-  }
-  return std::nullopt;
-}
-
 }  // namespace memsim

@@ -34,6 +34,5 @@ using CategoryBytes = std::array<std::int64_t, kNumCategories>;
 std::string_view PhaseName(Phase phase);
 std::string_view CategoryName(Category category);
 std::optional<Phase> PhaseFromName(std::string_view name);
-std::optional<Category> CategoryFromName(std::string_view name);
 
 }  // namespace memsim

@@ -71,7 +71,6 @@ std::optional<Steady> SteadyFrom(const StageResult& stage, const std::vector<Eng
 struct StageOutcome {
   StageResult stage;
   timeline::Timeline timeline;  // the kept curve, when the stage may be reported
-  std::shared_ptr<timeline::SampleSink> sink;
 };
 
 RunResult RunStages(const config::Setup& setup, const RunOptions& options, int iterations);
@@ -161,7 +160,7 @@ class StagePass {
   const bool long_run_;
   const int first_repeating_;
   const int stages_;
-  std::mutex callbacks_;       // RunOptions::progress and sample_sink
+  std::mutex callbacks_;       // RunOptions::progress
   std::vector<double> done_;   // by stage, for progress
 };
 
@@ -171,25 +170,17 @@ StageOutcome StagePass::Simulate(int r) {
   // all ran, so without --pipeline-rank every stage keeps them until a worse one is merged.
   const bool may_report = !options_.pipeline_rank || *options_.pipeline_rank == r;
   const bool keep = options_.keep_timeline && may_report;
-  if (options_.sample_sink && may_report) {
-    std::lock_guard<std::mutex> lock(callbacks_);
-    out.sink = options_.sample_sink(r);
-  }
   Progress(r, 0.0);
   SimulateOptions sim_options;
   sim_options.usable_memory_bytes = options_.usable_memory_bytes;
   sim_options.record_iteration_states = long_run_;
   if (options_.progress) sim_options.progress = [this, r](double f) { Progress(r, f); };
-  timeline::Recorder recorder(keep, out.sink.get());
+  Recorder recorder(keep);
   StageResult& stage = out.stage;
   stage.pipeline_rank = r;
-  if (options_.whole_program) {
-    stage.simulation = engine::Simulate(workload::Build(setup_, r), setup_, sim_options, recorder);
-  } else {
-    Simulation simulation(setup_, sim_options, recorder);
-    workload::BuildInto(setup_, r, simulation);
-    stage.simulation = simulation.Finish();
-  }
+  Simulation simulation(setup_, sim_options, recorder);
+  workload::BuildInto(setup_, r, simulation);
+  stage.simulation = simulation.Finish();
   recorder.Finish();
   stage.spans = recorder.spans();
   if (long_run_) {
@@ -230,7 +221,6 @@ void MergeStage(StageOutcome&& out, const RunOptions& options, RunResult* result
     result->reported_stage = r;
     *worst_device = out.stage.peak_device_bytes;
     result->timeline = std::move(out.timeline);
-    if (out.sink) result->sample_sink = std::move(out.sink);
   }
   result->stages.push_back(std::move(out.stage));
 }

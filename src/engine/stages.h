@@ -4,13 +4,13 @@
 #pragma once
 
 #include <functional>
-#include <memory>
 #include <optional>
 #include <vector>
 
 #include "config/setup.h"
+#include "engine/recorder.h"
 #include "engine/simulator.h"
-#include "timeline/recorder.h"
+#include "timeline/span_summary.h"
 #include "timeline/timeline.h"
 
 namespace memsim::engine {
@@ -51,8 +51,6 @@ struct RunResult {
   bool reported_stage_default = false;  // compare's stage 0, --pipeline-rank not given
   Bytes usable_memory_bytes = 0;       // the device preset's, or --capacity
   timeline::Timeline timeline;      // of the reported stage (empty unless keep_timeline)
-  // RunOptions::sample_sink's sink of the reported stage (of the last pass of a long run).
-  std::shared_ptr<timeline::SampleSink> sample_sink;
   std::optional<StagedOomEvent> first_oom;  // earliest in time over all stages (lowest rank on ties)
   int train_iters = 0;           // the Setup's
   int simulated_iterations = 0;  // train_iters, or fewer for a long run (config/iterations.h)
@@ -78,17 +76,9 @@ struct RunProgress {
 struct RunOptions {
   std::optional<int> pipeline_rank;  // REQUIRES: in [0, pipeline_model_parallel_size)
   std::optional<Bytes> usable_memory_bytes;  // --capacity
-  bool keep_timeline = true;  // at bounded resolution (timeline::kMaxKeptSamples)
-  // When set: called once per stage that may be reported (and again for each pass of a long
-  // run); its sink receives that stage's every sample. The reported stage's sink is returned in
-  // RunResult::sample_sink, the others are dropped as soon as another stage beats them.
-  std::function<std::shared_ptr<timeline::SampleSink>(int pipeline_rank)> sample_sink;
-  // Build each stage's whole Program before simulating it (the former path, for the tests that
-  // compare it with the streamed one: byte-identical results, memory growing with the run)
-  // instead of streaming its ops into the engine as they are generated.
-  bool whole_program = false;
+  bool keep_timeline = true;  // at bounded resolution (kMaxKeptSamples, engine/recorder.h)
   // Called now and then while stages are simulated (for a progress line); empty = never. Called
-  // from the threads that simulate stages, never two calls at once; sample_sink likewise.
+  // from the threads that simulate stages, never two calls at once.
   std::function<void(const RunProgress&)> progress;
   // Stages simulated at once, each on a thread of its own (core/parallel.h), merged in rank
   // order: 0 = one per CPU this process may use (AvailableCpus), 1 = one after another on the

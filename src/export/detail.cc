@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include "core/check.h"
+#include "engine/recorder.h"
 #include "workload/build.h"
 
 namespace memsim::exports {
@@ -96,7 +97,7 @@ class DetailObserver final : public engine::Observer, public alloc::TraceSink {
   bool keep_samples_;
   bool keep_ops_;
   CategorySampleSink* sample_sink_;  // not owned; may be null
-  timeline::Recorder recorder_{/*keep_samples=*/true};
+  engine::Recorder recorder_{/*keep_samples=*/true};
   RunDetail detail_;
   std::vector<AllocatorEvent> pending_;  // since the last op boundary
   // Lookups only, never iterated (determinism).

@@ -14,7 +14,7 @@
 #include "core/categories.h"
 #include "engine/simulator.h"
 #include "engine/stages.h"
-#include "timeline/recorder.h"
+#include "timeline/span_summary.h"
 #include "timeline/timeline.h"
 
 namespace memsim::exports {
@@ -61,7 +61,7 @@ struct RunDetail {
   std::vector<CategorySample> samples;
   std::vector<OpSlice> ops;  // in the order they started
   std::vector<AllocatorEvent> allocator_events;  // empty unless asked for
-  std::vector<timeline::Marker> markers;         // init, iterations, phases (timeline::Recorder)
+  std::vector<timeline::Marker> markers;         // init, iterations, phases (engine::Recorder)
   std::vector<timeline::SpanSummary> spans;
 };
 

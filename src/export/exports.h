@@ -14,9 +14,9 @@
 
 namespace memsim::exports {
 
-// docs/interfaces.md, 'CSV timeline': the columns of report::TimelineCsv, then one
-// `<category>_bytes` column per category (docs/interfaces.md, 'Categories'), which sum to
-// allocated_bytes on every row.
+// docs/interfaces.md, 'CSV timeline': time_us,iteration,phase,allocated_bytes,reserved_bytes,
+// active_bytes,device_bytes, then one `<category>_bytes` column per category (docs/interfaces.md,
+// 'Categories'), which sum to allocated_bytes on every row.
 std::string CategoryCsv(const RunDetail& detail);
 // The same CSV a row at a time (`run --csv` streamed): its header line, and one sample's line
 // appended to `out`.

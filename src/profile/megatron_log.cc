@@ -120,6 +120,83 @@ bool ReadStatement(const LineReader& in, std::string_view line, timeline::LogSta
   return false;
 }
 
+// One report_memory line: its rank, and the iteration it was made after (none for the other
+// reports, at checkpoints).
+struct ReportLine {
+  int rank = 0;
+  std::optional<int> iteration;
+  Report report;
+};
+
+// Reads the report_memory line `line` whose " memory (MB) | " starts at `at`.
+ReportLine ReadReportLine(const LineReader& in, std::string_view line, size_t at,
+                          std::string_view anchor) {
+  ReportLine out;
+  // Rank: "[Rank N]" before the name; absent on some forks (then rank 0).
+  std::string_view head = line.substr(0, at);
+  const size_t r = head.find("[Rank ");
+  if (r != std::string_view::npos) {
+    const size_t close = head.find(']', r);
+    auto v = close == std::string_view::npos ? std::nullopt
+                                              : ParseInt(head.substr(r + 6, close - r - 6));
+    if (!v || *v < 0) in.Fail("expected '[Rank <integer>]' before the memory report");
+    out.rank = static_cast<int>(*v);
+    head = head.substr(close + 1);
+  }
+  Report& rep = out.report;
+  size_t pos = at + anchor.size() - 2;  // at "| allocated"
+  double device = 0;
+  if (!ReadField(in, line, &pos, "allocated", &rep.allocated_mib) ||
+      !ReadField(in, line, &pos, "max allocated", &rep.max_allocated_mib) ||
+      !ReadField(in, line, &pos, "reserved", &rep.reserved_mib) ||
+      !ReadField(in, line, &pos, "max reserved", &rep.max_reserved_mib)) {
+    in.Fail(
+        "expected 'memory (MB) | allocated: <MiB> | max allocated: <MiB> | reserved: <MiB> | "
+        "max reserved: <MiB>'");
+  }
+  if (pos < line.size() && ReadField(in, line, &pos, "total device memory used", &device)) {
+    rep.device_mib = device;
+  }
+  // "(after N iterations)"
+  head = Trim(head);
+  const std::string_view after = "(after ";
+  const size_t a = head.find(after);
+  const size_t it_end = head.find(" iterations)");
+  if (a == std::string_view::npos || it_end == std::string_view::npos || it_end < a) return out;
+  auto iteration = ParseInt(head.substr(a + after.size(), it_end - a - after.size()));
+  if (!iteration || *iteration < 0 || *iteration > 1'000'000'000) {
+    in.Fail("expected '(after <integer> iterations)' before 'memory (MB)'");
+  }
+  out.iteration = static_cast<int>(*iteration);
+  return out;
+}
+
+// One rank's reports (by iteration) as samples at iteration x the nominal interval, and the
+// peaks since the process started that they print.
+timeline::Timeline RankTimeline(const std::map<int, Report>& reports,
+                                const LoadProfileOptions& options) {
+  SeriesBuilder series(options.max_samples);
+  std::vector<timeline::ReportedPeak> peaks;
+  for (const auto& [iteration, rep] : reports) {
+    timeline::Sample s;
+    s.iteration = iteration;
+    // ReadField checked every value.
+    s.allocated_bytes = MiBToBytes(rep.allocated_mib).value();
+    s.reserved_bytes = MiBToBytes(rep.reserved_mib).value();
+    if (rep.device_mib) s.device_bytes = MiBToBytes(*rep.device_mib).value();
+    const TimeNs t = static_cast<TimeNs>(iteration * options.nominal_interval_us * 1000.0);
+    series.Add(t, s);
+    peaks.push_back({iteration, MiBToBytes(rep.max_allocated_mib).value(),
+                     MiBToBytes(rep.max_reserved_mib).value()});
+  }
+  timeline::Timeline out = series.Finish({}, "megatron-log");
+  for (timeline::Sample& s : out.samples) {
+    s.time_us = s.iteration * options.nominal_interval_us;  // keep the nominal clock absolute
+  }
+  out.reported_peaks = std::move(peaks);
+  return out;
+}
+
 }  // namespace
 
 timeline::Timeline LoadMegatronLog(const std::string& path, const LoadProfileOptions& options) {
@@ -134,46 +211,12 @@ timeline::Timeline LoadMegatronLog(const std::string& path, const LoadProfileOpt
     if (ReadStatement(in, line, &statements)) continue;
     const size_t at = line.find(anchor);
     if (at == std::string_view::npos) continue;
-    // Rank: "[Rank N]" before the name; absent on some forks (then rank 0).
-    int rank = 0;
-    std::string_view head = line.substr(0, at);
-    const size_t r = head.find("[Rank ");
-    if (r != std::string_view::npos) {
-      const size_t close = head.find(']', r);
-      auto v = close == std::string_view::npos ? std::nullopt
-                                                : ParseInt(head.substr(r + 6, close - r - 6));
-      if (!v || *v < 0) in.Fail("expected '[Rank <integer>]' before the memory report");
-      rank = static_cast<int>(*v);
-      head = head.substr(close + 1);
-    }
-    Report rep;
-    size_t pos = at + anchor.size() - 2;  // at "| allocated"
-    double device = 0;
-    if (!ReadField(in, line, &pos, "allocated", &rep.allocated_mib) ||
-        !ReadField(in, line, &pos, "max allocated", &rep.max_allocated_mib) ||
-        !ReadField(in, line, &pos, "reserved", &rep.reserved_mib) ||
-        !ReadField(in, line, &pos, "max reserved", &rep.max_reserved_mib)) {
-      in.Fail(
-          "expected 'memory (MB) | allocated: <MiB> | max allocated: <MiB> | reserved: <MiB> | "
-          "max reserved: <MiB>'");
-    }
-    if (pos < line.size() && ReadField(in, line, &pos, "total device memory used", &device)) {
-      rep.device_mib = device;
-    }
-    // "(after N iterations)"
-    head = Trim(head);
-    const std::string_view after = "(after ";
-    const size_t a = head.find(after);
-    const size_t it_end = head.find(" iterations)");
-    if (a == std::string_view::npos || it_end == std::string_view::npos || it_end < a) {
+    const ReportLine report = ReadReportLine(in, line, at, anchor);
+    if (!report.iteration) {
       ++skipped_other;
       continue;
     }
-    auto iteration = ParseInt(head.substr(a + after.size(), it_end - a - after.size()));
-    if (!iteration || *iteration < 0 || *iteration > 1'000'000'000) {
-      in.Fail("expected '(after <integer> iterations)' before 'memory (MB)'");
-    }
-    reports[rank][static_cast<int>(*iteration)] = rep;
+    reports[report.rank][*report.iteration] = report.report;
   }
   if (reports.empty()) {
     if (in.line_number() == 0) in.Fail("empty file, expected Megatron report_memory lines");
@@ -191,27 +234,7 @@ timeline::Timeline LoadMegatronLog(const std::string& path, const LoadProfileOpt
     }
     rank = options.rank;
   }
-  SeriesBuilder series(options.max_samples);
-  timeline::Timeline out;
-  std::vector<timeline::ReportedPeak> peaks;
-  std::vector<RawSpan> spans;
-  for (const auto& [iteration, rep] : reports[rank]) {
-    timeline::Sample s;
-    s.iteration = iteration;
-    // ReadField checked every value.
-    s.allocated_bytes = MiBToBytes(rep.allocated_mib).value();
-    s.reserved_bytes = MiBToBytes(rep.reserved_mib).value();
-    if (rep.device_mib) s.device_bytes = MiBToBytes(*rep.device_mib).value();
-    const TimeNs t = static_cast<TimeNs>(iteration * options.nominal_interval_us * 1000.0);
-    series.Add(t, s);
-    peaks.push_back({iteration, MiBToBytes(rep.max_allocated_mib).value(),
-                     MiBToBytes(rep.max_reserved_mib).value()});
-  }
-  out = series.Finish({}, "megatron-log");
-  for (timeline::Sample& s : out.samples) {
-    s.time_us = s.iteration * options.nominal_interval_us;  // keep the nominal clock absolute
-  }
-  out.reported_peaks = std::move(peaks);
+  timeline::Timeline out = RankTimeline(reports[rank], options);
   out.statements = std::move(statements);
   out.device_index = rank;
   out.notes.push_back(fmt::format(

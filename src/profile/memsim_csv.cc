@@ -19,6 +19,24 @@ constexpr std::array<std::string_view, 7> kColumns = {
     "time_us",        "iteration",    "phase",       "allocated_bytes",
     "reserved_bytes", "active_bytes", "device_bytes"};
 
+// Markers where the iteration or the phase changes (the file holds no separate markers).
+void AddIterationAndPhaseMarkers(timeline::Timeline& out) {
+  int last_iteration = -2;
+  Phase last_phase = Phase::kUnknown;
+  for (const timeline::Sample& s : out.samples) {
+    if (s.iteration != last_iteration) {
+      out.markers.push_back({s.time_us, s.iteration, Phase::kUnknown,
+                             fmt::format("iteration {}", s.iteration)});
+      last_phase = Phase::kUnknown;
+    }
+    if (s.phase != last_phase && s.phase != Phase::kUnknown) {
+      out.markers.push_back({s.time_us, s.iteration, s.phase, std::string(PhaseName(s.phase))});
+    }
+    last_iteration = s.iteration;
+    last_phase = s.phase;
+  }
+}
+
 }  // namespace
 
 timeline::Timeline LoadMemsimCsv(const std::string& path, const LoadProfileOptions& options) {
@@ -90,21 +108,7 @@ timeline::Timeline LoadMemsimCsv(const std::string& path, const LoadProfileOptio
   if (!have_header) in.Fail("empty file, expected the memsim-csv header and samples");
   if (series.size() == 0) in.Fail("no samples after the header, expected at least one row");
   timeline::Timeline out = series.Finish({}, "memsim-csv");
-  // Markers where the iteration or the phase changes (the file holds no separate markers).
-  int last_iteration = -2;
-  Phase last_phase = Phase::kUnknown;
-  for (const timeline::Sample& s : out.samples) {
-    if (s.iteration != last_iteration) {
-      out.markers.push_back({s.time_us, s.iteration, Phase::kUnknown,
-                             fmt::format("iteration {}", s.iteration)});
-      last_phase = Phase::kUnknown;
-    }
-    if (s.phase != last_phase && s.phase != Phase::kUnknown) {
-      out.markers.push_back({s.time_us, s.iteration, s.phase, std::string(PhaseName(s.phase))});
-    }
-    last_iteration = s.iteration;
-    last_phase = s.phase;
-  }
+  AddIterationAndPhaseMarkers(out);
   return out;
 }
 

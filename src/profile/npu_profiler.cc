@@ -182,30 +182,45 @@ std::string ModuleMemNote(const std::string& path) {
                      latest.size(), static_cast<double>(peak) / kMiB);
 }
 
+// The files of a profiler folder that are read (each "" when absent).
+struct ProfilerFiles {
+  std::string memory_record, operator_memory, trace_view, module_mem;
+};
+
+// The files in the folder `path` (a *_ascend_pt folder or its ASCEND_PROFILER_OUTPUT). Throws
+// InputError when it has neither memory_record.csv nor operator_memory.csv.
+ProfilerFiles FindProfilerFiles(const std::string& path) {
+  std::string dir = path;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  if (IsDirectory(dir + "/ASCEND_PROFILER_OUTPUT")) dir += "/ASCEND_PROFILER_OUTPUT";
+  auto pick = [&](const char* name) {
+    const std::string p = dir + "/" + name;
+    return FileExists(p) ? p : std::string();
+  };
+  ProfilerFiles files;
+  files.memory_record = pick("memory_record.csv");
+  files.operator_memory = pick("operator_memory.csv");
+  files.trace_view = pick("trace_view.json");
+  files.module_mem = pick("npu_module_mem.csv");
+  if (files.memory_record.empty() && files.operator_memory.empty()) {
+    throw InputError(fmt::format(
+        "{}: no memory_record.csv or operator_memory.csv, expected torch_npu profiler output "
+        "recorded with profile_memory=True (ASCEND_PROFILER_OUTPUT/memory_record.csv)",
+        dir));
+  }
+  return files;
+}
+
 }  // namespace
 
 timeline::Timeline LoadNpuProfiler(const std::string& path, const LoadProfileOptions& options) {
-  std::string memory_record, operator_memory, trace_view, module_mem;
   const bool folder = IsDirectory(path);
-  if (folder) {
-    std::string dir = path;
-    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-    if (IsDirectory(dir + "/ASCEND_PROFILER_OUTPUT")) dir += "/ASCEND_PROFILER_OUTPUT";
-    auto pick = [&](const char* name) {
-      const std::string p = dir + "/" + name;
-      return FileExists(p) ? p : std::string();
-    };
-    memory_record = pick("memory_record.csv");
-    operator_memory = pick("operator_memory.csv");
-    trace_view = pick("trace_view.json");
-    module_mem = pick("npu_module_mem.csv");
-    if (memory_record.empty() && operator_memory.empty()) {
-      throw InputError(fmt::format(
-          "{}: no memory_record.csv or operator_memory.csv, expected torch_npu profiler output "
-          "recorded with profile_memory=True (ASCEND_PROFILER_OUTPUT/memory_record.csv)",
-          dir));
-    }
-  }
+  ProfilerFiles files;
+  if (folder) files = FindProfilerFiles(path);
+  std::string& memory_record = files.memory_record;
+  std::string& operator_memory = files.operator_memory;
+  const std::string& trace_view = files.trace_view;
+  const std::string& module_mem = files.module_mem;
   // The file is opened once: its header line says which CSV it is, and a pipe cannot be read
   // twice (`--profile <(zcat memory_record.csv.gz) --format npu-profiler`).
   const std::string used = memory_record.empty() ? (operator_memory.empty() ? path : operator_memory)

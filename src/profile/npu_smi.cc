@@ -32,136 +32,172 @@ std::vector<std::string_view> Cells(std::string_view line) {
   return cells;
 }
 
-}  // namespace
+// One pass over an npu-smi log: the open table, the chips read in it, one series per chip.
+class NpuSmiReader {
+ public:
+  NpuSmiReader(const std::string& path, const LoadProfileOptions& options)
+      : path_(path), options_(options), in_(path) {}
 
-timeline::Timeline LoadNpuSmi(const std::string& path, const LoadProfileOptions& options) {
-  LineReader in(path);
-  std::map<int, SeriesBuilder> builders;
-  bool have_pending_time = false;  // a timestamp line waiting for its table
-  TimeNs pending_time = 0;
-  TimeNs table_time = 0;
-  int tables = 0;
-  bool timed = false;
-  bool in_devices = false, has_hbm = false;
-  int chip_position = 0;
-  std::optional<std::string> row_a;  // first row of a device pair
-  int64_t row_a_line = 0;
-  int64_t table_line = 0;  // line of the open table's header
-  int first_table_chips = -1;
-  // A table ends at its process section, the next table's header or the end of the file; one
-  // with no device rows, or fewer than the first table, was cut off.
-  auto end_table = [&]() {
-    if (chip_position == 0) {
-      throw InputError(fmt::format("{}:{}: truncated npu-smi table: no device rows after its header",
-                                   path, table_line));
-    }
-    if (first_table_chips < 0) first_table_chips = chip_position;
-    if (chip_position < first_table_chips) {
-      throw InputError(fmt::format(
-          "{}:{}: truncated npu-smi table: {} device(s), expected {} as in the first table", path,
-          table_line, chip_position, first_table_chips));
-    }
-    in_devices = false;
-  };
-  const std::regex pair_re(R"((\d+)\s*/\s*(\d+))");
-  std::string_view line;
-  while (in.Next(&line)) {
-    const std::string_view t = Trim(line);
-    if (t.empty()) continue;
-    if (t[0] != '|' && t[0] != '+') {
-      if (auto when = ParseWallClock(t)) {
-        pending_time = *when;
-        have_pending_time = true;
+  timeline::Timeline Read() {
+    std::string_view line;
+    while (in_.Next(&line)) {
+      const std::string_view t = Trim(line);
+      if (t.empty()) continue;
+      if (t[0] != '|' && t[0] != '+') {
+        if (auto when = ParseWallClock(t)) {
+          pending_time_ = *when;
+          have_pending_time_ = true;
+        }
+        continue;  // prompts, banners of other tools
       }
-      continue;  // prompts, banners of other tools
+      if (t[0] == '+') continue;  // borders
+      OnRow(t);
     }
-    if (t[0] == '+') continue;  // borders
+    if (row_a_) in_.Fail("truncated npu-smi table: expected the second row of the last device");
+    if (in_devices_ && tables_ > 0) EndTable();
+    return Finish();
+  }
+
+ private:
+  // A '|' row of a table.
+  void OnRow(std::string_view t) {
     std::vector<std::string_view> cells = Cells(t);
     if (cells.size() == 3 && StartsWith(cells[0], "NPU") && StartsWith(cells[1], "Health")) {
-      if (row_a) {
-        throw InputError(fmt::format(
-            "{}:{}: truncated npu-smi table: expected the second row of the device on line {}",
-            path, in.line_number(), row_a_line));
-      }
-      if (in_devices) end_table();
-      table_line = in.line_number();
-      // Header row A; row B follows ("Chip | Bus-Id | AICore(%) Memory-Usage(MB) HBM-Usage(MB)").
-      std::string_view next;
-      if (!in.Next(&next)) in.Fail("truncated npu-smi table: expected the second header row");
-      has_hbm = next.find("HBM-Usage") != std::string_view::npos;
-      if (next.find("Memory-Usage") == std::string_view::npos && !has_hbm) {
-        in.Fail("expected 'Memory-Usage(MB)' or 'HBM-Usage(MB)' in the npu-smi header");
-      }
-      in_devices = true;
-      chip_position = 0;
-      ++tables;
-      if (have_pending_time) {
-        table_time = pending_time;
-        timed = true;
-      } else {
-        if (timed) in.Fail("expected a timestamp line before this npu-smi table, as before the first");
-        table_time = static_cast<TimeNs>((tables - 1) * options.nominal_interval_us * 1000.0);
-      }
-      have_pending_time = false;
-      continue;
+      OpenTable();
+      return;
     }
-    if (!in_devices) continue;
+    if (!in_devices_) return;
     if (t.find("Process id") != std::string_view::npos) {
-      if (row_a) in.Fail("truncated npu-smi table: expected the second row of the last device");
-      end_table();
-      continue;
+      if (row_a_) in_.Fail("truncated npu-smi table: expected the second row of the last device");
+      EndTable();
+      return;
     }
-    if (cells.size() != 3) continue;
-    if (!row_a) {
-      row_a = std::string(t);
-      row_a_line = in.line_number();
-      continue;
+    if (cells.size() != 3) return;
+    if (!row_a_) {
+      row_a_ = std::string(t);
+      row_a_line_ = in_.line_number();
+      return;
     }
-    // Row B: chip id [phy-id] | bus-id | aicore  mem_used / mem_total [hbm_used / hbm_total]
-    std::string cell(cells[2]);
+    AddChip(cells[2]);
+    row_a_.reset();
+  }
+
+  // Header row A was just read; row B follows ("Chip | Bus-Id | AICore(%) Memory-Usage(MB)
+  // HBM-Usage(MB)").
+  void OpenTable() {
+    if (row_a_) {
+      throw InputError(fmt::format(
+          "{}:{}: truncated npu-smi table: expected the second row of the device on line {}",
+          path_, in_.line_number(), row_a_line_));
+    }
+    if (in_devices_) EndTable();
+    table_line_ = in_.line_number();
+    std::string_view next;
+    if (!in_.Next(&next)) in_.Fail("truncated npu-smi table: expected the second header row");
+    has_hbm_ = next.find("HBM-Usage") != std::string_view::npos;
+    if (next.find("Memory-Usage") == std::string_view::npos && !has_hbm_) {
+      in_.Fail("expected 'Memory-Usage(MB)' or 'HBM-Usage(MB)' in the npu-smi header");
+    }
+    in_devices_ = true;
+    chip_position_ = 0;
+    ++tables_;
+    if (have_pending_time_) {
+      table_time_ = pending_time_;
+      timed_ = true;
+    } else {
+      if (timed_) in_.Fail("expected a timestamp line before this npu-smi table, as before the first");
+      table_time_ = static_cast<TimeNs>((tables_ - 1) * options_.nominal_interval_us * 1000.0);
+    }
+    have_pending_time_ = false;
+  }
+
+  // A table ends at its process section, the next table's header or the end of the file; one
+  // with no device rows, or fewer than the first table, was cut off.
+  void EndTable() {
+    if (chip_position_ == 0) {
+      throw InputError(fmt::format("{}:{}: truncated npu-smi table: no device rows after its header",
+                                   path_, table_line_));
+    }
+    if (first_table_chips_ < 0) first_table_chips_ = chip_position_;
+    if (chip_position_ < first_table_chips_) {
+      throw InputError(fmt::format(
+          "{}:{}: truncated npu-smi table: {} device(s), expected {} as in the first table", path_,
+          table_line_, chip_position_, first_table_chips_));
+    }
+    in_devices_ = false;
+  }
+
+  // Row B: chip id [phy-id] | bus-id | aicore  mem_used / mem_total [hbm_used / hbm_total];
+  // `memory` is its third cell.
+  void AddChip(std::string_view memory) {
+    std::string cell(memory);
     std::vector<std::pair<int64_t, int64_t>> pairs;
-    for (std::sregex_iterator m(cell.begin(), cell.end(), pair_re), end; m != end; ++m) {
+    for (std::sregex_iterator m(cell.begin(), cell.end(), pair_re_), end; m != end; ++m) {
       const auto used = ParseInt((*m)[1].str()), total = ParseInt((*m)[2].str());
       if (!used || !total || !ToBytes(*total, kMiB)) {
-        in.Fail(fmt::format("expected '<used> / <total>' MB below 2^42 in '{}'", cells[2]));
+        in_.Fail(fmt::format("expected '<used> / <total>' MB below 2^42 in '{}'", memory));
       }
       pairs.emplace_back(*used, *total);
     }
     if (pairs.empty()) {
-      in.Fail(fmt::format("expected '<used> / <total>' memory figures in '{}'", cells[2]));
+      in_.Fail(fmt::format("expected '<used> / <total>' memory figures in '{}'", memory));
     }
-    const auto [used_mib, total_mib] = has_hbm ? pairs.back() : pairs.front();
+    const auto [used_mib, total_mib] = has_hbm_ ? pairs.back() : pairs.front();
     if (used_mib > total_mib) {
-      in.Fail(fmt::format("memory used {} MB exceeds the total {} MB", used_mib, total_mib));
+      in_.Fail(fmt::format("memory used {} MB exceeds the total {} MB", used_mib, total_mib));
     }
     timeline::Sample s;
     s.device_bytes = used_mib * kMiB;  // used <= total, and total x 2^20 fits (checked above)
-    auto [b, inserted] = builders.try_emplace(chip_position, options.max_samples);
-    b->second.Add(table_time, s);
-    ++chip_position;
-    row_a.reset();
+    auto [b, inserted] = builders_.try_emplace(chip_position_, options_.max_samples);
+    b->second.Add(table_time_, s);
+    ++chip_position_;
   }
-  if (row_a) in.Fail("truncated npu-smi table: expected the second row of the last device");
-  if (in_devices && tables > 0) end_table();
-  if (tables == 0) {
-    if (in.line_number() == 0) in.Fail("empty file, expected npu-smi info output");
-    in.Fail("no npu-smi device table ('| NPU   Name | Health | ...'), expected npu-smi info output");
-  }
-  if (builders.empty()) in.Fail("no device rows in the npu-smi tables");
-  int device = builders.begin()->first;
-  if (options.device_index >= 0) {
-    if (!builders.count(options.device_index)) {
-      throw InputError(fmt::format("{}: no samples for device {} (devices in the file: 0-{})",
-                                   path, options.device_index, builders.rbegin()->first));
+
+  // The chosen device's series (options.device_index, else the first).
+  timeline::Timeline Finish() {
+    if (tables_ == 0) {
+      if (in_.line_number() == 0) in_.Fail("empty file, expected npu-smi info output");
+      in_.Fail("no npu-smi device table ('| NPU   Name | Health | ...'), expected npu-smi info output");
     }
-    device = options.device_index;
+    if (builders_.empty()) in_.Fail("no device rows in the npu-smi tables");
+    int device = builders_.begin()->first;
+    if (options_.device_index >= 0) {
+      if (!builders_.count(options_.device_index)) {
+        throw InputError(fmt::format("{}: no samples for device {} (devices in the file: 0-{})",
+                                     path_, options_.device_index, builders_.rbegin()->first));
+      }
+      device = options_.device_index;
+    }
+    timeline::Timeline out = builders_.at(device).Finish({}, "npu-smi");
+    out.device_index = device;
+    out.notes.push_back(fmt::format("device {} of {} ({}), {} tables{}", device, builders_.size(),
+                                    has_hbm_ ? "HBM-Usage" : "Memory-Usage", tables_,
+                                    timed_ ? "" : ", no timestamps: tables 1 nominal interval apart"));
+    return out;
   }
-  timeline::Timeline out = builders.at(device).Finish({}, "npu-smi");
-  out.device_index = device;
-  out.notes.push_back(fmt::format("device {} of {} ({}), {} tables{}", device, builders.size(),
-                                  has_hbm ? "HBM-Usage" : "Memory-Usage", tables,
-                                  timed ? "" : ", no timestamps: tables 1 nominal interval apart"));
-  return out;
+
+  const std::string& path_;
+  const LoadProfileOptions& options_;
+  LineReader in_;
+  const std::regex pair_re_{R"((\d+)\s*/\s*(\d+))"};
+  std::map<int, SeriesBuilder> builders_;  // by chip position
+  bool have_pending_time_ = false;         // a timestamp line waiting for its table
+  TimeNs pending_time_ = 0;
+  TimeNs table_time_ = 0;
+  int tables_ = 0;
+  bool timed_ = false;
+  bool in_devices_ = false, has_hbm_ = false;
+  int chip_position_ = 0;
+  std::optional<std::string> row_a_;  // first row of a device pair
+  int64_t row_a_line_ = 0;
+  int64_t table_line_ = 0;  // line of the open table's header
+  int first_table_chips_ = -1;
+};
+
+}  // namespace
+
+timeline::Timeline LoadNpuSmi(const std::string& path, const LoadProfileOptions& options) {
+  return NpuSmiReader(path, options).Read();
 }
 
 }  // namespace memsim::profile::internal

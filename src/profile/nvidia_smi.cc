@@ -64,6 +64,51 @@ Columns HeaderlessColumns(const LineReader& in, const std::vector<std::string>& 
   return Columns{0, -1, 1, f.size(), kMiB};
 }
 
+// The columns a header row `f` names. Throws InputError when it lacks timestamp or memory.used,
+// or gives memory.used in another unit than MiB.
+Columns HeaderColumns(const LineReader& in, const std::vector<std::string>& f) {
+  Columns c;
+  for (size_t i = 0; i < f.size(); ++i) {
+    const std::string_view name = f[i];
+    if (StartsWith(name, "timestamp")) c.timestamp = static_cast<int>(i);
+    if (name == "index" || StartsWith(name, "index ")) c.index = static_cast<int>(i);
+    if (StartsWith(name, "memory.used")) {
+      c.used = static_cast<int>(i);
+      if (name.find("[MiB]") == std::string_view::npos &&
+          name.find('[') != std::string_view::npos) {
+        in.Fail(fmt::format("expected memory.used in [MiB], got '{}'", name));
+      }
+    }
+  }
+  if (c.timestamp < 0) {
+    in.Fail("expected a 'timestamp' column (query --query-gpu=timestamp,memory.used,...)");
+  }
+  if (c.used < 0) {
+    in.Fail("expected a column named 'memory.used [MiB]' (query --query-gpu=timestamp,memory.used,...)");
+  }
+  c.count = f.size();
+  return c;
+}
+
+// The notes of the timeline `out` of one GPU out of `gpus`: how devices and columns were told
+// apart, and the [N/A] values skipped.
+void AddNotes(timeline::Timeline& out, size_t gpus, const Columns& cols, bool headerless,
+              int unavailable) {
+  out.notes.push_back(fmt::format("GPU {} of {}, {} samples{}", out.device_index, gpus,
+                                  out.samples.size(),
+                                  cols.index < 0 && gpus > 1
+                                      ? " (no index column: GPU = row position within a sample)"
+                                      : ""));
+  if (headerless) {
+    out.notes.push_back(cols.index >= 0
+                            ? "no header: columns read as timestamp, index, memory.used [MiB], "
+                              "memory.total (the query of docs/profile-formats.md)"
+                            : fmt::format("no header: columns read as timestamp, memory.used [MiB]{}",
+                                          cols.count == 3 ? ", memory.total" : ""));
+  }
+  if (unavailable > 0) out.notes.push_back(fmt::format("skipped {} [N/A] values", unavailable));
+}
+
 }  // namespace
 
 timeline::Timeline LoadNvidiaSmi(const std::string& path, const LoadProfileOptions& options) {
@@ -80,27 +125,7 @@ timeline::Timeline LoadNvidiaSmi(const std::string& path, const LoadProfileOptio
     if (Trim(line).empty()) continue;
     std::vector<std::string> f = SplitCsv(line);
     if (line.find("memory.used") != std::string_view::npos) {  // a header, maybe repeated
-      Columns c;
-      for (size_t i = 0; i < f.size(); ++i) {
-        const std::string_view name = f[i];
-        if (StartsWith(name, "timestamp")) c.timestamp = static_cast<int>(i);
-        if (name == "index" || StartsWith(name, "index ")) c.index = static_cast<int>(i);
-        if (StartsWith(name, "memory.used")) {
-          c.used = static_cast<int>(i);
-          if (name.find("[MiB]") == std::string_view::npos &&
-              name.find('[') != std::string_view::npos) {
-            in.Fail(fmt::format("expected memory.used in [MiB], got '{}'", name));
-          }
-        }
-      }
-      if (c.timestamp < 0) {
-        in.Fail("expected a 'timestamp' column (query --query-gpu=timestamp,memory.used,...)");
-      }
-      if (c.used < 0) {
-        in.Fail("expected a column named 'memory.used [MiB]' (query --query-gpu=timestamp,memory.used,...)");
-      }
-      c.count = f.size();
-      cols = c;
+      cols = HeaderColumns(in, f);
       have_columns = true;
       continue;
     }
@@ -156,19 +181,7 @@ timeline::Timeline LoadNvidiaSmi(const std::string& path, const LoadProfileOptio
   }
   timeline::Timeline out = builders.at(device).Finish({}, "nvidia-smi");
   out.device_index = device;
-  out.notes.push_back(fmt::format("GPU {} of {}, {} samples{}", device, builders.size(),
-                                  out.samples.size(),
-                                  cols.index < 0 && builders.size() > 1
-                                      ? " (no index column: GPU = row position within a sample)"
-                                      : ""));
-  if (headerless) {
-    out.notes.push_back(cols.index >= 0
-                            ? "no header: columns read as timestamp, index, memory.used [MiB], "
-                              "memory.total (the query of docs/profile-formats.md)"
-                            : fmt::format("no header: columns read as timestamp, memory.used [MiB]{}",
-                                          cols.count == 3 ? ", memory.total" : ""));
-  }
-  if (unavailable > 0) out.notes.push_back(fmt::format("skipped {} [N/A] values", unavailable));
+  AddNotes(out, builders.size(), cols, headerless, unavailable);
   return out;
 }
 

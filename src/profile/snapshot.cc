@@ -372,36 +372,36 @@ class Handler : public nlohmann::json_sax<json> {
   bool entry_has_size_ = false;
 };
 
-}  // namespace
-
-timeline::Timeline LoadSnapshot(const std::string& path, const LoadProfileOptions& options) {
-  Handler h(path);
-  {
-    // A pickle (torch.cuda.memory._dump_snapshot) is unpickled whole, then read as its JSON
-    // text by the same handler; a JSON file is streamed. The file is opened once and its first
-    // byte peeked, not consumed: a pipe cannot be read twice (`--profile <(zcat s.json.gz)`).
-    // A pickle starts with PROTO (0x80), which no JSON text does (core/pickle.h).
-    GzStreamBuf buf(path);
-    const bool pickled = buf.sgetc() == 0x80;
-    std::istream in(&buf);
-    const bool ok =
-        pickled ? json::sax_parse(PickleToJson(ReadWhole(buf, path), path).dump(), &h,
-                                  json::input_format_t::json, /*strict=*/true)
-                : json::sax_parse(in, &h, json::input_format_t::json, /*strict=*/true);
-    if (h.semantic_failed()) throw InputError(h.error);
-    if (!ok || h.error_position) {
-      throw InputError(JsonErrorMessage(path, h.error_position.value_or(0), h.error,
-                                        "a memory snapshot JSON object"));
-    }
+// Streams the snapshot at `path` (JSON, or a pickle read as its JSON text) through `h`.
+// Throws InputError on a malformed file.
+void ReadSnapshotInto(const std::string& path, Handler& h) {
+  // A pickle (torch.cuda.memory._dump_snapshot) is unpickled whole, then read as its JSON
+  // text by the same handler; a JSON file is streamed. The file is opened once and its first
+  // byte peeked, not consumed: a pipe cannot be read twice (`--profile <(zcat s.json.gz)`).
+  // A pickle starts with PROTO (0x80), which no JSON text does (core/pickle.h).
+  GzStreamBuf buf(path);
+  const bool pickled = buf.sgetc() == 0x80;
+  std::istream in(&buf);
+  const bool ok =
+      pickled ? json::sax_parse(PickleToJson(ReadWhole(buf, path), path).dump(), &h,
+                                json::input_format_t::json, /*strict=*/true)
+              : json::sax_parse(in, &h, json::input_format_t::json, /*strict=*/true);
+  if (h.semantic_failed()) throw InputError(h.error);
+  if (!ok || h.error_position) {
+    throw InputError(JsonErrorMessage(path, h.error_position.value_or(0), h.error,
+                                      "a memory snapshot JSON object"));
   }
-  if (!h.saw_segments) throw InputError(fmt::format("{}: /segments: {}", path, kNotSnapshot));
-  // Device: the requested one, else the lowest with trace entries, else with segments.
-  int device = options.device_index;
+}
+
+// The device read: `requested` (--device-index), else the lowest with trace entries, else with
+// segments. Throws InputError when the snapshot has no such device, or none at all.
+int ChooseDevice(const std::string& path, const Handler& h, int requested) {
+  int device = requested;
   for (const auto& [d, entries] : h.traces) {
     if (device < 0 && !entries.empty()) device = d;
   }
   if (device < 0 && !h.finals.empty()) device = h.finals.begin()->first;
-  if (options.device_index >= 0 && !h.finals.count(device) && !h.traces.count(device)) {
+  if (requested >= 0 && !h.finals.count(device) && !h.traces.count(device)) {
     // A device the snapshot never saw would compare as an empty profile (all zeros).
     std::set<int> seen;
     for (const auto& [d, f] : h.finals) seen.insert(d);
@@ -416,16 +416,21 @@ timeline::Timeline LoadSnapshot(const std::string& path, const LoadProfileOption
     throw InputError(fmt::format("{}: no segments and no trace entries, expected a snapshot "
                                  "recorded with _record_memory_history(enabled='all')", path));
   }
-  const Final end = h.finals.count(device) ? h.finals.at(device) : Final{};
-  const std::vector<Entry> empty;
-  const std::vector<Entry>& trace = h.traces.count(device) ? h.traces.at(device) : empty;
-  bool timed = !trace.empty();
-  for (const Entry& e : trace) timed = timed && e.time_us >= 0;
-  // Walk the trace backwards, recording the state after each entry.
-  struct State {
-    TimeNs time_ns;
-    int64_t allocated, reserved, active;
-  };
+  return device;
+}
+
+// The gauges at one moment of the trace.
+struct State {
+  TimeNs time_ns = 0;
+  int64_t allocated = 0, reserved = 0, active = 0;
+};
+
+// Walks `trace` (of `device`) backwards from the snapshot's final state `end`, recording the state
+// after each entry (at time_us, or entries 1 us apart when not `timed`); `*before` gets the gauges
+// before the first entry. Throws InputError when the sizes add up beyond int64.
+std::vector<State> StatesAfterEntries(const std::string& path, int device,
+                                      const std::vector<Entry>& trace, const Final& end,
+                                      bool timed, State* before) {
   std::vector<State> after(trace.size());
   int64_t reserved = end.reserved, allocated = end.allocated, active = end.active;
   for (size_t n = trace.size(); n-- > 0;) {
@@ -455,20 +460,38 @@ timeline::Timeline LoadSnapshot(const std::string& path, const LoadProfileOption
       if (g) *g = *next;
     }
   }
+  *before = {after.empty() ? 0 : after.front().time_ns, allocated, reserved, active};
+  return after;
+}
+
+}  // namespace
+
+timeline::Timeline LoadSnapshot(const std::string& path, const LoadProfileOptions& options) {
+  Handler h(path);
+  ReadSnapshotInto(path, h);
+  if (!h.saw_segments) throw InputError(fmt::format("{}: /segments: {}", path, kNotSnapshot));
+  const int device = ChooseDevice(path, h, options.device_index);
+  const Final end = h.finals.count(device) ? h.finals.at(device) : Final{};
+  const std::vector<Entry> empty;
+  const std::vector<Entry>& trace = h.traces.count(device) ? h.traces.at(device) : empty;
+  bool timed = !trace.empty();
+  for (const Entry& e : trace) timed = timed && e.time_us >= 0;
+  State before;
+  const std::vector<State> after = StatesAfterEntries(path, device, trace, end, timed, &before);
   SeriesBuilder series(options.max_samples);
   int64_t clamped = 0;
-  auto add = [&](TimeNs t, int64_t a, int64_t r, int64_t act) {
+  auto add = [&](const State& state) {
     timeline::Sample s;
     // The ring buffer may start with frees of blocks allocated before it: clamp at 0 (counted).
-    if (a < 0 || r < 0 || act < 0) ++clamped;
-    s.allocated_bytes = std::max<int64_t>(a, 0);
-    s.reserved_bytes = std::max<int64_t>(r, 0);
-    s.active_bytes = std::max<int64_t>(act, 0);
-    series.Add(t, s);
+    if (state.allocated < 0 || state.reserved < 0 || state.active < 0) ++clamped;
+    s.allocated_bytes = std::max<int64_t>(state.allocated, 0);
+    s.reserved_bytes = std::max<int64_t>(state.reserved, 0);
+    s.active_bytes = std::max<int64_t>(state.active, 0);
+    series.Add(state.time_ns, s);
   };
   // The state before the first entry, then after each.
-  add(after.empty() ? 0 : after.front().time_ns, allocated, reserved, active);
-  for (const State& s : after) add(s.time_ns, s.allocated, s.reserved, s.active);
+  add(before);
+  for (const State& s : after) add(s);
   timeline::Timeline out = series.Finish({}, "torch-snapshot");
   out.device_index = device;
   out.notes.push_back(fmt::format("device {}, {} trace entries, {}; allocated from requested "

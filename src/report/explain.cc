@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "device/communicators.h"
+#include "engine/recorder.h"
 #include "report/format.h"
 #include "workload/build.h"
 #include "workload/model.h"
@@ -83,7 +84,7 @@ class ExplainObserver final : public engine::Observer {
     }
   }
 
-  timeline::Recorder& recorder() { return recorder_; }
+  engine::Recorder& recorder() { return recorder_; }
 
   // REQUIRES: recorder().Finish() was called.
   std::vector<SpanFacts> TakeFacts() {
@@ -122,7 +123,7 @@ class ExplainObserver final : public engine::Observer {
     return it->second;
   }
 
-  timeline::Recorder recorder_{true};
+  engine::Recorder recorder_{true};
   std::map<int, SpanFacts> facts_;
   std::vector<std::string> pending_communicators_;
   Bytes last_reserved_ = 0;

@@ -14,7 +14,7 @@
 
 #include "config/setup.h"
 #include "engine/simulator.h"
-#include "timeline/recorder.h"
+#include "timeline/span_summary.h"
 
 namespace memsim::report {
 

@@ -78,10 +78,6 @@ std::string WriteTemporary(const std::string& path, std::string_view content) {
 
 }  // namespace
 
-void WriteFileAtomically(const std::string& path, std::string_view content) {
-  WriteFilesAtomically({{path, std::string(content)}});
-}
-
 void WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>& files) {
   WriteFilesAtomically(files, {});
 }

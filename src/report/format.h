@@ -23,17 +23,13 @@ std::string MiB(Bytes bytes);
 // Human size picking the unit: "512 B", "3.0 MiB", "12.34 GiB".
 std::string HumanBytes(Bytes bytes);
 
-// Writes `content` to `path` via a temporary file in the same directory and a rename, so no
+// Writes several files all or nothing: every content goes to its temporary file first (in the
+// target's directory); only when all of them were written are they renamed into place, so no
 // half-written file is ever left behind. "-" writes to standard output; an existing path that is
-// not a regular file (/dev/null, a pipe) is written in place, never replaced. Throws InputError
-// naming the path when the file cannot be written (a directory, a missing folder, no
-// permission).
-void WriteFileAtomically(const std::string& path, std::string_view content);
-
-// Writes several files all or nothing: every content goes to its temporary file first; only when
-// all of them were written are they renamed into place. On failure no target is touched and the
-// temporaries are removed; throws InputError naming the first path that could not be written,
-// or a path named twice. (A rename failing after others succeeded is not rolled back; renames
+// not a regular file (/dev/null, a pipe) is written in place, never replaced. On failure no
+// target is touched and the temporaries are removed; throws InputError naming the first path
+// that could not be written (a directory, a missing folder, no permission), or a path named
+// twice. (A rename failing after others succeeded is not rolled back; renames
 // within one directory fail only if the directory changes meanwhile.)
 void WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>& files);
 

@@ -5,8 +5,8 @@
 #include <algorithm>
 
 #include "core/units.h"
+#include "engine/recorder.h"
 #include "engine/simulator.h"
-#include "timeline/recorder.h"
 #include "workload/build.h"
 
 namespace memsim::report {
@@ -22,7 +22,7 @@ Peaks PeaksOf(const engine::StageResult& s) {
 
 // One stage of `setup` simulated without keeping its curve: the peaks over its spans.
 Peaks SimulateStage(const config::Setup& setup, int rank, std::optional<Bytes> usable) {
-  timeline::Recorder recorder(false);
+  engine::Recorder recorder(false);
   engine::SimulateOptions options;
   options.usable_memory_bytes = usable;
   engine::Simulation simulation(setup, options, recorder);

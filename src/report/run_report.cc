@@ -3,7 +3,6 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -534,42 +533,6 @@ std::string RunReportJson(const engine::RunResult& run, const config::Setup& set
     j["oom"] = nullptr;
   }
   return j.dump(2) + "\n";
-}
-
-namespace {
-
-constexpr std::string_view kCsvHeader =
-    "time_us,iteration,phase,allocated_bytes,reserved_bytes,active_bytes,device_bytes\n";
-
-void AppendCsvRow(std::string& out, const timeline::Sample& s) {
-  auto value = [](Bytes b) { return b < 0 ? std::string() : fmt::format("{}", b); };
-  fmt::format_to(std::back_inserter(out), "{:.3f},{},{},{},{},{},{}\n", s.time_us, s.iteration,
-                 PhaseName(s.phase), value(s.allocated_bytes), value(s.reserved_bytes),
-                 value(s.active_bytes), value(s.device_bytes));
-}
-
-}  // namespace
-
-std::string TimelineCsv(const timeline::Timeline& tl) {
-  std::string out(kCsvHeader);
-  for (const timeline::Sample& s : tl.samples) AppendCsvRow(out, s);
-  return out;
-}
-
-CsvTimelineFile::CsvTimelineFile(const std::string& path) : file_(path), buffer_(kCsvHeader) {}
-
-void CsvTimelineFile::OnSample(const timeline::Sample& sample) {
-  AppendCsvRow(buffer_, sample);
-  if (buffer_.size() >= (std::size_t{1} << 16)) {
-    file_.Append(buffer_);
-    buffer_.clear();
-  }
-}
-
-StreamedFile& CsvTimelineFile::file() {
-  file_.Append(buffer_);
-  buffer_.clear();
-  return file_;
 }
 
 }  // namespace memsim::report

@@ -1,6 +1,6 @@
-// The outputs of `memsim run` (docs/interfaces.md, 'JSON report', 'CSV timeline'): the
-// per-iteration table, the Megatron `report_memory` lines, the JSON report (schema_version 1)
-// and the CSV timeline. Pure functions from results to text; the CLI writes them.
+// The outputs of `memsim run` (docs/interfaces.md, 'JSON report'): the per-iteration table, the
+// Megatron `report_memory` lines and the JSON report (schema_version 1). Pure functions from
+// results to text; the CLI writes them. (`run --csv` is an export: export/exports.h.)
 #pragma once
 
 #include <string>
@@ -8,7 +8,7 @@
 #include "config/setup.h"
 #include "engine/stages.h"
 #include "report/format.h"
-#include "timeline/recorder.h"
+#include "timeline/span_summary.h"
 
 namespace memsim::report {
 
@@ -60,24 +60,5 @@ std::string FormatOom(const engine::RunResult& run);
 // "steady_state_period" when the iterations repeat with a period above 1; "iterations" holds the
 // simulated ones.
 std::string RunReportJson(const engine::RunResult& run, const config::Setup& setup);
-
-// docs/interfaces.md, 'CSV timeline': time_us,iteration,phase,allocated_bytes,reserved_bytes,
-// active_bytes,device_bytes; unknown values empty.
-std::string TimelineCsv(const timeline::Timeline& timeline);
-
-// The same CSV written as the engine produces the samples (full resolution, never held in
-// memory): a RunOptions::sample_sink for `memsim run --csv`. Commit it with
-// WriteFilesAtomically(files, {&sink.file()}).
-class CsvTimelineFile final : public timeline::SampleSink {
- public:
-  explicit CsvTimelineFile(const std::string& path);  // throws InputError naming path
-  void OnSample(const timeline::Sample& sample) override;
-  // The file, with every sample so far appended.
-  StreamedFile& file();
-
- private:
-  StreamedFile file_;
-  std::string buffer_;
-};
 
 }  // namespace memsim::report

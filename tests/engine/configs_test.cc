@@ -8,9 +8,9 @@
 #include <set>
 
 #include "config/load.h"
+#include "engine/recorder.h"
 #include "engine/simulator.h"
 #include "shipped_configs.h"
-#include "timeline/recorder.h"
 #include "workload/build.h"
 
 namespace memsim::engine {
@@ -46,7 +46,7 @@ std::map<Category, Kept> PersistentFirstMadeIn(const workload::Program& program,
 // Forwards to a Recorder and keeps the block size the allocator gave each tensor.
 class BlockSizes final : public Observer {
  public:
-  explicit BlockSizes(timeline::Recorder& recorder) : recorder_(recorder) {}
+  explicit BlockSizes(Recorder& recorder) : recorder_(recorder) {}
   void OnOpBoundary(const OpBoundary& b) override { recorder_.OnOpBoundary(b); }
   void OnTensorAllocated(const workload::Op&, const workload::TensorAlloc& t,
                          Bytes block) override {
@@ -55,7 +55,7 @@ class BlockSizes final : public Observer {
   std::map<workload::TensorId, Bytes> block_bytes;
 
  private:
-  timeline::Recorder& recorder_;
+  Recorder& recorder_;
 };
 
 TEST_CASE("every shipped config: reserved only grows, iterations converge, lazy state is exact",
@@ -68,7 +68,7 @@ TEST_CASE("every shipped config: reserved only grows, iterations converge, lazy 
     for (int r = 0; r < setup.training.pipeline_model_parallel_size; ++r) {
       DYNAMIC_SECTION(fs::path(path).filename().string() << " stage " << r) {
         const workload::Program program = workload::Build(setup, r);
-        timeline::Recorder recorder;
+        Recorder recorder;
         BlockSizes blocks(recorder);
         const SimulateResult result = Simulate(program, setup, {}, blocks);
         recorder.Finish();
@@ -161,7 +161,7 @@ namespace {
 
 // Activation bytes (allocator blocks) at the allocated peak of iteration 2 of stage 0.
 Bytes ActivationsAtPeak(const config::Setup& setup) {
-  timeline::Recorder recorder(false);
+  Recorder recorder(false);
   Simulate(workload::Build(setup, 0), setup, {}, recorder);
   recorder.Finish();
   return recorder.spans()[2].by_category_at_peak[static_cast<size_t>(Category::kActivations)];

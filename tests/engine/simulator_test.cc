@@ -5,7 +5,7 @@
 #include <string>
 #include <tuple>
 
-#include "timeline/recorder.h"
+#include "engine/recorder.h"
 
 namespace memsim::engine {
 namespace {
@@ -181,7 +181,7 @@ TEST_CASE("recorder: spans start where the previous one ended", "[engine]") {
   program.ops.push_back(MakeOp("s", 1, Phase::kOptimizerStep, {{3, 8_MiB, Category::kOptimizerStates, "m"}}, {}));
   program.ops.push_back(MakeOp("f", 2, Phase::kForward, {{4, 2_MiB, Category::kActivations, "a"}}, {}));
   program.ops.push_back(MakeOp("b", 2, Phase::kBackward, {}, {4}));
-  timeline::Recorder recorder;
+  Recorder recorder;
   Simulate(program, TestSetup(), {}, recorder);
   recorder.Finish();
   const auto& spans = recorder.spans();

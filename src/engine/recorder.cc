@@ -1,15 +1,15 @@
-#include "timeline/recorder.h"
+#include "engine/recorder.h"
 
 #include <fmt/core.h>
 
-namespace memsim::timeline {
+namespace memsim::engine {
 
-void Recorder::OpenSpan(int iteration, const engine::OpBoundary& b) {
+void Recorder::OpenSpan(int iteration, const OpBoundary& b) {
   if (open_) {
-    SpanSummary& prev = spans_.back();
+    timeline::SpanSummary& prev = spans_.back();
     prev.end_time_us = b.time_us;
   }
-  SpanSummary s;
+  timeline::SpanSummary s;
   s.iteration = iteration;
   s.start_time_us = b.time_us;
   s.start_allocated_bytes = last_allocated_;
@@ -37,7 +37,7 @@ void Recorder::OpenSpan(int iteration, const engine::OpBoundary& b) {
   last_phase_ = b.op->phase;
 }
 
-void Recorder::OnOpBoundary(const engine::OpBoundary& b) {
+void Recorder::OnOpBoundary(const OpBoundary& b) {
   const workload::Op& op = *b.op;
   if (b.at_start && (!open_ || op.iteration > spans_.back().iteration)) {
     OpenSpan(op.iteration, b);
@@ -46,7 +46,7 @@ void Recorder::OnOpBoundary(const engine::OpBoundary& b) {
     timeline_.markers.push_back({b.time_us, op.iteration, op.phase, std::string(PhaseName(op.phase))});
     last_phase_ = op.phase;
   }
-  SpanSummary& s = spans_.back();
+  timeline::SpanSummary& s = spans_.back();
   if (b.allocated_bytes > s.peak_allocated_bytes) {
     s.peak_allocated_bytes = b.allocated_bytes;
     s.peak_phase = op.phase;
@@ -60,8 +60,8 @@ void Recorder::OnOpBoundary(const engine::OpBoundary& b) {
     s.peak_reserved_time_us = b.time_us;
     s.peak_reserved_phase = op.phase;
   }
-  if (static_cast<int>(op.phase) < kNumSimulatedPhases) {
-    PhasePeak& pp = s.phase_peaks[static_cast<size_t>(op.phase)];
+  if (static_cast<int>(op.phase) < timeline::kNumSimulatedPhases) {
+    timeline::PhasePeak& pp = s.phase_peaks[static_cast<size_t>(op.phase)];
     if (!pp.seen || b.allocated_bytes > pp.allocated_bytes) {
       pp = {true, b.allocated_bytes, op.name, op.micro_batch, b.time_us, *b.allocated_by_category};
     }
@@ -78,11 +78,9 @@ void Recorder::OnOpBoundary(const engine::OpBoundary& b) {
   last_device_ = b.device_bytes;
   last_by_category_ = *b.allocated_by_category;
   last_time_ = b.time_us;
-  if (keep_samples_ || sink_ != nullptr) {
-    const Sample sample{b.time_us,       op.iteration,   op.phase,      b.allocated_bytes,
-                        b.reserved_bytes, b.active_bytes, b.device_bytes};
-    if (sink_ != nullptr) sink_->OnSample(sample);
-    if (keep_samples_) curve_.Add(sample);
+  if (keep_samples_) {
+    curve_.Add({b.time_us, op.iteration, op.phase, b.allocated_bytes, b.reserved_bytes,
+                b.active_bytes, b.device_bytes});
   }
 }
 
@@ -107,4 +105,4 @@ void Recorder::Finish() {
   }
 }
 
-}  // namespace memsim::timeline
+}  // namespace memsim::engine
