@@ -207,7 +207,7 @@ timeline::Timeline LoadMegatronLog(const std::string& path, const LoadProfileOpt
     peaks.push_back({iteration, MiBToBytes(rep.max_allocated_mib).value(),
                      MiBToBytes(rep.max_reserved_mib).value()});
   }
-  out = series.Finish({}, "megatron-log");
+  out = series.Finish({}, Format::kMegatronLog);
   for (timeline::Sample& s : out.samples) {
     s.time_us = s.iteration * options.nominal_interval_us;  // keep the nominal clock absolute
   }

@@ -89,7 +89,7 @@ timeline::Timeline LoadMemsimCsv(const std::string& path, const LoadProfileOptio
   }
   if (!have_header) in.Fail("empty file, expected the memsim-csv header and samples");
   if (series.size() == 0) in.Fail("no samples after the header, expected at least one row");
-  timeline::Timeline out = series.Finish({}, "memsim-csv");
+  timeline::Timeline out = series.Finish({}, Format::kMemsimCsv);
   // Markers where the iteration or the phase changes (the file holds no separate markers).
   int last_iteration = -2;
   Phase last_phase = Phase::kUnknown;

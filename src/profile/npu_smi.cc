@@ -156,7 +156,7 @@ timeline::Timeline LoadNpuSmi(const std::string& path, const LoadProfileOptions&
     }
     device = options.device_index;
   }
-  timeline::Timeline out = builders.at(device).Finish({}, "npu-smi");
+  timeline::Timeline out = builders.at(device).Finish({}, Format::kNpuSmi);
   out.device_index = device;
   out.notes.push_back(fmt::format("device {} of {} ({}), {} tables{}", device, builders.size(),
                                   has_hbm ? "HBM-Usage" : "Memory-Usage", tables,

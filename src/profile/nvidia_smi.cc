@@ -154,7 +154,7 @@ timeline::Timeline LoadNvidiaSmi(const std::string& path, const LoadProfileOptio
     }
     device = options.device_index;
   }
-  timeline::Timeline out = builders.at(device).Finish({}, "nvidia-smi");
+  timeline::Timeline out = builders.at(device).Finish({}, Format::kNvidiaSmi);
   out.device_index = device;
   out.notes.push_back(fmt::format("GPU {} of {}, {} samples{}", device, builders.size(),
                                   out.samples.size(),
