@@ -45,7 +45,7 @@ enum class Format {
 
 // The profile formats, declared once: the command-line name (`compare --format`, also the
 // Timeline::source an importer sets) and what the format is. `compare`'s option help and
-// messages, and the format list of docs/profiles.md (test docs/vocabulary_test.cc), come from
+// messages, and the format list of docs/profiles.md (tests/docs/vocabulary_test.cc), come from
 // this table.
 struct FormatInfo {
   Format format;
