@@ -88,14 +88,12 @@ double MeasuredOffsetUs(const timeline::Timeline& measured, const timeline::Time
 profile::Format CheckFormatAndSources(const CompareArgs& a) {
   auto format = profile::FormatFromName(a.format);
   if (!format) {
-    const std::vector<std::string> names = {"auto",         "torch-trace",  "torch-snapshot",
-                                            "npu-profiler", "npu-mem",      "npu-smi",
-                                            "nvidia-smi",   "megatron-log", "memsim-csv"};
+    std::vector<std::string> names;
+    for (const profile::FormatInfo& row : profile::kFormatTable) names.emplace_back(row.name);
     const std::string guess = ClosestMatch(a.format, names);
     throw InputError(fmt::format(
-        "--format: expected auto, torch-trace, torch-snapshot, npu-profiler, npu-mem, npu-smi, "
-        "nvidia-smi, megatron-log or memsim-csv, got '{}'{}",
-        a.format, guess.empty() ? "" : fmt::format(" (did you mean '{}'?)", guess)));
+        "--format: expected {}, got '{}'{}", profile::FormatNames(", ", " or "), a.format,
+        guess.empty() ? "" : fmt::format(" (did you mean '{}'?)", guess)));
   }
   if (a.config.empty() == a.simulated.empty()) {
     throw InputError("expected either CONFIG or --simulated FILE (exactly one)");
@@ -123,14 +121,16 @@ profile::Format CheckFormatAndSources(const CompareArgs& a) {
 // (a memsim-csv timeline holds one); given where they pick nothing in `measured` they would be
 // ignored, so they are errors.
 void CheckProfilePicks(const CompareArgs& a, const timeline::Timeline& measured) {
-  const bool per_rank = measured.source == "megatron-log";
+  const std::optional<profile::Format> read_as = profile::FormatFromName(measured.source);
+  const bool per_rank = read_as == profile::Format::kMegatronLog;
+  const bool one_device = read_as == profile::Format::kMemsimCsv;
   if (a.rank >= 0 && !per_rank) {
     throw InputError(fmt::format("--rank {}: applies to a Megatron log (its [Rank N] lines); {} "
                                  "is {}{}",
                                  a.rank, a.profile, measured.source,
-                                 measured.source == "memsim-csv" ? "" : " (--device-index picks its device)"));
+                                 one_device ? "" : " (--device-index picks its device)"));
   }
-  if (a.device_index >= 0 && (per_rank || measured.source == "memsim-csv")) {
+  if (a.device_index >= 0 && (per_rank || one_device)) {
     throw InputError(fmt::format("--device-index {}: {} is {}, {}", a.device_index, a.profile,
                                  measured.source,
                                  per_rank ? "read per rank (--rank N picks one)"
@@ -244,8 +244,7 @@ Action AddCompareCommand(CLI::App& sub) {
       ->required()
       ->check(NonEmpty);
   sub.add_option("--format", a->format,
-                 "auto|torch-trace|torch-snapshot|npu-profiler|npu-mem|npu-smi|nvidia-smi|"
-                 "megatron-log|memsim-csv (default auto: detected and reported)");
+                 profile::FormatNames("|") + " (default auto: detected and reported)");
   sub.add_option("--simulated", a->simulated,
                  "a simulated timeline (memsim-csv from `memsim run --csv`) instead of CONFIG")
       ->check(NonEmpty);

@@ -154,8 +154,9 @@ void SkippedIterationFindings(const Report& report, const timeline::LogStatement
                    "training_log, 'number of skipped iterations'): the {}loss scaler found "
                    "inf/nan gradients and skipped every optimizer step, so Adam's state was "
                    "never created; the simulation assumes the steps ran and creates {} of "
-                   "optimizer_states in iteration 1's optimizer.step().",
-                   skipped, of, sim.fp16 ? "fp16 " : "", Size(sim.optimizer_state_bytes))});
+                   "{} in iteration 1's optimizer.step().",
+                   skipped, of, sim.fp16 ? "fp16 " : "", Size(sim.optimizer_state_bytes),
+                   CategoryName(Category::kOptimizerStates))});
   } else {
     out.push_back(
         {true, fmt::format("likely cause: the log says {}{} iterations were skipped (Megatron "

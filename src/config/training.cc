@@ -9,7 +9,6 @@
 #include <cctype>
 #include <map>
 #include <optional>
-#include <set>
 #include <string_view>
 
 #include "config/hf_trainer.h"
@@ -17,6 +16,7 @@
 #include "config/moe.h"
 #include "config/parts.h"
 #include "config/stack.h"
+#include "core/comm_group.h"
 #include "core/error.h"
 
 namespace memsim::config::internal {
@@ -658,8 +658,11 @@ void ReadPlainPytorchKeys(ObjectReader& t, TrainingConfig& c, BlockReader reader
   }
 }
 
-// "dp:200;tp:300" (MindSpeed --hccl-group-buffer, MiB per group).
-std::map<std::string, Bytes> ParseGroupBuffers(const std::string& text, const std::string& at) {
+// "dp:200;tp:300" (MindSpeed --hccl-group-buffer, MiB per group), keyed by memsim's group name.
+// Only a group of core/comm_group.h made with get_nccl_options takes a size; any other name is
+// warned about and dropped, so what the warning says and what the device model applies agree.
+std::map<std::string, Bytes> ParseGroupBuffers(const std::string& text, const std::string& at,
+                                               std::vector<std::string>* warnings) {
   std::map<std::string, Bytes> out;
   size_t start = 0;
   while (start <= text.size()) {
@@ -676,7 +679,22 @@ std::map<std::string, Bytes> ParseGroupBuffers(const std::string& text, const st
       Fail(at, fmt::format("expected \"group:MiB;group:MiB\" with MiB from 1 to 10^6, got \"{}\"",
                            text));
     }
-    out[item.substr(0, colon)] = Bytes{mib} << 20;
+    const std::string key = item.substr(0, colon);
+    if (const std::optional<CommGroup> group = CommGroupForBufferKey(key)) {
+      const std::string name(CommGroupName(*group));
+      if (!out.emplace(name, Bytes{mib} << 20).second) {
+        Fail(at, fmt::format("\"{}\" names group \"{}\", which an earlier entry sizes already",
+                             key, name));
+      }
+    } else if (CommGroupFromName(key)) {  // the world: init_process_group, no pg_options
+      warnings->push_back(fmt::format("{}: group \"{}\" is the default process group, made "
+                                      "without get_nccl_options; its buffer size is not used",
+                                      at, key));
+    } else {
+      warnings->push_back(fmt::format("{}: group \"{}\" not modelled (memsim makes communicators "
+                                      "for {}); its buffer size is not used",
+                                      at, key, BufferKeyNames()));
+    }
     start = end + 1;
   }
   return out;
@@ -686,19 +704,7 @@ std::map<std::string, Bytes> ParseGroupBuffers(const std::string& text, const st
 void ReadOutsideAllocator(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* warnings) {
   c.tp_comm_overlap = t.Bool("tp_comm_overlap").value_or(false);
   if (std::optional<std::string> g = t.String("hccl_group_buffer")) {
-    c.env.hccl_group_buffer = ParseGroupBuffers(*g, t.At("hccl_group_buffer"));
-    // The process groups memsim makes communicators for, by Megatron's names (parallel_state.py
-    // get_nccl_options, which MindSpeed's --hccl-group-buffer takes); "edp" is memsim's expert
-    // data-parallel group. A size for another group changes nothing here: say so.
-    static const std::set<std::string> kModelled = {"dp",  "dp_cp", "tp",  "pp",
-                                                    "cp",  "mp",    "embd", "edp"};
-    for (const auto& [group, bytes] : c.env.hccl_group_buffer) {
-      if (kModelled.count(group) != 0) continue;
-      warnings->push_back(fmt::format(
-          "{}: group \"{}\" not modelled (memsim makes communicators for dp, dp_cp, tp, pp, cp, "
-          "mp, embd and edp); its buffer size is not used",
-          t.At("hccl_group_buffer"), group));
-    }
+    c.env.hccl_group_buffer = ParseGroupBuffers(*g, t.At("hccl_group_buffer"), warnings);
   }
   const Json* env = t.Get("env");
   if (env == nullptr) return;

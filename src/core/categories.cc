@@ -3,11 +3,15 @@
 namespace memsim {
 namespace {
 
-constexpr std::array<std::string_view, 5> kPhaseNames = {"init", "forward", "backward",
-                                                         "optimizer_step", "unknown"};
-constexpr std::array<std::string_view, kNumCategories> kCategoryNames = {
-    "parameters",  "gradients",     "main_parameters", "optimizer_states", "activations",
-    "temporaries", "communication", "workspace",       "other"};
+// In enum order; sized by their initializers, so a name missing for an enumerator fails to build.
+constexpr auto kPhaseNames = std::to_array<std::string_view>(
+    {"init", "forward", "backward", "optimizer_step", "unknown"});
+constexpr auto kCategoryNames = std::to_array<std::string_view>(
+    {"parameters", "gradients", "main_parameters", "optimizer_states", "activations",
+     "temporaries", "communication", "workspace", "other"});
+static_assert(kPhaseNames.size() == static_cast<size_t>(Phase::kUnknown) + 1);
+static_assert(kCategoryNames.size() == kNumCategories &&
+              kCategoryNames.size() == static_cast<size_t>(Category::kOther) + 1);
 
 }  // namespace
 

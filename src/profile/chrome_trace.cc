@@ -288,7 +288,8 @@ timeline::Timeline LoadChromeTrace(const std::string& path, const LoadProfileOpt
   }
   const size_t steps = std::count_if(scan.spans.begin(), scan.spans.end(),
                                      [](const RawSpan& s) { return s.phase == Phase::kUnknown; });
-  timeline::Timeline out = scan.devices.at(device).Finish(std::move(scan.spans), "torch-trace");
+  timeline::Timeline out =
+      scan.devices.at(device).Finish(std::move(scan.spans), Format::kTorchTrace);
   out.device_index = device;
   out.notes.push_back(fmt::format("device {}, {} [memory] samples, {} ProfilerStep spans, {} time base{}",
                                   device, out.samples.size(), steps,

@@ -189,7 +189,7 @@ timeline::Timeline RankTimeline(const std::map<int, Report>& reports,
     peaks.push_back({iteration, MiBToBytes(rep.max_allocated_mib).value(),
                      MiBToBytes(rep.max_reserved_mib).value()});
   }
-  timeline::Timeline out = series.Finish({}, "megatron-log");
+  timeline::Timeline out = series.Finish({}, Format::kMegatronLog);
   for (timeline::Sample& s : out.samples) {
     s.time_us = s.iteration * options.nominal_interval_us;  // keep the nominal clock absolute
   }

@@ -107,7 +107,7 @@ timeline::Timeline LoadMemsimCsv(const std::string& path, const LoadProfileOptio
   }
   if (!have_header) in.Fail("empty file, expected the memsim-csv header and samples");
   if (series.size() == 0) in.Fail("no samples after the header, expected at least one row");
-  timeline::Timeline out = series.Finish({}, "memsim-csv");
+  timeline::Timeline out = series.Finish({}, Format::kMemsimCsv);
   AddIterationAndPhaseMarkers(out);
   return out;
 }

@@ -76,7 +76,7 @@ timeline::Timeline LoadNpuMem(const std::string& path, const LoadProfileOptions&
   if (it == series.end()) {
     throw InputError(fmt::format("{}: no rows for device {}", path, device));
   }
-  timeline::Timeline out = it->second.Finish({}, "npu-mem");
+  timeline::Timeline out = it->second.Finish({}, Format::kNpuMem);
   out.device_index = device;
   out.notes.push_back(fmt::format("device {}, {} rows ({} usage)", device, out.samples.size(),
                                   device_rows ? "whole-device" : "APP process"));

@@ -274,7 +274,8 @@ timeline::Timeline LoadNpuProfiler(const std::string& path, const LoadProfileOpt
   if (!trace_view.empty()) spans = ScanChromeTrace(trace_view, 16).spans;
   const size_t steps = std::count_if(spans.begin(), spans.end(),
                                      [](const RawSpan& s) { return s.phase == Phase::kUnknown; });
-  timeline::Timeline out = builders.at(device).Finish(std::move(spans), "npu-profiler");
+  timeline::Timeline out =
+      builders.at(device).Finish(std::move(spans), Format::kNpuProfiler);
   out.device_index = device;
   out.notes.push_back(fmt::format("NPU:{} from {}{}", device, BaseName(used),
                                   trace_view.empty() ? ""

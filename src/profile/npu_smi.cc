@@ -168,7 +168,7 @@ class NpuSmiReader {
       }
       device = options_.device_index;
     }
-    timeline::Timeline out = builders_.at(device).Finish({}, "npu-smi");
+    timeline::Timeline out = builders_.at(device).Finish({}, Format::kNpuSmi);
     out.device_index = device;
     out.notes.push_back(fmt::format("device {} of {} ({}), {} tables{}", device, builders_.size(),
                                     has_hbm_ ? "HBM-Usage" : "Memory-Usage", tables_,

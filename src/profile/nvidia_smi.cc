@@ -179,7 +179,7 @@ timeline::Timeline LoadNvidiaSmi(const std::string& path, const LoadProfileOptio
     }
     device = options.device_index;
   }
-  timeline::Timeline out = builders.at(device).Finish({}, "nvidia-smi");
+  timeline::Timeline out = builders.at(device).Finish({}, Format::kNvidiaSmi);
   out.device_index = device;
   AddNotes(out, builders.size(), cols, headerless, unavailable);
   return out;

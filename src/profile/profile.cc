@@ -1,6 +1,5 @@
 #include "profile/profile.h"
 
-#include <array>
 #include <filesystem>
 
 #include <fmt/core.h>
@@ -14,10 +13,6 @@
 namespace memsim::profile {
 namespace {
 
-constexpr std::array<std::string_view, 9> kFormatNames = {
-    "auto",    "torch-trace", "torch-snapshot", "npu-profiler", "npu-mem",
-    "npu-smi", "nvidia-smi",  "megatron-log",   "memsim-csv"};
-
 bool Contains(std::string_view s, std::string_view what) {
   return s.find(what) != std::string_view::npos;
 }
@@ -30,13 +25,23 @@ std::string_view FileName(std::string_view path) {
 
 }  // namespace
 
-std::string_view FormatName(Format format) { return kFormatNames[static_cast<int>(format)]; }
+std::string_view FormatName(Format format) { return kFormatTable[static_cast<int>(format)].name; }
 
 std::optional<Format> FormatFromName(std::string_view name) {
-  for (size_t i = 0; i < kFormatNames.size(); ++i) {
-    if (kFormatNames[i] == name) return static_cast<Format>(i);
+  for (const FormatInfo& row : kFormatTable) {
+    if (row.name == name) return row.format;
   }
   return std::nullopt;
+}
+
+std::string FormatNames(std::string_view separator, std::string_view last_separator) {
+  std::string out;
+  const size_t n = std::size(kFormatTable);
+  for (size_t i = 0; i < n; ++i) {
+    if (i > 0) out += i + 1 == n && !last_separator.empty() ? last_separator : separator;
+    out += kFormatTable[i].name;
+  }
+  return out;
 }
 
 Detection DetectFormatFromContent(std::string_view path, std::string_view head) {

@@ -21,6 +21,8 @@
 // line-based formats or "<file>: byte <offset>: " for JSON, and says what was expected.
 #pragma once
 
+#include <cstddef>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -31,20 +33,55 @@ namespace memsim::profile {
 
 enum class Format {
   kAuto,
-  kTorchTrace,     // PyTorch profiler Chrome trace (.json, .json.gz)
-  kTorchSnapshot,  // PyTorch memory snapshot, JSON form
-  kNpuProfiler,    // torch_npu profiler CSVs or a whole *_ascend_pt folder
-  kNpuMem,         // CANN npu_mem*.csv
-  kNpuSmi,         // repeated `npu-smi info` text
-  kNvidiaSmi,      // `nvidia-smi --query-gpu=... --format=csv` log
-  kMegatronLog,    // Megatron report_memory lines
-  kMemsimCsv,      // memsim's own CSV timeline (docs/interfaces.md, 'CSV timeline')
+  kTorchTrace,
+  kTorchSnapshot,
+  kNpuProfiler,
+  kNpuMem,
+  kNpuSmi,
+  kNvidiaSmi,
+  kMegatronLog,
+  kMemsimCsv,
 };
 
-// The command-line names: "auto", "torch-trace", "torch-snapshot", "npu-profiler", "npu-mem",
-// "npu-smi", "nvidia-smi", "megatron-log", "memsim-csv".
+// The profile formats, declared once: the command-line name (`compare --format`, also the
+// Timeline::source an importer sets) and what the format is. `compare`'s option help and
+// messages, and the format list of docs/profiles.md (tests/docs/vocabulary_test.cc), come from
+// this table.
+struct FormatInfo {
+  Format format;
+  std::string_view name;
+  std::string_view description;
+};
+
+// Rows in Format order.
+inline constexpr FormatInfo kFormatTable[] = {
+    {Format::kAuto, "auto", "detected from the file's name and first bytes, or from a folder"},
+    {Format::kTorchTrace, "torch-trace", "PyTorch profiler Chrome trace (.json, .json.gz)"},
+    {Format::kTorchSnapshot, "torch-snapshot", "PyTorch memory snapshot, JSON or pickle"},
+    {Format::kNpuProfiler, "npu-profiler", "torch_npu profiler CSVs or a whole *_ascend_pt folder"},
+    {Format::kNpuMem, "npu-mem", "CANN npu_mem*.csv"},
+    {Format::kNpuSmi, "npu-smi", "repeated `npu-smi info` text"},
+    {Format::kNvidiaSmi, "nvidia-smi", "`nvidia-smi --query-gpu=... --format=csv` log"},
+    {Format::kMegatronLog, "megatron-log", "Megatron report_memory lines"},
+    {Format::kMemsimCsv, "memsim-csv",
+     "memsim's own CSV timeline (docs/interfaces.md, 'CSV timeline')"},
+};
+
+constexpr bool FormatTableInEnumOrder() {
+  for (size_t i = 0; i < std::size(kFormatTable); ++i) {
+    if (static_cast<size_t>(kFormatTable[i].format) != i) return false;
+  }
+  return true;
+}
+static_assert(FormatTableInEnumOrder());
+
+// The command-line name of `format`, and the format of a command-line name.
 std::string_view FormatName(Format format);
 std::optional<Format> FormatFromName(std::string_view name);
+// Every command-line name in table order, joined: with "|" for an option's help
+// ("auto|torch-trace|...|memsim-csv"), or as a list ("auto, torch-trace, ... or memsim-csv")
+// when `last_separator` is given.
+std::string FormatNames(std::string_view separator, std::string_view last_separator = {});
 
 struct LoadProfileOptions {
   // Device to import: the `Device Id` / `NPU:<id>` / device ordinal / GPU index / chip position

@@ -298,7 +298,7 @@ void SeriesBuilder::Decimate() {
   samples_.swap(kept);
 }
 
-timeline::Timeline SeriesBuilder::Finish(std::vector<RawSpan> spans, std::string source) {
+timeline::Timeline SeriesBuilder::Finish(std::vector<RawSpan> spans, Format format) {
   std::sort(samples_.begin(), samples_.end(), Earlier);
   std::stable_sort(spans.begin(), spans.end(), [](const RawSpan& a, const RawSpan& b) {
     return std::tie(a.start_ns, a.iteration) < std::tie(b.start_ns, b.iteration);
@@ -309,7 +309,7 @@ timeline::Timeline SeriesBuilder::Finish(std::vector<RawSpan> spans, std::string
     t0 = std::min(t0, s.start_ns);
   }
   timeline::Timeline out;
-  out.source = std::move(source);
+  out.source = FormatName(format);
   out.samples.reserve(samples_.size());
   // Iteration spans and phase spans, each sorted by start; walk them alongside the samples.
   std::vector<const RawSpan*> iters, phases;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/checked.h"
+#include "profile/profile.h"
 #include "timeline/timeline.h"
 
 namespace memsim::profile::internal {
@@ -144,8 +145,8 @@ class SeriesBuilder {
 
   // Sorts by time, makes times relative to the earliest sample or span start, labels samples
   // with the iteration and phase of the spans that contain them (where the sample has none), and
-  // emits one Marker per span. `source` names the format.
-  timeline::Timeline Finish(std::vector<RawSpan> spans, std::string source);
+  // emits one Marker per span. The Timeline's source is `format`'s name (profile.h).
+  timeline::Timeline Finish(std::vector<RawSpan> spans, Format format);
 
  private:
   void Decimate();

@@ -492,7 +492,7 @@ timeline::Timeline LoadSnapshot(const std::string& path, const LoadProfileOption
   // The state before the first entry, then after each.
   add(before);
   for (const State& s : after) add(s);
-  timeline::Timeline out = series.Finish({}, "torch-snapshot");
+  timeline::Timeline out = series.Finish({}, Format::kTorchSnapshot);
   out.device_index = device;
   out.notes.push_back(fmt::format("device {}, {} trace entries, {}; allocated from requested "
                                   "sizes rounded to 512 B (estimate)",

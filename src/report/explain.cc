@@ -495,10 +495,10 @@ std::string SeedAnswers(const ExplainFacts& x, int width) {
   Wrapped(&out, twice, 2, width);
   Wrapped(&out,
           fmt::format("Why does allocated rise? Iteration 2 starts at {} instead of {}: the {} of "
-                      "optimizer_states created inside iteration 1's optimizer.step() (Adam's "
+                      "{} created inside iteration 1's optimizer.step() (Adam's "
                       "exp_avg and exp_avg_sq, created lazily at the first step) never leave.",
                       HumanBytes(it2->start_allocated_bytes), HumanBytes(it1->start_allocated_bytes),
-                      HumanBytes(state)),
+                      HumanBytes(state), CategoryName(Category::kOptimizerStates)),
           2, width);
   const int steady = SteadyFrom(x);
   std::string resv = fmt::format(

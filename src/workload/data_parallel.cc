@@ -35,7 +35,7 @@ void ParamAllGather(Emitter& em, const ModelDims& d, const std::vector<GradBuffe
     if (ranks <= 1) continue;
     for (const auto& [start, end] : buf.buckets) {
       em.Begin("optim.param_all_gather", -1, kCommStream);
-      em.Collective(buf.expert ? "edp" : "dp_cp", ranks,
+      em.Collective(buf.expert ? CommGroup::kEdp : CommGroup::kDpCp, ranks,
                     static_cast<double>((end - start) * d.param_bytes), Coll::kGather);
     }
   }

@@ -123,7 +123,7 @@ class MegatronDdpWrapper final : public DataParallel {
       if (buf.chunk != chunk || ranks <= 1) continue;
       for (const auto& [start, end] : buf.buckets) {
         em.Begin(dist_ ? "ddp.grad_reduce_scatter" : "ddp.grad_all_reduce", -1, kCommStream);
-        em.Collective(buf.expert ? "edp" : "dp_cp", ranks,
+        em.Collective(buf.expert ? CommGroup::kEdp : CommGroup::kDpCp, ranks,
                       static_cast<double>((end - start) * d_.grad_bytes),
                       dist_ ? Coll::kGather : Coll::kAllReduce);
       }

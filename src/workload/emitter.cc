@@ -115,18 +115,18 @@ void Emitter::RecordStream(TensorId id, int stream) {
   Cur().record_streams.emplace_back(id, stream);
 }
 
-void Emitter::Collective(const char* group, int size, double message_bytes, Coll kind) {
+void Emitter::Collective(CommGroup group, int size, double message_bytes, Coll kind) {
   if (size <= 1) return;
   Op& op = Cur();
   if (op.collective_group.empty()) {
-    op.collective_group = group;
+    op.collective_group = CommGroupName(group);
     op.collective_ranks = size;
   }
   const double n = size;
   const double factor = kind == Coll::kAllReduce ? 2 * (n - 1) / n
                         : kind == Coll::kGather  ? (n - 1) / n
                                                  : 1.0;
-  const double link = std::string_view(group) == "tp" ? kTpLinkBytesPerS : kOtherLinkBytesPerS;
+  const double link = group == CommGroup::kTp ? kTpLinkBytesPerS : kOtherLinkBytesPerS;
   comm_us_ += kCollectiveLatencyUs + message_bytes * factor / link * 1e6;
 }
 

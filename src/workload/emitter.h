@@ -25,6 +25,7 @@
 
 #include "config/setup.h"
 #include "core/check.h"
+#include "core/comm_group.h"
 #include "core/id_table.h"
 #include "core/units.h"
 #include "workload/program.h"
@@ -77,9 +78,10 @@ class Emitter {
   void Flops(double flops) { flops_ += flops; }
   void MovedBytes(double bytes) { extra_bytes_ += bytes; }
   void RecordStream(TensorId id, int stream);
-  // A collective of `message_bytes` on `group` of `size` ranks, in the open op. Groups of one
-  // rank create no communicator and are skipped.
-  void Collective(const char* group, int size, double message_bytes, Coll kind);
+  // A collective of `message_bytes` on `group` of `size` ranks, in the open op; the op records
+  // the group by its name (core/comm_group.h). Groups of one rank create no communicator and are
+  // skipped.
+  void Collective(CommGroup group, int size, double message_bytes, Coll kind);
   void Synchronize() { Cur().synchronize = true; }
   void EmptyCache() { Cur().empty_cache = true; }
 

@@ -80,7 +80,7 @@ TensorId Gather(ModuleContext& ctx, TensorId t, const char* label) {
   Emitter& em = ctx.em;
   em.Begin(std::string("gather_") + label);
   const TensorId all = em.Alloc(em.SizeOf(t) * world, Category::kOther, std::string("eval.") + label);
-  em.Collective("dp", world, static_cast<double>(em.SizeOf(t)), Coll::kGather);
+  em.Collective(CommGroup::kDp, world, static_cast<double>(em.SizeOf(t)), Coll::kGather);
   em.Free(t);
   return all;
 }

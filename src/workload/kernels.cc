@@ -59,7 +59,7 @@ void Kernels::MpuBuffer(Bytes size_bytes) {
 
 TensorId Kernels::SpGather(Bytes full_bytes, const std::string& label, bool torch_linear) {
   if (!d_->sp) return 0;
-  em_.Collective("tp", d_->t, static_cast<double>(full_bytes), Coll::kGather);
+  em_.Collective(CommGroup::kTp, d_->t, static_cast<double>(full_bytes), Coll::kGather);
   if (f_->te && !torch_linear) return em_.Alloc(full_bytes, Category::kTemporaries, label);
   MpuBuffer(full_bytes);
   return 0;
@@ -69,12 +69,12 @@ TensorId Kernels::RowParallelOutput(Bytes full_bytes, const std::string& label) 
   if (d_->sp) {
     const TensorId full = em_.Alloc(full_bytes, Category::kTemporaries, label + "_full");
     const TensorId out = em_.Alloc(full_bytes / d_->t, Category::kTemporaries, label);
-    em_.Collective("tp", d_->t, static_cast<double>(full_bytes), Coll::kGather);
+    em_.Collective(CommGroup::kTp, d_->t, static_cast<double>(full_bytes), Coll::kGather);
     em_.Free(full);
     return out;
   }
   const TensorId out = em_.Alloc(full_bytes, Category::kTemporaries, label);
-  em_.Collective("tp", d_->t, static_cast<double>(full_bytes), Coll::kAllReduce);
+  em_.Collective(CommGroup::kTp, d_->t, static_cast<double>(full_bytes), Coll::kAllReduce);
   return out;
 }
 

@@ -113,7 +113,7 @@ class GradBucketPipeline {
     em.Begin("fsdp.grad_reduce_scatter", -1, kCommStream);
     const TensorId shard = em.Alloc((end - start) / d_.dp_cp * d_.grad_bytes,
                                     Category::kTemporaries, fmt::format("fsdp.grad_shard{}", b));
-    em.Collective("dp_cp", d_.dp_cp, static_cast<double>((end - start) * d_.grad_bytes),
+    em.Collective(CommGroup::kDpCp, d_.dp_cp, static_cast<double>((end - start) * d_.grad_bytes),
                   Coll::kGather);
     em.Free(shard);  // added into the persistent grad shard
     // wait_for_previous_grad_reduce trims the queue before the new bucket joins it.
@@ -198,7 +198,7 @@ class MegatronFsdpWrapper final : public DataParallel {
     if (d_.dp_cp <= 1 || shard_grads_) return;
     for (const auto& [start, end] : buffers_[chunk].buckets) {
       em.Begin("fsdp.grad_all_reduce", -1, kCommStream);
-      em.Collective("dp_cp", d_.dp_cp, static_cast<double>((end - start) * d_.grad_bytes),
+      em.Collective(CommGroup::kDpCp, d_.dp_cp, static_cast<double>((end - start) * d_.grad_bytes),
                     Coll::kAllReduce);
     }
   }

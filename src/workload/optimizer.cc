@@ -305,9 +305,9 @@ void MegatronOptimizer::ZeroGrad(Emitter& em) {
 // to 0.12.0; core_v0.15.0 only sets a group for several distributed-optimizer instances).
 void MegatronOptimizer::GradStatsAllReduce(Emitter& em) const {
   if (dp_.ShardsOptimizer()) {
-    em.Collective("world", d_.t * d_.p * d_.dp_cp, 4, Coll::kAllReduce);
+    em.Collective(CommGroup::kWorld, d_.t * d_.p * d_.dp_cp, 4, Coll::kAllReduce);
   } else {
-    em.Collective("mp", d_.t * d_.p, 4, Coll::kAllReduce);
+    em.Collective(CommGroup::kMp, d_.t * d_.p, 4, Coll::kAllReduce);
   }
 }
 

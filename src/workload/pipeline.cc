@@ -23,7 +23,7 @@ void PipelineExchange::P2P(std::string_view name, TensorId send, TensorId recv) 
     em_.RecordStream(id, kCommStream);
     bytes += static_cast<double>(em_.SizeOf(id));
   }
-  em_.Collective("pp", d_.p, bytes, Coll::kP2P);
+  em_.Collective(CommGroup::kPp, d_.p, bytes, Coll::kP2P);
   if (recv != 0) {
     em_.Begin("p2p.wait");
     em_.Synchronize();

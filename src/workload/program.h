@@ -41,7 +41,8 @@ struct Op {
   std::vector<TensorAlloc> allocs;  // at op start, in order
   std::vector<TensorId> frees;      // at op end, in order
   std::vector<std::pair<TensorId, int>> record_streams;  // (tensor, other stream), at op start
-  // Non-empty for a collective: the communicator group ("dp", "tp", "pp", "cp", "embd", ...).
+  // Non-empty for a collective: the communicator group by memsim's name ("dp", "tp", "pp", "cp",
+  // "embd", ...; core/comm_group.h).
   // The first collective of each group creates its communicator (device-level buffers).
   std::string collective_group;
   int collective_ranks = 0;  // the group's size (ranks of its communicator)

@@ -101,7 +101,7 @@ void StageRunner::Forward(int mb, int chunk, const ScheduleStep* next) {
     // loss_func: the reporting loss (a scalar) all-reduced over Megatron's "dp" (ModelDims).
     if (ctx_.f.loss_dp_all_reduce) {
       ctx_.em.Begin("loss.reporting_all_reduce");
-      ctx_.em.Collective("dp", d_.d, 4, Coll::kAllReduce);
+      ctx_.em.Collective(CommGroup::kDp, d_.d, 4, Coll::kAllReduce);
     }
     dp_.AfterForward(ctx_.em, GradSite::kHead, -1);
   }

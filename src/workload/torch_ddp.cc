@@ -262,7 +262,7 @@ class TorchDdpWrapper final : public DataParallel {
       in_flight.push_back(bucket.size() > 1 ? em.Alloc(bytes, Category::kTemporaries,
                                                        "ddp.broadcast_coalesced.flat")
                                             : 0);
-      em.Collective("dp", d_.d, static_cast<double>(bytes), Coll::kP2P);
+      em.Collective(CommGroup::kDp, d_.d, static_cast<double>(bytes), Coll::kP2P);
     }
     em.Begin("init.ddp.sync_module_states");
     for (TensorId id : in_flight) em.Free(id);
@@ -272,7 +272,7 @@ class TorchDdpWrapper final : public DataParallel {
   void LaunchReadyBuckets(Emitter& em) {
     while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
       em.Begin("ddp.bucket_all_reduce", -1, kCommStream);
-      em.Collective("dp", d_.d, static_cast<double>(buckets_[next_bucket_].bytes),
+      em.Collective(CommGroup::kDp, d_.d, static_cast<double>(buckets_[next_bucket_].bytes),
                     Coll::kAllReduce);
       ++next_bucket_;
     }

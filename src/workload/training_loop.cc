@@ -64,14 +64,14 @@ class MegatronLoop final : public TrainingLoop {
     // communicator: initialize.py _compile_dependencies (torch.distributed.barrier()) and
     // training.py pretrain (the all-reduce of start_time_tensor), in core_v0.6.0 to main.
     em.Begin("init.distributed");
-    em.Collective("world", p_.d.t * p_.d.p * p_.d.dp_cp, 8, Coll::kAllReduce);
+    em.Collective(CommGroup::kWorld, p_.d.t * p_.d.p * p_.d.dp_cp, 8, Coll::kAllReduce);
     const std::vector<TensorId> ids = BuildModel();
     // LanguageModule.setup_embeddings_and_output_layer: with tied embeddings and p > 1 the
     // first and last stages all-reduce the shared weight over "embd" (in place).
     for (const ParamTensor& pt : p_.params.params) {
       if (!pt.shared_embedding) continue;
       em.Begin("init.model.sync_embedding");
-      em.Collective("embd", 2, static_cast<double>(pt.numel * p_.d.param_bytes), Coll::kAllReduce);
+      em.Collective(CommGroup::kEmbd, 2, static_cast<double>(pt.numel * p_.d.param_bytes), Coll::kAllReduce);
     }
     p_.dp.Setup(em, ids);
     optimizer_.Init(em);
@@ -117,14 +117,14 @@ class MegatronLoop final : public TrainingLoop {
       em.Begin("ddp.allreduce_layernorm_grads");
       const TensorId flat =
           em.Alloc(numel * d.grad_bytes, Category::kTemporaries, "ddp.layernorm_grads_flat");
-      em.Collective("tp", d.t, static_cast<double>(numel * d.grad_bytes), Coll::kAllReduce);
+      em.Collective(CommGroup::kTp, d.t, static_cast<double>(numel * d.grad_bytes), Coll::kAllReduce);
       em.Free(flat);
     }
     for (const ParamTensor& pt : p_.params.params) {
       if (!pt.shared_embedding) continue;
       // _allreduce_word_embedding_grads: first and last stage, group "embd", in place.
       em.Begin("ddp.allreduce_embedding_grads");
-      em.Collective("embd", 2, static_cast<double>(pt.numel * d.grad_bytes), Coll::kAllReduce);
+      em.Collective(CommGroup::kEmbd, 2, static_cast<double>(pt.numel * d.grad_bytes), Coll::kAllReduce);
     }
   }
 

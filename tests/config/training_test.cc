@@ -375,6 +375,12 @@ TEST_CASE("training.env, tp_comm_overlap and hccl_group_buffer: read, and bad va
   CHECK(cp2.training.env.hccl_group_buffer.at("dp_cp") == 100 * kMiB);
   CHECK(HasWarning(cp2, "/training/hccl_group_buffer: group \"cp2\" not modelled"));
   CHECK_FALSE(HasWarning(cp2, "\"dp_cp\""));
+  // Megatron's older name of the expert group ('exp', parallel_state.py before MoE parallel
+  // folding) and memsim's "ep" are one group: naming it twice is an error.
+  const std::string twice =
+      Config("env6.json", kMegatron + ", \"hccl_group_buffer\": \"ep:100;exp:200\"");
+  CHECK(ErrorOf(twice) == twice + ": /training/hccl_group_buffer: \"exp\" names group \"ep\", "
+                                  "which an earlier entry sizes already");
   const std::string bad_groups = Config("env4.json", kMegatron + ", \"hccl_group_buffer\": \"dp=200\"");
   CHECK(ErrorOf(bad_groups).find("/training/hccl_group_buffer: expected \"group:MiB;group:MiB\"") !=
         std::string::npos);

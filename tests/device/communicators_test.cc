@@ -1,11 +1,17 @@
 // Memory outside the allocator by mechanism (src/device/communicators.h): each size derived from
 // the parameters of the code that allocates it.
+#include <algorithm>
+#include <string>
+
 #include <catch2/catch.hpp>
+#include <fmt/core.h>
 
 #include "config/load.h"
+#include "core/comm_group.h"
 #include "core/units.h"
 #include "device/communicators.h"
 #include "device/device_model.h"
+#include "engine/stages.h"
 
 using namespace memsim::literals;
 
@@ -98,6 +104,89 @@ TEST_CASE("HCCL: 2 x HCCL_BUFFSIZE per communicator, per group with --hccl-group
   setup.training.env.hccl_group_buffer = {{"tp", 300_MiB}};  // --hccl-group-buffer "tp:300"
   CHECK(CommunicatorBytes(setup.device, setup.training.env, "tp", 4) == 600_MiB);
   CHECK(CommunicatorBytes(setup.device, setup.training.env, "dp", 8) == 200_MiB);
+}
+
+namespace {
+
+// The embedded default (llama2-7b on ascend-910b-64g) with training.hccl_group_buffer = `value`.
+config::Setup WithGroupBuffer(const std::string& value) {
+  config::LoadOptions o;
+  o.overrides.push_back(fmt::format("training.hccl_group_buffer=\"{}\"", value));
+  return config::LoadSetup("", o);
+}
+
+bool Warns(const config::Setup& s, const std::string& text) {
+  return std::any_of(s.warnings.begin(), s.warnings.end(),
+                     [&](const std::string& w) { return w.find(text) != std::string::npos; });
+}
+
+}  // namespace
+
+TEST_CASE("hccl_group_buffer: a known group's size reaches its communicator; other names warn "
+          "and change nothing",
+          "[device][hccl]") {
+  // Every group of the table: "<name>:300" makes that group's HCCL communicator 2 x 300 MiB
+  // without a warning when Megatron makes the group with get_nccl_options; the world's keeps
+  // 2 x 200 MiB (HCCL_BUFFSIZE's default) and the key is named in a warning.
+  for (const CommGroupInfo& row : kCommGroupTable) {
+    CAPTURE(row.name);
+    const config::Setup s = WithGroupBuffer(fmt::format("{}:300", row.name));
+    const Bytes bytes = CommunicatorBytes(s.device, s.training.env, row.name, 4);
+    const bool warned = Warns(s, fmt::format("group \"{}\"", row.name));
+    if (row.nccl_options.empty()) {
+      CHECK(bytes == 400_MiB);
+      CHECK(warned);
+    } else {
+      CHECK(bytes == 600_MiB);
+      CHECK_FALSE(warned);
+    }
+  }
+  // Megatron's own name of memsim's edp (parallel_state.py get_nccl_options('ep_dp')) sizes edp.
+  const config::Setup ep_dp = WithGroupBuffer("ep_dp:300");
+  CHECK(CommunicatorBytes(ep_dp.device, ep_dp.training.env, "edp", 4) == 600_MiB);
+  // A group memsim runs no collective on (MindSpeed's cp2): a warning naming the key and the
+  // groups that take a size; no communicator changes.
+  const config::Setup cp2 = WithGroupBuffer("cp2:300");
+  CHECK(Warns(cp2, "--set training.hccl_group_buffer=\"cp2:300\": group \"cp2\" not modelled "
+                   "(memsim makes communicators for tp, pp, cp, dp, dp_cp, mp, embd, ep, etp and "
+                   "edp); its buffer size is not used"));
+  CHECK(cp2.training.env.hccl_group_buffer.empty());
+}
+
+TEST_CASE("hccl_group_buffer: ep's size moves every MoE stage's peak by exactly its buffers",
+          "[device][hccl]") {
+  // configs/qwen3-30b-a3b-910b-pp4-ep4.json runs the alltoall dispatcher over ep (4 ranks) in
+  // every stage's first forward, before each stage's peak. "ep:1000" makes that communicator
+  // 2 x 1000 MiB instead of 2 x 200 MiB: +1600 MiB outside the allocator on every stage and no
+  // warning. "cp2:1000" (no such communicator) and "world:1000" (no per-group size) warn and
+  // leave every peak as it was. One iteration of 4 micro-batches is enough to reach the peaks'
+  // shape.
+  const auto run = [](const std::string& group_buffer, std::vector<std::string>* warnings) {
+    config::LoadOptions o;
+    o.overrides = {"training.train_iters=1", "training.global_batch_size=16"};
+    if (!group_buffer.empty()) {
+      o.overrides.push_back(fmt::format("training.hccl_group_buffer=\"{}\"", group_buffer));
+    }
+    const config::Setup s = config::LoadSetup(
+        std::string(MEMSIM_SOURCE_DIR) + "/configs/qwen3-30b-a3b-910b-pp4-ep4.json", o);
+    *warnings = s.warnings;
+    std::vector<Bytes> peaks;
+    for (const engine::StageResult& r : engine::RunAllStages(s, {}).stages) {
+      peaks.push_back(r.peak_device_bytes);
+    }
+    return peaks;
+  };
+  std::vector<std::string> none, ep, cp2, world;
+  const std::vector<Bytes> base = run("", &none);
+  const std::vector<Bytes> with_ep = run("ep:1000", &ep);
+  REQUIRE(base.size() == 4);
+  REQUIRE(with_ep.size() == 4);
+  for (size_t i = 0; i < base.size(); ++i) CHECK(with_ep[i] - base[i] == 1600_MiB);
+  CHECK(ep == none);
+  CHECK(run("cp2:1000", &cp2) == base);
+  CHECK(cp2.size() == none.size() + 1);
+  CHECK(run("world:1000", &world) == base);
+  CHECK(world.size() == none.size() + 1);
 }
 
 TEST_CASE("CUDA context: lazy by default, eager with CUDA_MODULE_LOADING=EAGER", "[device]") {

@@ -55,7 +55,7 @@ TEST_CASE("SeriesBuilder keeps at most max_samples and every peak", "[profile]")
     b.Add(k * 1000, s);
   }
   CHECK(b.size() <= 64);
-  timeline::Timeline t = b.Finish({}, "test");
+  timeline::Timeline t = b.Finish({}, Format::kMemsimCsv);
   CHECK(t.samples.size() <= 64);
   Bytes max_allocated = 0, max_reserved = 0;
   for (const auto& s : t.samples) {

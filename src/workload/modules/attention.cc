@@ -158,7 +158,7 @@ CoreAttn CoreForward(ModuleContext& ctx, int l, bool keep) {
     // "cp"), which gives that group its communicator. Only the communicator is modelled here;
     // the ring's receive buffers and per-step saved tensors are not (docs/validation.md).
     ctx.em.Begin("attn.cp_exchange", l);
-    ctx.em.Collective("cp", d.cp, static_cast<double>(2 * d.T * (d.kv / d.t) * d.act_bytes),
+    ctx.em.Collective(CommGroup::kCp, d.cp, static_cast<double>(2 * d.T * (d.kv / d.t) * d.act_bytes),
                       Coll::kP2P);
   }
   return ctx.f.flash ? FlashForward(ctx, l, keep) : UnfusedForward(ctx, l, keep);

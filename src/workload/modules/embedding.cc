@@ -41,7 +41,7 @@ Batch GetBatch(ModuleContext& ctx, bool first_stage, bool last_stage) {
       em.Free(full);
     }
   }
-  em.Collective("tp", d.t, bytes, Coll::kGather);
+  em.Collective(CommGroup::kTp, d.t, bytes, Coll::kGather);
   return b;
 }
 
@@ -72,7 +72,7 @@ TensorId Embedding::Forward(ModuleContext& ctx, const Batch& batch, EmbeddingSav
     saved->indices = batch.tokens;  // F.embedding saves the indices themselves
   }
   TensorId x = em.Alloc(full, Category::kTemporaries, "embedding.word_out");
-  if (!d.sp) em.Collective("tp", d.t, static_cast<double>(full), Coll::kAllReduce);
+  if (!d.sp) em.Collective(CommGroup::kTp, d.t, static_cast<double>(full), Coll::kAllReduce);
   if (ctx.model.type_vocab_size > 0) {
     x = EncoderEmbeddingForward(ctx, x, saved);
   } else if (LearnedPositions(ctx.model)) {
@@ -96,7 +96,7 @@ TensorId Embedding::Forward(ModuleContext& ctx, const Batch& batch, EmbeddingSav
     em.Begin("embedding.scatter");
     y = em.Alloc(full / d.t, d.hidden_dropout ? Category::kTemporaries : Category::kActivations,
                  d.hidden_dropout ? "embedding.scattered" : "embedding.out");
-    em.Collective("tp", d.t, static_cast<double>(full), Coll::kGather);
+    em.Collective(CommGroup::kTp, d.t, static_cast<double>(full), Coll::kGather);
     em.Free(x);
     x = y;
   }
@@ -166,7 +166,7 @@ void Embedding::Backward(ModuleContext& ctx, const Batch& batch, const Embedding
   if (d.sp) {
     em.Begin("embedding.scatter_bwd");
     const TensorId g = em.Alloc(full, Category::kTemporaries, "embedding.d_gathered");
-    em.Collective("tp", d.t, static_cast<double>(full), Coll::kGather);
+    em.Collective(CommGroup::kTp, d.t, static_cast<double>(full), Coll::kGather);
     em.Free(dx);
     dx = g;
   }

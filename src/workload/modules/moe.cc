@@ -119,7 +119,7 @@ TensorId EtpGather(ModuleContext& ctx, const Sizes& z, int l, TensorId in, std::
                    const char* name) {
   if (ctx.d.etp <= 1) return in;
   const TensorId out = Tmp(ctx.em, z.Hidden(rows * ctx.d.etp), l, name);
-  ctx.em.Collective("etp", ctx.d.etp, static_cast<double>(z.Hidden(rows * ctx.d.etp)),
+  ctx.em.Collective(CommGroup::kEtp, ctx.d.etp, static_cast<double>(z.Hidden(rows * ctx.d.etp)),
                     Coll::kGather);
   ctx.em.Free(in);
   return out;
@@ -141,7 +141,7 @@ TensorId Dispatch(ModuleContext& ctx, const Sizes& z, int l, TensorId probs, Moe
     const TensorId probs_all =
         Tmp(em, d.act_bytes * t.n * g * d.experts, l, "moe.probs_gathered");
     ctx.k.MpuBuffer(z.Hidden(t.n * g));
-    em.Collective("ep", static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)), Coll::kGather);
+    em.Collective(CommGroup::kEp, static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)), Coll::kGather);
     em.Free(probs);
     // dispatch_postprocess: local_map [n·g, El] (kept for unpermute), local probs masked to
     // [N], permute() of the gathered tokens into [N, h] with its sorted indices.
@@ -169,7 +169,7 @@ TensorId Dispatch(ModuleContext& ctx, const Sizes& z, int l, TensorId probs, Moe
   em.Begin("moe.dispatch_alltoall", l);
   TensorId recv = Tmp(em, z.Hidden(t.receive), l, "moe.received_tokens");
   TensorId recv_probs = Tmp(em, d.act_bytes * t.receive, l, "moe.received_probs");
-  em.Collective("ep", d.ep, static_cast<double>(z.Hidden(t.send)), Coll::kP2P);
+  em.Collective(CommGroup::kEp, d.ep, static_cast<double>(z.Hidden(t.send)), Coll::kP2P);
   em.Free(sent);
   em.Free(sent_probs);
   // dispatch_postprocess: the expert-TP gather, then sort_chunks_by_idxs by local expert
@@ -260,7 +260,7 @@ TensorId Combine(ModuleContext& ctx, const Sizes& z, int l, TensorId out, bool n
     em.Free(out);
     em.Begin("moe.combine_reduce_scatter", l);
     const TensorId res = Tmp(em, z.Hidden(t.n), l, "moe.output");
-    em.Collective("ep", static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)),
+    em.Collective(CommGroup::kEp, static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)),
                   Coll::kGather);
     em.Free(full);
     if (nograd) FreeMaps(em, a);
@@ -275,7 +275,7 @@ TensorId Combine(ModuleContext& ctx, const Sizes& z, int l, TensorId out, bool n
   }
   if (d.etp > 1) {
     const TensorId rs = Tmp(em, z.Hidden(t.receive), l, "moe.expert_output_etp");
-    em.Collective("etp", d.etp, static_cast<double>(z.Hidden(t.expert)), Coll::kGather);
+    em.Collective(CommGroup::kEtp, d.etp, static_cast<double>(z.Hidden(t.expert)), Coll::kGather);
     em.Free(out);
     out = rs;
   }
@@ -283,7 +283,7 @@ TensorId Combine(ModuleContext& ctx, const Sizes& z, int l, TensorId out, bool n
   // [n, h] (moe_utils.py unpermute, scatter_add).
   em.Begin("moe.combine_alltoall", l);
   const TensorId back = Tmp(em, z.Hidden(t.send), l, "moe.combined_tokens");
-  em.Collective("ep", d.ep, static_cast<double>(z.Hidden(t.send)), Coll::kP2P);
+  em.Collective(CommGroup::kEp, d.ep, static_cast<double>(z.Hidden(t.send)), Coll::kP2P);
   em.Free(out);
   em.Begin("moe.unpermute", l);
   if (ctx.f.moe_probs_at_unpermute) {
@@ -390,7 +390,7 @@ TensorId CombineBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dy,
     const std::int64_t g = std::int64_t{d.ep} * d.etp;
     em.Begin("moe.combine_reduce_scatter_bwd", l);
     const TensorId full = Tmp(em, z.Hidden(t.n * g), l, "moe.d_unpermuted_tokens");
-    em.Collective("ep", static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)), Coll::kGather);
+    em.Collective(CommGroup::kEp, static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)), Coll::kGather);
     drop_dy();
     em.Begin("moe.unpermute_bwd", l);
     const TensorId out = Tmp(em, z.Hidden(t.expert), l, "moe.d_expert_output");
@@ -408,7 +408,7 @@ TensorId CombineBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dy,
   drop_dy();
   em.Begin("moe.combine_alltoall_bwd", l);
   TensorId r = Tmp(em, z.Hidden(t.receive), l, "moe.d_expert_output_ep");
-  em.Collective("ep", d.ep, static_cast<double>(z.Hidden(t.send)), Coll::kP2P);
+  em.Collective(CommGroup::kEp, d.ep, static_cast<double>(z.Hidden(t.send)), Coll::kP2P);
   em.Free(g);
   r = EtpGather(ctx, z, l, r, t.receive, "moe.d_expert_output_etp");
   if (t.local_experts > 1) {
@@ -494,7 +494,7 @@ TensorId DispatchBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dx
     em.Begin("moe.dispatch_allgather_bwd", l);
     const TensorId out = Tmp(em, z.Hidden(t.n), l, "moe.d_routed_input");
     *d_dense = Tmp(em, d.act_bytes * t.n * d.experts, l, "moe.d_probs");
-    em.Collective("ep", static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)), Coll::kGather);
+    em.Collective(CommGroup::kEp, static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)), Coll::kGather);
     em.Free(full);
     em.Free(probs);
     return out;
@@ -513,7 +513,7 @@ TensorId DispatchBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dx
     em.Begin("moe.etp_gather_bwd", l);
     const TensorId x2 = Tmp(em, z.Hidden(t.receive), l, "moe.d_received_tokens_ep");
     const TensorId p2 = Tmp(em, d.act_bytes * t.receive, l, "moe.d_received_probs_ep");
-    em.Collective("etp", d.etp, static_cast<double>(z.Hidden(rows)), Coll::kGather);
+    em.Collective(CommGroup::kEtp, d.etp, static_cast<double>(z.Hidden(rows)), Coll::kGather);
     em.Free(dx);
     em.Free(dp);
     dx = x2;
@@ -522,7 +522,7 @@ TensorId DispatchBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dx
   em.Begin("moe.dispatch_alltoall_bwd", l);
   const TensorId sx = Tmp(em, z.Hidden(t.send), l, "moe.d_permuted_tokens");
   const TensorId sp = Tmp(em, d.act_bytes * t.send, l, "moe.d_permuted_probs");
-  em.Collective("ep", d.ep, static_cast<double>(z.Hidden(t.send)), Coll::kP2P);
+  em.Collective(CommGroup::kEp, d.ep, static_cast<double>(z.Hidden(t.send)), Coll::kP2P);
   em.Free(dx);
   em.Free(dp);
   // permute's backward: unpermute into zeros [n, h]; the probs' index_select backward into

@@ -59,7 +59,7 @@ TensorId OutputAndLoss::Forward(ModuleContext& ctx, TensorId x, const std::strin
   const TensorId pred = em.Alloc(4 * d.T, Category::kTemporaries, "loss.predicted_logits");
   const TensorId sum = em.Alloc(4 * d.T, Category::kTemporaries, "loss.sum_exp_logits");
   const TensorId per_token = em.Alloc(4 * d.T, Category::kTemporaries, "loss.per_token");
-  em.Collective("tp", d.t, 12.0 * d.T, Coll::kAllReduce);
+  em.Collective(CommGroup::kTp, d.t, 12.0 * d.T, Coll::kAllReduce);
   for (TensorId id : {mx, arange, pred, sum}) em.Free(id);
   if (ce_input) em.Free(*ce_input);  // the fp32 input (bf16: the .float() copy; fp32: the logits)
   if (d.act_bytes != 4) em.Free(logits);  // 16-bit logits dropped when GPTModel.forward returns
