@@ -15,9 +15,10 @@
 namespace memsim::config::internal {
 
 // Throws UnsupportedError for the stacks and features memsim recognises and does not model
-// (framework other than "megatron" and "pytorch", ZeRO-2/3 without Megatron-FSDP, expert
-// parallelism, CUDA graphs, FP8, a resume with optimizer state). Run first, so that a config for
-// another stack says "unsupported" rather than naming its first unknown key.
+// (framework other than "megatron" and "pytorch", ZeRO-2/3 outside Megatron-FSDP,
+// Megatron-FSDP's optim_grads_params, CUDA graphs, FP8, a resume with optimizer state). Run
+// first, so that a config for another stack says "unsupported" rather than naming its first
+// unknown key. ("hf-trainer" configs are read by hf_trainer.h instead.)
 void RejectUnsupported(ObjectReader& t);
 
 // The keys the training block may hold, besides MegatronArchitectureKeys() (parts.h).
