@@ -26,8 +26,9 @@ enum class BlockReader { kMegatron, kPlainPyTorch };
 const Stack& StackOfBlock(ObjectReader& t);
 
 // Throws UnsupportedError for the features memsim recognises and does not model (ZeRO-2/3
-// without Megatron-FSDP, CUDA graphs, FP8, a resume with optimizer state). Run first, so that a
-// config for another stack says "unsupported" rather than naming its first unknown key.
+// outside Megatron-FSDP, Megatron-FSDP's optim_grads_params, CUDA graphs, FP8, a resume with
+// optimizer state). Run first, so that a config for another stack says "unsupported" rather
+// than naming its first unknown key.
 void RejectUnsupported(ObjectReader& t, BlockReader reader);
 
 // Before the model is read, for a stack that reads the Megatron-named block: RejectUnsupported,

@@ -1,14 +1,16 @@
-// workload::Build: Setup + pipeline rank -> Program, the allocation stream of one rank of a dense
-// GPT/LLaMA/Qwen-style decoder, over init (iteration 0) and setup.training.train_iters
-// iterations, as the Setup's stack runs it: Megatron-core (Transformer Engine or local layers)
-// with its DDP or Megatron-FSDP, or a plain PyTorch loop on one device. All policy lives in
-// workload/ (docs/architecture.md, "workload/: the generator as composable parts"), each rule
-// next to the code that applies it with its upstream source; docs/training-memory.md collects
-// the facts. Pure and deterministic: no I/O, no clocks; equal Setups give equal Programs. Not
-// modelled: MoE, ZeRO-2/3 outside Megatron-FSDP, CP communication, checkpoint resume,
-// attention-mask tensors (assumes --no-create-attention-mask-in-dataloader), RoPE output copies
-// (docs/training-memory.md, 'Saved tensors of a layer', A4': unverified), and memory outside the
-// caching allocator (device/).
+// workload::Build: Setup + pipeline rank -> Program, the allocation stream of one rank over init
+// (iteration 0) and setup.training.train_iters iterations, as the Setup's stack runs it
+// (config/stack.h: its wrapper and training loop): Megatron-core (Transformer Engine or local
+// layers, dense or mixture-of-experts) with its DDP, distributed optimizer or Megatron-FSDP; a
+// plain PyTorch loop on one device or under DistributedDataParallel; the Hugging Face Trainer
+// with PEFT over Transformers' decoder and encoder layers. All policy lives in workload/
+// (docs/architecture.md, "workload/: the generator as composable parts"), each rule next to the
+// code that applies it with its upstream source; docs/training-memory.md collects the facts.
+// Pure and deterministic: no I/O, no clocks; equal Setups give equal Programs. Not modelled:
+// ZeRO-2/3 outside Megatron-FSDP and Megatron-FSDP's optim_grads_params, checkpoint resume, the
+// context-parallel ring's receive buffers and per-step saved tensors (only its "cp" communicator
+// is), RoPE output copies (docs/training-memory.md, 'Saved tensors of a layer', A4':
+// unverified), and memory outside the caching allocator (device/).
 //
 // Conventions of the Program (see program.h for op semantics):
 // - Every tensor is one TensorAlloc; labels name the module ("layer3.attn.qkv",

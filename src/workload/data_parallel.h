@@ -62,7 +62,9 @@ class DataParallel : public GradSink {
   void TakeParamGrad(Emitter& em, TensorId grad, const std::string& param) override = 0;
   // Around the forward of one site (the embedding, a layer, the head), as module forward
   // pre/post hooks would see it (the place where a sharding wrapper gathers and releases
-  // parameters).
+  // parameters). Full recompute calls them again around each layer it re-runs in backward,
+  // before that layer's BeforeBackward (torch.utils.checkpoint re-runs the module, hooks
+  // included); there em.phase() is Phase::kBackward.
   virtual void BeforeForward(Emitter& /*em*/, GradSite /*site*/, int /*layer*/) {}
   virtual void AfterForward(Emitter& /*em*/, GradSite /*site*/, int /*layer*/) {}
   // Around the backward of one gradient site (GradSite; `layer` for kLayer).

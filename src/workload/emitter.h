@@ -49,6 +49,8 @@ class Emitter {
   void SetPhase(Phase phase) { phase_ = phase; }
   void SetMicroBatch(int micro_batch) { micro_batch_ = micro_batch; }
   int iteration() const { return iteration_; }
+  // The phase of the ops begun from now on (Phase::kBackward in a recompute's re-forward).
+  Phase phase() const { return phase_; }
   // A prefix for op names ("recompute."); "" for none.
   void SetPrefix(std::string prefix) { prefix_ = std::move(prefix); }
 

@@ -3,7 +3,9 @@
 // contiguous buffer layout of the Megatron wrappers with the distributed-optimizer shard
 // ('Megatron DDP buffers', 'Main parameters'). Pure functions of a Setup;
 // used by Build (build.h) and by the closed forms of ComputeStaticSizes. Element counts are
-// int64 numbers of elements, sizes in bytes. Not modelled: MoE, ZeRO-2/3 outside Megatron-FSDP,
+// int64 numbers of elements, sizes in bytes. ModelDims holds shapes, parallel sizes and element
+// sizes only; what the framework's code does at its release on this device is FrameworkFacts
+// (facts.h). Not modelled: ZeRO-2/3 outside Megatron-FSDP, Megatron-FSDP's optim_grads_params,
 // uneven pipeline splits (config/ rejects those). Megatron-FSDP's buffers: LayoutGradBuffers.
 #pragma once
 

@@ -116,11 +116,22 @@ TensorId StageRunner::LayersBackward(Unit& u, int chunk, TensorId dy, bool dy_ex
     TensorId recomputed_out = 0;
     if (run->checkpointed) {
       // CheckpointFunction.backward: re-run the run's forward with grad, then its backward.
+      // The re-run calls each layer as a module, so its forward pre / post hooks fire again,
+      // layer by layer, before the run's backward: Megatron's custom_forward calls layer(...)
+      // (transformer_block.py _checkpointed_forward), re-run by ctx.run_function in
+      // tensor_parallel/random.py CheckpointFunction.backward; Transformers checkpoints
+      // decoder_layer.__call__ (torch/utils/checkpoint.py CheckpointFunction.backward). Hence
+      // the wrapper's forward hooks around each re-run layer; what a sharding wrapper does there
+      // is its own rule (FSDP's _pre_forward / _post_forward return at once in the recomputed
+      // forward, torch/distributed/fsdp/_runtime_utils.py: its pre-backward hook unsharded).
       em.SetPrefix("recompute.");
       TensorId x = u.layer_inputs[run->first];
       for (int i = run->first; i <= run->last; ++i) {
         u.layer_inputs[i] = x;
-        x = layer_.Forward(ctx_, GlobalLayer(chunk, i), x, false, false, &u.layers[i]);
+        const int l = GlobalLayer(chunk, i);
+        dp_.BeforeForward(em, GradSite::kLayer, l);
+        x = layer_.Forward(ctx_, l, x, false, false, &u.layers[i]);
+        dp_.AfterForward(em, GradSite::kLayer, l);
       }
       em.SetPrefix("");
       recomputed_out = x;  // held by the checkpoint until its backward ends

@@ -3,8 +3,9 @@
 // it (megatron/core/pipeline_parallel/schedules.py): get_batch, the embedding on the first
 // stage, the chunk's decoder layers (with full recompute where the policy checkpoints them),
 // the output layer and loss on the last stage, and the pipeline exchanges around them. It
-// holds the saved tensors of every unit in flight; the data-parallel wrapper's backward hooks
-// run around each gradient site.
+// holds the saved tensors of every unit in flight; the data-parallel wrapper's forward hooks run
+// around each site's forward (full recompute's re-forward of a layer included), its backward
+// hooks around each gradient site's backward.
 #pragma once
 
 #include <map>

@@ -7,8 +7,12 @@
 // torch_npu npu_fusion_attention on Ascend), and Megatron-core's unfused DotProductAttention
 // (saves the [b, a/t, s, s] probabilities; megatron/core/transformer/dot_product_attention.py).
 // Selective recompute of "core_attn" re-runs core attention in backward instead of saving it.
-// Not modelled: attention masks (--no-create-attention-mask-in-dataloader assumed), RoPE
-// output copies, context-parallel communication.
+// Context parallelism (cp > 1): core attention exchanges K and V with the other ranks of
+// Megatron's "cp" group (Transformer Engine AttnFuncWithCPAndKVP2P), which gives that group its
+// communicator. The dataloader's causal mask, where there is one, is a batch tensor
+// (embedding.h GetBatch, ModelDims::dataloader_attention_mask). Not modelled: RoPE output
+// copies (docs/training-memory.md, 'Saved tensors of a layer', A4'), the context-parallel
+// ring's receive buffers and per-step saved tensors (only its communicator is).
 #pragma once
 
 #include "workload/modules/module.h"

@@ -12,7 +12,9 @@ namespace memsim::workload {
 
 // The batch tensors of one micro-batch (Megatron get_batch, megatron/training/utils.py
 // get_batch_on_this_tp_rank): tokens and position ids on the first stage, labels and the loss
-// mask on the last. Attention masks are not modelled (--no-create-attention-mask-in-dataloader).
+// mask on the last, and on both Megatron's causal mask where the dataloader makes one
+// (ModelDims::dataloader_attention_mask: off Ascend, without
+// --no-create-attention-mask-in-dataloader).
 struct Batch {
   TensorId tokens = 0, position_ids = 0, labels = 0, loss_mask = 0;
   TensorId attention_mask = 0;  // ModelDims::dataloader_attention_mask

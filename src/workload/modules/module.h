@@ -1,5 +1,5 @@
-// LayerModule: one module of a transformer layer (attention, MLP; an expert MLP next), as the
-// framework runs it on one rank. A module says which parameters it registers (shapes and shard
+// LayerModule: one module of a transformer layer (attention, the dense MLP or the MoE MLP), as
+// the framework runs it on one rank. A module says which parameters it registers (shapes and shard
 // rules), what its forward allocates and what it saves for backward, and what its backward
 // allocates and frees. A decoder layer (decoder_layer.h) is a sequence of such modules, each
 // taking the previous one's output as its input (a pre-norm residual block: norm, branch,
