@@ -113,10 +113,11 @@ struct JobEnvironment {
 };
 
 struct TrainingConfig {
-  // The training stack: "megatron" (Megatron-core with its DDP or Megatron-FSDP), "pytorch"
-  // (plain PyTorch on one device, no data-parallel wrapper: all parallel sizes 1) or
-  // "hf-trainer" (the Hugging Face Trainer on one device, read from TrainingArguments names by
-  // config/hf_trainer.cc into the same fields: a plain PyTorch loop, PyTorchLoop below).
+  // The training stack, by the name it is registered under (config/stack.h; the training block's
+  // "framework" key): "megatron" (Megatron-core with its DDP or Megatron-FSDP), "pytorch" (plain
+  // PyTorch on one device or under DistributedDataParallel) or "hf-trainer" (the Hugging Face
+  // Trainer, read from TrainingArguments names by config/hf_trainer.cc into the same fields).
+  // Code asks config::StackOf(c) for what depends on it, never compares the name.
   std::string framework = "megatron";
   int seq_length = 0;
   int micro_batch_size = 1;
@@ -307,10 +308,11 @@ using DataParallelWrapper = std::variant<MegatronDdp, MegatronFsdp, SingleDevice
 DataParallelWrapper DataParallelOf(const TrainingConfig& c);
 
 // The vocabulary rows of the embedding and output layer, the one definition every module uses.
-// A stack that pads (StackTraits::pads_vocab, Megatron-core): vocab_size rounded up to a multiple of make_vocab_size_divisible_by × TP
-// (Megatron _vocab_size_with_padding, megatron/training/tokenizer/tokenizer.py). Others
-// ("pytorch", "hf-trainer"): vocab_size (a Hugging Face model keeps config.vocab_size rows). int64: the product
-// can pass 2^31 (config/rules.h bounds it at 2^27).
+// A stack that pads (StackTraits::pads_vocab, Megatron-core): vocab_size rounded up to a
+// multiple of make_vocab_size_divisible_by × TP (Megatron _vocab_size_with_padding,
+// megatron/training/tokenizer/tokenizer.py). Others ("pytorch", "hf-trainer"): vocab_size (a
+// Hugging Face model keeps config.vocab_size rows). int64: the product can pass 2^31
+// (config/rules.h bounds it at 2^27).
 std::int64_t PaddedVocabSize(const ModelConfig& m, const TrainingConfig& c);
 
 // How NCCL connects the GPUs of one node (device preset "nccl" block), the inputs of

@@ -1,9 +1,11 @@
-// The training loop around the schedule, one per framework:
+// The training loops around the schedule; a stack picks its own (config/stack.h
+// NewTrainingLoop), or brings one of its own as a subclass of TrainingLoop:
 // - MegatronLoop: Megatron-LM's train_step (megatron/training/training.py): zero_grad_buffer
 //   and optimizer.zero_grad, forward_backward_func over the micro-batches with
 //   finalize_model_grads at its end (megatron/core/distributed/finalize_model_grads.py), the
 //   empty_unused_memory_level cache releases, optimizer.step();
-// - PyTorchLoop: a plain loop on one device: optimizer.zero_grad() at the start of each
+// - PyTorchLoop: a plain loop (one device, or under DistributedDataParallel, whose hooks the
+//   data-parallel wrapper adds): optimizer.zero_grad() at the start of each
 //   iteration, forward and backward of each micro-batch (gradient accumulation), a
 //   torch.optim step.
 // Both build the model the same way at init (one tensor per parameter, construction order,

@@ -47,7 +47,7 @@ const ModelledFeature kModelled[] = {
      "src/workload/modules/moe.h", "class MoeModule final : public LayerModule"},
     {"context-parallel communication",
      R"(\bCP communication|context[- ]parallel(ism)? communication)",
-     "src/workload/modules/attention.cc", "Collective(\"cp\""},
+     "src/workload/modules/attention.cc", "Collective(CommGroup::kCp"},
     {"attention masks", R"(attention[- ]masks?\b)", "src/workload/modules/embedding.cc",
      "\"data.attention_mask\""},
     {"encoder models (BERT)", R"(\bencoder models?\b|\bBERT\b)",

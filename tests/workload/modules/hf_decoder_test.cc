@@ -1,0 +1,119 @@
+// Transformers' decoder modules (modules/hf_decoder.h, framework "hf-trainer") run alone on the
+// module harness, counted by hand from modeling_llama.py and PyTorch's autograd formulas
+// (tools/autograd/derivatives.yaml).
+//
+// Shape: testing::TinyLlama with 2 KV heads: h 64, a 4 heads of dh 16 (q = 64), g 2
+// (kv = 32), intermediate 128 (SwiGLU), s 32, b 1: T = 32 tokens; no biases. Weights loaded in
+// bf16 (torch_dtype bfloat16) under bf16 autocast: every tensor of the residual stream, the
+// linears and sdpa is bf16 (2 bytes), no autocast copies. attn_implementation "sdpa" on a GPU
+// (the flash backend for 16-bit). No wgrad fusion (plain PyTorch).
+#include "workload/modules/hf_decoder.h"
+
+#include <catch2/catch.hpp>
+
+#include "workload/module_harness.h"
+#include "workload/test_setups.h"
+
+namespace memsim::workload::hf_decoder_module_test {
+
+using testing::ModuleHarness;
+using testing::SeenTensors;
+
+constexpr Bytes kT = 32, kH = 64, kQ = 64, kKv = 32, kFfn = 128, kHeads = 4;
+
+config::Setup BfloatHfLlama() {
+  config::Setup s = testing::TinyLlama();
+  s.model.num_key_value_heads = 2;
+  s.training.framework = "hf-trainer";
+  s.training.transformer_impl = "local";
+  s.training.gradient_accumulation_fusion = false;
+  s.training.use_flash_attn = true;  // sdpa
+  s.training.precision = config::Precision::kBf16;
+  s.training.torch_dtype = config::Precision::kBf16;
+  return s;
+}
+
+TEST_CASE(
+    "Llama MLP under the Trainer saves the fp32 norm input, the norm output and the four "
+    "[T, ffn] tensors of the gated MLP",
+    "[workload][modules][hf_decoder]") {
+  ModuleHarness h(BfloatHfLlama());
+  HfMlpModule mlp;
+  h.Forward(mlp);
+  CHECK(h.Saved() == SeenTensors{
+                         // LlamaRMSNorm: hidden_states.to(float32), saved by pow (4·T·h); rsqrt's
+                         // result, fp32 [T] (4·T); .to(bf16) of the normalized rows, saved by the
+                         // weight's mul (2·T·h); weight · that, saved by gate_proj and up_proj.
+                         {"layer0.post_attention_layernorm.input_fp32", 4 * kT * kH},
+                         {"layer0.post_attention_layernorm.rstd", 4 * kT},
+                         {"layer0.post_attention_layernorm.normed", 2 * kT * kH},
+                         {"layer0.post_attention_layernorm.out", 2 * kT * kH},
+                         // LlamaMLP: gate_proj's output (SiLU's input), act_fn's output and
+                         // up_proj's output (the mul's factors), the product (down_proj's
+                         // input): [T, ffn] each, 2·T·ffn.
+                         {"layer0.mlp.gate_proj.out", 2 * kT * kFfn},
+                         {"layer0.mlp.act_out", 2 * kT * kFfn},
+                         {"layer0.mlp.up_proj.out", 2 * kT * kFfn},
+                         {"layer0.mlp.act_mul_up", 2 * kT * kFfn},
+                     });
+  CHECK(h.problems().empty());
+}
+
+TEST_CASE(
+    "Llama MLP backward frees all it saved and hands down, up and gate projections' grads "
+    "then the norm's to the wrapper",
+    "[workload][modules][hf_decoder]") {
+  ModuleHarness h(BfloatHfLlama());
+  HfMlpModule mlp;
+  h.Forward(mlp);
+  h.Backward();
+  CHECK(h.Leaked().empty());
+  CHECK(h.problems().empty());
+  // The engine runs down_proj's MmBackward first, then the mul's (up_proj made after act_fn, so
+  // first), then gate_proj, then the norm: [h, ffn] or [ffn, h] in bf16 (2·h·ffn), the norm
+  // weight [h] (2·h).
+  CHECK(h.wrapper().grads() == SeenTensors{{"layer0.mlp.down_proj.weight", 2 * kH * kFfn},
+                                           {"layer0.mlp.up_proj.weight", 2 * kFfn * kH},
+                                           {"layer0.mlp.gate_proj.weight", 2 * kFfn * kH},
+                                           {"layer0.post_attention_layernorm.weight", 2 * kH}});
+  // torch GEMMs: cuBLAS's workspace for the forward's thread and one for the autograd engine's
+  // (8 × 4 MiB each on sm >= 90; aten/src/ATen/cuda/CublasHandlePool.cpp).
+  CHECK(h.Alive(Category::kWorkspace) ==
+        SeenTensors{{"workspace.cublas", 32 * kMiB}, {"workspace.cublas_autograd", 32 * kMiB}});
+}
+
+TEST_CASE(
+    "Llama attention under the Trainer saves the norm, v, the rotated q and k, and sdpa's "
+    "output and logsumexp",
+    "[workload][modules][hf_decoder]") {
+  ModuleHarness h(BfloatHfLlama());
+  HfAttentionModule attention;
+  h.Forward(attention);
+  CHECK(h.Saved() == SeenTensors{
+                         // input_layernorm, as the MLP's norm above.
+                         {"layer0.input_layernorm.input_fp32", 4 * kT * kH},
+                         {"layer0.input_layernorm.rstd", 4 * kT},
+                         {"layer0.input_layernorm.normed", 2 * kT * kH},
+                         {"layer0.input_layernorm.out", 2 * kT * kH},
+                         // v_proj's output [T, kv] goes to sdpa unchanged (2·T·kv); q_proj's
+                         // and k_proj's are dropped once apply_rotary_pos_emb made q_embed
+                         // [T, q] and k_embed [T, kv] (cos and sin need no grad).
+                         {"layer0.self_attn.v_proj.out", 2 * kT * kKv},
+                         {"layer0.self_attn.q_embed", 2 * kT * kQ},
+                         {"layer0.self_attn.k_embed", 2 * kT * kKv},
+                         // _scaled_dot_product_flash_attention: its output [b, s, a, dh] (also
+                         // o_proj's input, 2·T·q) and logsumexp fp32 [b, a, s] (4·b·a·s).
+                         {"layer0.self_attn.attn_output", 2 * kT * kQ},
+                         {"layer0.self_attn.logsumexp", 4 * kHeads * kT},
+                     });
+  h.Backward();
+  CHECK(h.Leaked().empty());
+  CHECK(h.problems().empty());
+  // o_proj first (the last op of forward), then v, k, q in the engine's order, then the norm.
+  CHECK(h.wrapper().grads().size() == 5);
+  CHECK(h.wrapper().grads().front() ==
+        testing::SeenTensor{"layer0.self_attn.o_proj.weight", 2 * kH * kQ});
+  CHECK(h.wrapper().grads().back() == testing::SeenTensor{"layer0.input_layernorm.weight", 2 * kH});
+}
+
+}  // namespace memsim::workload::hf_decoder_module_test
