@@ -138,7 +138,7 @@ void ReadAllocatorSection(ObjectReader& top, const LoadOptions& options, Setup* 
 }
 
 // Transformer Engine runs only on CUDA; say which releases memsim assumed when none is stated
-// (they decide whether dummy weight grads are cached, workload/model.cc).
+// (they decide whether dummy weight grads are cached, workload/facts.cc).
 void NoteSoftwareVersions(ObjectReader& t, Setup* s) {
   const bool te = s->device.allocator_backend == alloc::Backend::kCuda &&
                   (s->training.transformer_impl == "transformer_engine" ||
@@ -152,7 +152,7 @@ void NoteSoftwareVersions(ObjectReader& t, Setup* s) {
       }
     }
   }
-  // workload/model.cc: the data loader's causal mask is modelled for Megatron's get_batch on
+  // stacks/megatron.cc: the data loader's causal mask is modelled for Megatron's get_batch on
   // CUDA only (MindSpeed-LLM replaces get_batch on Ascend; a plain PyTorch loop has its own).
   if (t.Has("create_attention_mask_in_dataloader") &&
       (!StackOf(s->training).Traits().megatron_get_batch ||

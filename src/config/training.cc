@@ -863,4 +863,10 @@ TrainingConfig ReadTraining(ObjectReader& t, std::string_view framework, BlockRe
   return c;
 }
 
+void ReadMegatronNamedBlock(ObjectReader& t, LocatedModel* model, std::string_view framework,
+                            BlockReader reader, Setup* s) {
+  ApplyMegatronArchitecture(t, model, &s->notes);
+  s->training = ReadTraining(t, framework, reader, &s->notes, &s->warnings);
+}
+
 }  // namespace memsim::config::internal

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "config/parts.h"
 #include "config/reader.h"
 #include "config/setup.h"
 #include "config/stack.h"
@@ -43,6 +44,12 @@ const std::vector<std::string>& TrainingKeys();
 // skipped_iterations (TrainingConfig::skipped_iterations): the fp16 loss scaler's skipped steps,
 // read after c.precision; an error naming it with another precision. Also read by hf-trainer.
 void ReadSkippedIterations(ObjectReader& t, TrainingConfig& c);
+
+// After the model is read, for a stack that reads the Megatron-named block: the block's
+// architecture keys applied to `model` (parts.h ApplyMegatronArchitecture), then the block read
+// into s->training (ReadTraining) with s's notes and warnings.
+void ReadMegatronNamedBlock(ObjectReader& t, LocatedModel* model, std::string_view framework,
+                            BlockReader reader, Setup* s);
 
 // Reads the training block for the stack named `framework`; appends to `notes` what was
 // defaulted, adjusted or not used. REQUIRES: CheckMegatronNamedKeys(t, framework, reader) passed.

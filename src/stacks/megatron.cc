@@ -6,7 +6,6 @@
 #include <fmt/core.h>
 
 #include "config/origin.h"
-#include "config/parts.h"
 #include "config/reader.h"
 #include "config/training.h"
 #include "stacks/stacks.h"
@@ -97,8 +96,7 @@ class MegatronStack final : public config::Stack {
   }
   void ReadAfterModel(config::internal::ObjectReader& t, config::internal::LocatedModel* model,
                       config::Setup* s) const override {
-    config::internal::ApplyMegatronArchitecture(t, model, &s->notes);
-    s->training = config::internal::ReadTraining(t, Name(), kReader, &s->notes, &s->warnings);
+    config::internal::ReadMegatronNamedBlock(t, model, Name(), kReader, s);
   }
 
   void Derive(config::Setup* s, const config::internal::Origin& origin) const override {

@@ -3,7 +3,6 @@
 // torch.nn.parallel.DistributedDataParallel, over a model in its own dtype with torch.autocast.
 // Reads the Megatron-named training block with plain PyTorch's rules (config/training.h
 // BlockReader::kPlainPyTorch). PyTorchLoopStack is the part "hf-trainer" shares.
-#include "config/parts.h"
 #include "config/reader.h"
 #include "config/training.h"
 #include "stacks/stacks.h"
@@ -84,8 +83,7 @@ class PyTorchStack final : public PyTorchLoopStack {
   // The block's Megatron architecture keys apply to the model as under "megatron".
   void ReadAfterModel(config::internal::ObjectReader& t, config::internal::LocatedModel* model,
                       config::Setup* s) const override {
-    config::internal::ApplyMegatronArchitecture(t, model, &s->notes);
-    s->training = config::internal::ReadTraining(t, Name(), kReader, &s->notes, &s->warnings);
+    config::internal::ReadMegatronNamedBlock(t, model, Name(), kReader, s);
   }
 
  private:

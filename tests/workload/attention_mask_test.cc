@@ -1,4 +1,4 @@
-// Megatron's dataloader attention mask on the device (ModelDims::dataloader_attention_mask):
+// Megatron's dataloader attention mask on the device (FrameworkFacts::dataloader_attention_mask):
 // size from gpt_dataset.py _get_ltor_masks_and_position_ids (one bool [1, S, S] per sample),
 // lifetime from pretrain_gpt.py forward_step and tensor_parallel.checkpoint.
 #include <catch2/catch.hpp>

@@ -186,7 +186,7 @@ TEST_CASE("TP + SP + flash attention: 34·s·b·h/t per layer", "[workload]") {
   s.training.use_flash_attn = true;
   const Program p = Build(s, 0);
   // 34 · 2,097,152 / 2 = 35,651,584 bytes (Korthikanti Table 2, SP + selective), plus on this
-  // A100 flash-attn 2's own saved output under Transformer Engine (ModelDims::te_flash_attn2:
+  // A100 flash-attn 2's own saved output under Transformer Engine (FrameworkFacts::te_flash_attn2:
   // TE FlashAttention.forward returns a [s, b] copy, flash-attn saves its [b, s] output):
   // 2 B · s·b·h/t = 2,097,152 bytes. 37,748,736 bytes in all.
   CHECK(Within(static_cast<double>(LayerSavedBytes(p, 2, 0, 1)), 37'748'736.0, 0.01));

@@ -13,7 +13,7 @@ constexpr ResidualNames kNames = {"attn",          "ln1",          "proj",
 // Saved tensors of core attention. Flash: output and softmax statistics (lse1; on Ascend
 // npu_fusion_attention's softmax_max and softmax_sum, lse1 and lse2). Unfused: probabilities,
 // dropout mask and output, GQA's repeated K and V, and the output; under PyTorch before 1.11
-// also softmax's input (ModelDims::softmax_saves_input).
+// also softmax's input (FrameworkFacts::softmax_saves_input).
 struct CoreAttn {
   TensorId out = 0, lse1 = 0, lse2 = 0, probs = 0, dmask = 0, dout = 0, k_rep = 0, v_rep = 0;
   TensorId softmax_in = 0;
@@ -46,7 +46,7 @@ CoreAttn FlashForward(ModuleContext& ctx, int l, bool keep) {
   CoreAttn c;
   em.Begin("attn.core", l);
   if (ctx.f.te_flash_attn2 || ctx.f.te_fused_attn_bshd_out) {
-    // ModelDims::te_flash_attn2 / te_fused_attn_bshd_out: the kernel's Function saves the output
+    // FrameworkFacts::te_flash_attn2 / te_fused_attn_bshd_out: the kernel's Function saves the output
     // it wrote; the output projection saves a [s, b, ...] copy of it (core_out below).
     c.fa_out = em.Alloc(d.act_bytes * d.T * d.q / d.t, Category::kActivations,
                         LayerLabel(l, ctx.f.te_flash_attn2 ? "attn.flash_out" : "attn.fused_out"));
@@ -92,7 +92,7 @@ CoreAttn UnfusedForward(ModuleContext& ctx, int l, bool keep) {
     // get_extended_attention_mask (modeling_utils.py) turns it into the additive [b, 1, 1, s]
     // mask, in the model's dtype, so under autocast over fp32 weights the masked scores promote
     // to fp32 (wide_bytes, model.h; act_bytes otherwise). Before PyTorch 1.11 softmax saves
-    // the masked scores for its backward (ModelDims::softmax_saves_input).
+    // the masked scores for its backward (FrameworkFacts::softmax_saves_input).
     scores = em.Alloc(d.act_bytes * s2, Category::kTemporaries, LayerLabel(l, "attn.scores"));
     const TensorId scaled =
         em.Alloc(d.act_bytes * s2, Category::kTemporaries, LayerLabel(l, "attn.scores_scaled"));

@@ -10,7 +10,7 @@
 // Context parallelism (cp > 1): core attention exchanges K and V with the other ranks of
 // Megatron's "cp" group (Transformer Engine AttnFuncWithCPAndKVP2P), which gives that group its
 // communicator. The dataloader's causal mask, where there is one, is a batch tensor
-// (embedding.h GetBatch, ModelDims::dataloader_attention_mask). Not modelled: RoPE output
+// (embedding.h GetBatch, FrameworkFacts::dataloader_attention_mask). Not modelled: RoPE output
 // copies (docs/training-memory.md, 'Saved tensors of a layer', A4'), the context-parallel
 // ring's receive buffers and per-step saved tensors (only its communicator is).
 #pragma once

@@ -13,11 +13,11 @@ namespace memsim::workload {
 // The batch tensors of one micro-batch (Megatron get_batch, megatron/training/utils.py
 // get_batch_on_this_tp_rank): tokens and position ids on the first stage, labels and the loss
 // mask on the last, and on both Megatron's causal mask where the dataloader makes one
-// (ModelDims::dataloader_attention_mask: off Ascend, without
+// (FrameworkFacts::dataloader_attention_mask: off Ascend, without
 // --no-create-attention-mask-in-dataloader).
 struct Batch {
   TensorId tokens = 0, position_ids = 0, labels = 0, loss_mask = 0;
-  TensorId attention_mask = 0;  // ModelDims::dataloader_attention_mask
+  TensorId attention_mask = 0;  // FrameworkFacts::dataloader_attention_mask
 };
 // Emits get_batch ("data.get_batch", a broadcast over TP).
 Batch GetBatch(ModuleContext& ctx, bool first_stage, bool last_stage);

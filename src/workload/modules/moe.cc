@@ -26,7 +26,7 @@ struct MoeSaved final : ModuleSaved {
   // logits for the auxiliary loss (compute_routing_scores_for_aux_loss), and the routing map the
   // dispatcher keeps (self.routing_map / self.local_map).
   TensorId top_indices = 0, topk_probs = 0, aux_scores = 0, routing_map = 0;
-  // Core 0.10-0.12 unpermute's masked_select operands (ModelDims::unpermute_masked_select):
+  // Core 0.10-0.12 unpermute's masked_select operands (FrameworkFacts::unpermute_masked_select):
   // probs.T.contiguous() [E, n] and routing_map.T.contiguous() [E, n] bool.
   TensorId unpermute_probs_t = 0, unpermute_map_t = 0;
   // permute()'s sorted indices (or the fused kernel's row_id_map): the unpermute's map.
@@ -36,7 +36,7 @@ struct MoeSaved final : ModuleSaved {
   // SequentialMLP (one entry with grouped GEMM).
   std::vector<TensorId> expert_in, fc1_out, act_out;
   TensorId expert_probs = 0;
-  // Megatron-core < 0.13 (ModelDims::moe_probs_at_unpermute): the combined tokens [S, h] that
+  // Megatron-core < 0.13 (FrameworkFacts::moe_probs_at_unpermute): the combined tokens [S, h] that
   // unpermute's `permuted_tokens * permuted_probs` saves.
   TensorId combined_tokens = 0;
   // Shared experts (shared_experts.py SharedExpertMLP, a dense MLP): fc1 and activation outputs.

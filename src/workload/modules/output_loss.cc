@@ -46,7 +46,7 @@ TensorId OutputAndLoss::Forward(ModuleContext& ctx, TensorId x, const std::strin
                        ? em.Alloc(4 * d.T * vocab, Category::kActivations, "loss.logits_fp32")
                        : logits;
   const TensorId mx = em.Alloc(4 * d.T, Category::kTemporaries, "loss.logits_max");
-  // Megatron-core < 0.8 (ModelDims::ce_max_out_of_place): `logits - logits_max` is a new fp32
+  // Megatron-core < 0.8 (FrameworkFacts::ce_max_out_of_place): `logits - logits_max` is a new fp32
   // tensor, which becomes the saved softmax; the input copy lives until the Function returns.
   std::optional<TensorId> ce_input;
   if (ctx.f.ce_max_out_of_place) {

@@ -40,7 +40,7 @@ TEST_CASE(
       // Core attention's output [s, b, a·dh/t], saved by the kernel and by the output
       // projection (2·T·q), and FlashAttention's softmax_lse, fp32 [b, a/t, s] (4·T·a). On an
       // H100 with current Megatron-core, TE runs cuDNN FusedAttention in sbhd: no second copy
-      // of the output (ModelDims::te_flash_attn2, te_fused_attn_bshd_out).
+      // of the output (FrameworkFacts::te_flash_attn2, te_fused_attn_bshd_out).
       {"layer0.attn.core_out", 2 * kT * kQ},
       {"layer0.attn.softmax_lse", 4 * kT * kHeads},
   };
