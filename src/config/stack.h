@@ -13,8 +13,8 @@
 // workload types it names are only declared here. Implementations live in src/stacks/, above
 // config/ and workload/, and may use both. The built-in stacks are in the registry from its first
 // use (BuiltinStacks, src/stacks/builtin.cc); others (a test's) are added by RegisterStack, which
-// is not locked: register before simulations start threads. Not modelled here: anything of a
-// stack's memory itself (that is the parts it hands out).
+// is not locked: register before simulations start threads. A stack allocates nothing itself:
+// its memory is what the parts it hands out (wrapper, loop) and the modules allocate.
 #pragma once
 
 #include <cstdint>
