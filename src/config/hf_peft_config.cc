@@ -184,10 +184,11 @@ NamesOrRegex ReadNamesOrRegex(ObjectReader& a, const char* key) {
 // and v_proj for llama, mistral, qwen2 and qwen3, the model types memsim models LoRA on).
 void ReadTargets(ObjectReader& a, TrainingConfig& c, std::vector<std::string>* notes,
                  LoraModuleMatch* match) {
+  HfTrainerOptions& hf = *c.hf_trainer();  // ReadFromArgs set it
   const std::string where = a.At("target_modules");
   match->target_where = where;
   if (!a.Has("target_modules")) {
-    c.lora_target_modules = {"q_proj", "v_proj"};
+    hf.lora_target_modules = {"q_proj", "v_proj"};
     notes->push_back(fmt::format("{}: absent, [\"q_proj\", \"v_proj\"] taken (PEFT's default for "
                                  "llama-family models)",
                                  where));
@@ -199,7 +200,7 @@ void ReadTargets(ObjectReader& a, TrainingConfig& c, std::vector<std::string>* n
     std::transform(lower.begin(), lower.end(), lower.begin(),
                    [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
     if (lower == "all-linear") {
-      c.lora_target_modules = kTargets;  // not lm_head
+      hf.lora_target_modules = kTargets;  // not lm_head
     } else {
       match->target_regex = t.regex;
     }
@@ -229,7 +230,7 @@ void ReadTargets(ObjectReader& a, TrainingConfig& c, std::vector<std::string>* n
                        Printable(name), guess.empty() ? "" : fmt::format("; did you mean '{}'?", guess)));
     }
   }
-  c.lora_target_modules = t.names;
+  hf.lora_target_modules = t.names;
 }
 
 // LoraConfig fields that change the adapters in ways memsim does not model: unsupported when
@@ -266,6 +267,7 @@ void ReadUnmodelled(ObjectReader& a, std::vector<std::string>* warnings) {
 
 void ReadLora(ObjectReader& a, TrainingConfig& c, std::vector<std::string>* notes,
               std::vector<std::string>* warnings, LoraModuleMatch* match) {
+  HfTrainerOptions& hf = *c.hf_trainer();  // ReadFromArgs set it
   // Another JSON given as the adapter's (its keys would only be listed as unknown and every
   // LoraConfig default taken).
   if (a.Has("training") || a.Has("model_type")) {
@@ -281,12 +283,12 @@ void ReadLora(ObjectReader& a, TrainingConfig& c, std::vector<std::string>* note
   // LoraConfig.r has no upper bound; memsim's limit (an estimate far above real adapters, whose
   // rank is at most the layer width) keeps r × width × layers within its 64-bit byte counts.
   if (std::optional<int> r = a.IntInRange("r", 1, kMaxLoraRank)) {
-    c.lora_r = *r;
+    hf.lora_r = *r;
   } else {
-    c.lora_r = 8;  // LoraConfig.r default
+    hf.lora_r = 8;  // LoraConfig.r default
   }
-  c.lora_alpha = a.Number("lora_alpha", 0, 1e9, false, false).value_or(8);
-  c.lora_dropout = a.Number("lora_dropout", 0, 1, false, true).value_or(0.0);
+  hf.lora_alpha = a.Number("lora_alpha", 0, 1e9, false, false).value_or(8);
+  hf.lora_dropout = a.Number("lora_dropout", 0, 1, false, true).value_or(0.0);
   ReadTargets(a, c, notes, match);
   if (a.Has("exclude_modules")) {
     NamesOrRegex x = ReadNamesOrRegex(a, "exclude_modules");
@@ -307,7 +309,7 @@ void ReadLora(ObjectReader& a, TrainingConfig& c, std::vector<std::string>* note
                     "FEATURE_EXTRACTION"});
   // PeftModelForSequenceClassification adds its heads to modules_to_save (peft/peft_model.py).
   if (task.value_or("") == "SEQ_CLS") {
-    for (const char* m : {"classifier", "score"}) c.lora_modules_to_save.emplace_back(m);
+    for (const char* m : {"classifier", "score"}) hf.lora_modules_to_save.emplace_back(m);
   }
   if (a.Bool("use_dora").value_or(false)) {
     throw UnsupportedError(fmt::format("{}: DoRA (its magnitude vectors and weight norms are not "
@@ -336,6 +338,7 @@ void ReadLora(ObjectReader& a, TrainingConfig& c, std::vector<std::string>* note
 }
 
 void ReadQuantization(ObjectReader& q, TrainingConfig& c) {
+  HfTrainerOptions& hf = *c.hf_trainer();  // ReadFromArgs set it
   q.RejectUnknown({"load_in_4bit", "load_in_8bit", "bnb_4bit_quant_type", "bnb_4bit_compute_dtype",
                    "bnb_4bit_use_double_quant", "bnb_4bit_quant_storage", "quant_method",
                    "llm_int8_skip_modules", "llm_int8_threshold", "llm_int8_has_fp16_weight",
@@ -343,10 +346,10 @@ void ReadQuantization(ObjectReader& q, TrainingConfig& c) {
   if (q.Bool("load_in_8bit").value_or(false)) {
     throw UnsupportedError(fmt::format("{}: LLM.int8 weights (not modelled)", q.At("load_in_8bit")));
   }
-  c.load_in_4bit = q.Bool("load_in_4bit").value_or(false);
+  hf.load_in_4bit = q.Bool("load_in_4bit").value_or(false);
   // BitsAndBytesConfig default bnb_4bit_quant_type "fp4"; NF4 and FP4 pack the same way.
   (void)q.Choice("bnb_4bit_quant_type", {"nf4", "fp4"});
-  c.bnb_4bit_use_double_quant = q.Bool("bnb_4bit_use_double_quant").value_or(false);
+  hf.bnb_4bit_use_double_quant = q.Bool("bnb_4bit_use_double_quant").value_or(false);
   if (std::optional<std::string> s = q.String("bnb_4bit_quant_storage"); s && *s != "uint8") {
     throw UnsupportedError(fmt::format("{}: 4-bit storage '{}' (memsim models uint8)",
                                        q.At("bnb_4bit_quant_storage"), Printable(*s)));
@@ -439,6 +442,7 @@ struct Matched {
 };
 Matched MatchModules(const LoraModuleMatch& match, const ModelConfig& model,
                      const TrainingConfig& c) {
+  const HfTrainerOptions& hf = HfTrainerOf(c);
   const std::string& where = match.target_where;
   std::optional<std::regex> target, exclude;
   if (match.target_regex) target = CompileModuleRegex(*match.target_regex, match.target_where);
@@ -448,13 +452,13 @@ Matched MatchModules(const LoraModuleMatch& match, const ModelConfig& model,
   for (const std::string& m : match.save_entries) {
     save.push_back(CompileModuleRegex(SaveExclusionPattern(m), match.save_where));
   }
-  for (const std::string& m : c.lora_modules_to_save) {
+  for (const std::string& m : hf.lora_modules_to_save) {
     save.push_back(CompileModuleRegex(SaveExclusionPattern(m), match.save_where));
   }
   Matched out;
   for (const Module& m : LlamaModules(model)) {
     const bool targeted = target ? FullMatch(*target, m.name, match.target_where)
-                                 : ListMatches(c.lora_target_modules, m.name);
+                                 : ListMatches(hf.lora_target_modules, m.name);
     const bool excluded = (exclude && FullMatch(*exclude, m.name, match.exclude_where)) ||
                           ListMatches(match.exclude_names, m.name);
     out.exclude_used |= excluded;
@@ -488,6 +492,7 @@ Matched MatchModules(const LoraModuleMatch& match, const ModelConfig& model,
 // PEFT ignores it, with a warning.
 void ResolveModulesToSave(const LoraModuleMatch& match, const ModelConfig& model,
                           TrainingConfig& c, std::vector<std::string>* warnings) {
+  HfTrainerOptions& hf = *c.hf_trainer();  // ReadFromArgs set it
   const std::vector<Module> modules = LlamaModules(model);
   for (const std::string& entry : match.save_entries) {
     std::vector<std::string> unmodelled;
@@ -499,9 +504,9 @@ void ResolveModulesToSave(const LoraModuleMatch& match, const ModelConfig& model
                                         [&m](const Savable& k) { return k.module == m.name; });
       if (savable != std::end(kSavable)) {
         const std::string saved(savable->saved);
-        if (std::find(c.lora_modules_to_save.begin(), c.lora_modules_to_save.end(), saved) ==
-            c.lora_modules_to_save.end()) {
-          c.lora_modules_to_save.push_back(saved);
+        if (std::find(hf.lora_modules_to_save.begin(), hf.lora_modules_to_save.end(), saved) ==
+            hf.lora_modules_to_save.end()) {
+          hf.lora_modules_to_save.push_back(saved);
         }
       } else if (m.target >= 0 || m.holds_layers) {
         throw UnsupportedError(fmt::format(
@@ -534,6 +539,7 @@ void ResolveModulesToSave(const LoraModuleMatch& match, const ModelConfig& model
 
 void ResolveLoraModules(const LoraModuleMatch& match, const ModelConfig& model,
                         TrainingConfig& c, std::vector<std::string>* warnings) {
+  HfTrainerOptions& hf = *c.hf_trainer();  // ReadFromArgs set it
   const std::string& where = match.target_where;
   // A linear adapted in some layers only, or no module left: named by exclude_modules when it
   // took modules from a list of names (the list itself adapts every layer).
@@ -573,12 +579,13 @@ void ResolveLoraModules(const LoraModuleMatch& match, const ModelConfig& model,
                      by_exclude ? "excludes" : "modules_to_save holds",
                      by_exclude ? " (with modules_to_save)" : ""));
   }
-  c.lora_target_modules = targets;
+  hf.lora_target_modules = targets;
 }
 
 void ReadPeft(ObjectReader& own, const Document& config, TrainingConfig& c,
               std::vector<std::string>* notes, std::vector<std::string>* warnings,
               LoraModuleMatch* match) {
+  HfTrainerOptions& hf = *c.hf_trainer();  // ReadFromArgs set it
   if (const Json* v = own.Get("adapter_config"); v != nullptr && !v->is_null()) {
     if (v->is_string()) {
       const Document doc = FindReferencedDocument(v->get<std::string>(), own.At("adapter_config"),
@@ -604,7 +611,7 @@ void ReadPeft(ObjectReader& own, const Document& config, TrainingConfig& c,
     ObjectReader q(own.source(), *v, own.PointerOf("quantization_config"));
     ReadQuantization(q, c);
   }
-  if (c.load_in_4bit && c.lora_r == 0) {
+  if (hf.load_in_4bit && hf.lora_r == 0) {
     notes->push_back(fmt::format("{}: 4-bit weights without an adapter: every weight frozen",
                                  own.At("quantization_config")));
   }

@@ -276,6 +276,7 @@ void ReadBatch(const Readers& r, TrainingConfig& c, std::vector<std::string>* no
 // ddp_bucket_cap_mb if set. accelerate's DistributedDataParallelKwargs.to_kwargs passes only
 // values that differ from its defaults (bucket_cap_mb 25, gradient_as_bucket_view False).
 void ReadDdp(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
+  HfTrainerOptions& hf = *c.hf_trainer();  // ReadFromArgs set it
   const bool ddp = c.data_parallel_size > 1;
   const std::optional<double> cap = t.Number("ddp_bucket_cap_mb", 0, 1e6, true, false);
   const std::optional<bool> unused = t.Bool("ddp_find_unused_parameters");
@@ -289,29 +290,30 @@ void ReadDdp(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes
     }
     return;
   }
-  c.ddp_bucket_cap_mb = cap.value_or(0);
+  hf.ddp_bucket_cap_mb = cap.value_or(0);
   if (cap && *cap == 25) {
-    c.ddp_bucket_cap_mb = 0;
+    hf.ddp_bucket_cap_mb = 0;
     notes->push_back(fmt::format("{}: 25 is accelerate's default, so it is not passed to "
                                  "DistributedDataParallel (the first bucket stays 1 MiB)",
                                  t.At("ddp_bucket_cap_mb")));
   }
-  const bool peft = c.lora_r > 0;
-  c.ddp_find_unused_parameters =
+  const bool peft = hf.lora_r > 0;
+  hf.ddp_find_unused_parameters =
       unused.value_or(peft || c.recompute_granularity == RecomputeGranularity::kNone);
   if (!unused) {
     notes->push_back(fmt::format(
         "{}: absent, {} taken (Trainer._wrap_model: {})", t.At("ddp_find_unused_parameters"),
-        c.ddp_find_unused_parameters ? "true" : "false",
+        hf.ddp_find_unused_parameters ? "true" : "false",
         peft ? "a PeftModel is not a PreTrainedModel"
              : "not model.is_gradient_checkpointing"));
   }
-  c.ddp_gradient_as_bucket_view = false;
+  hf.ddp_gradient_as_bucket_view = false;
 }
 
 // fp16 / bf16 (torch.autocast through accelerate, GradScaler with fp16) and from_pretrained's
 // torch_dtype.
 void ReadPrecision(const Readers& r, TrainingConfig& c, std::vector<std::string>* notes) {
+  HfTrainerOptions& hf = *c.hf_trainer();  // ReadFromArgs set it
   ObjectReader& t = r.args;
   ObjectReader& own = r.own;
   const bool fp16 = t.Bool("fp16").value_or(false);
@@ -323,20 +325,20 @@ void ReadPrecision(const Readers& r, TrainingConfig& c, std::vector<std::string>
   ReadSkippedIterations(own, c);
   if (std::optional<std::string> d =
           own.Choice("torch_dtype", {"float32", "bfloat16", "float16"})) {
-    c.torch_dtype = DtypeOf(*d);
+    hf.torch_dtype = DtypeOf(*d);
   } else {
-    c.torch_dtype = Precision::kFp32;
+    hf.torch_dtype = Precision::kFp32;
     notes->push_back(fmt::format("{}: absent, float32 taken (from_pretrained without torch_dtype "
                                  "loads float32 weights)",
                                  own.At("torch_dtype")));
   }
-  if (fp16 && c.torch_dtype == Precision::kFp16) {
+  if (fp16 && hf.torch_dtype == Precision::kFp16) {
     // Trainer raises "Attempting to unscale FP16 gradients." through GradScaler.unscale_
     // (torch/amp/grad_scaler.py _unscale_grads_ refuses fp16 gradients).
     Fail(own.At("torch_dtype"), "\"float16\" with fp16 true: GradScaler cannot unscale fp16 "
                               "gradients (load the weights in float32)");
   }
-  if (c.precision != Precision::kFp32 && c.precision == c.torch_dtype) {
+  if (c.precision != Precision::kFp32 && c.precision == hf.torch_dtype) {
     notes->push_back(fmt::format("{}: autocast to the weights' own dtype: no weight copies",
                                  t.At(fp16 ? "fp16" : "bf16")));
   }
@@ -351,6 +353,7 @@ void ReadPrecision(const Readers& r, TrainingConfig& c, std::vector<std::string>
 
 // optim (TrainingArguments.optim; Trainer.get_optimizer_cls_and_kwargs).
 void ReadOptim(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
+  HfTrainerOptions& hf = *c.hf_trainer();  // ReadFromArgs set it
   static const std::vector<std::string> kKnown = {
       "adamw_torch", "adamw_torch_fused", "adamw_hf", "sgd", "adafactor", "adamw_bnb_8bit",
       "adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit", "adamw_apex_fused", "adagrad",
@@ -370,7 +373,7 @@ void ReadOptim(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* not
                                  t.At("optim")));
   }
   c.optimizer = OptimizerKind::kAdam;
-  c.adam_coupled_weight_decay = false;  // AdamW: decoupled decay, in place
+  hf.adam_coupled_weight_decay = false;  // AdamW: decoupled decay, in place
   if (optim == "adamw_torch") {
     // torch.optim.AdamW with foreach unset: _default_to_fused_or_foreach picks foreach on CUDA.
     c.optimizer_impl = OptimizerImpl::kForeach;
@@ -457,6 +460,7 @@ void CheckOldStrategyName(ObjectReader& t, const std::string& strategy) {
 // otherwise) and prediction_loss_only false.
 void ReadEval(const Readers& r, TrainingConfig& c, std::vector<std::string>* notes,
               std::vector<std::string>* warnings) {
+  HfTrainerOptions& hf = *c.hf_trainer();  // ReadFromArgs set it
   ObjectReader& t = r.args;
   ObjectReader& own = r.own;
   static const std::vector<std::string> kStrategies = {"no", "steps", "epoch"};
@@ -465,14 +469,14 @@ void ReadEval(const Readers& r, TrainingConfig& c, std::vector<std::string>* not
   CheckOldStrategyName(t, strategy);
   const std::optional<double> steps = t.Number("eval_steps", 0, 1e9, false, false);
   const int logging_steps = t.PositiveInt("logging_steps").value_or(500);
-  c.eval_batch_size = t.PositiveInt("per_device_eval_batch_size").value_or(8);
+  hf.eval_batch_size = t.PositiveInt("per_device_eval_batch_size").value_or(8);
   const bool loss_only = t.Bool("prediction_loss_only").value_or(false);
-  c.eval_accumulation_steps = t.PositiveInt("eval_accumulation_steps").value_or(0);
-  c.eval_do_concat_batches = t.Bool("eval_do_concat_batches").value_or(true);
-  c.eval_delay = static_cast<int>(t.Number("eval_delay", 0, 1e9, false, false).value_or(0));
+  hf.eval_accumulation_steps = t.PositiveInt("eval_accumulation_steps").value_or(0);
+  hf.eval_do_concat_batches = t.Bool("eval_do_concat_batches").value_or(true);
+  hf.eval_delay = static_cast<int>(t.Number("eval_delay", 0, 1e9, false, false).value_or(0));
   const bool metrics = own.Bool("compute_metrics").value_or(false);
   const std::optional<int> batches = own.PositiveInt("eval_batches");
-  c.eval_steps = 0;
+  hf.eval_steps = 0;
   if (strategy == "epoch") {
     warnings->push_back(fmt::format("{}: \"epoch\": evaluation at epoch ends is not modelled "
                                     "(memsim simulates max_steps steps and no epoch boundary)",
@@ -489,17 +493,17 @@ void ReadEval(const Readers& r, TrainingConfig& c, std::vector<std::string>* not
     return;
   }
   if (!steps || *steps == 0) {
-    c.eval_steps = logging_steps;
+    hf.eval_steps = logging_steps;
     notes->push_back(fmt::format("{}: absent, logging_steps ({}) taken (TrainingArguments."
                                  "__post_init__)",
                                  t.At("eval_steps"), logging_steps));
   } else if (*steps < 1) {
-    c.eval_steps = std::max(1, static_cast<int>(std::ceil(c.train_iters * *steps)));
+    hf.eval_steps = std::max(1, static_cast<int>(std::ceil(c.train_iters * *steps)));
   } else {
     if (*steps != std::floor(*steps)) {
       Fail(t.At("eval_steps"), "expected an integer, or a ratio of max_steps below 1");
     }
-    c.eval_steps = static_cast<int>(*steps);
+    hf.eval_steps = static_cast<int>(*steps);
   }
   if (!batches) {
     Fail(own.At("eval_batches"),
@@ -507,26 +511,26 @@ void ReadEval(const Readers& r, TrainingConfig& c, std::vector<std::string>* not
          "batches each process runs, ceil(len(eval_dataset) / (per_device_eval_batch_size x "
          "world_size)) (memsim's own key)");
   }
-  c.eval_batches = *batches;
-  CheckBatchTokens(r, "per_device_eval_batch_size", c.eval_batch_size, c.seq_length);
-  c.eval_keep_predictions = metrics && !loss_only;
+  hf.eval_batches = *batches;
+  CheckBatchTokens(r, "per_device_eval_batch_size", hf.eval_batch_size, c.seq_length);
+  hf.eval_keep_predictions = metrics && !loss_only;
   if (!own.Has("compute_metrics")) {
     notes->push_back(fmt::format("{}: absent, false taken (Trainer(compute_metrics=None): "
                                  "evaluate keeps the loss only, no logits)",
                                  own.At("compute_metrics")));
   }
   const int first = FirstEvaluationStep(c);
-  if (first > 0 && c.eval_steps > 4 && first + c.eval_steps <= c.train_iters) {
+  if (first > 0 && hf.eval_steps > 4 && first + hf.eval_steps <= c.train_iters) {
     // config/iterations.h: a long run is simulated until it repeats with a period of 1 to 4
     // steps; the steps after the first evaluation repeat before the next one comes.
     warnings->push_back(fmt::format(
         "{}: only the first evaluation (after step {}) is simulated; the later ones, every {} "
         "steps, come after the run's steady state is found and are not",
-        t.At("eval_steps"), first, c.eval_steps));
+        t.At("eval_steps"), first, hf.eval_steps));
   }
-  if (c.eval_steps > c.train_iters) {
+  if (hf.eval_steps > c.train_iters) {
     notes->push_back(fmt::format("{}: {} is above the {} steps simulated: no evaluation runs",
-                                 t.At("eval_steps"), c.eval_steps, c.train_iters));
+                                 t.At("eval_steps"), hf.eval_steps, c.train_iters));
   }
 }
 
@@ -564,6 +568,7 @@ void WarnNotModelled(ObjectReader& t, std::vector<std::string>* warnings) {
 
 void ReadRest(const Readers& r, TrainingConfig& c, std::vector<std::string>* notes,
               std::vector<std::string>* warnings) {
+  HfTrainerOptions& hf = *c.hf_trainer();  // ReadFromArgs set it
   ObjectReader& t = r.args;
   // from_pretrained(attn_implementation=...): "sdpa" is the default where the model supports
   // it (modeling_utils.py _check_and_adjust_attn_implementation). SDPA's flash and
@@ -578,7 +583,7 @@ void ReadRest(const Readers& r, TrainingConfig& c, std::vector<std::string>* not
   // PyTorch 2.0 and to False before (torch/nn/modules/module.py), when the .grad tensors are
   // zeroed in place and stay allocated. torch_version "MAJOR.MINOR" says which; absent: 2.x.
   // Before 1.11 softmax's autograd node also saves its input (setup.h softmax_saves_input).
-  c.zero_grad_set_to_none = true;
+  hf.zero_grad_set_to_none = true;
   if (std::optional<std::string> v = r.own.String("torch_version")) {
     const int major = std::atoi(v->c_str());
     const std::size_t dot = v->find('.');
@@ -588,8 +593,8 @@ void ReadRest(const Readers& r, TrainingConfig& c, std::vector<std::string>* not
            fmt::format("expected a version such as \"2.5\", got \"{}\"", Printable(*v)));
     }
     const int minor = std::atoi(v->c_str() + dot + 1);
-    c.zero_grad_set_to_none = major >= 2;
-    c.softmax_saves_input = major == 1 && minor < 11;
+    hf.zero_grad_set_to_none = major >= 2;
+    hf.softmax_saves_input = major == 1 && minor < 11;
   }
   for (const char* key : {"deepspeed", "fsdp"}) {
     const Json* v = t.Get(key);
@@ -627,6 +632,7 @@ TrainingConfig ReadFromArgs(const Readers& r, std::vector<std::string>* notes,
                             std::vector<std::string>* warnings, LoraModuleMatch* lora_modules) {
   TrainingConfig c;
   c.framework = std::string(kFramework);
+  c.stack.emplace<HfTrainerOptions>();  // the Trainer's own members (setup.h)
   ReadBatch(r, c, notes);
   ReadPrecision(r, c, notes);
   ReadOptim(r.args, c, notes);

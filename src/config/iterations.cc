@@ -5,9 +5,11 @@
 namespace memsim::config {
 
 int FirstEvaluationStep(const TrainingConfig& training) {
-  const int every = training.eval_steps;
-  if (every <= 0 || training.eval_batches <= 0) return 0;
-  const int from = std::max(1, training.eval_delay);
+  const HfTrainerOptions* h = training.hf_trainer();  // the only stack that evaluates
+  if (h == nullptr) return 0;
+  const int every = h->eval_steps;
+  if (every <= 0 || h->eval_batches <= 0) return 0;
+  const int from = std::max(1, h->eval_delay);
   const long long step = (static_cast<long long>(from) + every - 1) / every * every;
   return step <= training.train_iters ? static_cast<int>(step) : 0;
 }

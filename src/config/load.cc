@@ -416,13 +416,15 @@ Setup LoadParsedConfig(const Document& config, const Json& root, const Source& s
   s.warnings.insert(s.warnings.end(), located.warnings.begin(), located.warnings.end());
   stack.ReadAfterModel(t, &located, &s);
   s.model = located.model;
-  if (s.training.lora_r > 0 && s.model.model_type != "llama" && s.model.model_type != "mistral" &&
+  const HfTrainerOptions* trainer = s.training.hf_trainer();
+  const bool lora = trainer != nullptr && trainer->lora_r > 0;
+  if (lora && s.model.model_type != "llama" && s.model.model_type != "mistral" &&
       s.model.model_type != "qwen2" && s.model.model_type != "qwen3") {
     throw UnsupportedError(fmt::format("{}: LoRA on model_type '{}' (memsim maps target_modules onto "
                                        "llama-family layers: llama, mistral, qwen2, qwen3)",
                                        ModelTypeWhere(top, located, s), s.model.model_type));
   }
-  if (s.training.lora_r > 0 && hf.lora_modules.needed()) {
+  if (lora && hf.lora_modules.needed()) {
     internal::ResolveLoraModules(hf.lora_modules, s.model, s.training, &s.warnings);
   }
   if (s.model.type_vocab_size > 0 && !stack.Traits().encoder_models) {

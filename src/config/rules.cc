@@ -209,14 +209,15 @@ void CheckLayerPasses(const Setup& s, const Origin& origin) {
   // every layer after each step k <= iters that is a multiple of eval_steps, from the first.
   const int first = FirstEvaluationStep(c);
   if (first == 0 || first > iters) return;
-  const std::int64_t evaluations = (iters - first) / c.eval_steps + 1;
-  const std::int64_t eval_passes = evaluations * c.eval_batches * layers;
+  const HfTrainerOptions& h = HfTrainerOf(c);
+  const std::int64_t evaluations = (iters - first) / h.eval_steps + 1;
+  const std::int64_t eval_passes = evaluations * h.eval_batches * layers;
   if (passes + eval_passes > kMaxLayerPasses) {
     Fail(origin.Training("eval_batches"),
          fmt::format("evaluations × eval_batches × num_hidden_layers = {} × {} × {} = {} "
                      "forward passes, with the {} layer passes of training, exceed memsim's "
                      "limit of {}; reduce eval_batches or raise {}",
-                     evaluations, c.eval_batches, layers, eval_passes, passes,
+                     evaluations, h.eval_batches, layers, eval_passes, passes,
                      kMaxLayerPasses, origin.TrainingKey("eval_steps")));
   }
 }

@@ -112,11 +112,97 @@ struct JobEnvironment {
   bool operator==(const JobEnvironment&) const = default;
 };
 
+// ---- The per-stack blocks of a TrainingConfig ----
+// TrainingConfig is a common part (parallel layout, batch, sequence, precision, optimizer,
+// recompute, kernels, ...) that any stack may read, plus one block of the members only one stack
+// reads, TrainingConfig::stack: a std::variant with one alternative per kind of stack, as
+// DataParallelWrapper below. The stack's reader (config/stack.h ReadBeforeModel/ReadAfterModel)
+// sets its own alternative; a default-initialised TrainingConfig holds MegatronCoreOptions, as its
+// framework is "megatron". Readers ask TrainingConfig::pytorch() / hf_trainer() (nullptr when
+// the config holds another alternative: the member then does not apply), or PyTorchOf /
+// HfTrainerOf where the stack requires its block. A test that builds a Setup by hand for
+// "pytorch" or "hf-trainer" sets framework and emplaces the block (`stack.emplace<...>()`).
+
+// Megatron-core's own members. Still empty: Megatron's arguments stay in the common part for now
+// (several are read by the workload's shared modules); the alternative marks a Megatron config.
+struct MegatronCoreOptions {
+  bool operator==(const MegatronCoreOptions&) const = default;
+};
+
+// A plain PyTorch training step (framework "pytorch"; "hf-trainer" holds these too, through
+// HfTrainerOptions): the loaded weights' dtype, zero_grad and DistributedDataParallel's arguments.
+struct PyTorchOptions {
+  // The dtype the weights were loaded in (Hugging Face from_pretrained's torch_dtype,
+  // "float32" | "bfloat16" | "float16"); TrainingConfig::precision is torch.autocast's dtype.
+  Precision torch_dtype = Precision::kFp32;
+  // optimizer.zero_grad(set_to_none=...) at the start of each iteration; true is
+  // torch.optim.Optimizer.zero_grad's default since PyTorch 2.0 (torch/optim/optimizer.py): the
+  // gradients are freed and autograd allocates them again in the next backward.
+  bool zero_grad_set_to_none = true;
+  // optimizer "adam": torch.optim.Adam's weight decay is added to the gradient
+  // (torch/optim/adam.py _multi_tensor_adam: torch._foreach_add(grads, params)), a new
+  // gradient-sized list; AdamW and Megatron's Adam decay the parameters in place.
+  bool adam_coupled_weight_decay = false;
+  // data_parallel_size > 1: PyTorch DistributedDataParallel (torch/nn/parallel/distributed.py),
+  // TorchDdp below. ddp_bucket_cap_mb: DDP's bucket_cap_mb (MB = 2^20 bytes); 0 = not passed,
+  // when DDP takes 25 and a first bucket of dist._DEFAULT_FIRST_BUCKET_BYTES (1 MiB).
+  double ddp_bucket_cap_mb = 0;
+  bool ddp_find_unused_parameters = false;
+  bool ddp_gradient_as_bucket_view = false;
+  bool operator==(const PyTorchOptions&) const = default;
+};
+
+// The Hugging Face Trainer (framework "hf-trainer", config/hf_trainer.cc): a plain PyTorch step
+// (the base) plus the Trainer's evaluation pass, PEFT's LoRA and bitsandbytes' 4-bit weights.
+struct HfTrainerOptions : PyTorchOptions {
+  // PyTorch before 1.11 (torch_version), whose autograd formula for _softmax passes the input
+  // tensor to _softmax_backward_data (tools/autograd/derivatives.yaml), so SoftmaxBackward saves
+  // the input as well as the output; from 1.11 only its dtype (pytorch/pytorch#65242, relanded
+  // as #66018). Used by the eager attention paths.
+  bool softmax_saves_input = false;
+  // The evaluation pass inside training (workload/evaluation.h). After optimizer step k
+  // (global_step k) with k % eval_steps == 0 and k >= eval_delay, Trainer.evaluate runs
+  // eval_batches forward passes of eval_batch_size samples (TrainingArguments eval_strategy
+  // "steps", eval_steps, eval_delay, per_device_eval_batch_size; eval_batches is memsim's own).
+  // eval_keep_predictions: compute_metrics was given (memsim's own key) and
+  // prediction_loss_only is false, so logits and labels are gathered and kept on the device;
+  // eval_accumulation_steps moves them to the CPU every that many batches (0 = None: at the end);
+  // eval_do_concat_batches false keeps a list instead of concatenating. eval_steps 0: none.
+  int eval_steps = 0;
+  int eval_delay = 0;
+  int eval_batch_size = 8;
+  int eval_batches = 0;
+  bool eval_keep_predictions = false;
+  int eval_accumulation_steps = 0;
+  bool eval_do_concat_batches = true;
+  // A PEFT LoRA adapter (adapter_config.json; peft/tuners/lora/config.py LoraConfig and
+  // tuners/lora/layer.py LoraLayer.update_layer). r = 0: no adapter, every parameter trained.
+  // With an adapter the base model is frozen (no .grad, no optimizer state) except
+  // modules_to_save, and each targeted linear gains lora_A [r, in] and lora_B [out, r].
+  int lora_r = 0;
+  double lora_alpha = 8;
+  double lora_dropout = 0.0;
+  // Transformers module names of the decoder's linears: q_proj, k_proj, v_proj, o_proj,
+  // gate_proj, up_proj, down_proj ("all-linear" expands to these).
+  std::vector<std::string> lora_target_modules;
+  std::vector<std::string> lora_modules_to_save;
+  // bitsandbytes 4-bit base weights (BitsAndBytesConfig load_in_4bit, bnb_4bit_quant_type nf4):
+  // the decoder layers' linear weights stored packed, two values a byte, with their
+  // quantisation state (bitsandbytes/functional.py quantize_4bit: an fp32 absmax per 64-value
+  // block; with double quantisation a uint8 absmax per block plus fp32 absmax per 256 blocks).
+  bool load_in_4bit = false;
+  bool bnb_4bit_use_double_quant = false;
+  bool operator==(const HfTrainerOptions&) const = default;
+};
+
+using StackOptions = std::variant<MegatronCoreOptions, PyTorchOptions, HfTrainerOptions>;
+
 struct TrainingConfig {
   // The training stack, by the name it is registered under (config/stack.h; the training block's
   // "framework" key): "megatron" (Megatron-core with its DDP or Megatron-FSDP), "pytorch" (plain
   // PyTorch on one device or under DistributedDataParallel) or "hf-trainer" (the Hugging Face
-  // Trainer, read from TrainingArguments names by config/hf_trainer.cc into the same fields).
+  // Trainer, read from TrainingArguments names by config/hf_trainer.cc into the same common
+  // fields, its own in HfTrainerOptions).
   // Code asks config::StackOf(c) for what depends on it, never compares the name.
   std::string framework = "megatron";
   int seq_length = 0;
@@ -150,29 +236,12 @@ struct TrainingConfig {
   // megatron: the parameters' training dtype (Megatron --fp16 / --bf16). pytorch: the dtype of
   // torch.autocast over the weights' own dtype (torch_dtype); kFp32 = no autocast.
   Precision precision = Precision::kBf16;
-  // pytorch only: the dtype the weights were loaded in (Hugging Face from_pretrained's
-  // torch_dtype, "float32" | "bfloat16" | "float16"). Not used with megatron.
-  Precision torch_dtype = Precision::kFp32;
-  // pytorch only: optimizer.zero_grad(set_to_none=...) at the start of each iteration; true is
-  // torch.optim.Optimizer.zero_grad's default since PyTorch 2.0 (torch/optim/optimizer.py): the
-  // gradients are freed and autograd allocates them again in the next backward. Not used with
-  // megatron.
-  bool zero_grad_set_to_none = true;
-  // hf-trainer only: PyTorch before 1.11 (torch_version), whose autograd formula for _softmax
-  // passes the input tensor to _softmax_backward_data (tools/autograd/derivatives.yaml), so
-  // SoftmaxBackward saves the input as well as the output; from 1.11 only its dtype
-  // (pytorch/pytorch#65242, relanded as #66018). Used by the eager attention paths.
-  bool softmax_saves_input = false;
   bool accumulate_allreduce_grads_in_fp32 = false;  // forced true for bf16 (Megatron arguments.py)
   // Megatron --grad-reduce-in-bf16: with bf16, gradients are accumulated and reduced in bf16
   // (validate_args then leaves accumulate_allreduce_grads_in_fp32 false).
   bool grad_reduce_in_bf16 = false;
   OptimizerKind optimizer = OptimizerKind::kAdam;
   OptimizerImpl optimizer_impl = OptimizerImpl::kFused;
-  // framework "pytorch" with optimizer "adam": torch.optim.Adam's weight decay is added to the
-  // gradient (torch/optim/adam.py _multi_tensor_adam: torch._foreach_add(grads, params)), a new
-  // gradient-sized list; AdamW and Megatron's Adam decay the parameters in place.
-  bool adam_coupled_weight_decay = false;
   double weight_decay = 0.01;
   double sgd_momentum = 0.9;
   bool use_distributed_optimizer = false;
@@ -235,45 +304,15 @@ struct TrainingConfig {
   // megatron/core/num_microbatches_calculator.py); with framework "pytorch" the gradient
   // accumulation steps.
   int num_micro_batches = 1;
-  // framework "pytorch" / "hf-trainer" with data_parallel_size > 1: PyTorch
-  // DistributedDataParallel (torch/nn/parallel/distributed.py), TorchDdp below.
-  // ddp_bucket_cap_mb: DDP's bucket_cap_mb (MB = 2^20 bytes); 0 = not passed, when DDP takes 25
-  // and a first bucket of dist._DEFAULT_FIRST_BUCKET_BYTES (1 MiB).
-  double ddp_bucket_cap_mb = 0;
-  bool ddp_find_unused_parameters = false;
-  bool ddp_gradient_as_bucket_view = false;
-  // hf-trainer: the evaluation pass inside training (workload/evaluation.h). After optimizer
-  // step k (global_step k) with k % eval_steps == 0 and k >= eval_delay, Trainer.evaluate runs
-  // eval_batches forward passes of eval_batch_size samples (TrainingArguments eval_strategy
-  // "steps", eval_steps, eval_delay, per_device_eval_batch_size; eval_batches is memsim's own).
-  // eval_keep_predictions: compute_metrics was given (memsim's own key) and
-  // prediction_loss_only is false, so logits and labels are gathered and kept on the device;
-  // eval_accumulation_steps moves them to the CPU every that many batches (0 = None: at the end);
-  // eval_do_concat_batches false keeps a list instead of concatenating. eval_steps 0: none.
-  int eval_steps = 0;
-  int eval_delay = 0;
-  int eval_batch_size = 8;
-  int eval_batches = 0;
-  bool eval_keep_predictions = false;
-  int eval_accumulation_steps = 0;
-  bool eval_do_concat_batches = true;
-  // hf-trainer: a PEFT LoRA adapter (adapter_config.json; peft/tuners/lora/config.py LoraConfig
-  // and tuners/lora/layer.py LoraLayer.update_layer). r = 0: no adapter, every parameter
-  // trained. With an adapter the base model is frozen (no .grad, no optimizer state) except
-  // modules_to_save, and each targeted linear gains lora_A [r, in] and lora_B [out, r].
-  int lora_r = 0;
-  double lora_alpha = 8;
-  double lora_dropout = 0.0;
-  // Transformers module names of the decoder's linears: q_proj, k_proj, v_proj, o_proj,
-  // gate_proj, up_proj, down_proj ("all-linear" expands to these).
-  std::vector<std::string> lora_target_modules;
-  std::vector<std::string> lora_modules_to_save;
-  // bitsandbytes 4-bit base weights (BitsAndBytesConfig load_in_4bit, bnb_4bit_quant_type nf4):
-  // the decoder layers' linear weights stored packed, two values a byte, with their
-  // quantisation state (bitsandbytes/functional.py quantize_4bit: an fp32 absmax per 64-value
-  // block; with double quantisation a uint8 absmax per block plus fp32 absmax per 256 blocks).
-  bool load_in_4bit = false;
-  bool bnb_4bit_use_double_quant = false;
+  // The members only one stack reads (above); the alternative its reader set.
+  StackOptions stack;
+  // The plain PyTorch step's block: the PyTorchOptions or HfTrainerOptions alternative (an
+  // HfTrainerOptions is one), else nullptr.
+  const PyTorchOptions* pytorch() const;
+  PyTorchOptions* pytorch();
+  // The Trainer's block: the HfTrainerOptions alternative, else nullptr.
+  const HfTrainerOptions* hf_trainer() const;
+  HfTrainerOptions* hf_trainer();
   bool operator==(const TrainingConfig&) const = default;
 };
 
@@ -301,6 +340,12 @@ struct TorchDdp {
   bool operator==(const TorchDdp&) const = default;
 };
 using DataParallelWrapper = std::variant<MegatronDdp, MegatronFsdp, SingleDevice, TorchDdp>;
+
+// The block a stack requires of `c`: c.pytorch() / c.hf_trainer(). Throws std::logic_error
+// naming c.framework when `c` holds another alternative (a Setup built without its stack's
+// block: a programming error, as every stack's reader sets its own).
+const PyTorchOptions& PyTorchOf(const TrainingConfig& c);
+const HfTrainerOptions& HfTrainerOf(const TrainingConfig& c);
 
 // The wrapper `c` describes, as its stack says (config/stack.h Stack::Wrapper): SingleDevice for
 // a PyTorch loop on one device, TorchDdp for one over data_parallel_size > 1, MegatronFsdp when

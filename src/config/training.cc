@@ -326,7 +326,7 @@ void ReadOptimizer(ObjectReader& t, TrainingConfig& c, BlockReader reader,
     c.optimizer = *o == "sgd" ? OptimizerKind::kSgd : OptimizerKind::kAdam;
     // torch.optim.Adam adds weight_decay × param to the gradient (L2); AdamW and Megatron's
     // Adam (TE FusedAdam, adam_w_mode) decay the parameters.
-    c.adam_coupled_weight_decay = pytorch && *o == "adam";
+    if (PyTorchOptions* p = c.pytorch()) p->adam_coupled_weight_decay = *o == "adam";
     if (*o == "adamw" && !pytorch) {
       notes->push_back(fmt::format("{}: 'adamw' taken as Megatron's 'adam' (which is AdamW)",
                                    t.At("optimizer")));
@@ -602,9 +602,10 @@ void ReadTorchDdpKeys(ObjectReader& t, TrainingConfig& c, BlockReader reader,
     }
     return;
   }
-  c.ddp_bucket_cap_mb = t.Number("bucket_cap_mb", 0, 1e6, true, false).value_or(0);
-  c.ddp_find_unused_parameters = t.Bool("find_unused_parameters").value_or(false);
-  c.ddp_gradient_as_bucket_view = t.Bool("gradient_as_bucket_view").value_or(false);
+  PyTorchOptions& p = *c.pytorch();  // ReadTraining set it for this reader
+  p.ddp_bucket_cap_mb = t.Number("bucket_cap_mb", 0, 1e6, true, false).value_or(0);
+  p.ddp_find_unused_parameters = t.Bool("find_unused_parameters").value_or(false);
+  p.ddp_gradient_as_bucket_view = t.Bool("gradient_as_bucket_view").value_or(false);
   if (c.data_parallel_size > 1) return;
   for (const char* key : kKeys) {
     if (t.Has(key)) {
@@ -620,12 +621,17 @@ void ReadTorchDdpKeys(ObjectReader& t, TrainingConfig& c, BlockReader reader,
 // where the config is silent.
 void ReadPlainPytorchKeys(ObjectReader& t, TrainingConfig& c, BlockReader reader,
                           std::vector<std::string>* notes, std::vector<std::string>* warnings) {
-  if (std::optional<std::string> d = t.Choice("torch_dtype", {"float32", "bfloat16", "float16"})) {
-    c.torch_dtype = *d == "bfloat16"  ? Precision::kBf16
-                    : *d == "float16" ? Precision::kFp16
-                                      : Precision::kFp32;
+  const std::optional<std::string> d =
+      t.Choice("torch_dtype", {"float32", "bfloat16", "float16"});
+  const bool set_to_none = t.Bool("zero_grad_set_to_none").value_or(true);
+  if (PyTorchOptions* p = c.pytorch()) {  // checked above under "megatron" too, not kept
+    if (d) {
+      p->torch_dtype = *d == "bfloat16"  ? Precision::kBf16
+                       : *d == "float16" ? Precision::kFp16
+                                         : Precision::kFp32;
+    }
+    p->zero_grad_set_to_none = set_to_none;
   }
-  c.zero_grad_set_to_none = t.Bool("zero_grad_set_to_none").value_or(true);
   ReadTorchDdpKeys(t, c, reader, notes);
   if (reader != BlockReader::kPlainPyTorch) {
     for (const char* key : {"torch_dtype", "zero_grad_set_to_none"}) {
@@ -847,7 +853,10 @@ TrainingConfig ReadTraining(ObjectReader& t, std::string_view framework, BlockRe
                             std::vector<std::string>* notes, std::vector<std::string>* warnings) {
   TrainingConfig c;
   c.framework = std::string(framework);
-  if (reader == BlockReader::kPlainPyTorch) CheckSingleDevice(t);
+  if (reader == BlockReader::kPlainPyTorch) {
+    c.stack.emplace<PyTorchOptions>();  // its block (setup.h); "megatron" keeps the default
+    CheckSingleDevice(t);
+  }
   ReadBatch(t, c, notes);
   ReadPrecision(t, c, notes);
   ReadOptimizer(t, c, reader, notes);

@@ -193,8 +193,9 @@ json SetupJson(const config::Setup& setup) {
       {"use_flash_attn", t.use_flash_attn},
       {"train_iters", t.train_iters}};
   if (config::StackOf(t).Traits().plain_pytorch_step) {  // absent from Megatron reports (their schema is unchanged)
-    j["training"]["torch_dtype"] = PrecisionName(t.torch_dtype);
-    j["training"]["zero_grad_set_to_none"] = t.zero_grad_set_to_none;
+    const config::PyTorchOptions& torch = config::PyTorchOf(t);
+    j["training"]["torch_dtype"] = PrecisionName(torch.torch_dtype);
+    j["training"]["zero_grad_set_to_none"] = torch.zero_grad_set_to_none;
   }
   if (t.skipped_iterations > 0) j["training"]["skipped_iterations"] = t.skipped_iterations;
   if (t.use_precision_aware_optimizer) {  // absent otherwise (reports without it are unchanged)
@@ -296,6 +297,7 @@ std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& s
   const config::TrainingConfig& t = setup.training;
   const config::StackTraits& stack = config::StackOf(t).Traits();
   const int m = t.global_batch_size / std::max(1, t.micro_batch_size * t.data_parallel_size);
+  const bool coupled_decay = t.pytorch() != nullptr && t.pytorch()->adam_coupled_weight_decay;
   std::string out = fmt::format(
       "memsim run: {} ({} layers, h {}) on {} ({} allocator)\n"
       "  TP{} PP{} DP{} CP{}{}; seq {}, micro-batch {} x {} per iteration\n"
@@ -307,14 +309,14 @@ std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& s
       m,
       stack.plain_pytorch_step
           ? fmt::format("{}, {} weights, {}", stack.label,
-                        PrecisionName(t.torch_dtype),
+                        PrecisionName(config::PyTorchOf(t).torch_dtype),
                         t.precision == config::Precision::kFp32
                             ? std::string("no autocast")
                             : fmt::format("{} autocast", PrecisionName(t.precision)))
           : std::string(PrecisionName(t.precision)),
       t.optimizer == config::OptimizerKind::kSgd         ? "SGD"
       : t.optimizer == config::OptimizerKind::kAdafactor ? "Adafactor"
-      : t.adam_coupled_weight_decay              ? "Adam (L2 weight decay)"
+      : coupled_decay                            ? "Adam (L2 weight decay)"
       : !stack.adam_label.empty()                ? stack.adam_label
                                                  : "Adam",
       OptimizerDetail(t), RecomputeDetail(t));

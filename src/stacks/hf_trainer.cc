@@ -46,7 +46,7 @@ class HfTrainerStack final : public PyTorchLoopStack {
   void SetFacts(const config::Setup& setup, const workload::ModelDims& /*d*/,
                 workload::FrameworkFacts* f) const override {
     f->hf = true;
-    f->softmax_saves_input = setup.training.softmax_saves_input;
+    f->softmax_saves_input = config::HfTrainerOf(setup.training).softmax_saves_input;
   }
 };
 

@@ -17,20 +17,22 @@ void PyTorchLoopStack::SetElementSizes(const config::TrainingConfig& tc,
   auto bytes = [](config::Precision p) -> Bytes { return p == config::Precision::kFp32 ? 4 : 2; };
   // precision fp32 = no autocast: everything runs in the weights' dtype.
   const bool autocast = tc.precision != config::Precision::kFp32;
-  d->param_bytes = bytes(tc.torch_dtype);
+  const config::PyTorchOptions& torch = config::PyTorchOf(tc);
+  d->param_bytes = bytes(torch.torch_dtype);
   d->act_bytes = autocast ? bytes(tc.precision) : d->param_bytes;
-  d->weight_cast = autocast && tc.precision != tc.torch_dtype;
+  d->weight_cast = autocast && tc.precision != torch.torch_dtype;
   d->grad_bytes = d->param_bytes;
   d->mixed = false;
   d->wide_bytes = d->act_bytes;
 }
 
 config::DataParallelWrapper PyTorchLoopStack::Wrapper(const config::TrainingConfig& c) const {
+  const config::PyTorchOptions& torch = config::PyTorchOf(c);
   if (c.data_parallel_size > 1) {
-    return config::TorchDdp{c.zero_grad_set_to_none, c.ddp_bucket_cap_mb,
-                            c.ddp_find_unused_parameters, c.ddp_gradient_as_bucket_view};
+    return config::TorchDdp{torch.zero_grad_set_to_none, torch.ddp_bucket_cap_mb,
+                            torch.ddp_find_unused_parameters, torch.ddp_gradient_as_bucket_view};
   }
-  return config::SingleDevice{c.zero_grad_set_to_none};
+  return config::SingleDevice{torch.zero_grad_set_to_none};
 }
 
 std::unique_ptr<workload::DataParallel> PyTorchLoopStack::NewDataParallel(

@@ -60,7 +60,8 @@ Program Generate(const config::Setup& setup, int pipeline_rank, const BuildParts
   const ModelDims eval_dims = EvalDims(d, setup.training);
   ModuleContext eval_ctx{setup.model, eval_dims, f, em, kernels, ctx.selective};
   // Only a stack that reads the evaluation keys sets them (hf-trainer).
-  if (setup.training.eval_steps > 0 && setup.training.eval_batches > 0) {
+  const config::HfTrainerOptions* trainer = setup.training.hf_trainer();
+  if (trainer != nullptr && trainer->eval_steps > 0 && trainer->eval_batches > 0) {
     loop_parts.eval_ctx = &eval_ctx;
     loop_parts.layer = &layer;
   }

@@ -114,7 +114,7 @@ BatchResults PredictionStep(ModuleContext& ctx, DecoderLayer& layer,
   r.losses = em.Alloc(4 * d.b, Category::kOther, "eval.losses");
   r.losses = Gather(ctx, r.losses, "losses");
   for (TensorId id : {batch.tokens, batch.position_ids, batch.loss_mask}) em.Free(id);
-  if (!tc.eval_keep_predictions) {
+  if (!config::HfTrainerOf(tc).eval_keep_predictions) {
     em.Free(batch.labels);
     return r;
   }
@@ -137,13 +137,15 @@ BatchResults PredictionStep(ModuleContext& ctx, DecoderLayer& layer,
 }  // namespace
 
 bool EvaluatesAfterStep(const config::TrainingConfig& tc, int step) {
-  return tc.eval_steps > 0 && tc.eval_batches > 0 && step % tc.eval_steps == 0 &&
-         step >= tc.eval_delay;
+  const config::HfTrainerOptions* h = tc.hf_trainer();
+  return h != nullptr && h->eval_steps > 0 && h->eval_batches > 0 && step % h->eval_steps == 0 &&
+         step >= h->eval_delay;
 }
 
 ModelDims EvalDims(const ModelDims& train, const config::TrainingConfig& tc) {
   ModelDims d = train;
-  d.b = tc.eval_batch_size;
+  // Without the Trainer's block there is no evaluation pass: the training batch stays.
+  if (const config::HfTrainerOptions* h = tc.hf_trainer()) d.b = h->eval_batch_size;
   d.T = d.s * d.b;
   d.hidden_dropout = false;  // model.eval(): nn.Dropout is the identity
   d.attention_dropout = false;
@@ -155,14 +157,15 @@ void RunEvaluation(ModuleContext& ctx, DecoderLayer& layer, const config::Traini
   MEMSIM_CHECK(ctx.d.p == 1 && ctx.d.v == 1);
   Emitter& em = ctx.em;
   ctx.k.SetDims(ctx.d);
-  const bool concat = tc.eval_do_concat_batches;
+  const config::HfTrainerOptions& h = config::HfTrainerOf(tc);
+  const bool concat = h.eval_do_concat_batches;
   Container losses("losses", concat), logits("logits", concat), labels("labels", concat);
   BatchResults locals;  // the loop's variables: the last batch's tensors
   const auto drop_locals = [&] {
     for (TensorId id : {locals.losses, locals.logits, locals.labels}) em.Unref(id);
     locals = BatchResults{};
   };
-  for (int i = 0; i < tc.eval_batches; ++i) {
+  for (int i = 0; i < h.eval_batches; ++i) {
     em.SetPrefix("eval.");
     BatchResults r = PredictionStep(ctx, layer, tc);
     em.SetPrefix("");
@@ -173,7 +176,7 @@ void RunEvaluation(ModuleContext& ctx, DecoderLayer& layer, const config::Traini
     losses.Add(em, r.losses);
     if (r.logits != 0) logits.Add(em, r.logits);
     if (r.labels != 0) labels.Add(em, r.labels);
-    if (tc.eval_accumulation_steps > 0 && (i + 1) % tc.eval_accumulation_steps == 0) {
+    if (h.eval_accumulation_steps > 0 && (i + 1) % h.eval_accumulation_steps == 0) {
       // evaluation_loop: to_cpu_and_numpy on each container, del the locals, empty_cache().
       em.Begin("eval.to_cpu");
       for (Container* c : {&losses, &logits, &labels}) c->ToCpu(em);

@@ -16,7 +16,7 @@ struct FrameworkFacts {
   // The Transformers modelling code (config::StackTraits::transformers_modelling) runs the model ([b, s, h]
   // activations without Megatron's transpose, eager attention without Megatron's global buffer).
   bool hf = false;
-  // Transformers eager attention under PyTorch before 1.11 (TrainingConfig::softmax_saves_input):
+  // Transformers eager attention under PyTorch before 1.11 (HfTrainerOptions::softmax_saves_input):
   // SoftmaxBackward keeps softmax's input, the masked scores, until the layer's backward.
   bool softmax_saves_input = false;
   bool flash = true;       // flash/fused attention; false = Megatron unfused DotProductAttention

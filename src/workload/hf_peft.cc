@@ -70,7 +70,10 @@ bool LayerLinearWeight(const ParamTensor& pt) {
 
 }  // namespace
 
-bool UsesPeft(const config::TrainingConfig& tc) { return tc.lora_r > 0 || tc.load_in_4bit; }
+bool UsesPeft(const config::TrainingConfig& tc) {
+  const config::HfTrainerOptions* h = tc.hf_trainer();
+  return h != nullptr && (h->lora_r > 0 || h->load_in_4bit);
+}
 
 Bytes FourBitBytes(std::int64_t numel, bool double_quant) {
   const std::int64_t blocks = (numel + 63) / 64;
@@ -81,7 +84,7 @@ Bytes FourBitBytes(std::int64_t numel, bool double_quant) {
 
 std::vector<ParamTensor> ApplyPeft(const config::Setup& setup, const ModelDims& d,
                                    std::vector<ParamTensor> params, PeftKernels* k) {
-  const config::TrainingConfig& tc = setup.training;
+  const config::HfTrainerOptions& tc = config::HfTrainerOf(setup.training);
   k->r = tc.lora_r;
   k->dropout = tc.lora_dropout > 0.0;
   k->adapter_bytes = 4;

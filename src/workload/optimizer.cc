@@ -135,7 +135,8 @@ void TorchOptimizer::AdamGroup(Emitter& em, int gi, std::int64_t group_numel) {
     for (TensorId id : tmp) em.Free(id);
   }
   const bool foreach = tc_.optimizer_impl == config::OptimizerImpl::kForeach;
-  if (foreach && tc_.adam_coupled_weight_decay && tc_.weight_decay != 0.0) {
+  const config::PyTorchOptions* torch = tc_.pytorch();
+  if (foreach && torch != nullptr && torch->adam_coupled_weight_decay && tc_.weight_decay != 0.0) {
     // torch.optim.Adam (not AdamW): grads = torch._foreach_add(grads, params, alpha=wd), a new
     // list the size of the group, dropped before the square roots (_multi_tensor_adam).
     em.Begin(fmt::format("optim.adam.group{}.weight_decay", gi));

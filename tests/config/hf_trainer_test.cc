@@ -49,6 +49,11 @@ std::string LlamaAdapter(const std::string& name, const std::string& fields) {
 
 const std::string kBase = "\"max_seq_length\": 512, \"per_device_train_batch_size\": 2";
 
+// The Trainer's block of the config at `path` (setup.h HfTrainerOptions).
+HfTrainerOptions LoadedTrainer(const std::string& path) {
+  return HfTrainerOf(LoadSetup(path, {}).training);
+}
+
 TEST_CASE("hf-trainer: TrainingArguments names into the plain PyTorch loop", "[config][hf]") {
   const Setup s = LoadSetup(Config("hf1.json", kBase + ", \"gradient_accumulation_steps\": 4, "
                                                        "\"bf16\": true, \"gradient_checkpointing\""
@@ -63,13 +68,13 @@ TEST_CASE("hf-trainer: TrainingArguments names into the plain PyTorch loop", "[c
   CHECK(s.training.num_micro_batches == 4);
   CHECK(s.training.train_iters == 3);
   CHECK(s.training.precision == Precision::kBf16);     // autocast dtype
-  CHECK(s.training.torch_dtype == Precision::kFp32);   // from_pretrained's default
+  CHECK(s.training.pytorch()->torch_dtype == Precision::kFp32);  // from_pretrained's default
   CHECK(s.training.recompute_granularity == RecomputeGranularity::kFull);
   CHECK(s.training.recompute_num_layers == 1);         // one checkpoint per decoder layer
   // optim default adamw_torch: torch.optim.AdamW, foreach on CUDA, decoupled decay.
   CHECK(s.training.optimizer == OptimizerKind::kAdam);
   CHECK(s.training.optimizer_impl == OptimizerImpl::kForeach);
-  CHECK_FALSE(s.training.adam_coupled_weight_decay);
+  CHECK_FALSE(s.training.pytorch()->adam_coupled_weight_decay);
   CHECK(s.training.use_flash_attn);                    // attn_implementation sdpa
   CHECK(s.model.padded_vocab_size == 32001);           // no Megatron padding
 }
@@ -91,21 +96,22 @@ TEST_CASE("hf-trainer: optim names", "[config][hf]") {
 
 TEST_CASE("hf-trainer: torch_version decides zero_grad and softmax's saved input", "[config][hf]") {
   auto load = [](const std::string& name, const std::string& version) {
-    return LoadSetup(Config(name, kBase + ", \"torch_version\": \"" + version + "\""), {}).training;
+    return HfTrainerOf(
+        LoadSetup(Config(name, kBase + ", \"torch_version\": \"" + version + "\""), {}).training);
   };
   // nn.Module.zero_grad(set_to_none) defaults to True from 2.0; _softmax's autograd formula
   // passes the input's dtype instead of the input from 1.11 (pytorch/pytorch#66018), so 1.10
   // and earlier save softmax's input.
-  const TrainingConfig v110 = load("v1.json", "1.10");
+  const HfTrainerOptions v110 = load("v1.json", "1.10");
   CHECK_FALSE(v110.zero_grad_set_to_none);
   CHECK(v110.softmax_saves_input);
-  const TrainingConfig v111 = load("v2.json", "1.11");
+  const HfTrainerOptions v111 = load("v2.json", "1.11");
   CHECK_FALSE(v111.zero_grad_set_to_none);
   CHECK_FALSE(v111.softmax_saves_input);
-  const TrainingConfig v25 = load("v3.json", "2.5");
+  const HfTrainerOptions v25 = load("v3.json", "2.5");
   CHECK(v25.zero_grad_set_to_none);
   CHECK_FALSE(v25.softmax_saves_input);
-  const TrainingConfig absent = LoadSetup(Config("v4.json", kBase), {}).training;
+  const HfTrainerOptions absent = HfTrainerOf(LoadSetup(Config("v4.json", kBase), {}).training);
   CHECK(absent.zero_grad_set_to_none);
   CHECK_FALSE(absent.softmax_saves_input);
   CHECK(ErrorOf(Config("v5.json", kBase + ", \"torch_version\": \"2\""))
@@ -219,7 +225,7 @@ std::string Llama8b(const std::string& name, const std::string& extra) {
 
 TEST_CASE("hf-trainer: LoRA parameter counts (print_trainable_parameters)", "[config][hf]") {
   const Setup s = LoadSetup(Llama8b("l1.json", ""), {});
-  CHECK(s.training.lora_r == 8);
+  CHECK(s.training.hf_trainer()->lora_r == 8);
   const workload::StaticSizes z = workload::ComputeStaticSizes(s, 0);
   CHECK(z.parameter_count == 8033669120);
   CHECK(z.trainable_parameter_count == 3407872);
@@ -244,7 +250,7 @@ TEST_CASE("hf-trainer: QLoRA 4-bit weights and their quantisation state", "[conf
                          "\"bnb_4bit_quant_type\": \"nf4\", \"bnb_4bit_use_double_quant\": true, "
                          "\"bnb_4bit_compute_dtype\": \"bfloat16\"}"),
       {});
-  CHECK(s.training.load_in_4bit);
+  CHECK(s.training.hf_trainer()->load_in_4bit);
   const workload::StaticSizes z = workload::ComputeStaticSizes(s, 0);
   CHECK(z.parameter_count == 8033669120);  // PEFT counts a 4-bit weight's full numel
   CHECK(z.trainable_parameter_count == 3407872);
@@ -318,7 +324,7 @@ TEST_CASE("hf-trainer: training_args and adapter_config files", "[config][hf]") 
   CHECK(s.training.num_micro_batches == 2);
   CHECK(s.training.train_iters == 5);
   CHECK(s.training.optimizer_impl == OptimizerImpl::kFused);
-  CHECK(s.training.lora_r == 16);
+  CHECK(s.training.hf_trainer()->lora_r == 16);
   CHECK(std::any_of(s.warnings.begin(), s.warnings.end(), [](const std::string& w) {
     return w.find("args.json: TrainingArguments fields memsim does not know, ignored: "
                   "some_future_field") != std::string::npos;
@@ -436,10 +442,9 @@ TEST_CASE("hf-trainer: bad values name the TrainingArguments field written", "[c
   CHECK(ErrorOf(names) == names + ": /training/evaluation_strategy: \"steps\" conflicts with "
                                   "eval_strategy \"no\" (evaluation_strategy is its old name; "
                                   "write one of them)");
-  CHECK(LoadSetup(Config("b7.json", eval + ", \"evaluation_strategy\": \"steps\", "
-                                           "\"eval_batches\": 1"),
-                  {})
-            .training.eval_steps == 1);
+  CHECK(LoadedTrainer(Config("b7.json", eval + ", \"evaluation_strategy\": \"steps\", "
+                                               "\"eval_batches\": 1"))
+            .eval_steps == 1);
   // LoRA rank: memsim's limit 2^16; unknown adapter keys are named at the adapter's object.
   const std::string rank = Config("b10.json", kBase + ", \"adapter_config\": {\"r\": 65537, "
                                                       "\"target_modules\": [\"q_proj\"]}");
@@ -544,7 +549,7 @@ TEST_CASE("hf-trainer: --iterations sets max_steps", "[config][hf]") {
 TEST_CASE("hf-trainer: target_modules as a regular expression", "[config][hf][peft]") {
   const auto targets = LlamaAdapter;
   const auto modules = [](const std::string& path) {
-    return LoadSetup(path, {}).training.lora_target_modules;
+    return LoadedTrainer(path).lora_target_modules;
   };
   using Names = std::vector<std::string>;
   CHECK(modules(targets("p1.json", R"("target_modules": ".*\\.self_attn\\.(q|v)_proj")")) ==
@@ -675,33 +680,30 @@ TEST_CASE("hf-trainer: the evaluation keys", "[config][hf][eval]") {
                                                      "\"eval_accumulation_steps\": 2, "
                                                      "\"eval_batches\": 7, \"compute_metrics\": true"),
                             {});
-  CHECK(s.training.eval_steps == 5);
-  CHECK(s.training.eval_batch_size == 4);
-  CHECK(s.training.eval_batches == 7);
-  CHECK(s.training.eval_accumulation_steps == 2);
-  CHECK(s.training.eval_keep_predictions);
+  CHECK(s.training.hf_trainer()->eval_steps == 5);
+  CHECK(s.training.hf_trainer()->eval_batch_size == 4);
+  CHECK(s.training.hf_trainer()->eval_batches == 7);
+  CHECK(s.training.hf_trainer()->eval_accumulation_steps == 2);
+  CHECK(s.training.hf_trainer()->eval_keep_predictions);
   // TrainingArguments.__post_init__: eval_steps absent -> logging_steps (default 500); a ratio
   // below 1 of max_steps: ceil(10 · 0.25) = 3 (Trainer._inner_training_loop).
-  CHECK(LoadSetup(Config("e2.json", eval + ", \"eval_batches\": 1"), {}).training.eval_steps ==
-        500);
-  CHECK(LoadSetup(Config("e3.json", eval + ", \"eval_batches\": 1, \"logging_steps\": 2"), {})
-            .training.eval_steps == 2);
-  CHECK(LoadSetup(Config("e4.json", eval + ", \"eval_batches\": 1, \"eval_steps\": 0.25"), {})
-            .training.eval_steps == 3);
+  CHECK(LoadedTrainer(Config("e2.json", eval + ", \"eval_batches\": 1")).eval_steps == 500);
+  CHECK(LoadedTrainer(Config("e3.json", eval + ", \"eval_batches\": 1, \"logging_steps\": 2"))
+            .eval_steps == 2);
+  CHECK(LoadedTrainer(Config("e4.json", eval + ", \"eval_batches\": 1, \"eval_steps\": 0.25"))
+            .eval_steps == 3);
   // evaluate() passes prediction_loss_only=True without compute_metrics; the field itself
   // turns predictions off too.
-  CHECK_FALSE(LoadSetup(Config("e5.json", eval + ", \"eval_batches\": 1"), {})
-                  .training.eval_keep_predictions);
-  CHECK_FALSE(LoadSetup(Config("e6.json", eval + ", \"eval_batches\": 1, \"compute_metrics\": "
-                                                 "true, \"prediction_loss_only\": true"),
-                        {})
-                  .training.eval_keep_predictions);
+  CHECK_FALSE(
+      LoadedTrainer(Config("e5.json", eval + ", \"eval_batches\": 1")).eval_keep_predictions);
+  CHECK_FALSE(LoadedTrainer(Config("e6.json", eval + ", \"eval_batches\": 1, \"compute_metrics\": "
+                                                     "true, \"prediction_loss_only\": true"))
+                  .eval_keep_predictions);
   // The old name, and no evaluation by default.
-  CHECK(LoadSetup(Config("e7.json", kBase + ", \"evaluation_strategy\": \"steps\", "
-                                            "\"eval_steps\": 2, \"eval_batches\": 1"),
-                  {})
-            .training.eval_steps == 2);
-  CHECK(LoadSetup(Config("e8.json", kBase + ", \"eval_steps\": 2"), {}).training.eval_steps == 0);
+  CHECK(LoadedTrainer(Config("e7.json", kBase + ", \"evaluation_strategy\": \"steps\", "
+                                                "\"eval_steps\": 2, \"eval_batches\": 1"))
+            .eval_steps == 2);
+  CHECK(LoadedTrainer(Config("e8.json", kBase + ", \"eval_steps\": 2")).eval_steps == 0);
   const std::string missing = Config("e9.json", eval);
   CHECK(ErrorOf(missing) ==
         missing + ": /training/eval_batches: missing key with eval_strategy \"steps\", expected a "
@@ -721,7 +723,7 @@ TEST_CASE("hf-trainer: the evaluation keys", "[config][hf][eval]") {
     return w.find("only the first evaluation (after step 10) is simulated") != std::string::npos;
   }));
   const Setup epoch = LoadSetup(Config("e10.json", kBase + ", \"eval_strategy\": \"epoch\""), {});
-  CHECK(epoch.training.eval_steps == 0);
+  CHECK(epoch.training.hf_trainer()->eval_steps == 0);
   CHECK(std::any_of(epoch.warnings.begin(), epoch.warnings.end(), [](const std::string& w) {
     return w.find("\"epoch\": evaluation at epoch ends is not modelled") != std::string::npos;
   }));
@@ -859,7 +861,7 @@ TEST_CASE("hf-trainer: modules_to_save and dotted target_modules match as in PEF
   // "model.embed_tokens" ends model.embed_tokens, "head" ends lm_head: both copied, under
   // memsim's names.
   const Setup saved = LoadSetup(adapter("s1.json", R"("target_modules": ["q_proj"], "modules_to_save": ["model.embed_tokens", "head"])"), {});
-  CHECK(saved.training.lora_modules_to_save == Names{"embed_tokens", "lm_head"});
+  CHECK(saved.training.hf_trainer()->lora_modules_to_save == Names{"embed_tokens", "lm_head"});
   CHECK(saved.warnings.empty());
   // Each copy is the module's weights, trainable: llama3-8b's embedding and lm_head are each
   // 128256 × 4096 = 525,336,576 parameters (models/llama3-8b.json: vocab_size 128256,
@@ -884,7 +886,7 @@ TEST_CASE("hf-trainer: modules_to_save and dotted target_modules match as in PEF
   // Dotted target_modules: "self_attn.q_proj" is every layer's q_proj; a full name of one
   // layer's is per-layer (unsupported); a dotted entry that matches nothing is ignored.
   const auto targets = [&](const std::string& name, const std::string& list) {
-    return LoadSetup(adapter(name, "\"target_modules\": " + list), {}).training.lora_target_modules;
+    return LoadedTrainer(adapter(name, "\"target_modules\": " + list)).lora_target_modules;
   };
   CHECK(targets("s5.json", R"(["self_attn.q_proj", "mlp.down_proj", "x.y"])") ==
         Names{"q_proj", "down_proj"});
@@ -908,8 +910,8 @@ TEST_CASE("hf-trainer: pathological target_modules patterns finish", "[config][h
                                     "of the model (PEFT: target modules not found in the base "
                                     "model); module names look like model.layers.0.self_attn.q_proj");
   // (a+)+ with a tail that matches every q_proj: a match, found in linear time.
-  CHECK(LoadSetup(adapter("rx2.json", R"("target_modules": "(([a-z0-9_]+\\.?)+)+q_proj")"), {})
-            .training.lora_target_modules == std::vector<std::string>{"q_proj"});
+  CHECK(LoadedTrainer(adapter("rx2.json", R"("target_modules": "(([a-z0-9_]+\\.?)+)+q_proj")"))
+            .lora_target_modules == std::vector<std::string>{"q_proj"});
   // Counted repetitions multiply the automaton: by RegexStates' count, '.' is 1 state, {20}
   // copies an atom 21 times and a group adds 2: ((1 × 21 + 2) × 21 + 2) × 21 + 2 = 10187
   // states, above the 1024 limit.

@@ -90,6 +90,7 @@ TEST_CASE("derived values, computed once, then checked", "[config]") {
   // framework "pytorch": no padding, no fp32 accumulation flag.
   Setup t = Small();
   t.training.framework = "pytorch";
+  t.training.stack.emplace<config::PyTorchOptions>();
   Derive(&t, o);
   CHECK(t.model.padded_vocab_size == 32001);
   CHECK_FALSE(t.training.accumulate_allreduce_grads_in_fp32);

@@ -56,8 +56,8 @@ TEST_CASE("framework pytorch: one device, its defaults and what it assumes", "[c
   // No Megatron padding: a Hugging Face model keeps config.vocab_size rows (Megatron would pad
   // 32001 to a multiple of 128: 251 × 128 = 32128).
   CHECK(s.model.padded_vocab_size == 32001);
-  CHECK(s.training.torch_dtype == Precision::kFp32);
-  CHECK(s.training.zero_grad_set_to_none);
+  CHECK(s.training.pytorch()->torch_dtype == Precision::kFp32);
+  CHECK(s.training.pytorch()->zero_grad_set_to_none);
   CHECK(s.training.precision == Precision::kBf16);
   CHECK_FALSE(s.training.accumulate_allreduce_grads_in_fp32);  // Megatron forces it, not torch
   CHECK_FALSE(s.training.gradient_accumulation_fusion);
@@ -80,8 +80,8 @@ TEST_CASE("framework pytorch: torch_dtype, zero_grad_set_to_none, precision", "[
                                                     "\"precision\": \"fp32\", "
                                                     "\"gradient_accumulation_fusion\": false"),
                       {});
-  CHECK(s.training.torch_dtype == Precision::kBf16);
-  CHECK_FALSE(s.training.zero_grad_set_to_none);
+  CHECK(s.training.pytorch()->torch_dtype == Precision::kBf16);
+  CHECK_FALSE(s.training.pytorch()->zero_grad_set_to_none);
   CHECK(s.training.precision == Precision::kFp32);  // no autocast: pure bf16 weights
   CHECK(DataParallelOf(s.training) == DataParallelWrapper{SingleDevice{false}});
   CHECK_FALSE(HasNote(s, "gradient_accumulation_fusion"));
@@ -90,7 +90,7 @@ TEST_CASE("framework pytorch: torch_dtype, zero_grad_set_to_none, precision", "[
                                               "\"optimizer\": \"sgd\", \"optimizer_impl\": "
                                               "\"fused\", \"gradient_accumulation_steps\": 4"),
                 {});
-  CHECK(s.training.torch_dtype == Precision::kFp16);
+  CHECK(s.training.pytorch()->torch_dtype == Precision::kFp16);
   CHECK(s.training.precision == Precision::kFp16);
   CHECK(s.training.optimizer_impl == OptimizerImpl::kFused);
   CHECK(HasNote(s,

@@ -91,6 +91,7 @@ TEST_CASE("attention mask: none with --no-create-attention-mask-in-dataloader or
   CHECK(Allocs(Build(off, 0), kMask).empty());
   config::Setup torch = Tiny();
   torch.training.framework = "pytorch";
+  torch.training.stack.emplace<config::PyTorchOptions>();
   torch.training.transformer_impl = "local";
   torch.training.use_flash_attn = false;
   CHECK(Allocs(Build(torch, 0), kMask).empty());

@@ -21,17 +21,18 @@ namespace {
 config::Setup TinyEval() {
   config::Setup s = testing::TinyLlama();
   s.training.framework = "hf-trainer";
+  s.training.stack.emplace<config::HfTrainerOptions>();
   s.training.global_batch_size = 1;
   s.training.train_iters = 3;
   s.training.precision = config::Precision::kBf16;
-  s.training.torch_dtype = config::Precision::kFp32;
-  s.training.zero_grad_set_to_none = true;
+  s.training.pytorch()->torch_dtype = config::Precision::kFp32;
+  s.training.pytorch()->zero_grad_set_to_none = true;
   s.training.gradient_accumulation_fusion = false;
   s.training.optimizer_impl = config::OptimizerImpl::kForeach;
-  s.training.eval_steps = 2;
-  s.training.eval_batches = 3;
-  s.training.eval_batch_size = 2;
-  s.training.eval_keep_predictions = true;
+  s.training.hf_trainer()->eval_steps = 2;
+  s.training.hf_trainer()->eval_batches = 3;
+  s.training.hf_trainer()->eval_batch_size = 2;
+  s.training.hf_trainer()->eval_keep_predictions = true;
   return s;
 }
 
@@ -82,7 +83,7 @@ TEST_CASE("evaluation: after every eval_steps-th optimizer step", "[workload][hf
   CHECK(EvaluatesAfterStep(tc, 2));
   CHECK_FALSE(EvaluatesAfterStep(tc, 3));
   CHECK(EvaluatesAfterStep(tc, 4));
-  tc.eval_delay = 3;
+  tc.hf_trainer()->eval_delay = 3;
   CHECK_FALSE(EvaluatesAfterStep(tc, 2));
   CHECK(EvaluatesAfterStep(tc, 4));
 
@@ -136,7 +137,7 @@ TEST_CASE("evaluation: logits, labels and losses concatenated on the device",
 TEST_CASE("evaluation: eval_accumulation_steps 1 moves each batch to the CPU",
           "[workload][hf][eval]") {
   config::Setup s = TinyEval();
-  s.training.eval_accumulation_steps = 1;
+  s.training.hf_trainer()->eval_accumulation_steps = 1;
   const Program p = Build(s, 0);
   // to_cpu_and_numpy after every batch: no concatenation, one batch at a time.
   CHECK(Allocs(p, "eval.logits") == std::vector<Bytes>{kLogits, kLogits, kLogits});
@@ -148,7 +149,7 @@ TEST_CASE("evaluation: eval_accumulation_steps 1 moves each batch to the CPU",
 
 TEST_CASE("evaluation: without compute_metrics only the losses are kept", "[workload][hf][eval]") {
   config::Setup s = TinyEval();
-  s.training.eval_keep_predictions = false;
+  s.training.hf_trainer()->eval_keep_predictions = false;
   const Program p = Build(s, 0);
   CHECK(Allocs(p, "eval.logits").empty());
   CHECK(Allocs(p, "eval.labels").empty());

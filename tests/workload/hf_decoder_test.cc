@@ -41,11 +41,12 @@ config::Setup TinyHfLlama(config::Precision torch_dtype, bool checkpointing) {
   config::Setup s = testing::TinyLlama();
   s.model.num_key_value_heads = 2;
   s.training.framework = "hf-trainer";
+  s.training.stack.emplace<config::HfTrainerOptions>();
   s.training.transformer_impl = "local";
   s.training.gradient_accumulation_fusion = false;
   s.training.use_flash_attn = true;  // attn_implementation "sdpa"
   s.training.precision = config::Precision::kBf16;
-  s.training.torch_dtype = torch_dtype;
+  s.training.pytorch()->torch_dtype = torch_dtype;
   s.training.optimizer_impl = config::OptimizerImpl::kForeach;
   if (checkpointing) {
     s.training.recompute_granularity = config::RecomputeGranularity::kFull;
@@ -237,10 +238,10 @@ TEST_CASE("hf-trainer Llama layer, sdpa, bf16 weights, LoRA: frozen linears keep
           "[workload][hf][hf_decoder][peft]") {
   auto lora = [](double dropout) {
     config::Setup s = TinyHfLlama(config::Precision::kBf16, false);
-    s.training.lora_r = 4;
-    s.training.lora_alpha = 8;
-    s.training.lora_dropout = dropout;
-    s.training.lora_target_modules = {"q_proj", "v_proj"};
+    s.training.hf_trainer()->lora_r = 4;
+    s.training.hf_trainer()->lora_alpha = 8;
+    s.training.hf_trainer()->lora_dropout = dropout;
+    s.training.hf_trainer()->lora_target_modules = {"q_proj", "v_proj"};
     return s;
   };
   constexpr Bytes kFrozen = kBf16Saved - 2 * 4096 - 4096 - 4096 - 8192;

@@ -65,8 +65,9 @@ TEST_CASE("fp16 steps the loss scaler skips create no optimizer state", "[worklo
   // weights' dtype, fp32 here: 8 bytes per parameter) comes with the first step taken.
   config::Setup pt = testing::TinyLlama();
   pt.training.framework = "pytorch";
+  pt.training.stack.emplace<config::PyTorchOptions>();
   pt.training.precision = config::Precision::kFp16;
-  pt.training.torch_dtype = config::Precision::kFp32;
+  pt.training.pytorch()->torch_dtype = config::Precision::kFp32;
   pt.training.train_iters = 2;
   pt.training.skipped_iterations = 1;
   const Program q = Build(pt, 0);

@@ -22,11 +22,12 @@ namespace {
 config::Setup TinyPyTorch(bool set_to_none) {
   config::Setup s = testing::TinyLlama();
   s.training.framework = "pytorch";
+  s.training.stack.emplace<config::PyTorchOptions>();
   s.training.global_batch_size = 2;  // two micro-batches of 1 (gradient accumulation)
   s.training.train_iters = 3;
   s.training.precision = config::Precision::kBf16;
-  s.training.torch_dtype = config::Precision::kFp32;
-  s.training.zero_grad_set_to_none = set_to_none;
+  s.training.pytorch()->torch_dtype = config::Precision::kFp32;
+  s.training.pytorch()->zero_grad_set_to_none = set_to_none;
   s.training.gradient_accumulation_fusion = false;
   s.training.optimizer_impl = config::OptimizerImpl::kForeach;
   return s;
@@ -134,7 +135,7 @@ TEST_CASE("plain PyTorch: weight copies only when autocast's dtype is not the we
   s.training.train_iters = 1;
   s.training.global_batch_size = 1;
   // bf16 weights, no autocast (precision fp32): everything runs in bf16, nothing is cast.
-  s.training.torch_dtype = config::Precision::kBf16;
+  s.training.pytorch()->torch_dtype = config::Precision::kBf16;
   s.training.precision = config::Precision::kFp32;
   CHECK(ComputeDims(s).act_bytes == 2);
   CHECK(AllocatedWith(Build(s, 0), ".autocast_copy") == 0);
@@ -143,7 +144,7 @@ TEST_CASE("plain PyTorch: weight copies only when autocast's dtype is not the we
   CHECK(AllocatedWith(Build(s, 0), ".autocast_copy") == 0);
   // fp16 weights under bf16 autocast: two 2-byte dtypes, still a cast per GEMM weight: the
   // 98304 elements of the test above, 2 bytes each, once (one micro-batch).
-  s.training.torch_dtype = config::Precision::kFp16;
+  s.training.pytorch()->torch_dtype = config::Precision::kFp16;
   CHECK(AllocatedWith(Build(s, 0), ".autocast_copy") == 2 * (2 * 40960 + 16384));
 }
 
@@ -156,7 +157,7 @@ TEST_CASE("plain PyTorch: torch.optim.Adam's L2 weight decay makes a gradient-si
   CHECK(AllocatedWith(Build(s, 0), "optim.decayed_grad.") == 0);
   // Adam with weight decay (_multi_tensor_adam: _foreach_add(grads, params, alpha=wd)): one
   // tensor per parameter in the parameters' dtype, fp32 here: 4 × P bytes.
-  s.training.adam_coupled_weight_decay = true;
+  s.training.pytorch()->adam_coupled_weight_decay = true;
   CHECK(AllocatedWith(Build(s, 0), "optim.decayed_grad.") == 4 * kParams);
   s.training.weight_decay = 0.0;
   CHECK(AllocatedWith(Build(s, 0), "optim.decayed_grad.") == 0);
@@ -175,7 +176,7 @@ TEST_CASE("plain PyTorch, zero_grad(set_to_none=False): gradients kept across it
 TEST_CASE("plain PyTorch with bf16 weights: bf16 grads and bf16 Adam state",
           "[workload][pytorch]") {
   config::Setup s = TinyPyTorch(true);
-  s.training.torch_dtype = config::Precision::kBf16;
+  s.training.pytorch()->torch_dtype = config::Precision::kBf16;
   const Program p = Build(s, 0);
   // 2 bytes per element everywhere: .grad 2 × P, state 2 × 2 × P.
   CHECK(Measure(p, Category::kGradients, 1, Phase::kBackward, 0).alive_after == 2 * kParams);
@@ -206,6 +207,7 @@ TEST_CASE("hf-trainer adafactor: factored fp32 state made in the first step",
           "[workload][hf][optim]") {
   config::Setup s = TinyPyTorch(true);
   s.training.framework = "hf-trainer";
+  s.training.stack.emplace<config::HfTrainerOptions>();
   s.training.optimizer = config::OptimizerKind::kAdafactor;
   s.training.optimizer_impl = config::OptimizerImpl::kFused;
   constexpr Bytes kState = 4 * 3136 + 4 * 21;
@@ -249,9 +251,10 @@ config::Setup TinyBert(bool autocast) {
   s.model.vocab_size = 1024;
   s.model.max_position_embeddings = 512;
   s.training.framework = "hf-trainer";
+  s.training.stack.emplace<config::HfTrainerOptions>();
   s.training.seq_length = 512;
   s.training.precision = autocast ? config::Precision::kFp16 : config::Precision::kFp32;
-  s.training.torch_dtype = config::Precision::kFp32;
+  s.training.pytorch()->torch_dtype = config::Precision::kFp32;
   s.training.gradient_accumulation_fusion = false;
   s.training.train_iters = 2;
   return s;
@@ -291,7 +294,7 @@ TEST_CASE("hf-trainer BERT: saved tensors of one layer in fp32 and under fp16 au
     // autocast the fp32 additive mask promotes the fp16 scaled scores): 4 bytes a score more.
     for (bool autocast : {false, true}) {
       config::Setup s = TinyBert(autocast);
-      s.training.softmax_saves_input = true;
+      s.training.hf_trainer()->softmax_saves_input = true;
       CHECK(testing::LayerSavedBytes(Build(s, 0), 2, 0, 1) ==
             (autocast ? amp : fp32) + 4 * kScores);
     }

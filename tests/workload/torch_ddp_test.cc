@@ -38,17 +38,18 @@ TEST_CASE("DDP bucket assignment: limits, one tensor over the limit, dtypes apar
 config::Setup TinyDdp(double cap_mb, bool find_unused, bool view) {
   config::Setup s = testing::TinyLlama();
   s.training.framework = "pytorch";
+  s.training.stack.emplace<config::PyTorchOptions>();
   s.training.data_parallel_size = 2;
   s.training.global_batch_size = 4;
   s.training.num_micro_batches = 2;
   s.training.train_iters = 3;
   s.training.precision = config::Precision::kBf16;
-  s.training.torch_dtype = config::Precision::kFp32;
+  s.training.pytorch()->torch_dtype = config::Precision::kFp32;
   s.training.gradient_accumulation_fusion = false;
   s.training.optimizer_impl = config::OptimizerImpl::kForeach;
-  s.training.ddp_bucket_cap_mb = cap_mb;
-  s.training.ddp_find_unused_parameters = find_unused;
-  s.training.ddp_gradient_as_bucket_view = view;
+  s.training.pytorch()->ddp_bucket_cap_mb = cap_mb;
+  s.training.pytorch()->ddp_find_unused_parameters = find_unused;
+  s.training.pytorch()->ddp_gradient_as_bucket_view = view;
   return s;
 }
 
@@ -171,7 +172,7 @@ TEST_CASE("DDP rebuild with gradient_as_bucket_view and .grad kept: the old buck
   // bucket is freed only after the new ones exist, so both are alive in the rebuild,
   // 2 × 460032 bytes of buckets.
   config::Setup s = TinyDdp(0, false, true);
-  s.training.zero_grad_set_to_none = false;
+  s.training.pytorch()->zero_grad_set_to_none = false;
   const Program p = Build(s, 0);
   CHECK(AllocsOf(p, "ddp.rebuild_buckets", "ddp.bucket") == std::vector<Bytes>{kGrads});
   CHECK(AllocsOf(p, "ddp.rebuild_buckets.initialize", "").empty());

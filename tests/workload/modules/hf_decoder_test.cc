@@ -25,11 +25,12 @@ config::Setup BfloatHfLlama() {
   config::Setup s = testing::TinyLlama();
   s.model.num_key_value_heads = 2;
   s.training.framework = "hf-trainer";
+  s.training.stack.emplace<config::HfTrainerOptions>();
   s.training.transformer_impl = "local";
   s.training.gradient_accumulation_fusion = false;
   s.training.use_flash_attn = true;  // sdpa
   s.training.precision = config::Precision::kBf16;
-  s.training.torch_dtype = config::Precision::kBf16;
+  s.training.pytorch()->torch_dtype = config::Precision::kBf16;
   return s;
 }
 
