@@ -1,11 +1,11 @@
 // Functions of a loaded Setup (setup.h): views the workload asks for, computed from its fields.
 #include "config/setup.h"
 
-#include <stdexcept>
 #include <string>
 #include <utility>
 
 #include "config/stack.h"
+#include "core/check.h"
 
 namespace memsim::config {
 
@@ -22,14 +22,14 @@ const HfTrainerOptions* TrainingConfig::hf_trainer() const {
 HfTrainerOptions* TrainingConfig::hf_trainer() { return std::get_if<HfTrainerOptions>(&stack); }
 
 const PyTorchOptions& PyTorchOf(const TrainingConfig& c) {
-  if (const PyTorchOptions* p = c.pytorch()) return *p;
-  throw std::logic_error("training config of framework \"" + c.framework +
-                         "\" holds no PyTorchOptions block");
+  const PyTorchOptions* p = c.pytorch();
+  MEMSIM_CHECK(p != nullptr);  // a stack asked for a block its reader did not set: a bug
+  return *p;
 }
 const HfTrainerOptions& HfTrainerOf(const TrainingConfig& c) {
-  if (const HfTrainerOptions* h = c.hf_trainer()) return *h;
-  throw std::logic_error("training config of framework \"" + c.framework +
-                         "\" holds no HfTrainerOptions block");
+  const HfTrainerOptions* h = c.hf_trainer();
+  MEMSIM_CHECK(h != nullptr);
+  return *h;
 }
 
 DataParallelWrapper DataParallelOf(const TrainingConfig& c) { return StackOf(c).Wrapper(c); }

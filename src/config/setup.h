@@ -341,9 +341,8 @@ struct TorchDdp {
 };
 using DataParallelWrapper = std::variant<MegatronDdp, MegatronFsdp, SingleDevice, TorchDdp>;
 
-// The block a stack requires of `c`: c.pytorch() / c.hf_trainer(). Throws std::logic_error
-// naming c.framework when `c` holds another alternative (a Setup built without its stack's
-// block: a programming error, as every stack's reader sets its own).
+// The block a stack requires of `c`: c.pytorch() / c.hf_trainer(). REQUIRES: `c` holds it (every
+// stack's reader sets its own; a Setup built without it is a bug, MEMSIM_CHECK).
 const PyTorchOptions& PyTorchOf(const TrainingConfig& c);
 const HfTrainerOptions& HfTrainerOf(const TrainingConfig& c);
 

@@ -15,7 +15,7 @@
 #include "core/comm_group.h"
 #include "profile/profile.h"
 
-namespace memsim {
+namespace memsim::vocabulary_docs {
 namespace {
 
 std::string ReadDoc(const std::string& relative) {
@@ -78,4 +78,4 @@ TEST_CASE("docs: hccl_group_buffer names the groups of core/comm_group.h", "[doc
 }
 
 }  // namespace
-}  // namespace memsim
+}  // namespace memsim::vocabulary_docs
