@@ -309,8 +309,8 @@ void ApplyCommandLine(const LoadOptions& options, Json* root, Source* source) {
   for (const std::string& o : options.overrides) internal::ApplyOverride(o, root, source);
   if (options.iterations > 0) {
     // --iterations N: the key of the training block's key set that counts optimizer steps,
-    // named as given: train_iters, or max_steps for framework "hf-trainer" (hf_trainer.h).
-    const auto training = root->find("training");
+    // named as given: train_iters, or max_steps for a stack that reads TrainingArguments names
+    // ("hf-trainer", hf_trainer.h).
     const char* key = TrainingArgumentsKeys(*root) ? "max_steps" : "train_iters";
     internal::ApplyOverride(fmt::format("training.{}={}", key, options.iterations), root, source);
     source->set_labels[internal::Child("/training", key)] =
