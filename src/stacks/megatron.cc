@@ -76,7 +76,8 @@ bool FusedAttnBshdOut(const config::Setup& setup, const workload::ModelDims& d,
          !core.empty() && core >= kRopeFusionBshdSince && core < kRopeFusionBshdUntil;
 }
 
-class MegatronStack final : public config::Stack {
+class MegatronStack final
+    : public MegatronNamedBlockStack<config::internal::BlockReader::kMegatron> {
  public:
   std::string_view Name() const override { return "megatron"; }
   const config::StackTraits& Traits() const override {
@@ -87,16 +88,6 @@ class MegatronStack final : public config::Stack {
                                             .model_parallel = true,
                                             .adam_label = ""};
     return traits;
-  }
-
-  void ReadBeforeModel(config::internal::ObjectReader& t,
-                       const config::internal::Document& /*config*/, config::Setup* /*s*/,
-                       config::internal::HfTrainerExtras* /*extras*/) const override {
-    config::internal::CheckMegatronNamedKeys(t, Name(), kReader);
-  }
-  void ReadAfterModel(config::internal::ObjectReader& t, config::internal::LocatedModel* model,
-                      config::Setup* s) const override {
-    config::internal::ReadMegatronNamedBlock(t, model, Name(), kReader, s);
   }
 
   void Derive(config::Setup* s, const config::internal::Origin& origin) const override {
@@ -175,9 +166,6 @@ class MegatronStack final : public config::Stack {
       const workload::LoopParts& parts) const override {
     return workload::NewMegatronLoop(parts);
   }
-
- private:
-  static constexpr config::internal::BlockReader kReader = config::internal::BlockReader::kMegatron;
 };
 
 }  // namespace

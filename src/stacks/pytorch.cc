@@ -67,7 +67,10 @@ std::unique_ptr<workload::TrainingLoop> PyTorchLoopStack::NewTrainingLoop(
 
 namespace {
 
-class PyTorchStack final : public PyTorchLoopStack {
+// The block's Megatron architecture keys apply to the model as under "megatron".
+class PyTorchStack final
+    : public MegatronNamedBlockStack<config::internal::BlockReader::kPlainPyTorch,
+                                     PyTorchLoopStack> {
  public:
   std::string_view Name() const override { return "pytorch"; }
   const config::StackTraits& Traits() const override {
@@ -77,20 +80,6 @@ class PyTorchStack final : public PyTorchLoopStack {
                                             .adam_label = "AdamW"};
     return traits;
   }
-  void ReadBeforeModel(config::internal::ObjectReader& t,
-                       const config::internal::Document& /*config*/, config::Setup* /*s*/,
-                       config::internal::HfTrainerExtras* /*extras*/) const override {
-    config::internal::CheckMegatronNamedKeys(t, Name(), kReader);
-  }
-  // The block's Megatron architecture keys apply to the model as under "megatron".
-  void ReadAfterModel(config::internal::ObjectReader& t, config::internal::LocatedModel* model,
-                      config::Setup* s) const override {
-    config::internal::ReadMegatronNamedBlock(t, model, Name(), kReader, s);
-  }
-
- private:
-  static constexpr config::internal::BlockReader kReader =
-      config::internal::BlockReader::kPlainPyTorch;
 };
 
 }  // namespace

@@ -5,7 +5,9 @@
 #include <memory>
 #include <vector>
 
+#include "config/reader.h"
 #include "config/stack.h"
+#include "config/training.h"
 
 namespace memsim::stacks {
 
@@ -16,6 +18,23 @@ std::unique_ptr<const config::Stack> NewMegatronStack();
 std::unique_ptr<const config::Stack> NewPyTorchStack();
 // The Hugging Face Trainer with PEFT (hf_trainer.cc).
 std::unique_ptr<const config::Stack> NewHfTrainerStack();
+
+// The reading of a stack whose training block holds Megatron-LM's argument names
+// (config/training.h), under `kReader`'s rules: the keys checked before the model is read, the
+// architecture keys and the block after. Base is config::Stack or a shared stack base.
+template <config::internal::BlockReader kReader, class Base = config::Stack>
+class MegatronNamedBlockStack : public Base {
+ public:
+  void ReadBeforeModel(config::internal::ObjectReader& t,
+                       const config::internal::Document& /*config*/, config::Setup* /*s*/,
+                       config::internal::HfTrainerExtras* /*extras*/) const override {
+    config::internal::CheckMegatronNamedKeys(t, this->Name(), kReader);
+  }
+  void ReadAfterModel(config::internal::ObjectReader& t, config::internal::LocatedModel* model,
+                      config::Setup* s) const override {
+    config::internal::ReadMegatronNamedBlock(t, model, this->Name(), kReader, s);
+  }
+};
 
 // What a plain PyTorch loop's stacks share (pytorch.cc): the base for "pytorch" and
 // "hf-trainer", which differ in how they read the block and in the modelling code.
