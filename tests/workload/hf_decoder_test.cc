@@ -38,15 +38,7 @@ namespace memsim::workload {
 namespace {
 
 config::Setup TinyHfLlama(config::Precision torch_dtype, bool checkpointing) {
-  config::Setup s = testing::TinyLlama();
-  s.model.num_key_value_heads = 2;
-  s.training.framework = "hf-trainer";
-  s.training.stack.emplace<config::HfTrainerOptions>();
-  s.training.transformer_impl = "local";
-  s.training.gradient_accumulation_fusion = false;
-  s.training.use_flash_attn = true;  // attn_implementation "sdpa"
-  s.training.precision = config::Precision::kBf16;
-  s.training.pytorch()->torch_dtype = torch_dtype;
+  config::Setup s = testing::TinyHfLlama(torch_dtype);
   s.training.optimizer_impl = config::OptimizerImpl::kForeach;
   if (checkpointing) {
     s.training.recompute_granularity = config::RecomputeGranularity::kFull;

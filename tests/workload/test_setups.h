@@ -58,6 +58,21 @@ inline config::Setup TinyLlama() {
 }
 
 // LLaMA-2-70B: h 8192, ffn 28672, 80 layers, 64 heads, 8 KV heads, vocab 32000.
+// TinyLlama under the Hugging Face Trainer: Transformers' own decoder layer (2 key/value heads),
+// sdpa attention, bf16 autocast over weights loaded in `torch_dtype`.
+inline config::Setup TinyHfLlama(config::Precision torch_dtype) {
+  config::Setup s = TinyLlama();
+  s.model.num_key_value_heads = 2;
+  s.training.framework = "hf-trainer";
+  s.training.stack.emplace<config::HfTrainerOptions>();
+  s.training.transformer_impl = "local";
+  s.training.gradient_accumulation_fusion = false;
+  s.training.use_flash_attn = true;  // attn_implementation "sdpa"
+  s.training.precision = config::Precision::kBf16;
+  s.training.pytorch()->torch_dtype = torch_dtype;
+  return s;
+}
+
 inline config::Setup Llama2_70b() {
   config::Setup s = Llama2_7b();
   s.model.hidden_size = 8192;

@@ -21,18 +21,7 @@ using testing::SeenTensors;
 
 constexpr Bytes kT = 32, kH = 64, kQ = 64, kKv = 32, kFfn = 128, kHeads = 4;
 
-config::Setup BfloatHfLlama() {
-  config::Setup s = testing::TinyLlama();
-  s.model.num_key_value_heads = 2;
-  s.training.framework = "hf-trainer";
-  s.training.stack.emplace<config::HfTrainerOptions>();
-  s.training.transformer_impl = "local";
-  s.training.gradient_accumulation_fusion = false;
-  s.training.use_flash_attn = true;  // sdpa
-  s.training.precision = config::Precision::kBf16;
-  s.training.pytorch()->torch_dtype = config::Precision::kBf16;
-  return s;
-}
+config::Setup BfloatHfLlama() { return testing::TinyHfLlama(config::Precision::kBf16); }
 
 TEST_CASE(
     "Llama MLP under the Trainer saves the fp32 norm input, the norm output and the four "
