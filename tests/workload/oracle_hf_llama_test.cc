@@ -94,16 +94,17 @@ std::string OracleL(int layer, const std::string& rest, const std::string& phase
 // makes once per forward (modeling_llama.py, 0864dd3b).
 void OracleModelRows(std::vector<GapRow>& t, const std::string& last_model_boundary,
                      const std::string& last_tokens_boundary,
-                     const std::string& first_layer = "fwd layers.0 pre") {
+                     const std::string& first_layer = "fwd layers.0 pre",
+                     const std::string& model_pre = "fwd model pre") {
   // memsim's data loader (embedding.cc data.get_batch): tokens 256, position_ids 256, labels 256
   // (int64 [1, 32]), loss_mask 128 (fp32); the recorder makes input_ids before the step and
   // passes them as labels too, and 4.36 computes the loss without a mask.
   t.push_back({"setup: memsim's position_ids and labels, freed by its loss_func",
-               GapReason::kSetup, -512, "fwd model pre", "fwd lm_head post"});
+               GapReason::kSetup, -512, model_pre, "fwd lm_head post"});
   t.push_back({"setup: memsim's loss_mask, freed by its loss_bwd", GapReason::kSetup, -128,
-               "fwd model pre", "step loss post"});
+               model_pre, "step loss post"});
   t.push_back({"setup: memsim's tokens, freed by its embedding.wgrad", GapReason::kSetup, -256,
-               "fwd model pre", last_tokens_boundary});
+               model_pre, last_tokens_boundary});
   // LlamaModel.forward: position_ids = torch.arange(...) when none are passed (int64 [1, 32]).
   t.push_back({"LlamaModel.forward's own position_ids (none passed)", GapReason::kSetup, 256,
                "fwd embed_tokens pre", last_model_boundary});
@@ -177,6 +178,87 @@ void OracleLossRows(std::vector<GapRow>& t, const std::string& after_norm) {
                "step optimizer post", "step optimizer post"});
 }
 
+// One LoRA linear's dropout (peft tuners/lora/layer.py Linear.forward: result =
+// base_layer(x); result += lora_B(lora_A(dropout(x))) * scaling). PyTorch 1.13's CPU dropout
+// (ATen Dropout.cpp _dropout_impl) multiplies by an fp32 noise tensor, saved by the mul only
+// when x requires grad; CUDA's native_dropout makes a bool mask (1 B an element) whatever x
+// needs, which memsim models. `elems`: the elements of x.
+void OracleLoraDropoutRow(std::vector<GapRow>& t, const std::string& name, std::int64_t elems,
+                          bool x_requires_grad, const std::string& first) {
+  const Bytes real = x_requires_grad ? 4 * elems : 0;
+  t.push_back({name + ": CPU dropout noise (fp32, saved only if x needs grad) vs CUDA's bool mask",
+               GapReason::kVersion, real - elems, first, "step loss post"});
+}
+
+void OracleLoraLayerRows(std::vector<GapRow>& t, int l) {
+  const std::string tag = "lora layer " + std::to_string(l);
+  // Layer 0's input (the frozen embedding's output) needs no grad: its input_layernorm saves
+  // nothing; memsim keeps rstd (4·T = 128). Layer 1's input needs grad (through layer 0's LoRA):
+  // the 1.13 pow row as in a full fine-tune, and rstd in both.
+  if (l == 0) {
+    t.push_back({tag + " input_layernorm: memsim keeps rstd though nothing needs grad",
+                 GapReason::kMemsimLonger, -128, OracleL(l, "input_layernorm post"),
+                 "step loss post"});
+  } else {
+    t.push_back({tag + " input_layernorm: pow output saved by 1.13's mean", GapReason::kVersion,
+                 8192, OracleL(l, "input_layernorm post"), "step loss post"});
+  }
+  t.push_back({tag + " post_attention_layernorm: pow output saved by 1.13's mean",
+               GapReason::kVersion, 8192, OracleL(l, "post_attention_layernorm post"),
+               "step loss post"});
+  t.push_back({tag + " DynamicCache k and v (use_cache default)", GapReason::kMemsimShorter, 8192,
+               OracleL(l, "self_attn post"), "fwd lm_head post"});
+  t.push_back({tag + " per-layer rotary cos/sin (4.36)", GapReason::kVersion, 4096,
+               OracleL(l, "self_attn post"), "step loss post"});
+  t.push_back({tag + " 0-dim scale saved by DivBackward0 (4.36)", GapReason::kVersion, 8,
+               OracleL(l, "self_attn post"), "step loss post"});
+  t.push_back({tag + " memsim's second probs tensor (.to is a no-op in fp32)",
+               GapReason::kMemsimLonger, -16384, OracleL(l, "self_attn post"), "step loss post"});
+  // lora_B(...) * scaling with a Python float: MulBackward0 saves the wrapped 0-dim double (8 B),
+  // one per LoRA linear (q, k, v, o; gate, up, down).
+  t.push_back({tag + " attention LoRA: 0-dim scaling saved by MulBackward0", GapReason::kVersion,
+               4 * 8, OracleL(l, "self_attn post"), "step loss post"});
+  t.push_back({tag + " MLP LoRA: 0-dim scaling saved by MulBackward0", GapReason::kVersion, 3 * 8,
+               OracleL(l, "mlp post"), "step loss post"});
+  // T·h = 2048 elements for q, k, v, o, gate, up; T·ffn = 4096 for down. q, k, v's x is
+  // input_layernorm's output (needs grad in layer 1 only); o's is the attention output, gate's
+  // and up's post_attention_layernorm's, down's act_fn(gate)·up: all need grad.
+  for (const char* p : {"q_proj", "k_proj", "v_proj"}) {
+    OracleLoraDropoutRow(t, tag + " " + p, 2048, l == 1, OracleL(l, "self_attn post"));
+  }
+  OracleLoraDropoutRow(t, tag + " o_proj", 2048, true, OracleL(l, "self_attn post"));
+  OracleLoraDropoutRow(t, tag + " gate_proj", 2048, true, OracleL(l, "mlp post"));
+  OracleLoraDropoutRow(t, tag + " up_proj", 2048, true, OracleL(l, "mlp post"));
+  OracleLoraDropoutRow(t, tag + " down_proj", 4096, true, OracleL(l, "mlp post"));
+  // LlamaDecoderLayer.forward: hidden_states = self.input_layernorm(hidden_states) keeps the
+  // norm's output in the local until `hidden_states = residual + hidden_states` rebinds it. With
+  // frozen q/k/v (and gate/up) weights nothing saves it (each LoRA branch saves its own dropout
+  // output), so it lives exactly that long; memsim frees it at its last read (the projections).
+  t.push_back({tag + " input_layernorm output held by the decoder layer's local",
+               GapReason::kMemsimShorter, 8192, OracleL(l, "self_attn post"),
+               OracleL(l, "self_attn post")});
+  t.push_back({tag + " post_attention_layernorm output held by the decoder layer's local",
+               GapReason::kMemsimShorter, 8192, OracleL(l, "mlp post"), OracleL(l, "mlp post")});
+}
+
+// The loss rows of a full fine-tune (OracleLossRows) less the final norm's, and AdamW's step
+// counters for the 28 LoRA matrices.
+void OracleLoraLossRows(std::vector<GapRow>& t) {
+  t.push_back({"4.36 loss: log_softmax output, loss, total_weight", GapReason::kVersion, 31752,
+               "step loss post", "step loss post"});
+  t.push_back({"memsim's cross-entropy target_mask, masked_target, loss", GapReason::kVersion, -296,
+               "step loss post", "step loss post"});
+  t.push_back({"memsim keeps the logits to output_layer_bwd; the real code drops them with the "
+               "output object",
+               GapReason::kMemsimLonger, -32768, "step loss post", "step loss post"});
+  // lm_head is frozen, so its matmul saves no input: the final norm's output goes with the
+  // output object; memsim keeps it to output_layer_bwd.
+  t.push_back({"final norm output: frozen lm_head saves nothing; memsim keeps it",
+               GapReason::kMemsimLonger, -8192, "step loss post", "step loss post"});
+  t.push_back({"AdamW step counters (CPU tensors)", GapReason::kSetup, 28 * 4,
+               "step optimizer post", "step optimizer post"});
+}
+
 TEST_CASE("oracle: Llama full fine-tune, eager fp32, module boundaries match the real code's",
           "[workload][oracle]") {
   std::vector<GapRow> t;
@@ -228,8 +310,24 @@ TEST_CASE("oracle: Llama with gradient checkpointing, module boundaries match th
 }
 
 TEST_CASE("oracle: Llama with LoRA and LoRA dropout, module boundaries match the real code's",
-          "[.][workload][oracle_todo]") {
-  OracleCompare("llama_lora", OracleLlama("lora"), {});
+          "[workload][oracle]") {
+  // peft 0.7.1 LoraConfig(r 8, alpha 16, lora_dropout 0.1, the seven linears); get_peft_model
+  // freezes the base model. PeftModelForCausalLM calls the base model's forward directly, so the
+  // log has no "model" boundary.
+  std::vector<GapRow> t;
+  OracleModelRows(t, "fwd norm post", "step loss post", "fwd layers.0 pre",
+                  "fwd embed_tokens pre");
+  for (int l = 0; l < 2; ++l) OracleLoraLayerRows(t, l);
+  // LlamaModel.forward's local inputs_embeds: with a frozen embedding and layer 0's input not
+  // requiring grad nothing saves it, so it goes when LlamaModel.forward returns; memsim keeps it
+  // to layer 0's residual backward, as in a full fine-tune.
+  t.push_back({"inputs_embeds freed at LlamaModel.forward's return (nothing saves it)",
+               GapReason::kMemsimLonger, -8192, "fwd lm_head pre", "step loss post"});
+  // The final norm: only the 1.13 pow row (the frozen weight's mul saves no x·rsqrt).
+  t.push_back({"final norm: pow output saved by 1.13's mean", GapReason::kVersion, 8192,
+               "fwd norm post", "step loss post"});
+  OracleLoraLossRows(t);
+  OracleCompare("llama_lora", OracleLlama("lora"), t);
 }
 
 }  // namespace
