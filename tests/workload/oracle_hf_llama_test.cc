@@ -109,8 +109,10 @@ void OracleModelRows(std::vector<GapRow>& t, const std::string& last_model_bound
   t.push_back({"LlamaModel.forward's own position_ids (none passed)", GapReason::kSetup, 256,
                "fwd embed_tokens pre", last_model_boundary});
   // _prepare_4d_causal_attention_mask (modeling_attn_mask_utils.py): fp32 [1, 1, 32, 32], the
-  // local attention_mask of LlamaModel.forward until it returns. Current transformers makes the
-  // same 4-D float mask for eager attention (masking_utils); hf_decoder.h leaves it out.
+  // local attention_mask of LlamaModel.forward until it returns. 4.48 makes the same 4-D mask in
+  // the model dtype for eager attention (LlamaModel._update_causal_mask,
+  // _prepare_4d_causal_attention_mask_with_cache_position: torch.full); hf_decoder.h leaves it
+  // out.
   t.push_back({"eager 4-D causal mask, not modelled (hf_decoder.h 'Not modelled')",
                GapReason::kMemsimShorter, 4096, first_layer, last_model_boundary});
 }
@@ -123,7 +125,9 @@ void OracleLayerRows(std::vector<GapRow>& t, int l, const std::string& cache_end
   const std::string tag = phase + " layer " + std::to_string(l);
   // LlamaRMSNorm.forward: variance = hidden_states.pow(2).mean(-1, keepdim=True). PyTorch 1.13's
   // MeanBackward1 saves its input (grad_fn._saved_self; the formula reads self.numel()), so the
-  // pow output T·h·4 = 8192 lives until backward; memsim frees it at the mean.
+  // pow output T·h·4 = 8192 lives until backward; later releases' formula (derivatives.yaml
+  // mean.dim: mean_backward(grad, self.sym_sizes(), dim, self.sym_numel(), keepdim)) saves only
+  // sizes, which memsim follows by freeing it at the mean.
   t.push_back({tag + " input_layernorm: pow output saved by 1.13's mean", GapReason::kVersion,
                8192, OracleL(l, "input_layernorm post", phase), end});
   t.push_back({tag + " post_attention_layernorm: pow output saved by 1.13's mean",
@@ -132,6 +136,7 @@ void OracleLayerRows(std::vector<GapRow>& t, int l, const std::string& cache_end
   // off) hands each layer a DynamicCache; LlamaAttention.forward's past_key_value.update keeps
   // key_states after RoPE and value_states (before repeat_kv): 2 · T·kv·4 = 8192 a layer, alive
   // until the caller drops the model output. With GQA eager attention nothing else holds them.
+  // 4.48 does the same (LlamaModel.forward: past_key_values = DynamicCache() when use_cache).
   if (!cache_end.empty()) {
     t.push_back({tag + " DynamicCache k and v (use_cache default)", GapReason::kMemsimShorter,
                  8192, OracleL(l, "self_attn post", phase), cache_end});
