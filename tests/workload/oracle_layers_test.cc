@@ -1,0 +1,94 @@
+// One transformer layer of the real code on CPU (tests/data/oracle/bert.log: transformers
+// 4.36.0.dev0 BertLayer, eager, fp32, dropout 0.1, no attention mask, recorded by
+// tools/oracle/record.py) against memsim's layer 0 of a one-layer BERT under the Hugging Face
+// Trainer with the same sizes: what the layer's forward leaves alive (saved for backward plus its
+// output), the log's "fwd layer post" less "fwd layer pre". Every difference is a row of the gap
+// table (oracle_log.h GapRow, active at that one boundary).
+//
+// Shape: h 64, 4 heads, ffn 256, batch 1, sequence 32: T = 32 tokens; fp32: T·h = 8192 B,
+// T·ffn = 32768 B, scores [1, 4, 32, 32] = 16384 B (4096 elements).
+#include <catch2/catch.hpp>
+
+#include "workload/build.h"
+#include "workload/oracle_log.h"
+#include "workload/test_setups.h"
+
+namespace memsim::workload {
+namespace {
+
+using testing::GapReason;
+using testing::GapRow;
+
+config::Setup OracleBert() {
+  config::Setup s = testing::PaperGpt();
+  s.model.model_type = "bert";
+  s.model.type_vocab_size = 2;
+  s.model.sequence_classification = true;
+  s.model.tie_word_embeddings = false;
+  s.model.vocab_size = 256;
+  s.model.max_position_embeddings = 64;
+  s.model.hidden_size = 64;
+  s.model.intermediate_size = 256;
+  s.model.num_attention_heads = 4;
+  s.model.num_key_value_heads = 4;
+  s.model.num_hidden_layers = 1;
+  s.training.framework = "hf-trainer";
+  s.training.stack.emplace<config::HfTrainerOptions>();
+  s.training.seq_length = 32;
+  s.training.micro_batch_size = 1;
+  s.training.global_batch_size = 1;
+  s.training.precision = config::Precision::kFp32;
+  s.training.pytorch()->torch_dtype = config::Precision::kFp32;
+  s.training.gradient_accumulation_fusion = false;
+  s.training.train_iters = 1;
+  return s;
+}
+
+Bytes OracleLayerDelta(const std::vector<testing::OracleBoundary>& log, const std::string& pre,
+                       const std::string& post) {
+  Bytes a = -1, b = -1;
+  for (const auto& x : log) {
+    if (x.label == pre) a = x.alive;
+    if (x.label == post) b = x.alive;
+  }
+  REQUIRE(a >= 0);
+  REQUIRE(b >= 0);
+  return b - a;
+}
+
+Bytes OracleSum(const std::vector<GapRow>& rows) {
+  Bytes s = 0;
+  for (const GapRow& r : rows) s += r.bytes;
+  return s;
+}
+
+TEST_CASE("oracle: BERT layer, eager fp32 with dropout, what the forward leaves alive",
+          "[workload][oracle]") {
+  const auto log = testing::ReadOracleLog("bert");
+  const Bytes real = OracleLayerDelta(log, "fwd layer pre", "fwd layer post");
+  // Real (trace): q, k, v 3 × 8192 (saved by the two matmuls); the 0-dim divisor 8; softmax's
+  // output 16384, the dropout noise 16384 and the dropped probabilities 16384; the context's
+  // contiguous copy 8192 (BertSelfOutput.dense's input); per residual branch the dropout noise
+  // 8192, the residual sum 8192 (LayerNorm's input), the LayerNorm output 8192 and its mean and
+  // rstd 2 × 128; BertIntermediate's dense output and GeLU's output 2 × 32768.
+  CHECK(real == 3 * 8192 + 8 + 3 * 16384 + 8192 + 2 * (3 * 8192 + 256) + 2 * 32768);
+  const Bytes memsim =
+      testing::LayerSavedBytes(Build(OracleBert(), 0), 1, 0, 0, Category::kActivations);
+  const std::vector<GapRow> table = {
+      // attention_scores / math.sqrt(self.attention_head_size): DivBackward0 saves the wrapped
+      // 0-dim double (BertSelfAttention.forward, 4.36).
+      {"0-dim divisor saved by DivBackward0", GapReason::kVersion, 8, "fwd layer post",
+       "fwd layer post"},
+      // PyTorch 1.13's CPU dropout (_dropout_impl) saves an fp32 noise tensor (4 B an element)
+      // when its input needs grad; CUDA's native_dropout a bool mask (1 B), which memsim models.
+      {"attention-probs dropout: CPU fp32 noise vs CUDA bool mask", GapReason::kVersion,
+       3 * 4096, "fwd layer post", "fwd layer post"},
+      {"two hidden dropouts: CPU fp32 noise vs CUDA bool mask", GapReason::kVersion,
+       2 * 3 * 2048, "fwd layer post", "fwd layer post"},
+  };
+  INFO("real " << real << " memsim " << memsim);
+  CHECK(real - memsim == OracleSum(table));
+}
+
+}  // namespace
+}  // namespace memsim::workload
