@@ -337,27 +337,67 @@ void ReadLora(ObjectReader& a, TrainingConfig& c, std::vector<std::string>* note
   }
 }
 
-void ReadQuantization(ObjectReader& q, TrainingConfig& c) {
+// LLM.int8's own keys (BitsAndBytesConfig): the outlier threshold, the modules kept in 16 bits,
+// and the two switches memsim does not model.
+void ReadInt8Keys(ObjectReader& q, HfTrainerOptions& hf, std::vector<std::string>* notes) {
+  for (const char* key : {"llm_int8_has_fp16_weight", "llm_int8_enable_fp32_cpu_offload"}) {
+    if (q.Bool(key).value_or(false)) {
+      throw UnsupportedError(fmt::format(
+          "{}: {} (not modelled)", q.At(key),
+          std::string_view(key) == "llm_int8_has_fp16_weight"
+              ? "16-bit weights kept beside their int8 copies (Linear8bitLt has_fp16_weights)"
+              : "modules offloaded to the CPU in fp32"));
+    }
+  }
+  // MatMul8bitLt splits off the input columns above the threshold (default 6.0) and keeps them
+  // (subA) for backward: data-dependent, a few columns of [T, in].
+  const double threshold = q.Number("llm_int8_threshold", 0, 1e9, false, false).value_or(6.0);
+  if (hf.load_in_8bit && threshold > 0) {
+    notes->push_back(fmt::format("{}: {}: the outlier columns MatMul8bitLt keeps for backward "
+                                 "(data-dependent, a few columns of each linear's input) are not "
+                                 "modelled",
+                                 q.At("llm_int8_threshold"), threshold));
+  }
+  hf.bnb_skip_modules = StringList(q, "llm_int8_skip_modules");
+  if (q.Has("llm_int8_skip_modules") &&
+      std::find(hf.bnb_skip_modules.begin(), hf.bnb_skip_modules.end(), "lm_head") ==
+          hf.bnb_skip_modules.end()) {
+    // transformers' quantizer takes the list instead of its default (get_keys_to_not_convert).
+    notes->push_back(fmt::format("{}: without \"lm_head\" transformers quantises lm_head too; "
+                                 "memsim keeps it 16-bit (high by its 16-bit bytes)",
+                                 q.At("llm_int8_skip_modules")));
+  }
+}
+
+void ReadQuantization(ObjectReader& q, TrainingConfig& c, std::vector<std::string>* notes) {
   HfTrainerOptions& hf = *c.hf_trainer();  // ReadFromArgs set it
   q.RejectUnknown({"load_in_4bit", "load_in_8bit", "bnb_4bit_quant_type", "bnb_4bit_compute_dtype",
                    "bnb_4bit_use_double_quant", "bnb_4bit_quant_storage", "quant_method",
                    "llm_int8_skip_modules", "llm_int8_threshold", "llm_int8_has_fp16_weight",
                    "llm_int8_enable_fp32_cpu_offload"});
-  if (q.Bool("load_in_8bit").value_or(false)) {
-    throw UnsupportedError(fmt::format("{}: LLM.int8 weights (not modelled)", q.At("load_in_8bit")));
-  }
+  hf.load_in_8bit = q.Bool("load_in_8bit").value_or(false);
   hf.load_in_4bit = q.Bool("load_in_4bit").value_or(false);
+  // BitsAndBytesConfig.post_init refuses both.
+  if (hf.load_in_8bit && hf.load_in_4bit) {
+    Fail(q.At("load_in_8bit"), "true with load_in_4bit true (BitsAndBytesConfig refuses both)");
+  }
   // BitsAndBytesConfig default bnb_4bit_quant_type "fp4"; NF4 and FP4 pack the same way.
   (void)q.Choice("bnb_4bit_quant_type", {"nf4", "fp4"});
   hf.bnb_4bit_use_double_quant = q.Bool("bnb_4bit_use_double_quant").value_or(false);
-  if (std::optional<std::string> s = q.String("bnb_4bit_quant_storage"); s && *s != "uint8") {
-    throw UnsupportedError(fmt::format("{}: 4-bit storage '{}' (memsim models uint8)",
-                                       q.At("bnb_4bit_quant_storage"), Printable(*s)));
+  // The dtypes BitsAndBytesConfig accepts for bnb_4bit_quant_storage, by element size.
+  static const std::vector<std::pair<std::string, Bytes>> kStorage = {
+      {"uint8", 1}, {"int8", 1}, {"float16", 2}, {"bfloat16", 2}, {"float32", 4}, {"float64", 8}};
+  std::vector<std::string> storage_names;
+  for (const auto& [name, bytes] : kStorage) storage_names.push_back(name);
+  const std::string storage = q.Choice("bnb_4bit_quant_storage", storage_names).value_or("uint8");
+  for (const auto& [name, bytes] : kStorage) {
+    if (name == storage) hf.bnb_4bit_quant_storage_bytes = bytes;
   }
   if (std::optional<std::string> d =
           q.Choice("bnb_4bit_compute_dtype", {"float32", "bfloat16", "float16"})) {
     (void)d;  // the dequantised copy takes the activation's dtype (MatMul4Bit: .to(A.dtype))
   }
+  ReadInt8Keys(q, hf, notes);
 }
 
 // A module of a llama-family causal LM, as model.named_modules() names it.
@@ -609,11 +649,11 @@ void ReadPeft(ObjectReader& own, const Document& config, TrainingConfig& c,
            fmt::format("expected an object (BitsAndBytesConfig names), got {}", Describe(*v)));
     }
     ObjectReader q(own.source(), *v, own.PointerOf("quantization_config"));
-    ReadQuantization(q, c);
+    ReadQuantization(q, c, notes);
   }
-  if (hf.load_in_4bit && hf.lora_r == 0) {
-    notes->push_back(fmt::format("{}: 4-bit weights without an adapter: every weight frozen",
-                                 own.At("quantization_config")));
+  if ((hf.load_in_4bit || hf.load_in_8bit) && hf.lora_r == 0) {
+    notes->push_back(fmt::format("{}: {}-bit weights without an adapter: every weight frozen",
+                                 own.At("quantization_config"), hf.load_in_4bit ? 4 : 8));
   }
 }
 

@@ -351,13 +351,35 @@ void ReadPrecision(const Readers& r, TrainingConfig& c, std::vector<std::string>
   }
 }
 
+// The bitsandbytes optimizers of TrainingArguments.optim (OptimizerNames: adamw_bnb_8bit and
+// its alias adamw_8bit, paged_adamw_8bit, paged_adamw_32bit, lion_8bit, lion_32bit,
+// paged_lion_8bit, paged_lion_32bit, rmsprop_bnb, rmsprop_bnb_8bit, rmsprop_bnb_32bit), read
+// as Trainer.get_optimizer_cls_and_kwargs reads the name (setup.h BnbOptimizer). Trainer.
+// create_optimizer's 32-bit override of embeddings applies to a class named "Adam8bit" only,
+// which no optim name builds, so every parameter follows optim_bits. Returns false for another
+// optimizer.
+bool ReadBnbOptim(const std::string& optim, BnbOptimizer& out) {
+  const bool lion = optim.find("lion") != std::string::npos;
+  const bool bnb_rmsprop = optim.rfind("rmsprop_bnb", 0) == 0;
+  const bool bnb_adamw = optim == "adamw_bnb_8bit" || optim == "adamw_8bit" ||
+                         optim == "paged_adamw_8bit" || optim == "paged_adamw_32bit";
+  if (!lion && !bnb_rmsprop && !bnb_adamw) return false;
+  out.optim_bits = optim.find("8bit") != std::string::npos ? 8 : 32;
+  // bnb_kwargs["is_paged"] is passed for all but RMSprop (which has no paged variant).
+  out.is_paged = optim.find("paged") != std::string::npos;
+  out.states = bnb_adamw ? 2 : 1;
+  return true;
+}
+
 // optim (TrainingArguments.optim; Trainer.get_optimizer_cls_and_kwargs).
 void ReadOptim(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
   HfTrainerOptions& hf = *c.hf_trainer();  // ReadFromArgs set it
   static const std::vector<std::string> kKnown = {
       "adamw_torch", "adamw_torch_fused", "adamw_hf", "sgd", "adafactor", "adamw_bnb_8bit",
       "adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit", "adamw_apex_fused", "adagrad",
-      "rmsprop", "lion_32bit", "lion_8bit", "galore_adamw", "lomo", "adalomo", "schedule_free_adamw"};
+      "rmsprop", "lion_32bit", "lion_8bit", "paged_lion_32bit", "paged_lion_8bit", "rmsprop_bnb",
+      "rmsprop_bnb_8bit", "rmsprop_bnb_32bit", "galore_adamw", "lomo", "adalomo",
+      "schedule_free_adamw"};
   const std::string optim = t.Choice("optim", kKnown).value_or("adamw_torch");
   // TrainingArguments.__post_init__: the deprecated adafactor true replaces optim by "adafactor"
   // (so trainer.args.to_json_string() writes both).
@@ -374,7 +396,12 @@ void ReadOptim(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* not
   }
   c.optimizer = OptimizerKind::kAdam;
   hf.adam_coupled_weight_decay = false;  // AdamW: decoupled decay, in place
-  if (optim == "adamw_torch") {
+  hf.bnb_optimizer = {};
+  if (ReadBnbOptim(optim, hf.bnb_optimizer)) {
+    // Its update kernels work in place, one parameter at a time (bitsandbytes/functional.py
+    // optimizer_update_32bit / optimizer_update_8bit_blockwise): no foreach temporaries.
+    c.optimizer_impl = OptimizerImpl::kFused;
+  } else if (optim == "adamw_torch") {
     // torch.optim.AdamW with foreach unset: _default_to_fused_or_foreach picks foreach on CUDA.
     c.optimizer_impl = OptimizerImpl::kForeach;
   } else if (optim == "adamw_torch_fused") {
@@ -405,8 +432,11 @@ void ReadOptim(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* not
     c.optimizer_impl = OptimizerImpl::kForeach;
   } else {
     throw UnsupportedError(fmt::format(
-        "{}: optim \"{}\" (memsim models adamw_torch, adamw_torch_fused, adamw_hf, adafactor and sgd; the "
-        "state layout of this optimizer is not modelled)",
+        "{}: optim \"{}\" (memsim models adamw_torch, adamw_torch_fused, adamw_hf, adafactor, "
+        "sgd and the bitsandbytes optimizers adamw_bnb_8bit, adamw_8bit, paged_adamw_8bit, "
+        "paged_adamw_32bit, lion_8bit, lion_32bit, paged_lion_8bit, paged_lion_32bit, "
+        "rmsprop_bnb, rmsprop_bnb_8bit and rmsprop_bnb_32bit; the state layout of this optimizer "
+        "is not modelled)",
         t.At("optim"), optim));
   }
   c.weight_decay = t.Number("weight_decay", 0, 1e6, false, false).value_or(0.0);

@@ -152,6 +152,18 @@ struct PyTorchOptions {
   bool operator==(const PyTorchOptions&) const = default;
 };
 
+// A bitsandbytes optimizer as the Trainer builds it from TrainingArguments.optim
+// (transformers v4.48.1 trainer.py Trainer.get_optimizer_cls_and_kwargs: "paged" in the name sets
+// is_paged, "8bit" sets optim_bits 8, else 32; "adam" picks bitsandbytes.optim.AdamW, "lion"
+// Lion, "rmsprop" RMSprop). Its state (bitsandbytes/optim/optimizer.py Optimizer2State /
+// Optimizer1State.init_state) is workload/optimizer.h BnbStateBytes.
+struct BnbOptimizer {
+  int optim_bits = 0;  // 0: not a bitsandbytes optimizer; 8 or 32
+  bool is_paged = false;
+  int states = 2;  // AdamW: state1 and state2 (Optimizer2State); Lion, RMSprop: state1 only
+  bool operator==(const BnbOptimizer&) const = default;
+};
+
 // The Hugging Face Trainer (framework "hf-trainer", config/hf_trainer.cc): a plain PyTorch step
 // (the base) plus the Trainer's evaluation pass, PEFT's LoRA and bitsandbytes' 4-bit weights.
 struct HfTrainerOptions : PyTorchOptions {
@@ -192,6 +204,20 @@ struct HfTrainerOptions : PyTorchOptions {
   // block; with double quantisation a uint8 absmax per block plus fp32 absmax per 256 blocks).
   bool load_in_4bit = false;
   bool bnb_4bit_use_double_quant = false;
+  // bnb_4bit_quant_storage: the dtype the packed 4-bit values are stored in (Params4bit's
+  // quant_storage; uint8 by default, bfloat16 for FSDP-QLoRA recipes), by its element size: the
+  // same bytes either way (workload/hf_peft.h FourBitBytes).
+  Bytes bnb_4bit_quant_storage_bytes = 1;
+  // bitsandbytes LLM.int8 base weights (BitsAndBytesConfig load_in_8bit: Linear8bitLt with
+  // Int8Params, has_fp16_weights false): the decoder layers' linear weights in int8 with fp32
+  // row scales (workload/hf_peft.h Int8WeightBytes); llm_int8_threshold > 0 adds the outlier
+  // columns of each input (data-dependent, not modelled).
+  bool load_in_8bit = false;
+  // llm_int8_skip_modules (4-bit and 8-bit alike): transformers module names whose linears stay
+  // in 16 bits ("q_proj", "self_attn", "mlp", ...); empty: the default (only lm_head kept).
+  std::vector<std::string> bnb_skip_modules;
+  // optim names a bitsandbytes optimizer (optim_bits > 0).
+  BnbOptimizer bnb_optimizer;
   bool operator==(const HfTrainerOptions&) const = default;
 };
 

@@ -21,7 +21,11 @@ bool DeviceModel::OnCollective(std::string_view group, int ranks) {
 Bytes DeviceModel::OutsideAllocatorBytes() const { return fixed_bytes_ + communicator_bytes_; }
 
 Bytes DeviceModel::DeviceBytes(Bytes reserved_bytes) const {
-  return reserved_bytes + preset_.idle_baseline_bytes + OutsideAllocatorBytes();
+  const Bytes used = reserved_bytes + preset_.idle_baseline_bytes + OutsideAllocatorBytes();
+  const Bytes room = preset_.total_memory_bytes > 0
+                         ? std::max<Bytes>(0, preset_.total_memory_bytes - used)
+                         : managed_bytes_;
+  return used + std::min(managed_bytes_, room);
 }
 
 Bytes DeviceModel::AllocatorCapacity(Bytes usable_memory_bytes) const {

@@ -28,9 +28,21 @@ class DeviceModel {
   // collective.
   bool OnCollective(std::string_view group, int ranks);
 
+  // An op allocated `bytes` of CUDA unified memory (workload::Op::managed_bytes).
+  void OnManaged(Bytes bytes) { managed_bytes_ += bytes; }
+  // Unified memory allocated so far (bitsandbytes' paged optimizer state).
+  Bytes ManagedBytes() const { return managed_bytes_; }
+
   // Bytes this process holds outside the caching allocator: context + communicator buffers.
+  // Unified memory is not among them: the driver evicts its pages to the host when a
+  // cudaMalloc needs the room, so it never lowers AllocatorCapacity.
   Bytes OutsideAllocatorBytes() const;
-  // What npu-smi / nvidia-smi shows used: reserved + idle baseline + outside-allocator bytes.
+  // What npu-smi / nvidia-smi shows used: reserved + idle baseline + outside-allocator bytes,
+  // plus the unified memory resident on the device: all of it while the device has room, else
+  // what fits in its total memory (pages beyond it stay on the host). bitsandbytes fills each
+  // paged state on the device when it creates it (functional.py get_paged, then F.fill), which
+  // migrates its pages there, and prefetches it to the device before each update
+  // (optim/optimizer.py prefetch_state), so memsim takes it resident while it fits.
   Bytes DeviceBytes(Bytes reserved_bytes) const;
   // The most the caching allocator may reserve now: usable memory (the framework's total
   // capacity, which already excludes the idle baseline) minus outside-allocator bytes
@@ -44,6 +56,7 @@ class DeviceModel {
   config::DevicePreset preset_;
   Bytes fixed_bytes_ = 0;         // context + userbuffers
   Bytes communicator_bytes_ = 0;  // all communicators created so far
+  Bytes managed_bytes_ = 0;       // CUDA unified memory allocated so far
   config::JobEnvironment env_;
   std::map<std::string, Bytes, std::less<>> groups_;  // communicators created so far
 };

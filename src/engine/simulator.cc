@@ -151,6 +151,7 @@ class Simulation::Engine {
 
   void Start(const workload::Op& op, SimTimeUs time_us) {
     if (op.synchronize) CompleteAllStreams();
+    if (op.managed_bytes != 0) device_.OnManaged(op.managed_bytes);
     if (!op.collective_group.empty() && device_.OnCollective(op.collective_group, op.collective_ranks)) {
       allocator_->SetCapacity(unbounded_ ? std::nullopt
                                          : std::optional(device_.AllocatorCapacity(usable_)));
@@ -228,7 +229,8 @@ class Simulation::Engine {
     }
     EngineState state = allocator_->CanonicalState(handles);
     state.insert(state.end(), tail.begin(), tail.end());
-    state.insert(state.end(), {device_.OutsideAllocatorBytes(), unbounded_ ? 1 : 0,
+    state.insert(state.end(), {device_.OutsideAllocatorBytes(), device_.ManagedBytes(),
+                               unbounded_ ? 1 : 0,
                                static_cast<std::int64_t>(failed_.size())});
     return state;
   }

@@ -47,6 +47,7 @@ class HfTrainerStack final : public PyTorchLoopStack {
                 workload::FrameworkFacts* f) const override {
     f->hf = true;
     f->softmax_saves_input = config::HfTrainerOf(setup.training).softmax_saves_input;
+    f->zero_grad_after_step = true;  // Trainer._inner_training_loop (facts.h)
   }
 };
 

@@ -119,7 +119,19 @@ StaticSizes ComputeStaticSizes(const config::Setup& setup, int pipeline_rank) {
     }
     return sum;
   };
-  if (setup.training.optimizer == config::OptimizerKind::kAdam) {
+  const config::HfTrainerOptions* hf = setup.training.hf_trainer();
+  if (hf != nullptr && hf->bnb_optimizer.optim_bits > 0) {
+    // bitsandbytes: the state through the allocator; paged state is unified memory
+    // (managed_optimizer_state_bytes, outside total_bytes). The two 1 KiB maps of 8-bit state.
+    bool qmaps = false;
+    for (const ShardSlice& s : dp->OptimizerSlices()) {
+      const BnbState b = BnbStateBytes(s.numel, hf->bnb_optimizer);
+      out.optimizer_state_bytes += b.device_bytes;
+      out.managed_optimizer_state_bytes += b.managed_bytes;
+      qmaps = qmaps || (hf->bnb_optimizer.optim_bits == 8 && s.numel >= kBnbMin8BitSize);
+    }
+    out.optimizer_state_bytes += qmaps ? hf->bnb_optimizer.states * kBnbQmapBytes : 0;
+  } else if (setup.training.optimizer == config::OptimizerKind::kAdam) {
     out.optimizer_state_bytes = state_of(layout.exp_avg) + state_of(layout.exp_avg_sq);
   } else if (setup.training.optimizer == config::OptimizerKind::kAdafactor) {
     for (const ShardSlice& s : dp->OptimizerSlices()) {

@@ -75,6 +75,9 @@ struct StaticSizes {
   Bytes gradient_bytes = 0;           // DDP grad buffers (padded)
   Bytes main_param_bytes = 0;         // fp32 master copies (full, or shards); 0 for fp32
   Bytes optimizer_state_bytes = 0;    // Adam exp_avg + exp_avg_sq (8 B/elem), SGD momentum (4)
+  // A paged bitsandbytes optimizer's state in CUDA unified memory (optimizer.h BnbStateBytes):
+  // outside the caching allocator, so not in total_bytes.
+  Bytes managed_optimizer_state_bytes = 0;
   // fp32 grad copies made at each step for 16-bit grads (fp16 without
   // accumulate_allreduce_grads_in_fp32), alive from step to the next zero_grad
   // (docs/training-memory.md, 'What the optimizer step allocates', item 2).

@@ -86,6 +86,9 @@ class Emitter {
   void Collective(CommGroup group, int size, double message_bytes, Coll kind);
   void Synchronize() { Cur().synchronize = true; }
   void EmptyCache() { Cur().empty_cache = true; }
+  // `size_bytes` of CUDA unified memory allocated at the start of the open op, outside the
+  // caching allocator (Op::managed_bytes); never freed before the process ends.
+  void Managed(Bytes size_bytes) { Cur().managed_bytes += size_bytes; }
 
   // Closes the open op and hands over the Program (without ops when they went to a sink).
   Program Finish();

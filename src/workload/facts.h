@@ -19,6 +19,15 @@ struct FrameworkFacts {
   // Transformers eager attention under PyTorch before 1.11 (HfTrainerOptions::softmax_saves_input):
   // SoftmaxBackward keeps softmax's input, the masked scores, until the layer's backward.
   bool softmax_saves_input = false;
+  // The loop frees the gradients right after the optimizer step rather than at the next
+  // iteration's start: the Hugging Face Trainer calls model.zero_grad() after
+  // self.optimizer.step() and lr_scheduler.step() (transformers v4.48.1,
+  // src/transformers/trainer.py Trainer._inner_training_loop; the same order since the
+  // Trainer's first releases), before _maybe_log_save_evaluate. Module.zero_grad(set_to_none)
+  // frees them only where set_to_none is its default (PyTorch 2.0 on; the wrapper's
+  // zero_grad_set_to_none), so a reading after the step sees weights and optimizer state only.
+  // Set by src/stacks/hf_trainer.cc; plain PyTorch's loop zeroes at the iteration's start.
+  bool zero_grad_after_step = false;
   bool flash = true;       // flash/fused attention; false = Megatron unfused DotProductAttention
   bool te = true;          // transformer_impl == "transformer_engine"
   bool npu = false;        // Ascend (torch_npu) backend

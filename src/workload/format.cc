@@ -41,6 +41,7 @@ std::string FormatProgram(const Program& program) {
     if (!op.collective_group.empty()) fmt::format_to(it, " coll={}", op.collective_group);
     if (op.synchronize) out += " sync";
     if (op.empty_cache) out += " empty_cache";
+    if (op.managed_bytes != 0) fmt::format_to(it, " managed={}", op.managed_bytes);
     out += '\n';
   }
   return out;

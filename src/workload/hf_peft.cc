@@ -68,16 +68,30 @@ bool LayerLinearWeight(const ParamTensor& pt) {
   return false;
 }
 
+// A decoder-layer linear that llm_int8_skip_modules keeps in 16 bits (transformers
+// integrations/bitsandbytes.py _replace_with_bnb_linear: the module's own name listed, or a
+// listed key found as "key." in its dotted name: "self_attn" keeps q/k/v/o_proj, "mlp" the MLP's).
+bool SkippedModule(const std::vector<std::string>& skip, const std::string& param) {
+  for (const std::string& key : skip) {
+    if (param.find("." + key + ".") != std::string::npos) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 bool UsesPeft(const config::TrainingConfig& tc) {
   const config::HfTrainerOptions* h = tc.hf_trainer();
-  return h != nullptr && (h->lora_r > 0 || h->load_in_4bit);
+  return h != nullptr && (h->lora_r > 0 || h->load_in_4bit || h->load_in_8bit);
 }
 
-Bytes FourBitBytes(std::int64_t numel, bool double_quant) {
+Bytes Int8WeightBytes(std::int64_t numel, std::int64_t row_numel) {
+  return numel + 4 * (numel / std::max<std::int64_t>(row_numel, 1));
+}
+
+Bytes FourBitBytes(std::int64_t numel, bool double_quant, Bytes storage_bytes) {
   const std::int64_t blocks = (numel + 63) / 64;
-  const Bytes packed = (numel + 1) / 2;
+  const Bytes packed = (numel + 1) / (2 * storage_bytes) * storage_bytes;
   if (!double_quant) return packed + 4 * blocks;
   return packed + blocks + 4 * ((blocks + 255) / 256);
 }
@@ -89,16 +103,26 @@ std::vector<ParamTensor> ApplyPeft(const config::Setup& setup, const ModelDims& 
   k->dropout = tc.lora_dropout > 0.0;
   k->adapter_bytes = 4;
   k->compute_bytes = d.act_bytes;
+  // The activations' dtype: autocast's, else the weights' (torch_dtype).
+  k->input_fp16 = setup.training.precision == config::Precision::kFp16 ||
+                  (setup.training.precision == config::Precision::kFp32 &&
+                   tc.torch_dtype == config::Precision::kFp16);
   std::vector<ParamTensor> out;
   std::vector<ParamTensor> saved_copies;
   for (size_t i = 0; i < params.size(); ++i) {
     ParamTensor pt = params[i];
-    if (tc.load_in_4bit && LayerLinearWeight(pt)) {
-      pt.storage_bytes = FourBitBytes(pt.numel, tc.bnb_4bit_use_double_quant);
+    const bool quantised = LayerLinearWeight(pt) && !SkippedModule(tc.bnb_skip_modules, pt.name);
+    if (tc.load_in_4bit && quantised) {
+      pt.storage_bytes =
+          FourBitBytes(pt.numel, tc.bnb_4bit_use_double_quant, tc.bnb_4bit_quant_storage_bytes);
       k->four_bit.insert(pt.name);
     }
+    if (tc.load_in_8bit && quantised) {
+      pt.storage_bytes = Int8WeightBytes(pt.numel, pt.row_numel);
+      k->eight_bit.insert(pt.name);
+    }
     const bool save = SavedModule(tc.lora_modules_to_save, pt.name);
-    if (tc.lora_r > 0 || tc.load_in_4bit) {
+    if (tc.lora_r > 0 || tc.load_in_4bit || tc.load_in_8bit) {
       pt.frozen = true;
       k->frozen.insert(pt.name);
     }

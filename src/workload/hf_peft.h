@@ -37,13 +37,17 @@ struct PeftKernels {
   Bytes compute_bytes = 2;     // bnb_4bit_compute_dtype: the dequantised weight's element
   std::set<std::string> frozen;
   std::set<std::string> four_bit;
+  // LLM.int8 weights (Linear8bitLt, Int8Params; Int8WeightBytes): each GEMM quantises its input
+  // and dequantises its int8 product, and its backward dequantises the weight (Kernels).
+  std::set<std::string> eight_bit;
+  bool input_fp16 = false;  // the activations are fp16 (MatMul8bitLt then makes no fp16 copies)
   // modules_to_save originals: their grads go to the trainable copy "modules_to_save.<name>".
   std::set<std::string> saved_modules;
   std::map<std::string, std::vector<LoraAdapter>> adapters;  // base weight -> its adapters
   bool Active() const { return !frozen.empty() || !four_bit.empty(); }
 };
 
-// Whether the setup asks for PEFT (an adapter or 4-bit weights).
+// Whether the setup asks for PEFT (an adapter, 4-bit or 8-bit weights).
 bool UsesPeft(const config::TrainingConfig& tc);
 
 // The parameter list after get_peft_model (and 4-bit loading); the kernels' rules to match.
@@ -54,6 +58,14 @@ std::vector<ParamTensor> ApplyPeft(const config::Setup& setup, const ModelDims& 
 // Bytes of a 4-bit weight of `numel` elements with its quantisation state
 // (bitsandbytes/functional.py quantize_4bit, blocksize 64: numel / 2 packed bytes; absmax fp32
 // per block, or with double quantisation uint8 per block plus an fp32 absmax per 256 blocks).
-Bytes FourBitBytes(std::int64_t numel, bool double_quant);
+// With bnb_4bit_quant_storage of `storage_bytes` a element (uint8 1, bfloat16 2, ...) the packed
+// tensor is ((numel + 1) // (2 · storage_bytes), 1) of that dtype: the same bytes whenever
+// numel is a multiple of 2 · storage_bytes, as every weight of the modelled models is.
+Bytes FourBitBytes(std::int64_t numel, bool double_quant, Bytes storage_bytes = 1);
+
+// Bytes of an LLM.int8 weight [rows, row_numel] (bitsandbytes/nn/modules.py Int8Params._quantize
+// through functional.py int8_vectorwise_quant, bitsandbytes 0.45: the int8 CB, one byte an
+// element, and its fp32 row scales SCB [rows]).
+Bytes Int8WeightBytes(std::int64_t numel, std::int64_t row_numel);
 
 }  // namespace memsim::workload

@@ -211,6 +211,14 @@ void Kernels::WeightGradToAutograd(std::int64_t rows, std::int64_t cols, bool te
       em_.Free(em_.Alloc(rows * cols * peft_->compute_bytes, Category::kTemporaries,
                          param + ".dequantized"));
     }
+    if (peft_->eight_bit.count(param) != 0) {
+      // MatMul8bitLt.backward (bitsandbytes 0.45 autograd/_functions.py), input grad only:
+      // CB = state.CB.to(ctx.dtype_A, copy=True).mul_(state.SCB.unsqueeze(1).mul(1 / 127)), a
+      // dequantised [rows, cols] copy in the activation dtype and the fp32 [rows] scale.
+      em_.Free(em_.Alloc(rows * cols * d_->act_bytes, Category::kTemporaries,
+                         param + ".dequantized"));
+      em_.Free(em_.Alloc(rows * 4, Category::kTemporaries, param + ".row_scale"));
+    }
     if (GradTarget(param).empty()) return;
   }
   const bool cached =
@@ -247,6 +255,10 @@ TensorId Kernels::CastWeight(std::int64_t rows, std::int64_t cols, const std::st
                          param + ".dequantized"));
       return 0;
     }
+    if (peft_->eight_bit.count(param) != 0) {
+      Int8MatmulForward(rows, cols, param);
+      return 0;
+    }
   }
   if (!d_->weight_cast) return 0;
   const bool cache = !on_autograd_thread_;
@@ -268,6 +280,29 @@ TensorId Kernels::CastWeight(std::int64_t rows, std::int64_t cols, const std::st
   }
   em_.Ref(copy);
   return copy;
+}
+
+// MatMul8bitLt.forward (bitsandbytes 0.45 autograd/_functions.py) with a frozen weight: the
+// input [T, cols] cast to fp16 (A.to(torch.float16); none when it is fp16) and quantised by
+// int8_vectorwise_quant to CA int8 [T, cols] with fp32 row scales SCA [T]; int8_linear_matmul's
+// int32 product [T, rows]; int8_mm_dequant's fp16 [T, rows], cast to the input's dtype as the
+// output (the caller's tensor; the fp16 one is the output itself for an fp16 input). What it
+// keeps for backward is the input A, held by the caller anyway (ctx.tensors: CAt is None without
+// a weight grad). All within the linear's op: memsim holds the fp16 input copy beside the
+// product, where bitsandbytes has dropped it, so it is high by at most 2 · T · cols bytes.
+void Kernels::Int8MatmulForward(std::int64_t rows, std::int64_t cols, const std::string& param) {
+  const std::int64_t t = d_->T;
+  std::vector<TensorId> tmp;
+  if (!peft_->input_fp16) {
+    tmp.push_back(em_.Alloc(2 * t * cols, Category::kTemporaries, param + ".input_fp16"));
+  }
+  tmp.push_back(em_.Alloc(t * cols, Category::kTemporaries, param + ".input_int8"));
+  tmp.push_back(em_.Alloc(4 * t, Category::kTemporaries, param + ".input_scale"));
+  tmp.push_back(em_.Alloc(4 * t * rows, Category::kTemporaries, param + ".out_int32"));
+  if (!peft_->input_fp16) {
+    tmp.push_back(em_.Alloc(2 * t * rows, Category::kTemporaries, param + ".out_fp16"));
+  }
+  for (TensorId id : tmp) em_.Free(id);
 }
 
 void Kernels::EndAutocastRegion() {

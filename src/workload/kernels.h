@@ -135,6 +135,8 @@ class Kernels {
   bool KeepsLinearInput(const std::string& param) const;
 
  private:
+  // An LLM.int8 linear's forward temporaries (hf_peft.h PeftKernels::eight_bit), in the open op.
+  void Int8MatmulForward(std::int64_t rows, std::int64_t cols, const std::string& param);
   Emitter& em_;
   const ModelDims* d_;
   const FrameworkFacts* f_;

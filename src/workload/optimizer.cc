@@ -79,12 +79,25 @@ Bytes TorchOptimizer::StateBytes(const MainTensor& mt, Bytes per_element) const 
   return mt.numel * per_element;
 }
 
+BnbState BnbStateBytes(std::int64_t numel, const config::BnbOptimizer& bnb) {
+  const bool eight = bnb.optim_bits == 8 && numel >= kBnbMin8BitSize;
+  const Bytes state = numel * (eight ? 1 : 4);
+  BnbState out;
+  (bnb.is_paged && numel >= kBnbMinPagedSize ? out.managed_bytes : out.device_bytes) +=
+      bnb.states * state;
+  if (eight) out.device_bytes += bnb.states * 4 * ((numel + kBnbBlockSize - 1) / kBnbBlockSize);
+  return out;
+}
+
 void TorchOptimizer::Step(Emitter& em) {
+  const config::HfTrainerOptions* hf = tc_.hf_trainer();
   for (int gi = 0; gi < static_cast<int>(params_.groups.size()); ++gi) {
     std::int64_t group_numel = 0;
     for (const MainTensor& mt : main_) group_numel += mt.group == gi ? mt.numel : 0;
     if (group_numel == 0) continue;
-    if (tc_.optimizer == config::OptimizerKind::kAdam) {
+    if (hf != nullptr && hf->bnb_optimizer.optim_bits > 0) {
+      BnbGroup(em, gi, hf->bnb_optimizer);
+    } else if (tc_.optimizer == config::OptimizerKind::kAdam) {
       AdamGroup(em, gi, group_numel);
     } else if (tc_.optimizer == config::OptimizerKind::kAdafactor) {
       AdafactorGroup(em, gi);
@@ -227,6 +240,45 @@ void TorchOptimizer::AdafactorGroup(Emitter& em, int gi) {
     const TensorId negated = tmp(mt.numel, "neg_update");
     for (TensorId id : {negated, update, grad32, param32}) em.Free(id);
     em.MovedBytes(24.0 * static_cast<double>(mt.numel));
+  }
+}
+
+// Optimizer8bit.step: for each parameter with a .grad, init_state on its first step (the 8-bit
+// maps moved to the device once, state1, state2, the absmax blocks: Optimizer2State.init_state's
+// order; Optimizer1State moves only the signed "dynamic" map and keeps one state), then
+// prefetch_state and update_step, whose kernels update the state in place (functional.py
+// optimizer_update_32bit / optimizer_update_8bit_blockwise), and torch.cuda.synchronize().
+void TorchOptimizer::BnbGroup(Emitter& em, int gi, const config::BnbOptimizer& bnb) {
+  for (const MainTensor& mt : main_) {
+    if (mt.group != gi) continue;
+    const std::string& name = params_.params[mt.param].name;
+    em.Begin("optim.bnb." + name);
+    if (!has_state_) {
+      const bool eight = bnb.optim_bits == 8 && mt.numel >= kBnbMin8BitSize;
+      const bool paged = bnb.is_paged && mt.numel >= kBnbMinPagedSize;
+      const Bytes state = mt.numel * (eight ? 1 : 4);
+      if (eight && !has_qmaps_) {
+        for (const char* map : {"dynamic", "udynamic"}) {
+          if (map[0] == 'u' && bnb.states < 2) break;  // Optimizer1State moves "dynamic" only
+          em.Alloc(kBnbQmapBytes, Category::kOptimizerStates, fmt::format("optim.qmap.{}", map));
+        }
+        has_qmaps_ = true;
+      }
+      for (int k = 1; k <= bnb.states; ++k) {
+        if (paged) {
+          em.Managed(state);
+        } else {
+          em.Alloc(state, Category::kOptimizerStates, fmt::format("optim.state{}.{}", k, name));
+        }
+      }
+      const std::int64_t blocks = (mt.numel + kBnbBlockSize - 1) / kBnbBlockSize;
+      for (int k = 1; eight && k <= bnb.states; ++k) {
+        em.Alloc(4 * blocks, Category::kOptimizerStates, fmt::format("optim.absmax{}.{}", k, name));
+      }
+    }
+    em.Synchronize();
+    // Reads param, grad and the states, writes param and states.
+    em.MovedBytes(static_cast<double>(mt.numel) * (8.0 + 2.0 * bnb.states * bnb.optim_bits / 8));
   }
 }
 

@@ -64,6 +64,32 @@ StateLayout OptimizerStateLayout(const config::Setup& setup, const ModelDims& d)
 // row_numel 1 is taken as 1-D.
 Bytes AdafactorStateBytes(const ParamTensor& pt);
 
+// A bitsandbytes optimizer's state for one parameter of `numel` elements
+// (config::BnbOptimizer; bitsandbytes/optim/optimizer.py, Optimizer2State / Optimizer1State
+// .init_state, created in the first step that finds the parameter's .grad):
+// - each state (state1, and state2 for AdamW) is uint8, 1 byte an element, with 8-bit state,
+//   and fp32 otherwise; a parameter of fewer than min_8bit_size = 4096 elements keeps fp32 state
+//   even with optim_bits 8;
+// - 8-bit state is block-wise (block_wise=True by default): an fp32 absmax per 256 elements per
+//   state (`blocks = n // 256 + bool(n % 256)`, bitsandbytes 0.44.0 on, PR #1365; 0.43 and
+//   before used blocks of 2048, so memsim is high by 2 · 4 · (1/256 − 1/2048) bytes an element
+//   for those releases);
+// - paged (is_paged): get_state_buffer puts a state of at least 1e5 elements in CUDA unified
+//   memory (functional.py get_paged: cudaMallocManaged through cget_managed_ptr) outside the
+//   caching allocator; smaller states and every absmax stay torch.zeros on the device.
+// The shared quantisation maps (functional.py create_dynamic_map: 256 fp32 values each; qmap1
+// "dynamic" and, for two states, qmap2 "udynamic") are moved to the device once, by the first
+// 8-bit init_state: kBnbQmapBytes each. Sizes in bytes.
+struct BnbState {
+  Bytes device_bytes = 0;   // through the caching allocator
+  Bytes managed_bytes = 0;  // unified memory (paged)
+};
+BnbState BnbStateBytes(std::int64_t numel, const config::BnbOptimizer& bnb);
+inline constexpr std::int64_t kBnbMin8BitSize = 4096;
+inline constexpr std::int64_t kBnbBlockSize = 256;
+inline constexpr std::int64_t kBnbMinPagedSize = 100000;
+inline constexpr Bytes kBnbQmapBytes = 256 * 4;
+
 // torch.optim's update over the main tensors, with state as `layout` says.
 class TorchOptimizer {
  public:
@@ -78,6 +104,9 @@ class TorchOptimizer {
   void AdamState(Emitter& em, int group);
   void SgdGroup(Emitter& em, int group, std::int64_t group_numel);
   void AdafactorGroup(Emitter& em, int group);
+  // A bitsandbytes optimizer (config::BnbOptimizer): per parameter, the state at its first step
+  // (BnbStateBytes), then the in-place update kernel.
+  void BnbGroup(Emitter& em, int group, const config::BnbOptimizer& bnb);
   // Bytes of one state-sized tensor of `mt`: `per_element` bytes per element (the layout's
   // dtype), or the parameter's own storage where it has one (PEFT's fp32 adapters on a 16-bit
   // model; torch.optim makes the state zeros_like(param)).
@@ -88,6 +117,7 @@ class TorchOptimizer {
   const std::vector<MainTensor> main_;
   const StateLayout layout_;
   bool has_state_ = false;
+  bool has_qmaps_ = false;  // a bitsandbytes 8-bit state moved its quantisation maps over
 };
 
 // Megatron-core's optimizer around TorchOptimizer.

@@ -48,6 +48,11 @@ struct Op {
   int collective_ranks = 0;  // the group's size (ranks of its communicator)
   bool synchronize = false;  // wait for all streams before starting
   bool empty_cache = false;  // torch.cuda.empty_cache() after the op
+  // CUDA unified memory (cudaMallocManaged) this op adds at its start, outside the caching
+  // allocator: bitsandbytes' paged optimizer state (workload/optimizer.h BnbStateBytes). Not in
+  // allocated or reserved; nvidia-smi counts its pages while they are resident on the device
+  // (device/device_model.h).
+  Bytes managed_bytes = 0;
   bool operator==(const Op&) const = default;
 
   // Back to a default Op, keeping the capacity of its strings and vectors, so that a spent op
@@ -68,6 +73,7 @@ struct Op {
     collective_ranks = 0;
     synchronize = false;
     empty_cache = false;
+    managed_bytes = 0;
   }
 };
 

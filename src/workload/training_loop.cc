@@ -174,20 +174,27 @@ class PyTorchLoop final : public TrainingLoop {
     // torch.amp.GradScaler.step calls optimizer.step() only when no inf/nan was found
     // (torch/amp/grad_scaler.py GradScaler._maybe_opt_step).
     if (k > p_.setup.training.skipped_iterations) optimizer_.Step(em);
+    // The Trainer's model.zero_grad() after the step (FrameworkFacts::zero_grad_after_step),
+    // skipped step or not; the zero_grad at the next iteration's start then finds nothing.
+    if (p_.f.zero_grad_after_step) {
+      em.Begin("zero_grad");
+      p_.dp.ZeroGrad(em);
+    }
     em.Begin("step_done");  // the loss the loop logged (loss.item()) is dropped
     for (TensorId id : p_.runner.TakeReportLosses()) em.Free(id);
     if (p_.eval_ctx != nullptr && EvaluatesAfterStep(p_.setup.training, k)) Evaluate(k);
   }
 
  private:
-  // Trainer._inner_training_loop: optimizer.step(), model.zero_grad(), then
-  // _maybe_log_save_evaluate, so the evaluation runs without .grad (set_to_none). The loop's
-  // own zero_grad at the next iteration's start then finds nothing left to free; without an
-  // evaluation the two orders hold the same tensors at every op.
+  // Trainer._inner_training_loop: optimizer.step(), model.zero_grad() (done in Iteration, as
+  // FrameworkFacts::zero_grad_after_step), then _maybe_log_save_evaluate, so the evaluation
+  // runs without .grad (set_to_none).
   void Evaluate(int k) {
     Emitter& em = p_.em;
-    em.Begin("zero_grad");
-    p_.dp.ZeroGrad(em);
+    if (!p_.f.zero_grad_after_step) {
+      em.Begin("zero_grad");
+      p_.dp.ZeroGrad(em);
+    }
     em.SetContext(k, Phase::kForward, -1);
     RunEvaluation(*p_.eval_ctx, *p_.layer, p_.setup.training, p_.d);
   }

@@ -91,7 +91,41 @@ TEST_CASE("hf-trainer: optim names", "[config][hf]") {
   const TrainingConfig ada = load("o3.json", "adafactor");
   CHECK(ada.optimizer == OptimizerKind::kAdafactor);
   CHECK(ada.optimizer_impl == OptimizerImpl::kFused);
-  CHECK(IsUnsupported(Config("o4.json", kBase + ", \"optim\": \"adamw_bnb_8bit\"")));
+  CHECK(IsUnsupported(Config("o4.json", kBase + ", \"optim\": \"adamw_apex_fused\"")));
+}
+
+// Trainer.get_optimizer_cls_and_kwargs (transformers v4.48.1): "paged" in the name -> is_paged,
+// "8bit" -> optim_bits 8 (else 32); "adam" -> bitsandbytes AdamW (two states), "lion" / "rmsprop"
+// -> Lion / RMSprop (one state).
+TEST_CASE("hf-trainer: bitsandbytes optim names", "[config][hf]") {
+  struct Row {
+    const char* optim;
+    int bits;
+    bool paged;
+    int states;
+  };
+  const Row rows[] = {
+      {"adamw_bnb_8bit", 8, false, 2},   {"adamw_8bit", 8, false, 2},
+      {"paged_adamw_8bit", 8, true, 2},  {"paged_adamw_32bit", 32, true, 2},
+      {"lion_8bit", 8, false, 1},        {"lion_32bit", 32, false, 1},
+      {"paged_lion_8bit", 8, true, 1},   {"paged_lion_32bit", 32, true, 1},
+      {"rmsprop_bnb", 32, false, 1},     {"rmsprop_bnb_8bit", 8, false, 1},
+      {"rmsprop_bnb_32bit", 32, false, 1},
+  };
+  int i = 0;
+  for (const Row& r : rows) {
+    INFO(r.optim);
+    const TrainingConfig t = LoadSetup(
+        Config("b" + std::to_string(i++) + ".json", kBase + ", \"optim\": \"" + r.optim + "\""),
+        {}).training;
+    const BnbOptimizer& b = HfTrainerOf(t).bnb_optimizer;
+    CHECK(b.optim_bits == r.bits);
+    CHECK(b.is_paged == r.paged);
+    CHECK(b.states == r.states);
+    CHECK(t.optimizer_impl == OptimizerImpl::kFused);  // in-place kernels, no foreach lists
+  }
+  CHECK(HfTrainerOf(LoadSetup(Config("b_torch.json", kBase), {}).training).bnb_optimizer.optim_bits ==
+        0);
 }
 
 TEST_CASE("hf-trainer: torch_version decides zero_grad and softmax's saved input", "[config][hf]") {
@@ -255,6 +289,43 @@ TEST_CASE("hf-trainer: QLoRA 4-bit weights and their quantisation state", "[conf
   CHECK(z.parameter_count == 8033669120);  // PEFT counts a 4-bit weight's full numel
   CHECK(z.trainable_parameter_count == 3407872);
   CHECK(z.parameter_bytes == 3600416768 + 2101878784 + 13631488);
+}
+
+// LLM.int8 (load_in_8bit): the same linears in int8 with fp32 row scales (Int8Params: CB and
+// SCB). Per layer 218,103,808 int8 values and rows q 4096 + k 1024 + v 1024 + o 4096 + gate
+// 14336 + up 14336 + down 4096 = 43,008, SCB 172,032 B: 218,275,840 B a layer, 32 layers
+// 6,984,826,880 B; the rest as under QLoRA.
+// bnb_4bit_quant_storage bfloat16 packs the same values into bf16 elements: the same bytes.
+// llm_int8_skip_modules ["lm_head", "mlp"] keeps gate/up/down_proj in bf16: per layer
+// 3 · 58,720,256 · 2 = 352,321,536 B, and the attention's 41,943,040 values in NF4 with double
+// quantisation: 20,971,520 packed + 655,360 uint8 absmax + 2,560 · 4 = 21,637,120 B.
+TEST_CASE("hf-trainer: 8-bit weights, the 4-bit storage dtype and the modules kept in 16 bits",
+          "[config][hf]") {
+  const Setup s8 = LoadSetup(
+      Llama8b("q8.json", ", \"quantization_config\": {\"load_in_8bit\": true}"), {});
+  CHECK(s8.training.hf_trainer()->load_in_8bit);
+  CHECK(workload::ComputeStaticSizes(s8, 0).parameter_bytes ==
+        6984826880 + 2101878784 + 13631488);
+  const std::string nf4 = "\"load_in_4bit\": true, \"bnb_4bit_quant_type\": \"nf4\", "
+                          "\"bnb_4bit_use_double_quant\": true";
+  const Setup bf = LoadSetup(
+      Llama8b("q9.json", ", \"quantization_config\": {" + nf4 +
+                             ", \"bnb_4bit_quant_storage\": \"bfloat16\"}"),
+      {});
+  CHECK(bf.training.hf_trainer()->bnb_4bit_quant_storage_bytes == 2);
+  CHECK(workload::ComputeStaticSizes(bf, 0).parameter_bytes == 3600416768 + 2101878784 + 13631488);
+  const Setup skip = LoadSetup(
+      Llama8b("q10.json", ", \"quantization_config\": {" + nf4 +
+                              ", \"llm_int8_skip_modules\": [\"lm_head\", \"mlp\"]}"),
+      {});
+  CHECK(workload::ComputeStaticSizes(skip, 0).parameter_bytes ==
+        32 * (Bytes{352321536} + 21637120) + 2101878784 + 13631488);
+  CHECK(ErrorOf(Llama8b("q11.json", ", \"quantization_config\": {\"load_in_8bit\": true, "
+                                    "\"load_in_4bit\": true}"))
+            .find("/training/quantization_config/load_in_8bit: true with load_in_4bit true") !=
+        std::string::npos);
+  CHECK(IsUnsupported(Llama8b("q12.json", ", \"quantization_config\": {\"load_in_8bit\": true, "
+                                          "\"llm_int8_has_fp16_weight\": true}")));
 }
 
 TEST_CASE("hf-trainer: adapter_config errors", "[config][hf]") {

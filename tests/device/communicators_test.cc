@@ -216,4 +216,23 @@ TEST_CASE("Transformer Engine userbuffers: 10 x [s*b, h] bf16 with --tp-comm-ove
   CHECK(model.OutsideAllocatorBytes() == 420_MiB);
 }
 
+TEST_CASE("unified memory: counted on the device while it fits, never in the allocator's capacity",
+          "[device]") {
+  config::Setup setup;
+  setup.device.total_memory_bytes = 1024_MiB;
+  setup.device.usable_memory_bytes = 1000_MiB;
+  setup.device.idle_baseline_bytes = 4_MiB;
+  setup.device.context_bytes = 100_MiB;
+  DeviceModel model(setup);
+  model.OnManaged(300_MiB);  // a paged optimizer state (cudaMallocManaged)
+  CHECK(model.ManagedBytes() == 300_MiB);
+  // Not outside-allocator memory the allocator must leave room for: the driver evicts it.
+  CHECK(model.OutsideAllocatorBytes() == 100_MiB);
+  CHECK(model.AllocatorCapacity(1000_MiB) == 900_MiB);
+  // 200 reserved + 4 baseline + 100 context = 304 MiB, 720 MiB free: all 300 MiB resident.
+  CHECK(model.DeviceBytes(200_MiB) == 604_MiB);
+  // 800 reserved: 904 MiB used, 120 MiB left for its pages: the device shows all 1024 MiB.
+  CHECK(model.DeviceBytes(800_MiB) == 1024_MiB);
+}
+
 }  // namespace memsim::device

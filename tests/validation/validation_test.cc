@@ -29,8 +29,11 @@ TEST_CASE("validation: unmodelled cases are reported unsupported, the rest run",
       "dgxc-llama3.1-8b-bf16-8gpu-mbs4-seq8192-ckptload",  // CUDA graphs + checkpoint resume
       "mcore-doc-dsv3proxy-14L-pp4-ep16-baseline",  // MoE with the flex (DeepEP) dispatcher
       "torchtitan-llama3.1-8b-fsdp8-h100-lbs2",  // torchtitan FSDP2
+      // torchtune's recipes (its own loop, torchao NF4, torch.compile): framework "torchtune"
+      "torchtune-llama3.1-8b-rtx4090-lora-r8-qv-bs2-packed2k-compile",
+      "torchtune-llama3.1-8b-rtx4090-qlora-r8-attn-mlp-bs2-packed2k-compile",
   };
-  REQUIRE(Results().size() == 28);
+  REQUIRE(Results().size() == 33);
   for (const CaseResult& c : Results()) {
     INFO(c.id << ": " << c.reason);
     const bool expect_unsupported =
@@ -49,8 +52,9 @@ TEST_CASE("validation: table lists every case", "[validation]") {
 // included), and memsim closer to the measurements than the closed form on the median.
 TEST_CASE("validation: acceptance thresholds", "[validation]") {
   const Summary s = Summarize(Results());
-  // 11 dense cases + the two sseo MoE cases (issue 12) + the three hf-bert cases (issue 13).
-  CHECK(s.supported_measured == 16);
+  // 11 dense cases + the two sseo MoE cases (issue 12) + the three hf-bert cases (issue 13) +
+  // the three fms-acceleration Mistral-7B fine-tunes (issue 29).
+  CHECK(s.supported_measured == 19);
   CHECK(s.worst_paper_subtotal_error_pct <= 2.0);
   CHECK(s.median_abs_error_pct < s.median_abs_closed_form_error_pct);
   // Issue 4's target (median <= 3 %) was set for the Megatron-core cases and holds there and,
@@ -59,7 +63,7 @@ TEST_CASE("validation: acceptance thresholds", "[validation]") {
   CHECK(s.median_abs_error_pct <= 3.0);
   std::vector<CaseResult> megatron;
   for (const CaseResult& c : Results()) {
-    if (c.id.rfind("hf-", 0) != 0) megatron.push_back(c);
+    if (c.id.rfind("hf-", 0) != 0 && c.id.rfind("fms-", 0) != 0) megatron.push_back(c);
   }
   const Summary m = Summarize(megatron);
   CHECK(m.supported_measured == 13);

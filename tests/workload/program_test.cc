@@ -23,6 +23,7 @@ TEST_CASE("Op::Clear resets every field", "[workload]") {
   op.collective_ranks = 8;
   op.synchronize = true;
   op.empty_cache = true;
+  op.managed_bytes = 1 << 20;
   REQUIRE_FALSE(op == Op{});
   op.Clear();
   CHECK(op == Op{});

@@ -189,6 +189,137 @@ TEST_CASE("plain PyTorch with bf16 weights: bf16 grads and bf16 Adam state",
   CHECK(st.optimizer_state_bytes == 4 * kParams);
 }
 
+// transformers' Trainer._inner_training_loop calls model.zero_grad() right after
+// optimizer.step() (FrameworkFacts::zero_grad_after_step); a plain PyTorch loop zeroes at the
+// next iteration's start. TinyPyTorch's model has P = kParams parameters under either stack
+// (Transformers' separate q/k/v projections hold the fused qkv's 3·64·64 elements), fp32 .grad.
+TEST_CASE("hf-trainer: model.zero_grad() after the step frees the gradients before the reading",
+          "[workload][hf]") {
+  config::Setup s = TinyPyTorch(true);
+  const Program plain = Build(s, 0);
+  s.training.framework = "hf-trainer";
+  s.training.stack.emplace<config::HfTrainerOptions>();
+  const Program trainer = Build(s, 0);
+  for (int k = 1; k <= 3; ++k) {
+    // Both hold every .grad after the last micro-batch's backward: 4 bytes × P.
+    CHECK(Measure(trainer, Category::kGradients, k, Phase::kBackward, 1).alive_after ==
+          4 * kParams);
+    // After the step: the Trainer has freed them all, plain PyTorch keeps them until its
+    // zero_grad at the next iteration's start.
+    CHECK(Measure(trainer, Category::kGradients, k, Phase::kOptimizerStep, -1).alive_after == 0);
+    CHECK(Measure(plain, Category::kGradients, k, Phase::kOptimizerStep, -1).alive_after ==
+          4 * kParams);
+  }
+  SECTION("before PyTorch 2.0 Module.zero_grad zeroes in place: the gradients stay") {
+    s.training.pytorch()->zero_grad_set_to_none = false;
+    CHECK(Measure(Build(s, 0), Category::kGradients, 2, Phase::kOptimizerStep, -1).alive_after ==
+          4 * kParams);
+  }
+}
+
+// bitsandbytes optimizers (optimizer.h BnbStateBytes) under the Trainer, on TinyPyTorch's model:
+// embed_tokens and lm_head [256, 64] 16384 elements each; per layer q/k/v/o_proj 4096 each,
+// gate/up/down_proj 8192 each, two norms of 64; the final norm 64. Tensors of at least
+// min_8bit_size 4096 elements get 8-bit state: 16384 · 2 + 2 · (4 · 4096 + 3 · 8192) = 114688
+// elements; the five norms (320 elements) keep fp32 state.
+config::Setup TinyTrainerBnb(int bits, bool paged, int states) {
+  config::Setup s = TinyPyTorch(true);
+  s.training.framework = "hf-trainer";
+  s.training.stack.emplace<config::HfTrainerOptions>();
+  s.training.optimizer_impl = config::OptimizerImpl::kFused;
+  s.training.hf_trainer()->bnb_optimizer = {bits, paged, states};
+  return s;
+}
+
+Bytes ProgramManagedBytes(const Program& p) {
+  Bytes sum = 0;
+  for (const Op& op : p.ops) sum += op.managed_bytes;
+  return sum;
+}
+
+TEST_CASE("hf-trainer adamw_bnb_8bit: uint8 state, fp32 absmax per 256, fp32 below 4096",
+          "[workload][hf][optim]") {
+  const config::Setup s = TinyTrainerBnb(8, false, 2);
+  // Two uint8 states of the 114688 8-bit elements, two fp32 states of the 320 others:
+  // 2 · 114688 + 2 · 4 · 320 = 231936. Absmax blocks of 256: 16384 → 64, 4096 → 16, 8192 → 32;
+  // 64 + 2 · (4 · 16 + 3 · 32) + 64 = 448 blocks, two fp32 each: 3584. The two 256-value fp32
+  // quantisation maps: 2048. 237568 in all.
+  constexpr Bytes kState = 231936 + 3584 + 2048;
+  const Program p = Build(s, 0);
+  CHECK(Measure(p, Category::kOptimizerStates, 1, Phase::kOptimizerStep, -1).allocated == kState);
+  CHECK(Measure(p, Category::kOptimizerStates, 2, Phase::kOptimizerStep, -1).allocated == 0);
+  CHECK(Measure(p, Category::kTemporaries, 1, Phase::kOptimizerStep, -1).allocated == 0);
+  CHECK(ProgramManagedBytes(p) == 0);
+  const StaticSizes st = ComputeStaticSizes(s, 0);
+  CHECK(st.optimizer_state_bytes == kState);
+  CHECK(st.managed_optimizer_state_bytes == 0);
+  // 32-bit bitsandbytes state is fp32 whatever the parameter's dtype: 2 · 4 · P, no absmax.
+  const config::Setup s32 = TinyTrainerBnb(32, false, 2);
+  CHECK(ComputeStaticSizes(s32, 0).optimizer_state_bytes == 8 * kParams);
+  // Lion keeps one state and moves only the signed map: 114688 + 4 · 320 + 448 · 4 + 1024.
+  const config::Setup lion = TinyTrainerBnb(8, false, 1);
+  CHECK(ComputeStaticSizes(lion, 0).optimizer_state_bytes == 114688 + 1280 + 1792 + 1024);
+}
+
+TEST_CASE("hf-trainer paged_adamw: states of 1e5 elements or more in unified memory",
+          "[workload][hf][optim]") {
+  config::Setup s = TinyTrainerBnb(8, true, 2);
+  s.model.vocab_size = 2048;  // embed_tokens and lm_head [2048, 64]: 131072 elements each
+  // Paged (get_paged, >= 1e5 elements): both states of embed_tokens and lm_head, uint8:
+  // 2 · 2 · 131072 = 524288 bytes of unified memory. On the device: the layers' 8-bit states
+  // 2 · 81920, the norms' fp32 states 2 · 4 · 320 = 2560, every absmax (paged tensors' too:
+  // torch.zeros) 2 · 4 · (512 + 512 + 2 · 160) = 10752, the maps 2048: 179200.
+  const Program p = Build(s, 0);
+  CHECK(ProgramManagedBytes(p) == 524288);
+  CHECK(Measure(p, Category::kOptimizerStates, 1, Phase::kOptimizerStep, -1).allocated == 179200);
+  const StaticSizes st = ComputeStaticSizes(s, 0);
+  CHECK(st.optimizer_state_bytes == 179200);
+  CHECK(st.managed_optimizer_state_bytes == 524288);
+  for (const Op& op : p.ops) {
+    if (op.managed_bytes != 0) CHECK((op.iteration == 1 && op.phase == Phase::kOptimizerStep));
+  }
+  // paged_adamw_32bit: fp32 states, the same two tensors paged: 2 · 2 · 4 · 131072.
+  s.training.hf_trainer()->bnb_optimizer.optim_bits = 32;
+  CHECK(ProgramManagedBytes(Build(s, 0)) == 2097152);
+}
+
+// LLM.int8 base weights (quantization_config load_in_8bit; hf_peft.h Int8WeightBytes,
+// kernels.cc Int8MatmulForward) under a LoRA adapter on q_proj, bf16 weights and autocast, one
+// micro-batch of T = 32 tokens, one iteration, no checkpointing: each linear runs forward and
+// backward once.
+TEST_CASE("hf-trainer load_in_8bit: int8 weights with row scales; each GEMM quantises its input",
+          "[workload][hf][peft]") {
+  config::Setup s = TinyPyTorch(true);
+  s.training.framework = "hf-trainer";
+  s.training.stack.emplace<config::HfTrainerOptions>();
+  s.training.global_batch_size = 1;
+  s.training.train_iters = 1;
+  config::HfTrainerOptions& hf = *s.training.hf_trainer();
+  hf.torch_dtype = config::Precision::kBf16;
+  hf.lora_r = 2;
+  hf.lora_target_modules = {"q_proj"};
+  hf.load_in_8bit = true;
+  // Int8Params: int8 [out, in] plus fp32 SCB [out]. q/k/v/o_proj [64, 64]: 4096 + 256; gate and
+  // up_proj [128, 64]: 8192 + 512; down_proj [64, 128]: 8192 + 256; 43264 a layer, 86528 for
+  // two. bf16: embed_tokens, lm_head 2 · 16384 and five norms 320: 66176. fp32 adapters
+  // (autocast_adapter_dtype) lora_A [2, 64] and lora_B [64, 2] per layer: 2 · 256 · 4 = 2048.
+  CHECK(ComputeStaticSizes(s, 0).parameter_bytes == 86528 + 66176 + 2048);
+  const Program p = Build(s, 0);
+  const std::string q = "layer0.self_attn.q_proj.weight";
+  // MatMul8bitLt.forward over the bf16 input [32, 64]: its fp16 cast 2 · 32 · 64, CA int8
+  // 32 · 64, SCA fp32 4 · 32; the int32 product [32, 64] 4 · 2048 and its fp16 dequant 2 · 2048.
+  CHECK(AllocatedWith(p, q + ".input_fp16") == 4096);
+  CHECK(AllocatedWith(p, q + ".input_int8") == 2048);
+  CHECK(AllocatedWith(p, q + ".input_scale") == 128);
+  CHECK(AllocatedWith(p, q + ".out_int32") == 8192);
+  CHECK(AllocatedWith(p, q + ".out_fp16") == 4096);
+  // Backward (input grad only): CB.to(bf16) [64, 64] 8192 and the fp32 scale [64] 256.
+  CHECK(AllocatedWith(p, q + ".dequantized") == 8192);
+  CHECK(AllocatedWith(p, q + ".row_scale") == 256);
+  // gate_proj [128, 64]: the product [32, 128] in int32.
+  CHECK(AllocatedWith(p, "layer1.mlp.gate_proj.weight.out_int32") == 4 * 32 * 128);
+}
+
 // optim "adafactor": transformers.optimization.Adafactor as the Trainer builds it (beta1 None,
 // so no exp_avg). Its state, fp32, is made in the first step, per parameter: a parameter of two
 // or more dimensions keeps exp_avg_sq_row [shape[:-1]] and exp_avg_sq_col [shape[-1]], a 1-D
