@@ -180,6 +180,14 @@ void ParameterCountFindings(const timeline::LogStatements& log, const SimulatedS
                                "not describe that run (layers, hidden or FFN size, vocabulary "
                                "padding, tensor or pipeline split).",
                                p.pipeline_rank, p.count, sim.parameters_on_rank, pct)});
+    } else if (p.count != sim.parameters_on_rank) {
+      // A count Megatron prints is exact: any difference is a layer memsim builds otherwise,
+      // too small to explain a memory gap.
+      out.push_back({false, fmt::format("the log's rank (tensor 0, pipeline {}) holds {} "
+                                        "parameters, the simulated config {} ({:+d}, {:+.2f}%): "
+                                        "not the same model, though too close to explain a gap.",
+                                        p.pipeline_rank, p.count, sim.parameters_on_rank,
+                                        p.count - sim.parameters_on_rank, pct)});
     } else {
       out.push_back({false, fmt::format("the log's parameter count of rank (tensor 0, pipeline "
                                         "{}) agrees with the config: {} (simulated {}).",

@@ -111,7 +111,11 @@ constexpr Modelled kModelled[] = {
     {"--moe-router-topk", "moe_router_topk", Kind::kInt},
     {"--moe-ffn-hidden-size", "moe_ffn_hidden_size", Kind::kInt},
     {"--moe-shared-expert-intermediate-size", "moe_shared_expert_intermediate_size", Kind::kInt},
-    {"--moe-layer-freq", "moe_layer_freq", Kind::kInt},
+    {"--moe-layer-freq", "moe_layer_freq", Kind::kSpecial},
+    {"--first-k-dense-replace", "first_k_dense_replace", Kind::kInt},
+    {"--n-shared-experts", "n_shared_experts", Kind::kInt},
+    {"--shared-expert-gate", "moe_shared_expert_gate", Kind::kTrue},
+    {"--moe-shared-expert-gate", "moe_shared_expert_gate", Kind::kTrue},
     {"--moe-token-dispatcher-type", "moe_token_dispatcher_type", Kind::kString},
     {"--moe-aux-loss-coeff", "moe_aux_loss_coeff", Kind::kNumber},
     {"--moe-permute-fusion", "moe_permute_fusion", Kind::kTrue},
@@ -140,20 +144,40 @@ class Translator {
   Translator(const MegatronLaunch& launch, const MegatronOptions& options)
       : launch_(launch), options_(options) {}
 
+  // Every argument is read before anything fails: the errors and unsupported flags of the whole
+  // launch come in one message (one per line after the first), not one per rerun.
   void Run() {
     for (const LaunchArgument& a : launch_.arguments) {
-      if (launch_.kind == MegatronLaunch::Kind::kLog) {
-        LogArgument(a);
-      } else {
-        ScriptArgument(a);
+      try {
+        if (launch_.kind == MegatronLaunch::Kind::kLog) {
+          LogArgument(a);
+        } else {
+          ScriptArgument(a);
+        }
+      } catch (const UnsupportedError&) {
+        throw;
+      } catch (const InputError& e) {
+        errors_.emplace_back(e.what());
       }
     }
-    if (!unsupported_.empty() && !options_.allow_unsupported) {
-      std::string more = unsupported_.size() > 1
-                             ? fmt::format(" (and {} more unsupported flags)", unsupported_.size() - 1)
-                             : "";
-      throw UnsupportedError(unsupported_.front() + more +
-                             "; --allow-unsupported runs without it");
+    const bool refuse = !unsupported_.empty() && !options_.allow_unsupported;
+    if (errors_.size() == 1 && !refuse) throw InputError(errors_.front());
+    if (!errors_.empty()) {
+      std::string all = fmt::format("{} problems in {}:", errors_.size() + (refuse ? unsupported_.size() : 0),
+                                    launch_.label);
+      for (const std::string& e : errors_) all += "\n  " + e;
+      if (refuse) {
+        for (const std::string& u : unsupported_) all += "\n  unsupported: " + u;
+        all += "\n  (--allow-unsupported runs without the unsupported flags)";
+      }
+      throw InputError(all);
+    }
+    if (refuse) {
+      std::string all = unsupported_.front();
+      for (size_t i = 1; i < unsupported_.size(); ++i) all += "\n  also unsupported: " + unsupported_[i];
+      throw UnsupportedError(all + (unsupported_.size() > 1 ? "\n  " : "; ") +
+                             "--allow-unsupported runs without " +
+                             (unsupported_.size() > 1 ? "them" : "it"));
     }
     for (const std::string& u : unsupported_) warnings_.push_back(u + ": ignored (--allow-unsupported)");
     CheckpointLoad();
@@ -339,12 +363,78 @@ class Translator {
       Set("vocab_size", Int(a), label);
       Set("make_vocab_size_divisible_by", 1, label);
     } else if (flag == "--no-position-embedding") {
-      Set("position_embedding_type", "none", label);
+      no_position_embedding_label = label;  // DerivedArguments: rope stays rope
+    } else if (flag == "--moe-layer-freq") {
+      Set("moe_layer_freq", MoeLayerFreq(a, value.value_or("")), label);
     }
     (void)m;
   }
 
  public:
+  std::string no_position_embedding_label;
+
+  // Megatron's moe_freq_type (arguments.py, d98e8a64 line 327): an integer, or a Python list
+  // expression of 0/1 lists, `+` and `* N` ("([0]+[1]*23)", "([1]*3+[0]*1)*3"), which
+  // Megatron hands to eval().
+  Json MoeLayerFreq(const LaunchArgument& a, const std::string& v) const {
+    if (v.find('[') == std::string::npos) return Int(a);
+    size_t at = 0;
+    std::vector<int> out = PatternSum(a, v, at);
+    SkipBlanks(v, at);
+    if (at != v.size()) Fail(a, fmt::format("cannot read '{}' at '{}'", Printable(v, 60), Printable(v.substr(at), 20)));
+    return out;
+  }
+  static void SkipBlanks(const std::string& v, size_t& at) {
+    while (at < v.size() && (v[at] == ' ' || v[at] == '"' || v[at] == '\'')) ++at;
+  }
+  std::vector<int> PatternSum(const LaunchArgument& a, const std::string& v, size_t& at) const {
+    std::vector<int> out = PatternProduct(a, v, at);
+    for (SkipBlanks(v, at); at < v.size() && v[at] == '+'; SkipBlanks(v, at)) {
+      ++at;
+      const std::vector<int> more = PatternProduct(a, v, at);
+      out.insert(out.end(), more.begin(), more.end());
+    }
+    return out;
+  }
+  std::vector<int> PatternProduct(const LaunchArgument& a, const std::string& v, size_t& at) const {
+    std::vector<int> base = PatternAtom(a, v, at);
+    for (SkipBlanks(v, at); at < v.size() && v[at] == '*'; SkipBlanks(v, at)) {
+      ++at;
+      SkipBlanks(v, at);
+      int n = 0;
+      const auto [end, ec] = std::from_chars(v.data() + at, v.data() + v.size(), n);
+      if (ec != std::errc() || n < 0 || n > (1 << 16) || base.size() * static_cast<size_t>(n) > (1 << 16)) {
+        Fail(a, fmt::format("expected a repeat count after '*' in '{}'", Printable(v, 60)));
+      }
+      at = static_cast<size_t>(end - v.data());
+      std::vector<int> rep;
+      for (int i = 0; i < n; ++i) rep.insert(rep.end(), base.begin(), base.end());
+      base = std::move(rep);
+    }
+    return base;
+  }
+  std::vector<int> PatternAtom(const LaunchArgument& a, const std::string& v, size_t& at) const {
+    SkipBlanks(v, at);
+    if (at < v.size() && v[at] == '(') {
+      ++at;
+      std::vector<int> inner = PatternSum(a, v, at);
+      SkipBlanks(v, at);
+      if (at >= v.size() || v[at] != ')') Fail(a, fmt::format("unbalanced '(' in '{}'", Printable(v, 60)));
+      ++at;
+      return inner;
+    }
+    if (at >= v.size() || v[at] != '[') Fail(a, fmt::format("expected '[' or '(' in '{}'", Printable(v, 60)));
+    const size_t close = v.find(']', at);
+    if (close == std::string::npos) Fail(a, fmt::format("unbalanced '[' in '{}'", Printable(v, 60)));
+    std::vector<int> out;
+    for (const std::string& e : PythonList(v.substr(at, close - at + 1))) {
+      if (e != "0" && e != "1") Fail(a, fmt::format("list entries must be 0 or 1, got '{}'", Printable(e, 20)));
+      out.push_back(e == "1" ? 1 : 0);
+    }
+    at = close + 1;
+    return out;
+  }
+
   void TrainIters(std::int64_t n, const std::string& label) {
     if (n < 1) throw InputError(fmt::format("{}: expected a positive number of iterations, got {}", label, n));
     // No limit: a long run is simulated until its steady state (config/iterations.h).
@@ -383,7 +473,7 @@ class Translator {
         Set(m.key, PythonList(v), Label(a));
       } else if (m.kind == Kind::kSpecial) {
         if (m.key == "train_iters" || m.key == "train_samples" || m.key == "attention_backend" ||
-            m.key == "padded_vocab_size") {
+            m.key == "padded_vocab_size" || m.key == "moe_layer_freq") {
           Special(m, m.flag, v, one);
         }
       } else {
@@ -415,6 +505,7 @@ class Translator {
   const MegatronLaunch& launch_;
   const MegatronOptions& options_;
   std::vector<std::string> unsupported_;
+  std::vector<std::string> errors_;  // InputError messages of single arguments (Run)
   std::map<std::string, const LaunchArgument*> seen_;  // modelled flag -> its last occurrence
 };
 
@@ -428,11 +519,19 @@ void SetDataParallel(const MegatronLaunch& launch, const LoadOptions& options, T
     t.Set("data_parallel_size", *t.log_dp_, where + ": data_parallel_size");
     return;
   }
+  const bool set = std::any_of(options.overrides.begin(), options.overrides.end(), [](const std::string& o) {
+    return o.starts_with("training.data_parallel_size=");
+  });
+  if (set) {
+    // The command line wins over the world size the launch implies (ApplyCommandLine sets it).
+    if (launch.nproc_per_node || launch.nnodes) {
+      t.notes_.push_back(fmt::format("{}: the launch's world size not used (--set "
+                                     "training.data_parallel_size given)",
+                                     where));
+    }
+    return;
+  }
   if (!launch.nproc_per_node && !launch.nnodes) {
-    const bool set = std::any_of(options.overrides.begin(), options.overrides.end(), [](const std::string& o) {
-      return o.starts_with("training.data_parallel_size=");
-    });
-    if (set) return;
     t.warnings_.push_back(fmt::format("{}: the world size is not given (no --nproc_per_node / "
                                       "--nnodes, GPUS_PER_NODE, NPUS_PER_NODE or NNODES); "
                                       "data_parallel_size 1 taken ({}--set "
@@ -459,6 +558,82 @@ void SetDataParallel(const MegatronLaunch& launch, const LoadOptions& options, T
   }
   t.Set("data_parallel_size", world / model,
         fmt::format("{}: world size {} / (TP × PP × CP)", where, world));
+}
+
+std::string DeviceBackend(const LoadOptions& options);
+void AttentionBackendDefault(const MegatronLaunch& launch, const LoadOptions& options,
+                             Translator& t);
+
+// What Megatron's validate_args derives when a flag is absent (megatron/training/arguments.py at
+// Megatron-LM d98e8a64ddf34856e74b24714e3bedb2f5a39553), for a script or command line; a log
+// prints the values already derived. The rest of validate_args' derivations happen where the
+// keys are read: kv_channels = hidden_size / heads (model.cc ApplyMegatronArchitecture,
+// arguments.py:1331-1333), num_query_groups only with --group-query-attention (model.cc,
+// argument_utils.py:330-333), the vocabulary padded to make_vocab_size_divisible_by × TP
+// (setup.cc, vocab_utils.py:58), the global batch micro × DP (training.cc, arguments.py:702-703),
+// the virtual stages (training.cc, arguments.py:953-979).
+void DerivedArguments(const MegatronLaunch& launch, const LoadOptions& options, Translator& t) {
+  if (launch.kind == MegatronLaunch::Kind::kLog) return;
+  const Json& tr = t.training;
+  // arguments.py:1320-1329: ffn_hidden_size = int(4·h·2/3 / 64)·64 with --swiglu, else 4·h.
+  if (!tr.contains("ffn_hidden_size") && tr.contains("hidden_size") &&
+      tr["hidden_size"].is_number_integer() && tr["hidden_size"].get<std::int64_t>() > 0) {
+    const std::int64_t h = tr["hidden_size"].get<std::int64_t>();
+    const bool swiglu = tr.value("swiglu", false);
+    const std::int64_t ffn =
+        swiglu ? static_cast<std::int64_t>(static_cast<double>(8 * h) / 3.0 / 64.0) * 64 : 4 * h;
+    const std::string rule = swiglu ? "int(4·h·2/3 / 64)·64 with --swiglu" : "4·h";
+    t.Set("ffn_hidden_size", ffn,
+          fmt::format("{}: --ffn-hidden-size (absent: {} = {})", launch.label, rule, ffn));
+    t.notes_.push_back(fmt::format("{}: --ffn-hidden-size not given: {} = {}, as Megatron's "
+                                   "validate_args",
+                                   launch.label, rule, ffn));
+  }
+  // argument_utils.py:330-333 (d98e8a64): --num-query-groups counts only with
+  // --group-query-attention; without it the attention is multi-head.
+  if (tr.contains("num_query_groups") && !tr.value("group_query_attention", false)) {
+    const std::string where = t.labels[internal::Child("/training", "num_query_groups")];
+    t.warnings_.push_back(fmt::format("{}: ignored without --group-query-attention (Megatron "
+                                      "builds multi-head attention then)",
+                                      where));
+    t.training.erase("num_query_groups");
+    t.labels.erase(internal::Child("/training", "num_query_groups"));
+  }
+  // arguments.py:1631-1634: --no-position-embedding leaves RoPE alone (and refuses any other
+  // type since core 0.12; before, it dropped the learned position table).
+  if (!t.no_position_embedding_label.empty() && tr.value("position_embedding_type", "") != "rope") {
+    t.Set("position_embedding_type", "none", t.no_position_embedding_label);
+  }
+  AttentionBackendDefault(launch, options, t);
+}
+
+// The attention when the launch names none (no --attention-backend, --use-flash-attn): Megatron
+// core >= 0.10 defaults to AttnBackend.auto (transformer_config.py:151 at d98e8a64), where
+// Transformer Engine picks flash or cuDNN fused attention, which keep no s×s scores. The
+// legacy model (--use-legacy-models: ParallelAttention's CoreAttention), the local spec
+// (--transformer-impl local: DotProductAttention) and MindSpeed on Ascend (its
+// dot_product_attention_forward_wrapper takes the fused NPU kernel only with --use-flash-attn,
+// mindspeed/core/transformer/dot_product_attention.py) materialise [b, heads, s, s] scores.
+void AttentionBackendDefault(const MegatronLaunch& launch, const LoadOptions& options,
+                             Translator& t) {
+  if (t.training.contains("use_flash_attn")) return;
+  const bool legacy = std::any_of(launch.arguments.begin(), launch.arguments.end(),
+                                  [](const LaunchArgument& a) { return a.name == "--use-legacy-models"; });
+  const bool local = t.training.value("transformer_impl", "") == "local";
+  const bool npu = DeviceBackend(options) == "npu";
+  if (legacy || local || npu) {
+    t.notes_.push_back(fmt::format(
+        "{}: no --attention-backend or --use-flash-attn: {} materialises the s×s attention scores",
+        launch.label,
+        npu ? "MindSpeed on Ascend (no --use-flash-attn)"
+            : legacy ? "the legacy model's CoreAttention" : "the local DotProductAttention"));
+    return;
+  }
+  t.Set("use_flash_attn", true,
+        fmt::format("{}: --attention-backend (absent: Megatron's default auto)", launch.label));
+  t.notes_.push_back(fmt::format("{}: no --attention-backend: Megatron's default auto taken, "
+                                 "flash or fused attention (no s×s scores)",
+                                 launch.label));
 }
 
 // The model: --model, else an inline GPT-2-type object (Megatron's defaults) sized by the
@@ -640,6 +815,7 @@ Setup TranslateAndLoad(const MegatronLaunch& launch, const LoadOptions& options,
                                  "or a preset file",
                                  launch.label, internal::KnownDevices()));
   }
+  DerivedArguments(launch, options, t);
   MegatronDropoutDefaults(launch, options, t);
   Json allocator = Json::object();
   ApplyExports(launch, options, t, &allocator);

@@ -3,6 +3,9 @@
 // runtime arguments of the training block (docs/config.md "Mixture of experts").
 #include "config/moe.h"
 
+#include <algorithm>
+#include <cstdlib>
+
 #include <fmt/core.h>
 
 #include "config/stack.h"
@@ -12,8 +15,13 @@ namespace memsim::config::internal {
 namespace {
 
 // Megatron `--moe-layer-freq` (TransformerConfig moe_layer_freq, read by
-// megatron/core/models/gpt/gpt_layer_specs.py get_gpt_decoder_layer_specs): an int N makes layer
-// i (0-based) an MoE layer when i % N == 0; a list gives 1 (MoE) or 0 (dense) per layer.
+// megatron/core/models/gpt/gpt_layer_specs.py get_gpt_decoder_layer_specs, Megatron-LM
+// d98e8a64 line 647): an int N makes layer i (0-based) an MoE layer when Python's i % N == 0,
+// which for a negative N (MindSpeed-LLM's `--moe-layer-freq -1`) is when |N| divides i, so -1
+// makes every layer MoE; a list gives 1 (MoE) or 0 (dense) per layer. MindSpeed-LLM's
+// `--first-k-dense-replace K` (mindspeed_llm/core/transformer/transformer_block.py
+// _transformer_block_build_layers, MindSpeed-LLM 927a8d93 lines 112-120) applies when K is not 0
+// and the frequency is given: layer i is MoE only if also i >= K (K = -1: no dense layer).
 std::vector<bool> MegatronLayerPattern(ObjectReader& t, int layers) {
   const Json* v = t.Get("moe_layer_freq");
   std::vector<bool> out;
@@ -28,10 +36,23 @@ std::vector<bool> MegatronLayerPattern(ObjectReader& t, int layers) {
       }
       out.push_back(e.get<int>() == 1);
     }
-    return out;
+  } else {
+    if (!v->is_number_integer() || v->get<std::int64_t>() == 0 ||
+        v->get<std::int64_t>() < -(1 << 20) || v->get<std::int64_t>() > (1 << 20)) {
+      Fail(t.At("moe_layer_freq"), "expected a non-zero integer or a list of 0/1 per layer");
+    }
+    const int n = std::abs(v->get<int>());
+    for (int i = 0; i < layers; ++i) out.push_back(i % n == 0);
   }
-  const std::optional<int> n = t.PositiveInt("moe_layer_freq");
-  for (int i = 0; i < layers; ++i) out.push_back(i % *n == 0);
+  const Json* k = t.Get("first_k_dense_replace");
+  if (k == nullptr) return out;
+  if (!k->is_number_integer() || k->get<std::int64_t>() < -1 || k->get<std::int64_t>() >= layers) {
+    // mindspeed_llm/training/arguments.py _validate_transformer_block_build_layers: K < layers.
+    Fail(t.At("first_k_dense_replace"),
+         fmt::format("expected an integer from -1 to {} (fewer than the {} layers)", layers - 1,
+                     layers));
+  }
+  for (int i = 0; i < std::min(k->get<int>(), layers); ++i) out[static_cast<size_t>(i)] = false;
   return out;
 }
 
@@ -107,7 +128,7 @@ void ReadHfMoe(ObjectReader& r, LocatedModel& out, std::vector<std::string>* not
 const std::vector<std::string>& MegatronMoeArchitectureKeys() {
   static const std::vector<std::string> keys = {
       "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
-      "moe_layer_freq"};
+      "moe_layer_freq", "first_k_dense_replace", "n_shared_experts", "moe_shared_expert_gate"};
   return keys;
 }
 
@@ -128,8 +149,15 @@ void ApplyMegatronMoe(ObjectReader& t, LocatedModel* located, std::vector<std::s
   if (std::optional<int> s = t.NonNegativeInt("moe_shared_expert_intermediate_size")) {
     m.moe_shared_expert_intermediate_size = *s;
   }
+  if (std::optional<bool> g = t.Bool("moe_shared_expert_gate")) m.moe_shared_expert_gate = *g;
   if (t.Has("moe_layer_freq")) {
     m.moe_layer_pattern = MegatronLayerPattern(t, m.num_hidden_layers);
+  } else if (t.Has("first_k_dense_replace")) {
+    // transformer_block.py:113-115: without a frequency MindSpeed-LLM leaves the layers alone.
+    t.Skip("first_k_dense_replace");
+    notes->push_back(fmt::format("{}: ignored without moe_layer_freq (MindSpeed-LLM's "
+                                 "_transformer_block_build_layers)",
+                                 t.At("first_k_dense_replace")));
   }
   if (m.num_experts <= 1) {
     for (const auto* keys : {&MegatronMoeArchitectureKeys(), &MoeTrainingKeys()}) {
@@ -139,8 +167,16 @@ void ApplyMegatronMoe(ObjectReader& t, LocatedModel* located, std::vector<std::s
     }
     return;
   }
-  // Megatron: moe_ffn_hidden_size defaults to ffn_hidden_size (arguments.py).
+  // Megatron: moe_ffn_hidden_size defaults to ffn_hidden_size (arguments.py validate_args,
+  // d98e8a64 line 1651).
   if (m.moe_ffn_hidden_size == 0) m.moe_ffn_hidden_size = m.intermediate_size;
+  // MindSpeed-LLM's --n-shared-experts N: one shared expert N × moe_ffn_hidden_size wide
+  // unless moe_shared_expert_intermediate_size is given
+  // (mindspeed_llm/features_manager/moe/shared_expert.py validate_args, 927a8d93 lines 16-18).
+  if (std::optional<int> n = t.NonNegativeInt("n_shared_experts");
+      n && !t.Has("moe_shared_expert_intermediate_size")) {
+    m.moe_shared_expert_intermediate_size = *n * m.moe_ffn_hidden_size;
+  }
   if (m.moe_router_topk > m.num_experts) {
     Fail(located->where["moe_router_topk"],
          fmt::format("{} exceeds num_experts {}", m.moe_router_topk, m.num_experts));

@@ -40,6 +40,7 @@ MODELLED = """
 --moe-token-dispatcher-type --moe-aux-loss-coeff --moe-permute-fusion --moe-expert-capacity-factor
 --moe-pad-expert-input-to-capacity --moe-grouped-gemm --moe-router-pre-softmax
 --use-precision-aware-optimizer --main-params-dtype --exp-avg-dtype --exp-avg-sq-dtype
+--first-k-dense-replace --n-shared-experts --shared-expert-gate --moe-shared-expert-gate
 """.split()
 
 # Accepted without effect on memory, by name (flags common in published launch scripts).
