@@ -47,6 +47,7 @@ class HfTrainerStack final : public PyTorchLoopStack {
                 workload::FrameworkFacts* f) const override {
     f->hf = true;
     f->softmax_saves_input = config::HfTrainerOf(setup.training).softmax_saves_input;
+    f->hf_native_amp = setup.training.precision != config::Precision::kFp32;
   }
 };
 

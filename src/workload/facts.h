@@ -19,6 +19,11 @@ struct FrameworkFacts {
   // Transformers eager attention under PyTorch before 1.11 (HfTrainerOptions::softmax_saves_input):
   // SoftmaxBackward keeps softmax's input, the masked scores, until the layer's backward.
   bool softmax_saves_input = false;
+  // The Trainer's mixed precision (TrainingArguments bf16 / fp16: precision not fp32): accelerate
+  // runs the model's forward under autocast and wraps it in convert_outputs_to_fp32
+  // (accelerate accelerator.py Accelerator.prepare_model, `if self.native_amp`, at 16cb6eb80d).
+  // Read by the causal-LM loss (modules/output_loss.cc) and PEFT's LoRA forward (kernels.cc).
+  bool hf_native_amp = false;
   bool flash = true;       // flash/fused attention; false = Megatron unfused DotProductAttention
   bool te = true;          // transformer_impl == "transformer_engine"
   bool npu = false;        // Ascend (torch_npu) backend
