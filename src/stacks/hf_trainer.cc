@@ -48,6 +48,7 @@ class HfTrainerStack final : public PyTorchLoopStack {
     f->hf = true;
     f->softmax_saves_input = config::HfTrainerOf(setup.training).softmax_saves_input;
     f->zero_grad_after_step = true;  // Trainer._inner_training_loop (facts.h)
+    f->hf_native_amp = setup.training.precision != config::Precision::kFp32;
   }
 };
 

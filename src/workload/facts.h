@@ -28,6 +28,11 @@ struct FrameworkFacts {
   // zero_grad_set_to_none), so a reading after the step sees weights and optimizer state only.
   // Set by src/stacks/hf_trainer.cc; plain PyTorch's loop zeroes at the iteration's start.
   bool zero_grad_after_step = false;
+  // The Trainer's mixed precision (TrainingArguments bf16 / fp16: precision not fp32): accelerate
+  // runs the model's forward under autocast and wraps it in convert_outputs_to_fp32
+  // (accelerate accelerator.py Accelerator.prepare_model, `if self.native_amp`, at 16cb6eb80d).
+  // Read by the causal-LM loss (modules/output_loss.cc) and PEFT's LoRA forward (kernels.cc).
+  bool hf_native_amp = false;
   bool flash = true;       // flash/fused attention; false = Megatron unfused DotProductAttention
   bool te = true;          // transformer_impl == "transformer_engine"
   bool npu = false;        // Ascend (torch_npu) backend

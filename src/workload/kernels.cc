@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <string_view>
 
@@ -17,6 +18,19 @@ constexpr Bytes kCublasWorkspaceHopperBytes = 8 * 4096 * kKiB;
 // TE module/base.py get_cublas_workspace_size_bytes: 32 MiB on sm >= 90, else 4 MiB.
 constexpr Bytes kTeWorkspaceBytes = 4 * kMiB;
 constexpr Bytes kTeWorkspaceHopperBytes = 32 * kMiB;
+
+// Whether PEFT's LoRA forward casts the linear's input x to the adapters' dtype before
+// lora_A reads it: `x = self._cast_input_dtype(x, lora_A.weight.dtype)`, `x.to(dtype)` when
+// the dtypes differ (peft src/peft/tuners/lora/layer.py Linear.forward, tuners_utils.py
+// _cast_input_dtype, at 5d602fdbff). The 4-bit layer casts only outside autocast
+// (lora/bnb.py Linear4bit.forward: `requires_conversion = not torch.is_autocast_enabled()`).
+// Modelled for 16-bit base weights only, whose linears all read act_bytes inputs; under
+// autocast over fp32 weights the inputs' dtypes differ by linear and the cast is not modelled.
+bool LoraCastsInput(const PeftKernels& peft, const ModelDims& d, const FrameworkFacts& f,
+                    const std::string& param) {
+  if (d.weight_cast || d.act_bytes == peft.adapter_bytes) return false;
+  return !(f.hf_native_amp && peft.four_bit.count(param) != 0);
+}
 
 }  // namespace
 
@@ -138,30 +152,57 @@ std::string Kernels::GradTarget(const std::string& param) const {
 
 bool Kernels::KeepsLinearInput(const std::string& param) const {
   if (Trainable(param)) return true;
-  return !peft_->dropout && peft_->adapters.count(param) != 0;
+  // Without dropout lora_A reads the input itself, unless it reads a cast of it.
+  return !peft_->dropout && peft_->adapters.count(param) != 0 &&
+         !LoraCastsInput(*peft_, *d_, *f_, param);
 }
 
+// LoraLayer forward (peft/tuners/lora/layer.py Linear.forward, at 5d602fdbff):
+//   result = self.base_layer(x)
+//   x = self._cast_input_dtype(x, lora_A.weight.dtype)  a new [T, in] in the adapters' dtype
+//                       when it differs (LoraCastsInput); the local lives until forward returns
+//   result = result + lora_B(lora_A(dropout(x))) * scaling
+// dropout (nn.Dropout, p > 0): native_dropout saves its mask [T, in] bool; its output is what
+// lora_A reads. lora_A saves what it reads for its weight's grad; under autocast
+// (FrameworkFacts::hf_native_amp) an input in a dtype other than the autocast one is cast
+// first (aten/src/ATen/autocast_mode.cpp cached_cast: a new tensor for a non-leaf), and that
+// C copy is what is saved, the wider tensor going when the forward returns. lora_B's output and
+// its scaled copy [T, out] are transients (the add's backward saves nothing).
 void Kernels::AdaptersForward(const std::string& param, bool saved) {
   auto it = peft_->adapters.find(param);
   if (it == peft_->adapters.end()) return;
   std::vector<TensorId>& keep = adapter_saved_[param];
   MEMSIM_CHECK(keep.empty());
   std::vector<TensorId> tmp;
+  const bool cast = LoraCastsInput(*peft_, *d_, *f_, param);
+  const Bytes xb = cast ? peft_->adapter_bytes : d_->act_bytes;  // x after the cast
+  const bool autocast_copy = cast && f_->hf_native_amp;  // lora_A saves a C copy of its input
+  TensorId x_cast = 0;
   for (const LoraAdapter& a : it->second) {
-    // LoraLayer forward (peft/tuners/lora/layer.py Linear.forward): result = result +
-    // lora_B(lora_A(dropout(x))) * scaling.
+    if (cast && x_cast == 0) {  // once: the rebound x is in the adapters' dtype already
+      x_cast = em_.Alloc(xb * d_->T * a.in, Category::kActivations, a.a_name + ".input_cast");
+    }
+    TensorId read = x_cast;  // what lora_A reads (0: the linear's own input)
     if (peft_->dropout) {
       keep.push_back(em_.Alloc(d_->T * a.in, Category::kActivations, a.a_name + ".dropout_mask"));
-      keep.push_back(em_.Alloc(d_->act_bytes * d_->T * a.in, Category::kActivations,
-                               a.a_name + ".dropout_out"));
+      read = em_.Alloc(xb * d_->T * a.in, Category::kActivations, a.a_name + ".dropout_out");
+      (autocast_copy ? tmp : keep).push_back(read);
+    } else if (x_cast != 0 && !autocast_copy) {
+      keep.push_back(x_cast);  // lora_A saves the cast input; it outlives the forward
     }
-    keep.push_back(em_.Alloc(d_->act_bytes * d_->T * peft_->r, Category::kActivations,
-                             a.a_name + ".out"));
-    tmp.push_back(em_.Alloc(d_->act_bytes * d_->T * a.out, Category::kTemporaries, a.b_name + ".out"));
-    tmp.push_back(
-        em_.Alloc(d_->act_bytes * d_->T * a.out, Category::kTemporaries, a.b_name + ".scaled"));
+    if (autocast_copy) {
+      keep.push_back(em_.Alloc(d_->act_bytes * d_->T * a.in, Category::kActivations,
+                               a.a_name + ".input_autocast_copy"));
+    }
+    // lora_A's output (saved by lora_B) and lora_B's: C under autocast, else x's dtype.
+    const Bytes ob = f_->hf_native_amp ? d_->act_bytes : xb;
+    keep.push_back(em_.Alloc(ob * d_->T * peft_->r, Category::kActivations, a.a_name + ".out"));
+    tmp.push_back(em_.Alloc(ob * d_->T * a.out, Category::kTemporaries, a.b_name + ".out"));
+    tmp.push_back(em_.Alloc(ob * d_->T * a.out, Category::kTemporaries, a.b_name + ".scaled"));
     em_.Flops(2.0 * d_->T * peft_->r * (a.in + a.out));
   }
+  const bool x_kept = std::find(keep.begin(), keep.end(), x_cast) != keep.end();
+  if (x_cast != 0 && !x_kept) tmp.push_back(x_cast);  // forward returns: the local goes
   for (TensorId id : tmp) em_.Free(id);
   if (!saved) {
     for (TensorId id : keep) em_.Free(id);
@@ -184,6 +225,12 @@ void Kernels::AdaptersBackward(const std::string& param) {
                                        Category::kGradients, a.a_name + ".grad"),
                         a.a_name);
     tmp.push_back(em_.Alloc(d_->act_bytes * d_->T * a.in, Category::kTemporaries, a.a_name + ".d_in"));
+    if (LoraCastsInput(*peft_, *d_, *f_, param)) {
+      // ToCopyBackward of the input cast (and of autocast's copy): the grad of x passes
+      // through the adapters' dtype, [T, in], before it is cast back and summed into x's grad.
+      tmp.push_back(em_.Alloc(peft_->adapter_bytes * d_->T * a.in, Category::kTemporaries,
+                              a.a_name + ".d_input_cast"));
+    }
     em_.Flops(4.0 * d_->T * peft_->r * (a.in + a.out));
   }
   for (TensorId id : tmp) em_.Free(id);

@@ -222,10 +222,13 @@ TEST_CASE("hf-trainer Llama layer, sdpa, bf16 weights, gradient checkpointing",
 // before: rstd and the fp32 copies (pow, x·rstd), RoPE's outputs, v and the output (sdpa), the
 // gate output (SiLU), SiLU's output and up's output (the mul: each factor for the other's
 // grad), the residual sums.
-// The adapters keep, each: with lora_dropout 0.1 the bool mask T·in = 32·64 = 2048 and the
-// dropped input 2·T·in = 4096 (lora_A's input), and lora_A's output 2·T·r = 256 (lora_B's
-// input): 6400, two adapters 12800. Without dropout lora_A reads x itself: the norm output is
-// kept again (+4096) and each adapter keeps only its 256.
+// The adapters are fp32 (get_peft_model's autocast_adapter_dtype), so Linear.forward first
+// casts x to fp32 (`x = self._cast_input_dtype(x, lora_A.weight.dtype)`, a transient) and
+// lora_A, under bf16 autocast, saves its own bf16 copy of what it reads. Each adapter keeps:
+// with lora_dropout 0.1 the bool mask T·in = 32·64 = 2048 and the bf16 copy of the dropped
+// input 2·T·in = 4096, and lora_A's output 2·T·r = 256 (lora_B's input): 6400, two adapters
+// 12800. Without dropout the bf16 copy of the cast x (4096) and the 256; the norm output is
+// not kept (lora_A reads the cast, not x): 2 × 4352.
 TEST_CASE("hf-trainer Llama layer, sdpa, bf16 weights, LoRA: frozen linears keep no input",
           "[workload][hf][hf_decoder][peft]") {
   auto lora = [](double dropout) {
@@ -242,7 +245,7 @@ TEST_CASE("hf-trainer Llama layer, sdpa, bf16 weights, LoRA: frozen linears keep
   CHECK(Sum(saved) == kFrozen + 2 * (2048 + 4096 + 256));
   CHECK(Sum(saved) == 75008);
   CHECK(MeasureBackward(p, saved).freed_saved == Sum(saved) - 4096);  // all but the output
-  CHECK(Sum(Saved(Build(lora(0.0), 0), Phase::kForward)) == kFrozen + 4096 + 2 * 256);
+  CHECK(Sum(Saved(Build(lora(0.0), 0), Phase::kForward)) == kFrozen + 2 * (4096 + 256));
 }
 
 TEST_CASE("hf-trainer Llama layer: parameters under Transformers' names",

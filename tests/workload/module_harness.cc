@@ -1,5 +1,7 @@
 #include "workload/module_harness.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include <string_view>
@@ -71,13 +73,17 @@ class ModuleHarness::Ledger final : public OpSink {
     Phase phase = Phase::kInit;
     bool harness = false;  // made by the harness, not by the module
     bool alive = true;
+    std::size_t made_in = 0;                 // index in ops_ of the op that allocated it
+    std::size_t freed_in = kNotFreed;        // index in ops_ of the op whose end freed it
   };
+  static constexpr std::size_t kNotFreed = static_cast<std::size_t>(-1);
 
   void OnOp(Op&& op) override {
     const bool harness = op.name.rfind(kHarnessOp, 0) == 0;
     for (const TensorAlloc& a : op.allocs) {
       index_[a.id] = entries_.size();
-      entries_.push_back({{a.label, a.size_bytes}, a.category, op.phase, harness, true});
+      entries_.push_back({{a.label, a.size_bytes}, a.category, op.phase, harness, true,
+                          ops_.size(), kNotFreed});
     }
     for (TensorId id : op.frees) {
       const auto it = index_.find(id);
@@ -88,6 +94,7 @@ class ModuleHarness::Ledger final : public OpSink {
             fmt::format("op {} frees {} again", op.name, entries_[it->second].tensor.label));
       } else {
         entries_[it->second].alive = false;
+        entries_[it->second].freed_in = ops_.size();
       }
     }
     ops_.push_back(std::move(op));
@@ -202,6 +209,32 @@ SeenTensors ModuleHarness::Allocated(Phase phase) const {
 SeenTensors ModuleHarness::Leaked() const {
   return ledger_->Select(
       [](const Ledger::Entry& e) { return e.alive && e.category != Category::kWorkspace; });
+}
+
+std::string ModuleHarness::FreedIn(const std::string& label) const {
+  std::string op;
+  ledger_->Select([&](const Ledger::Entry& e) {
+    if (op.empty() && e.tensor.label == label && !e.alive) op = ledger_->ops()[e.freed_in].name;
+    return false;
+  });
+  return op;
+}
+
+SeenTensors ModuleHarness::AliveDuring(const std::string& op) const {
+  return AliveDuring(op, kAnyLayer);
+}
+
+SeenTensors ModuleHarness::AliveDuring(const std::string& op, int layer) const {
+  const std::vector<Op>& ops = ledger_->ops();
+  const auto it = std::find_if(ops.begin(), ops.end(), [&](const Op& o) {
+    return o.name == op && (layer == kAnyLayer || o.layer == layer);
+  });
+  if (it == ops.end()) return {};
+  const auto k = static_cast<std::size_t>(it - ops.begin());
+  return ledger_->Select([k](const Ledger::Entry& e) {
+    return e.category != Category::kWorkspace && e.made_in <= k &&
+           (e.freed_in == Ledger::kNotFreed || e.freed_in >= k);
+  });
 }
 
 const std::vector<std::string>& ModuleHarness::problems() const { return ledger_->problems(); }

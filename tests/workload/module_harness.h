@@ -78,6 +78,8 @@ class RecordingWrapper final : public DataParallel {
 
 class ModuleHarness {
  public:
+  static constexpr int kAnyLayer = -2;  // AliveDuring: an op of any layer (-1: of none)
+
   // Builds the dims, emitter, kernels and context of `setup` (the one place that does).
   // Selective recompute follows setup.training as Build does (recompute.h SelectiveModules).
   explicit ModuleHarness(const config::Setup& setup);
@@ -129,6 +131,15 @@ class ModuleHarness {
   SeenTensors Allocated(Phase phase) const;
   // Alive tensors outside the workspace category: after Backward, what the module leaked.
   SeenTensors Leaked() const;
+  // The op whose end freed the first module tensor labelled `label`; "" while it is alive or
+  // when there is none.
+  std::string FreedIn(const std::string& label) const;
+  // Module tensors (workspaces left out) alive while the first op named `op` runs: allocated at
+  // its start or before, not freed by an op that closed before it; in allocation order. Empty
+  // when no op has that name.
+  SeenTensors AliveDuring(const std::string& op) const;
+  // The same for the first op named `op` of layer `layer`.
+  SeenTensors AliveDuring(const std::string& op, int layer) const;
   // Frees of a tensor never allocated or already freed, one line each; empty when sound.
   const std::vector<std::string>& problems() const;
   // Every op the emitter closed, in issue order.

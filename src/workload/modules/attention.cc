@@ -67,6 +67,32 @@ CoreAttn FlashForward(ModuleContext& ctx, int l, bool keep) {
   return c;
 }
 
+// Transformers eager attention (modeling_bert.py BertSelfAttention.forward; llama's
+// eager_attention_forward): matmul(q, k^T), then the scale and the additive mask, each a new
+// [b, a, s, s] tensor while the previous one is alive. The mask is always there: with no
+// attention_mask in the batch, BertModel.forward makes one of ones and
+// get_extended_attention_mask (modeling_utils.py) turns it into the additive [b, 1, 1, s] mask,
+// in the model's dtype, so under autocast over fp32 weights the masked scores promote to fp32
+// (wide_bytes, model.h; act_bytes otherwise). Before PyTorch 1.11 softmax saves the masked
+// scores for its backward (FrameworkFacts::softmax_saves_input). Returns the masked scores;
+// s2 = b·(a/t)·s² elements.
+TensorId HfMaskedScores(ModuleContext& ctx, int l, Bytes s2) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  const TensorId scores =
+      em.Alloc(d.act_bytes * s2, Category::kTemporaries, LayerLabel(l, "attn.scores"));
+  const TensorId scaled =
+      em.Alloc(d.act_bytes * s2, Category::kTemporaries, LayerLabel(l, "attn.scores_scaled"));
+  em.Free(scores);  // `attention_scores = attention_scores / ...` rebinds the name
+  em.Begin("attn.scores_mask", l);
+  const TensorId masked =
+      em.Alloc(d.wide_bytes * s2,
+               ctx.f.softmax_saves_input ? Category::kActivations : Category::kTemporaries,
+               LayerLabel(l, "attn.scores_masked"));
+  em.Free(scaled);  // and `attention_scores = attention_scores + attention_mask` again
+  return masked;
+}
+
 // Megatron-core DotProductAttention forward: baddbmm scores over the "mpu" buffer, fused
 // scale-mask-softmax (saves its output), attention dropout, bmm with V, permute().contiguous().
 CoreAttn UnfusedForward(ModuleContext& ctx, int l, bool keep) {
@@ -85,24 +111,7 @@ CoreAttn UnfusedForward(ModuleContext& ctx, int l, bool keep) {
   ctx.k.GemmWorkspace(/*torch_gemm=*/true);
   TensorId scores;
   if (ctx.f.hf) {
-    // Transformers eager attention (modeling_bert.py BertSelfAttention.forward; llama's
-    // eager_attention_forward): matmul(q, k^T), then the scale and the additive mask, each a
-    // new [b, a, s, s] tensor while the previous one is alive. The mask is always there: with
-    // no attention_mask in the batch, BertModel.forward makes one of ones and
-    // get_extended_attention_mask (modeling_utils.py) turns it into the additive [b, 1, 1, s]
-    // mask, in the model's dtype, so under autocast over fp32 weights the masked scores promote
-    // to fp32 (wide_bytes, model.h; act_bytes otherwise). Before PyTorch 1.11 softmax saves
-    // the masked scores for its backward (FrameworkFacts::softmax_saves_input).
-    scores = em.Alloc(d.act_bytes * s2, Category::kTemporaries, LayerLabel(l, "attn.scores"));
-    const TensorId scaled =
-        em.Alloc(d.act_bytes * s2, Category::kTemporaries, LayerLabel(l, "attn.scores_scaled"));
-    em.Free(scores);
-    const TensorId masked =
-        em.Alloc(d.wide_bytes * s2,
-                 ctx.f.softmax_saves_input ? Category::kActivations : Category::kTemporaries,
-                 LayerLabel(l, "attn.scores_masked"));
-    em.Free(scaled);
-    scores = masked;
+    scores = HfMaskedScores(ctx, l, s2);
   } else {
     ctx.k.MpuBuffer(d.act_bytes * s2);
     scores = em.Alloc(d.act_bytes * s2, Category::kTemporaries, LayerLabel(l, "attn.scores"));
@@ -112,11 +121,12 @@ CoreAttn UnfusedForward(ModuleContext& ctx, int l, bool keep) {
   // softmax is an autocast fp32 op (aten/src/ATen/autocast_mode.cpp): wide_bytes; it saves its
   // output.
   c.probs = em.Alloc(d.wide_bytes * s2, Category::kActivations, LayerLabel(l, "attn.probs"));
-  if (ctx.f.hf && ctx.f.softmax_saves_input && keep) {
-    c.softmax_in = scores;
-  } else {
-    em.Free(scores);
-  }
+  // The scores stay referenced until the forward returns (freed below, after the context):
+  // Megatron-core DotProductAttention.forward keeps the baddbmm output in the locals
+  // `matmul_result` and `attention_scores`, BertSelfAttention.forward the masked scores in
+  // `attention_scores`, until `return` (Megatron-LM dot_product_attention.py at d98e8a64dd;
+  // NVIDIA/Megatron-LM#965 measures allocated memory unchanged from the dropout to the end).
+  if (ctx.f.hf && ctx.f.softmax_saves_input && keep) c.softmax_in = scores;
   if (d.attention_dropout) {
     em.Begin("attn.dropout", l);
     c.dmask = em.Alloc(s2, Category::kActivations, LayerLabel(l, "attn.dropout_mask"));
@@ -126,21 +136,27 @@ CoreAttn UnfusedForward(ModuleContext& ctx, int l, bool keep) {
       c.probs = c.dmask = 0;
     }
   }
+  TensorId wide_probs = 0;  // the fp32 dropout output the cast below read
+  TensorId wide_probs_cast = 0;
   if (d.cast_inputs) {
     // matmul(probs, v) under autocast casts the fp32 probabilities afresh and saves that copy
-    // (for v's grad); the fp32 dropout output has no other user (native_dropout's backward
-    // reads the mask only). The copy takes the dropout output's place.
+    // (for v's grad) in place of the dropout output, which native_dropout's backward does not
+    // read (it reads the mask). The fp32 tensor itself stays referenced by the local
+    // `attention_probs` until BertSelfAttention.forward returns (freed below).
     em.Begin("attn.probs_cast", l);
     const TensorId copy =
         em.Alloc(d.act_bytes * s2, Category::kActivations, LayerLabel(l, "attn.probs_cast"));
-    em.Free(c.dout);
+    wide_probs = c.dout;  // 0 without dropout: then they are c.probs, softmax's output
     c.dout = keep ? copy : 0;
-    if (!keep) em.Free(copy);
+    if (!keep) wide_probs_cast = copy;  // unnamed: freed when the matmul returns
   }
   em.Begin("attn.context", l);
   const TensorId context = em.Alloc(qbytes, Category::kTemporaries, LayerLabel(l, "attn.context"));
   c.out = em.Alloc(qbytes, Category::kActivations, LayerLabel(l, "attn.core_out"));
-  em.Free(context);
+  FreeIds(em, {context, wide_probs_cast});
+  // The function's locals go out of scope at its `return`.
+  if (c.softmax_in == 0) em.Free(scores);
+  em.Free(wide_probs);
   em.Flops(2.0 * d.b * d.s * d.s * d.q / d.t);
   if (!keep) {
     FreeIds(em, {c.probs, c.dout, c.k_rep, c.v_rep});
@@ -343,7 +359,15 @@ TensorId AttentionModule::Forward(ModuleContext& ctx, int l, TensorId x, const F
                    LayerLabel(l, "attn.qkv"));
   em.Free(g);
   em.Flops(2.0 * d.T * d.h * (d.q + 2 * d.kv) / d.t);
-  if (mode.nograd) FreeNorm(ctx, a.ln1);
+  // Without grad TE's fused LayerNormLinear drops its norm output inside the call; Megatron's
+  // local spec keeps `input_layernorm_output` until TransformerLayer._forward_attention returns,
+  // after the bias-dropout-add (transformer_layer.py at d98e8a64dd). The statistics go at once.
+  const bool hold_norm_out = mode.nograd && !ctx.f.te && !ctx.f.hf;
+  if (hold_norm_out) {
+    FreeIds(em, {a.ln1.mean, a.ln1.rstd});
+  } else if (mode.nograd) {
+    FreeNorm(ctx, a.ln1);
+  }
   if (ctx.model.qk_layernorm) QkNormForward(ctx, l, mode.nograd, &a);
   a.core = CoreForward(ctx, l, !(mode.nograd || ctx.selective.core_attn));
   if (mode.nograd) FreeIds(em, {a.qkv, a.q_norm_out, a.k_norm_out});
@@ -357,6 +381,7 @@ TensorId AttentionModule::Forward(ModuleContext& ctx, int l, TensorId x, const F
   if (mode.nograd) em.Free(a.core.out);
   if (!mode.nograd && ctx.selective.layernorm) DiscardNormOutput(ctx, &a.ln1);
   const TensorId out = BiasDropoutAdd(ctx, l, kNames, x, proj, mode, &a.bda_mask);
+  if (hold_norm_out) em.Free(a.ln1.out);
   if (!mode.nograd) ReleaseCastNormOutput(ctx, &a.ln1);
   if (!mode.nograd) *saved = std::make_unique<AttentionSaved>(a);
   return out;

@@ -47,12 +47,21 @@ TensorId DecoderLayer::Forward(ModuleContext& ctx, int layer, TensorId x, bool n
   saved->inputs.assign(n, 0);
   saved->modules.clear();
   saved->modules.resize(n);
+  // Without grad (inside a checkpoint, or evaluation) nothing saves a module's input, but the
+  // layer's Python frames hold each until the layer returns: the caller's `hidden_states`
+  // (Megatron-core TransformerBlock's layer loop, transformers LlamaModel.forward's loop) holds
+  // the layer input; TransformerLayer.forward's `hidden_states` holds the attention output
+  // while _forward_mlp runs (megatron/core/transformer/transformer_layer.py at d98e8a64dd), as
+  // LlamaDecoderLayer.forward's `residual` does through the MLP's residual add (transformers
+  // modeling_llama.py). So every module input goes when the layer returns, the checkpoint's
+  // first layer input excepted (the checkpoint keeps it).
   for (std::size_t k = 0; k < n; ++k) {
-    // Inside a checkpoint every module drops its input after use, except the layer input of
-    // the checkpoint's first layer, which the checkpoint keeps.
-    const ForwardMode mode{nograd, nograd && (k > 0 || free_input)};
+    const ForwardMode mode{nograd, /*free_input=*/false};
     saved->inputs[k] = x;
     x = modules_[k]->Forward(ctx, layer, x, mode, &saved->modules[k]);
+  }
+  if (nograd) {
+    for (std::size_t k = free_input ? 0 : 1; k < n; ++k) ctx.em.Free(saved->inputs[k]);
   }
   return x;
 }

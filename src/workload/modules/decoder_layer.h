@@ -34,7 +34,7 @@ class DecoderLayer {
   void AppendParams(const config::ModelConfig& model, const ModelDims& d, int chunk, int layer,
                     std::vector<ParamTensor>* out) const;
   // Forward of layer `layer` on x; returns its output. nograd: inside a full-recompute
-  // checkpoint (nothing saved; free_input drops x after its last use).
+  // checkpoint (nothing saved; free_input drops x when the layer returns, as its caller rebinds).
   TensorId Forward(ModuleContext& ctx, int layer, TensorId x, bool nograd, bool free_input,
                    Saved* saved);
   // Backward with dy the grad of the output; frees the saved tensors, the layer input x if

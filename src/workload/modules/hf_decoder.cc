@@ -458,14 +458,22 @@ void EagerForward(ModuleContext& ctx, int l, bool nograd, HfAttnSaved* a) {
     a->q = q;
     a->k = k;
   }
+  // `attn_weights = torch.matmul(...) * scaling`: the matmul's output is unnamed and goes when
+  // the product exists; `attn_weights = attn_weights + causal_mask` drops the scaled scores, and
+  // the softmax line's rebinding the masked ones (transformers modeling_llama.py
+  // eager_attention_forward; LlamaAttention.forward rebinds the same way in the releases before
+  // it, with `/ math.sqrt(self.head_dim)`).
   const TensorId sc = em.Alloc(c * s2, Category::kTemporaries, LayerLabel(l, "self_attn.scores"));
   const TensorId scaled = em.Alloc(c * s2, Category::kTemporaries, LayerLabel(l, "self_attn.scores_scaled"));
+  em.Free(sc);
+  em.Begin("self_attn.mask_add", l);
   const TensorId masked = em.Alloc(d.wide_bytes * s2, Category::kTemporaries, LayerLabel(l, "self_attn.scores_masked"));
+  em.Free(scaled);
   em.Flops(2.0 * d.b * d.s * d.s * d.q);
   em.Begin("self_attn.softmax", l);
   a->probs32 = em.Alloc(4 * s2, Category::kActivations, LayerLabel(l, "self_attn.probs_fp32"));
   a->probs = em.Alloc(c * s2, Category::kActivations, LayerLabel(l, "self_attn.probs"));
-  FreeAll(em, {sc, scaled, masked});
+  em.Free(masked);
   if (d.attention_dropout) {
     em.Begin("self_attn.dropout", l);
     a->dmask = em.Alloc(s2, Category::kActivations, LayerLabel(l, "self_attn.dropout_mask"));

@@ -14,9 +14,12 @@ struct MlpSaved final : ModuleSaved {
   TensorId fc1_weight_copy = 0, fc2_weight_copy = 0;  // autocast copies (kernels.h CastWeight)
 };
 
-// The branch: norm + fc1, activation, fc2. nograd: each tensor freed after its last use.
-// Returns fc2's output.
-TensorId BranchForward(ModuleContext& ctx, int l, bool nograd, MlpSaved* a) {
+// The branch: norm + fc1, activation, fc2. nograd: each tensor freed when the framework drops
+// it: fc1's output at the activation's rebinding of `intermediate_parallel`, the activation's
+// output when MLP.forward returns (megatron/core/transformer/mlp.py at d98e8a64dd), the norm's
+// statistics at once and its output too with TE's fused LayerNormLinear, unless hold_norm_out
+// (the caller frees it). Returns fc2's output.
+TensorId BranchForward(ModuleContext& ctx, int l, bool nograd, bool hold_norm_out, MlpSaved* a) {
   const ModelDims& d = ctx.d;
   Emitter& em = ctx.em;
   em.Begin("mlp.ln_fc1", l);
@@ -30,7 +33,12 @@ TensorId BranchForward(ModuleContext& ctx, int l, bool nograd, MlpSaved* a) {
                         LayerLabel(l, "mlp.fc1_out"));
   em.Free(g);
   em.Flops(2.0 * d.T * d.h * d.gamma * d.ffn / d.t);
-  if (nograd) FreeNorm(ctx, a->ln2);
+  if (nograd && hold_norm_out) {
+    em.Free(a->ln2.mean);
+    em.Free(a->ln2.rstd);
+  } else if (nograd) {
+    FreeNorm(ctx, a->ln2);
+  }
   // Activation (GeLU / SwiGLU): a new output, the input kept.
   em.Begin("mlp.act", l);
   a->act_out = em.Alloc(d.act_bytes * d.T * d.ffn / d.t, Category::kActivations,
@@ -68,11 +76,17 @@ TensorId MlpModule::Forward(ModuleContext& ctx, int l, TensorId x, const Forward
   MlpSaved a;
   // Selective recompute of "mlp": the branch runs under tensor_parallel.checkpoint (no_grad),
   // keeping only its input, which the residual keeps anyway.
-  const TensorId fc2 = BranchForward(ctx, l, mode.nograd || ctx.selective.mlp, &a);
+  // Megatron's local spec (the norm its own module, not TE's fused LayerNormLinear): without
+  // grad `pre_mlp_layernorm_output` stays referenced until TransformerLayer._forward_mlp
+  // returns, after the bias-dropout-add (transformer_layer.py at d98e8a64dd).
+  const bool hold_norm_out = mode.nograd && !ctx.f.te && !ctx.f.hf;
+  const TensorId fc2 =
+      BranchForward(ctx, l, mode.nograd || ctx.selective.mlp, hold_norm_out, &a);
   if (!mode.nograd && !ctx.selective.mlp && ctx.selective.layernorm) {
     DiscardNormOutput(ctx, &a.ln2);
   }
   const TensorId out = BiasDropoutAdd(ctx, l, kNames, x, fc2, mode, &a.bda_mask);
+  if (hold_norm_out) ctx.em.Free(a.ln2.out);
   if (!mode.nograd && !ctx.selective.mlp) ReleaseCastNormOutput(ctx, &a.ln2);
   if (!mode.nograd) *saved = std::make_unique<MlpSaved>(a);
   return out;
@@ -91,7 +105,7 @@ TensorId MlpModule::Backward(ModuleContext& ctx, int l, ModuleSaved& saved, Tens
   TensorId recomputed_out = 0;
   if (ctx.selective.mlp) {
     ctx.em.SetPrefix("recompute.");
-    recomputed_out = BranchForward(ctx, l, false, &a);
+    recomputed_out = BranchForward(ctx, l, false, false, &a);
     ctx.em.SetPrefix("");
   } else if (ctx.selective.layernorm) {
     RecomputeNormOutput(ctx, l, "ln2", &a.ln2);

@@ -4,6 +4,101 @@
 
 namespace memsim::workload {
 
+namespace {
+
+// Transformers' causal-LM loss after the lm_head (the logits [b, s, V] in the autocast dtype C):
+// LlamaForCausalLM.forward calls self.loss_function, ForCausalLMLoss (transformers
+// src/transformers/loss/loss_utils.py at 0114da07ec; the releases with the pad-based label shift):
+//   logits = logits.float()            a new fp32 [T, V] unless C is fp32; the local lives until
+//                                      ForCausalLMLoss returns (log_softmax saves its output,
+//                                      not its input)
+//   labels = pad(labels, (0, 1)); shift_labels = labels[..., 1:].contiguous()   int64 [T]
+//   fixed_cross_entropy: F.cross_entropy = log_softmax (fp32 [T, V], saved by LogSoftmaxBackward
+//                                      and NllLossBackward) + nll_loss (saves the labels)
+// The 16-bit logits are held by the model's output object. Under the Trainer's mixed precision
+// (FrameworkFacts::hf_native_amp) convert_outputs_to_fp32 (accelerate utils/operations.py
+// convert_to_fp32, at 16cb6eb80d) rebuilds the output with `logits.float()`, a second fp32
+// [T, V], and the 16-bit logits go with the old output object. The logits left go when
+// Trainer.compute_loss returns (its local `outputs`), before backward. Releases 4.46-4.47 also made `shift_logits = logits[..., :-1, :].contiguous()`, a
+// third fp32 copy: not modelled.
+TensorId HfCausalLmLossForward(ModuleContext& ctx, TensorId logits, HeadSaved* u) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  const Bytes tv = d.T * (d.V / d.t);
+  const bool widen = d.act_bytes != 4;
+  em.Begin("loss.logits_float");
+  const TensorId logits32 =
+      widen ? em.Alloc(4 * tv, Category::kTemporaries, "loss.logits_fp32") : logits;
+  u->masked_target = em.Alloc(8 * d.T, Category::kActivations, "loss.shift_labels");
+  em.Begin("cross_entropy");
+  u->log_probs = em.Alloc(4 * tv, Category::kActivations, "loss.log_probs");
+  u->loss = em.Alloc(8, Category::kActivations, "loss.output");  // loss and total_weight
+  const TensorId report = em.Alloc(8, Category::kOther, "loss.report");  // loss / num_items
+  if (widen) em.Free(logits32);  // `return loss`: ForCausalLMLoss's locals go
+  if (ctx.f.hf_native_amp && widen) {
+    em.Begin("loss.outputs_to_fp32");
+    const TensorId converted = em.Alloc(4 * tv, Category::kTemporaries, "loss.outputs_logits_fp32");
+    em.Free(logits);
+    em.Begin("loss.compute_loss_return");
+    em.Free(converted);
+  } else {
+    em.Begin("loss.compute_loss_return");
+    em.Free(logits);
+  }
+  return report;
+}
+
+// Its backward (loss.backward(), torch/csrc/autograd/engine.cpp releases a node's saved tensors
+// after it runs): NllLossBackward makes the fp32 [T, V] grad (zeros scattered), then releases the
+// labels; LogSoftmaxBackward (_log_softmax_backward_data) a new fp32 [T, V] grad while the first
+// and the saved log-probabilities are alive, then both go; ToCopyBackward of `.float()` a C grad
+// [T, V]. Returns the logits' grad.
+TensorId HfCausalLmLossBackward(ModuleContext& ctx, const Batch& batch, const HeadSaved& u) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  const Bytes tv = d.T * (d.V / d.t);
+  em.Begin("loss_bwd");
+  const TensorId g = em.Alloc(4 * tv, Category::kTemporaries, "loss.d_log_probs");
+  for (TensorId id : {u.loss, batch.loss_mask, u.masked_target}) em.Free(id);
+  em.Begin("log_softmax_bwd");
+  TensorId dlogits = em.Alloc(4 * tv, Category::kTemporaries, "loss.d_logits_fp32");
+  for (TensorId id : {g, u.log_probs}) em.Free(id);
+  if (d.act_bytes != 4) {
+    em.Begin("logits_float_bwd");
+    const TensorId narrow =
+        em.Alloc(d.act_bytes * tv, Category::kTemporaries, "output_layer.d_logits");
+    em.Free(dlogits);
+    dlogits = narrow;
+  }
+  return dlogits;
+}
+
+// Megatron's loss_func and _VocabParallelCrossEntropy.backward: the gradient in place in the
+// saved softmax, then ToCopyBackward of `.float()` (16-bit grad, fp32 buffer released). Returns
+// the logits' grad.
+TensorId VocabParallelLossBackward(ModuleContext& ctx, const Batch& batch, const HeadSaved& u) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  em.Begin("loss_bwd");
+  const TensorId g = em.Alloc(4 * d.T, Category::kTemporaries, "loss.d_per_token");
+  em.Free(u.loss);
+  em.Free(batch.loss_mask);
+  em.Begin("cross_entropy_bwd");
+  const TensorId arange = em.Alloc(8 * d.T, Category::kTemporaries, "loss.arange");
+  const TensorId upd = em.Alloc(4 * d.T, Category::kTemporaries, "loss.softmax_update");
+  for (TensorId id : {arange, upd, g, u.target_mask, u.masked_target}) em.Free(id);
+  TensorId dlogits = u.logits_fp32;
+  if (d.act_bytes != 4) {
+    em.Begin("logits_float_bwd");
+    dlogits = em.Alloc(d.act_bytes * d.T * (d.V / d.t), Category::kTemporaries,
+                       "output_layer.d_logits");
+    em.Free(u.logits_fp32);
+  }
+  return dlogits;
+}
+
+}  // namespace
+
 void OutputAndLoss::AppendParams(const ModelDims& d, int chunk, bool has_embedding,
                                  std::vector<ParamTensor>* out) {
   out->push_back(MakeParam("final_norm.weight", d.h, 1, chunk, -1, true, true));
@@ -40,6 +135,7 @@ TensorId OutputAndLoss::Forward(ModuleContext& ctx, TensorId x, const std::strin
   const TensorId logits =
       em.Alloc(d.act_bytes * d.T * vocab, Category::kTemporaries, "output_layer.logits");
   em.Flops(2.0 * d.T * d.h * vocab);
+  if (ctx.f.hf) return HfCausalLmLossForward(ctx, logits, u);
   em.Begin("cross_entropy");
   // `.float()` makes the fp32 copy that becomes the saved softmax (a no-op in fp32).
   u->logits_fp32 = d.act_bytes != 4
@@ -78,21 +174,8 @@ TensorId OutputAndLoss::Backward(ModuleContext& ctx, const Batch& batch, const H
   const ModelDims& d = ctx.d;
   Emitter& em = ctx.em;
   const std::int64_t vocab = d.V / d.t;
-  em.Begin("loss_bwd");
-  const TensorId g = em.Alloc(4 * d.T, Category::kTemporaries, "loss.d_per_token");
-  em.Free(u.loss);
-  em.Free(batch.loss_mask);
-  // _VocabParallelCrossEntropy.backward: the gradient in place in the saved softmax.
-  em.Begin("cross_entropy_bwd");
-  const TensorId arange = em.Alloc(8 * d.T, Category::kTemporaries, "loss.arange");
-  const TensorId upd = em.Alloc(4 * d.T, Category::kTemporaries, "loss.softmax_update");
-  for (TensorId id : {arange, upd, g, u.target_mask, u.masked_target}) em.Free(id);
-  TensorId dlogits = u.logits_fp32;
-  if (d.act_bytes != 4) {
-    em.Begin("logits_float_bwd");  // ToCopyBackward: 16-bit grad, fp32 buffer released
-    dlogits = em.Alloc(d.act_bytes * d.T * vocab, Category::kTemporaries, "output_layer.d_logits");
-    em.Free(u.logits_fp32);
-  }
+  const TensorId dlogits =
+      ctx.f.hf ? HfCausalLmLossBackward(ctx, batch, u) : VocabParallelLossBackward(ctx, batch, u);
   em.Begin("output_layer_bwd");
   ctx.k.GemmWorkspace(/*torch_gemm=*/true);
   ctx.k.SpGather(d.act_bytes * d.T * d.h, "output_layer.input_gather", true);

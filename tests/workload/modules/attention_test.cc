@@ -145,4 +145,45 @@ TEST_CASE(
   CHECK(h.problems().empty());
 }
 
+TEST_CASE(
+    "unfused attention keeps its scores until the forward returns, with and without grad",
+    "[workload][modules][attention][lifetimes]") {
+  // Megatron-core DotProductAttention.forward (dot_product_attention.py): the baddbmm output is
+  // held by the locals `matmul_result` and `attention_scores` until `return context`, so it is
+  // alive while the context bmm runs (NVIDIA/Megatron-LM#965 reads allocated memory unchanged
+  // from the dropout to the end of the function).
+  config::Setup s = testing::TinyLlama();
+  s.training.use_flash_attn = false;
+  const Bytes s2 = 1 * kHeads * 32 * 32;  // b·(a/t)·s² elements
+  SECTION("with grad") {
+    ModuleHarness h(s);
+    AttentionModule attention;
+    h.Forward(attention);
+    CHECK(h.FreedIn("layer0.attn.scores") == "attn.context");
+    // While the bmm with V runs: the norm's rstd (4·T) and output (2·T·h), qkv (2·T·3q: g = a),
+    // the scores and the probabilities (2·s2 each), the bmm output and its contiguous copy
+    // (2·T·q each).
+    CHECK(h.AliveDuring("attn.context") == SeenTensors{
+                                               {"layer0.ln1.rstd", 4 * kT},
+                                               {"layer0.ln1.out", 2 * kT * kH},
+                                               {"layer0.attn.qkv", 2 * kT * 3 * kQ},
+                                               {"layer0.attn.scores", 2 * s2},
+                                               {"layer0.attn.probs", 2 * s2},
+                                               {"layer0.attn.context", 2 * kT * kQ},
+                                               {"layer0.attn.core_out", 2 * kT * kQ},
+                                           });
+    h.Backward();
+    CHECK(h.Leaked().empty());
+    CHECK(h.problems().empty());
+  }
+  SECTION("without grad (inside a full-recompute checkpoint)") {
+    ModuleHarness h(s);
+    AttentionModule attention;
+    h.Forward(attention, 0, ForwardMode{/*nograd=*/true, /*free_input=*/false});
+    CHECK(h.FreedIn("layer0.attn.scores") == "attn.context");
+    CHECK(h.FreedIn("layer0.attn.probs") == "attn.context");  // `attention_probs` too
+    CHECK(h.problems().empty());
+  }
+}
+
 }  // namespace memsim::workload::attention_module_test

@@ -9,8 +9,10 @@
 // (the flash backend for 16-bit). No wgrad fusion (plain PyTorch).
 #include "workload/modules/hf_decoder.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 
+#include "workload/hf_peft.h"
 #include "workload/module_harness.h"
 #include "workload/test_setups.h"
 
@@ -104,6 +106,44 @@ TEST_CASE(
   CHECK(h.wrapper().grads().front() ==
         testing::SeenTensor{"layer0.self_attn.o_proj.weight", 2 * kH * kQ});
   CHECK(h.wrapper().grads().back() == testing::SeenTensor{"layer0.input_layernorm.weight", 2 * kH});
+}
+
+TEST_CASE(
+    "LoRA on a bf16 q_proj under autocast: the fp32 cast of x lives until the layer's forward "
+    "returns and lora_A saves autocast's bf16 copy of it",
+    "[workload][modules][hf_decoder][peft][lifetimes]") {
+  ModuleHarness h(BfloatHfLlama());
+  // PEFT as get_peft_model leaves it (hf_peft.h): q_proj's weight frozen, one adapter r = 4 on
+  // it, fp32 (autocast_adapter_dtype), no dropout.
+  PeftKernels peft;
+  peft.r = 4;
+  peft.adapter_bytes = 4;
+  peft.frozen = {"layer0.self_attn.q_proj.weight"};
+  const std::string a = "layer0.self_attn.q_proj.lora_A.weight";
+  const std::string b = "layer0.self_attn.q_proj.lora_B.weight";
+  peft.adapters["layer0.self_attn.q_proj.weight"] = {LoraAdapter{a, b, kH, kQ}};
+  h.kernels().SetPeft(&peft);
+  HfAttentionModule attention;
+  h.Forward(attention);
+  // peft tuners/lora/layer.py Linear.forward: `x = self._cast_input_dtype(x, torch.float32)`
+  // (4·T·h), the local held until forward returns; lora_A under bf16 autocast casts it back and
+  // saves that copy (2·T·h); lora_A's output [T, r] (2·T·r), saved by lora_B; lora_B's output
+  // and its scaled copy [T, q] (2·T·q each) are transients.
+  const SeenTensors during = h.AliveDuring("self_attn.q_proj");
+  for (const testing::SeenTensor& t :
+       {testing::SeenTensor{a + ".input_cast", 4 * kT * kH},
+        testing::SeenTensor{a + ".input_autocast_copy", 2 * kT * kH},
+        testing::SeenTensor{a + ".out", 2 * kT * 4}, testing::SeenTensor{b + ".out", 2 * kT * kQ},
+        testing::SeenTensor{b + ".scaled", 2 * kT * kQ}}) {
+    CHECK(std::find(during.begin(), during.end(), t) != during.end());
+  }
+  CHECK(h.FreedIn(a + ".input_cast") == "self_attn.q_proj");
+  const SeenTensors saved = h.Saved();
+  CHECK(std::find(saved.begin(), saved.end(),
+                  testing::SeenTensor{a + ".input_autocast_copy", 2 * kT * kH}) != saved.end());
+  h.Backward();
+  CHECK(h.Leaked().empty());
+  CHECK(h.problems().empty());
 }
 
 }  // namespace memsim::workload::hf_decoder_module_test

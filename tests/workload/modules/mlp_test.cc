@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include "workload/module_harness.h"
+#include "workload/modules/decoder_layer.h"
 #include "workload/test_setups.h"
 
 namespace memsim::workload::mlp_module_test {
@@ -96,6 +97,34 @@ TEST_CASE(
                                  {"layer0.mlp.act_out", 2 * kT * kFfn / 2}});
   h.Backward();
   CHECK(h.Leaked().empty());
+  CHECK(h.problems().empty());
+}
+
+TEST_CASE(
+    "without grad a layer's input and its attention output stay alive until the layer returns",
+    "[workload][modules][mlp][decoder_layer][lifetimes]") {
+  // Two layers inside one full-recompute checkpoint (no grad). Megatron-core TransformerBlock's
+  // checkpointed loop rebinds `hidden_states` to a layer's output only when the layer returns,
+  // and TransformerLayer.forward holds the attention output in `hidden_states` while
+  // _forward_mlp runs (transformer_layer.py): layer 1's input (layer 0's output) and its
+  // attention output, [s, b, h] bf16 (2·T·h) each, are alive during layer 1's fc2.
+  ModuleHarness h(testing::TinyLlama());
+  DecoderLayer layer = DecoderLayer::Dense();
+  const TensorId x = h.MakeTensor(2 * kT * kH, "harness.input");
+  TensorId y = 0;
+  h.Run(Phase::kForward, [&](ModuleContext& ctx) {
+    DecoderLayer::Saved s0, s1;
+    const TensorId x1 = layer.Forward(ctx, 0, x, /*nograd=*/true, /*free_input=*/false, &s0);
+    y = layer.Forward(ctx, 1, x1, /*nograd=*/true, /*free_input=*/true, &s1);
+  });
+  const SeenTensors during = h.AliveDuring("mlp.fc2", 1);
+  for (const char* label : {"layer0.mlp.residual", "layer1.attn.residual"}) {
+    CHECK(std::find(during.begin(), during.end(), testing::SeenTensor{label, 2 * kT * kH}) !=
+          during.end());
+  }
+  // Both go when layer 1 returns: after its last op, nothing of the two layers but y is alive.
+  CHECK(h.Alive(Category::kActivations) == SeenTensors{{"layer1.mlp.residual", 2 * kT * kH}});
+  h.Release({x, y});
   CHECK(h.problems().empty());
 }
 
