@@ -85,10 +85,10 @@ TEST_CASE("oracle: BERT layer, eager fp32 with dropout, what the forward leaves 
        "fwd layer post"},
       // PyTorch 1.13's CPU dropout (_dropout_impl) saves an fp32 noise tensor (4 B an element)
       // when its input needs grad; CUDA's native_dropout a bool mask (1 B), which memsim models.
-      {"attention-probs dropout: CPU fp32 noise vs CUDA bool mask", GapReason::kVersion,
-       3 * 4096, "fwd layer post", "fwd layer post"},
-      {"two hidden dropouts: CPU fp32 noise vs CUDA bool mask", GapReason::kVersion,
-       2 * 3 * 2048, "fwd layer post", "fwd layer post"},
+      {"attention-probs dropout: CPU fp32 noise vs CUDA bool mask", GapReason::kVersion, 3 * 4096,
+       "fwd layer post", "fwd layer post"},
+      {"two hidden dropouts: CPU fp32 noise vs CUDA bool mask", GapReason::kVersion, 2 * 3 * 2048,
+       "fwd layer post", "fwd layer post"},
   };
   INFO("real " << real << " memsim " << memsim);
   CHECK(real - memsim == OracleSum(table));
@@ -113,9 +113,10 @@ config::Setup OracleMegatron() {
   return s;
 }
 
-TEST_CASE("oracle: Megatron-core style layer, unfused attention, fp32 with dropout, what the "
-          "forward leaves alive",
-          "[workload][oracle]") {
+TEST_CASE(
+    "oracle: Megatron-core style layer, unfused attention, fp32 with dropout, what the "
+    "forward leaves alive",
+    "[workload][oracle]") {
   const auto log = testing::ReadOracleLog("megatron");
   const Bytes real = OracleLayerDelta(log, "fwd layer pre", "fwd layer post");
   // Real (trace): the causal mask 1024 (bool [32, 32], saved by masked_fill_); input_layernorm's
@@ -131,16 +132,16 @@ TEST_CASE("oracle: Megatron-core style layer, unfused attention, fp32 with dropo
   const std::vector<GapRow> table = {
       // megatron_layer.py builds its own causal mask (torch.triu); Megatron takes it from the
       // data pipeline or the fused kernel's causal mode, outside the layer.
-      {"the recorder's causal mask, made in the layer", GapReason::kSetup, 1024,
-       "fwd layer post", "fwd layer post"},
+      {"the recorder's causal mask, made in the layer", GapReason::kSetup, 1024, "fwd layer post",
+       "fwd layer post"},
       // GlobalMemoryBuffer.get_tensor: memsim allocates it in the kWorkspace category
       // (kernels.h), which the comparison leaves out.
       {"the \"mpu\" global memory buffer (memsim: kWorkspace)", GapReason::kSetup, 16384,
        "fwd layer post", "fwd layer post"},
       {"attention dropout: CPU fp32 noise vs CUDA bool mask", GapReason::kVersion, 3 * 4096,
        "fwd layer post", "fwd layer post"},
-      {"two bias-dropout-adds: CPU fp32 noise vs CUDA bool mask", GapReason::kVersion,
-       2 * 3 * 2048, "fwd layer post", "fwd layer post"},
+      {"two bias-dropout-adds: CPU fp32 noise vs CUDA bool mask", GapReason::kVersion, 2 * 3 * 2048,
+       "fwd layer post", "fwd layer post"},
   };
   INFO("real " << real << " memsim " << memsim);
   CHECK(real - memsim == OracleSum(table));
@@ -189,8 +190,8 @@ TEST_CASE("oracle: Megatron-core style core attention, the highest point inside 
   // softmax's output 16384, the dropout noise 16384 and output 16384, bmm's context 8192 and its
   // permuted contiguous copy 8192: all alive at the copy.
   CHECK(real == 16384 + 4 * 16384 + 2 * 8192);
-  const Bytes memsim = OracleOpsPeak(Build(OracleMegatron(), 0),
-                                     {"attn.scores", "attn.softmax", "attn.dropout", "attn.context"});
+  const Bytes memsim = OracleOpsPeak(
+      Build(OracleMegatron(), 0), {"attn.scores", "attn.softmax", "attn.dropout", "attn.context"});
   const std::vector<GapRow> table = {
       {"the \"mpu\" global memory buffer (memsim: kWorkspace)", GapReason::kSetup, 16384,
        "fwd core_attention post", "fwd core_attention post"},
