@@ -36,13 +36,15 @@ config::Setup OracleLlama(const std::string& variant) {
     hf.lora_r = 8;
     hf.lora_alpha = 16;
     hf.lora_dropout = 0.1;
-    hf.lora_target_modules = {"q_proj", "k_proj", "v_proj", "o_proj",
+    hf.lora_target_modules = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                               "gate_proj", "up_proj", "down_proj"};
   }
   return s;
 }
 
-bool OracleStartsWith(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+bool OracleStartsWith(const std::string& s, const std::string& prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
 
 // The ops of each Transformers module of the log: LlamaForCausalLM ("model": all but the data
 // loader's), the embedding, a decoder layer (by layer index), its submodules (by op-name prefix;
@@ -63,11 +65,11 @@ bool OracleLlamaModuleOps(const std::string& module, const Op& op) {
 }
 
 void OracleCompare(const std::string& log_name, const config::Setup& setup,
-             const std::vector<GapRow>& table) {
+                   const std::vector<GapRow>& table) {
   const auto log = testing::ReadOracleLog(log_name);
   const Program p = Build(setup, 0);
-  const auto checks =
-      testing::CheckAgainstTable(log, testing::MemsimAtBoundaries(p, log, OracleLlamaModuleOps), table);
+  const auto checks = testing::CheckAgainstTable(
+      log, testing::MemsimAtBoundaries(p, log, OracleLlamaModuleOps), table);
   CHECK(checks.size() > 10);
   // MEMSIM_ORACLE_DUMP=1: one line per boundary with what the gap table leaves unexplained (for
   // updating the table after a change of memsim's lifetimes).
@@ -99,8 +101,8 @@ void OracleModelRows(std::vector<GapRow>& t, const std::string& last_model_bound
   // memsim's data loader (embedding.cc data.get_batch): tokens 256, position_ids 256, labels 256
   // (int64 [1, 32]), loss_mask 128 (fp32); the recorder makes input_ids before the step and
   // passes them as labels too, and 4.36 computes the loss without a mask.
-  t.push_back({"setup: memsim's position_ids and labels, freed by its loss_func",
-               GapReason::kSetup, -512, model_pre, "fwd lm_head post"});
+  t.push_back({"setup: memsim's position_ids and labels, freed by its loss_func", GapReason::kSetup,
+               -512, model_pre, "fwd lm_head post"});
   t.push_back({"setup: memsim's loss_mask, freed by its loss_bwd", GapReason::kSetup, -128,
                model_pre, "step loss post"});
   t.push_back({"setup: memsim's tokens, freed by its embedding.wgrad", GapReason::kSetup, -256,
@@ -128,8 +130,8 @@ void OracleLayerRows(std::vector<GapRow>& t, int l, const std::string& cache_end
   // pow output T·h·4 = 8192 lives until backward; later releases' formula (derivatives.yaml
   // mean.dim: mean_backward(grad, self.sym_sizes(), dim, self.sym_numel(), keepdim)) saves only
   // sizes, which memsim follows by freeing it at the mean.
-  t.push_back({tag + " input_layernorm: pow output saved by 1.13's mean", GapReason::kVersion,
-               8192, OracleL(l, "input_layernorm post", phase), end});
+  t.push_back({tag + " input_layernorm: pow output saved by 1.13's mean", GapReason::kVersion, 8192,
+               OracleL(l, "input_layernorm post", phase), end});
   t.push_back({tag + " post_attention_layernorm: pow output saved by 1.13's mean",
                GapReason::kVersion, 8192, OracleL(l, "post_attention_layernorm post", phase), end});
   // LlamaModel.forward with use_cache (the config default; only gradient checkpointing turns it
@@ -138,8 +140,8 @@ void OracleLayerRows(std::vector<GapRow>& t, int l, const std::string& cache_end
   // until the caller drops the model output. With GQA eager attention nothing else holds them.
   // 4.48 does the same (LlamaModel.forward: past_key_values = DynamicCache() when use_cache).
   if (!cache_end.empty()) {
-    t.push_back({tag + " DynamicCache k and v (use_cache default)", GapReason::kMemsimShorter,
-                 8192, OracleL(l, "self_attn post", phase), cache_end});
+    t.push_back({tag + " DynamicCache k and v (use_cache default)", GapReason::kMemsimShorter, 8192,
+                 OracleL(l, "self_attn post", phase), cache_end});
   }
   // 4.36 LlamaAttention.forward: self.rotary_emb per layer, then cos[position_ids] and
   // sin[position_ids] ([1, 1, 32, 16] fp32, 2048 each), saved by the rotary muls. Current
@@ -168,13 +170,14 @@ void OracleLossRows(std::vector<GapRow>& t, const std::string& after_norm) {
                "fwd model post", "step loss post"});
   t.push_back({"memsim's cross-entropy target_mask, masked_target, loss", GapReason::kVersion, -296,
                "fwd model post", "step loss post"});
-  t.push_back({"memsim keeps the logits to output_layer_bwd; the real code drops them with the "
-               "output object (nothing saves them: lm_head's matmul saves its input)",
-               GapReason::kMemsimLonger, -32768, "step loss post", "step loss post"});
+  t.push_back(
+      {"memsim keeps the logits to output_layer_bwd; the real code drops them with the "
+       "output object (nothing saves them: lm_head's matmul saves its input)",
+       GapReason::kMemsimLonger, -32768, "step loss post", "step loss post"});
   // The final LlamaRMSNorm as the layers' (pow saved by 1.13's mean; x·rsqrt saved by the
   // weight's mul): memsim's final_norm (output_loss.cc) keeps only rstd and the output.
-  t.push_back({"final norm: pow output saved by 1.13's mean", GapReason::kVersion, 8192,
-               after_norm, "step loss post"});
+  t.push_back({"final norm: pow output saved by 1.13's mean", GapReason::kVersion, 8192, after_norm,
+               "step loss post"});
   t.push_back({"final norm: x·rsqrt (saved by the weight's mul) not kept by memsim's final_norm",
                GapReason::kMemsimShorter, 8192, after_norm, "step loss post"});
   // torch.optim.AdamW (1.13, foreach off) state["step"]: a 0-dim fp32 tensor per parameter, 21
@@ -253,9 +256,10 @@ void OracleLoraLossRows(std::vector<GapRow>& t) {
                "step loss post", "step loss post"});
   t.push_back({"memsim's cross-entropy target_mask, masked_target, loss", GapReason::kVersion, -296,
                "step loss post", "step loss post"});
-  t.push_back({"memsim keeps the logits to output_layer_bwd; the real code drops them with the "
-               "output object",
-               GapReason::kMemsimLonger, -32768, "step loss post", "step loss post"});
+  t.push_back(
+      {"memsim keeps the logits to output_layer_bwd; the real code drops them with the "
+       "output object",
+       GapReason::kMemsimLonger, -32768, "step loss post", "step loss post"});
   // lm_head is frozen, so its matmul saves no input: the final norm's output goes with the
   // output object; memsim keeps it to output_layer_bwd.
   t.push_back({"final norm output: frozen lm_head saves nothing; memsim keeps it",
@@ -320,8 +324,7 @@ TEST_CASE("oracle: Llama with LoRA and LoRA dropout, module boundaries match the
   // freezes the base model. PeftModelForCausalLM calls the base model's forward directly, so the
   // log has no "model" boundary.
   std::vector<GapRow> t;
-  OracleModelRows(t, "fwd norm post", "step loss post", "fwd layers.0 pre",
-                  "fwd embed_tokens pre");
+  OracleModelRows(t, "fwd norm post", "step loss post", "fwd layers.0 pre", "fwd embed_tokens pre");
   for (int l = 0; l < 2; ++l) OracleLoraLayerRows(t, l);
   // LlamaModel.forward's local inputs_embeds: with a frozen embedding and layer 0's input not
   // requiring grad nothing saves it, so it goes when LlamaModel.forward returns; memsim keeps it

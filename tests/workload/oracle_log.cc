@@ -111,7 +111,8 @@ MemsimBoundaries MemsimAtBoundaries(const Program& p, const std::vector<OracleBo
       // pre: alive before the module's first op; post: alive after its last, in that phase.
       std::optional<size_t> first, last;
       for (size_t i = 0; i < t.ops.size(); ++i) {
-        if (!OracleInPhase(b.phase, *t.ops[i]) || !in_module(b.module, OracleUnprefixed(*t.ops[i]))) continue;
+        if (!OracleInPhase(b.phase, *t.ops[i]) || !in_module(b.module, OracleUnprefixed(*t.ops[i])))
+          continue;
         if (!first) first = i;
         last = i;
       }
