@@ -14,6 +14,7 @@
 #include "config/megatron_args.h"
 #include "core/error.h"
 #include "core/size.h"
+#include "report/run_report.h"
 
 namespace memsim::cli {
 
@@ -225,7 +226,9 @@ std::string FormatVerboseNotes(const config::Setup& setup) {
 }
 
 void PrintWarnings(const config::Setup& setup) {
-  for (const std::string& w : setup.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  for (const std::string& w : report::WarningsWithEstimates(setup)) {
+    std::fprintf(stderr, "warning: %s\n", w.c_str());
+  }
 }
 
 config::Setup LoadSetupAndWarn(const std::string& config_path, const config::LoadOptions& load) {

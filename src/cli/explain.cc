@@ -47,7 +47,7 @@ int Explain(const ExplainArgs& a) {
   options.usable_memory_bytes = capacity;
   std::string out;
   if (a.verbose) out += FormatVerboseNotes(setup);
-  out += report::FormatOom(run);
+  out += report::FormatOom(run) + report::FormatNotModelledCaveat(run, setup);
   if (run.first_oom) {
     out +=
         "The explanation below follows the simulation past that point, as if the device were "

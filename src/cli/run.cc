@@ -92,6 +92,9 @@ void AddExports(const RunArgs& a, const config::Setup& setup, const engine::RunR
   exports::HtmlInput html;
   html.header = report::FormatRunHeader(run, setup);
   html.title = exports::TitleOf(html.header);
+  // The verdict and its caveat (flags not modelled) beside the header, as `run` prints them.
+  const std::string oom = report::FormatOom(run) + report::FormatNotModelledCaveat(run, setup);
+  if (!oom.empty()) html.header += "\n" + oom;
   html.table = report::FormatIterationTable(run, 100);
   html.stages = exports::CollectStageDetails(setup, run);
   html.reported_stage = run.reported_stage;
@@ -131,7 +134,7 @@ int Run(const RunArgs& a) {
   std::string out = report::FormatRunHeader(run, setup);
   if (a.verbose) out += FormatVerboseNotes(setup);
   out += "\n";
-  const std::string oom = report::FormatOom(run);
+  const std::string oom = report::FormatOom(run) + report::FormatNotModelledCaveat(run, setup);
   if (!oom.empty()) out += oom + "\n";
   out += report::FormatIterationTable(run, width);
   out += report::FormatMoeRouting(setup, run, capacity);

@@ -131,6 +131,21 @@ constexpr Modelled kModelled[] = {
     {"--hccl-group-buffer", "hccl_group_buffer", Kind::kString},
 };
 
+// The tail of a not-modelled flag's warning: which way memsim errs while it is ignored
+// (tools/megatron_flags/reviewed.txt, direction).
+std::string ErrsText(FlagError error) {
+  switch (error) {
+    case FlagError::kHigh:
+      return "; memsim errs high (predicts more than the run uses)";
+    case FlagError::kLow:
+      return "; memsim errs low (predicts less than the run uses)";
+    case FlagError::kEither:
+    case FlagError::kNone:
+      break;
+  }
+  return "";
+}
+
 const Modelled* FindModelled(std::string_view flag) {
   for (const Modelled& m : kModelled) {
     if (m.flag == flag) return &m;
@@ -206,6 +221,7 @@ class Translator {
   std::map<std::string, std::string> labels;  // JSON pointer -> "file:line: --flag"
   std::vector<std::string> warnings_;
   std::vector<std::string> notes_;
+  std::vector<NotModelled> not_modelled_;
   std::optional<std::int64_t> train_samples;
   std::string train_samples_label;
 
@@ -261,10 +277,12 @@ class Translator {
         notes_.push_back(fmt::format("{}: accepted, no effect on memory", Label(a)));
         return;
       case FlagClass::kNotModelled:
-        warnings_.push_back(fmt::format("{}: not modelled ({})", Label(a), info->why));
+        warnings_.push_back(fmt::format("{}: not modelled ({}){}", Label(a), info->why, ErrsText(info->error)));
+        RecordNotModelled(a, *info);
         return;
       case FlagClass::kUnsupported:
         unsupported_.push_back(fmt::format("{}: {}", Label(a), info->why));
+        if (options_.allow_unsupported) RecordNotModelled(a, *info);
         return;
       case FlagClass::kModelled:
         break;
@@ -273,6 +291,14 @@ class Translator {
     MEMSIM_CHECK(m != nullptr);  // the table and kModelled agree (megatron_flags_test.cc)
     WarnRepeated(a);
     Convert(*m, a);
+  }
+
+  // The flag kept for the verdict's caveat (setup.h NotModelled).
+  void RecordNotModelled(const LaunchArgument& a, const FlagInfo& info) {
+    NotModelled n{Label(a), a.name, a.values, NotModelled::Direction::kEither};
+    if (info.error == FlagError::kHigh) n.direction = NotModelled::Direction::kHigh;
+    if (info.error == FlagError::kLow) n.direction = NotModelled::Direction::kLow;
+    not_modelled_.push_back(std::move(n));
   }
 
   // A modelled flag given again with other values (a flag in an argument group and again on
@@ -744,7 +770,9 @@ void ApplyExports(const MegatronLaunch& launch, const LoadOptions& options, Tran
       t.labels["/training/env/" + name] = label;
     }
     for (const UnmodelledEnv& u : kUnmodelledEnv) {
-      if (u.name == name) t.warnings_.push_back(fmt::format("{}: not modelled ({})", label, u.why));
+      if (u.name != name) continue;
+      t.warnings_.push_back(fmt::format("{}: not modelled ({})", label, u.why));
+      t.not_modelled_.push_back({label, "export " + name, {e->value}, NotModelled::Direction::kEither});
     }
     const bool cuda_conf = name == "PYTORCH_CUDA_ALLOC_CONF";
     if (!cuda_conf && name != "PYTORCH_NPU_ALLOC_CONF") continue;
@@ -847,6 +875,7 @@ Setup TranslateAndLoad(const MegatronLaunch& launch, const LoadOptions& options,
   std::vector<std::string> warnings = launch.warnings;
   warnings.insert(warnings.end(), t.warnings_.begin(), t.warnings_.end());
   s.warnings.insert(s.warnings.begin(), warnings.begin(), warnings.end());
+  s.not_modelled.insert(s.not_modelled.begin(), t.not_modelled_.begin(), t.not_modelled_.end());
   s.notes.insert(s.notes.begin(), t.notes_.begin(), t.notes_.end());
   s.notes.insert(s.notes.begin(), launch.notes.begin(), launch.notes.end());
   return s;

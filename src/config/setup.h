@@ -416,6 +416,18 @@ struct DevicePreset {
   bool operator==(const DevicePreset&) const = default;
 };
 
+// A flag of a launch (or an exported variable) that was read but is not modelled: kept beside
+// its warning so that a verdict can say which way memsim errs because of it (issue 32, "What a
+// result must say"; workload/not_modelled.h estimates by how much).
+struct NotModelled {
+  enum class Direction { kHigh, kLow, kEither };  // memsim predicts more / less / it depends
+  std::string what;   // where and what: "train.sh:19: --reuse-fp32-param"
+  std::string flag;   // "--reuse-fp32-param", or "export NAME"; what the estimate is chosen by
+  std::vector<std::string> values;  // the flag's values as written ("8" for --x-num-layers 8)
+  Direction direction = Direction::kEither;
+  bool operator==(const NotModelled&) const = default;
+};
+
 struct Setup {
   std::string config_path;  // "" or "<embedded>/default.json" for the embedded default
   std::string model_path;   // "" when the model is inline
@@ -430,6 +442,8 @@ struct Setup {
   // What the user should see even without --verbose: from a launch script (megatron_args.h),
   // what was not evaluated and the flags not modelled, one line each ("train.sh:12: ...").
   std::vector<std::string> warnings;
+  // Of those warnings, the flags (and exported variables) not modelled, in the order warned.
+  std::vector<NotModelled> not_modelled;
   // How one-line summaries name the model when neither model_path nor model_type says it: "" or
   // "<script> (Megatron arguments)" for a model built from a launch's arguments
   // (megatron_args.h; config::ModelName).

@@ -10,6 +10,7 @@
 #include "config/stack.h"
 #include "report/format.h"
 #include "workload/build.h"
+#include "workload/not_modelled.h"
 
 namespace memsim::report {
 namespace {
@@ -442,6 +443,36 @@ std::string FormatMegatronLines(const engine::RunResult& run, const config::Setu
   return out;
 }
 
+namespace {
+std::string_view DirectionName(config::NotModelled::Direction d) {
+  switch (d) {
+    case config::NotModelled::Direction::kHigh:
+      return "high";
+    case config::NotModelled::Direction::kLow:
+      return "low";
+    case config::NotModelled::Direction::kEither:
+      break;
+  }
+  return "either way";
+}
+
+// On the stage that ran out of memory, else the reported one.
+json NotModelledJson(const config::Setup& setup, const engine::RunResult& run) {
+  const int rank = run.first_oom ? run.first_oom->pipeline_rank : run.Reported().pipeline_rank;
+  json out = json::array();
+  for (const workload::NotModelledEstimate& e : workload::EstimateNotModelled(setup, rank)) {
+    out.push_back({{"what", e.flag.what},
+                   {"flag", e.flag.flag},
+                   {"memsim_errs", DirectionName(e.flag.direction)},
+                   {"about_bytes", e.about_bytes > 0 ? json(e.about_bytes) : json(nullptr)},
+                   {"basis", e.basis},
+                   {"stage", rank}});
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string FormatOom(const engine::RunResult& run) {
   if (!run.first_oom) return "";
   const engine::OomEvent& o = run.first_oom->oom;
@@ -534,7 +565,55 @@ std::string RunReportJson(const engine::RunResult& run, const config::Setup& set
   } else {
     j["oom"] = nullptr;
   }
+  // Only when a flag was warned not modelled (docs/interfaces.md 'JSON report').
+  if (!setup.not_modelled.empty()) j["not_modelled"] = NotModelledJson(setup, run);
   return j.dump(2) + "\n";
+}
+
+std::vector<std::string> WarningsWithEstimates(const config::Setup& setup) {
+  std::vector<std::string> out = setup.warnings;
+  if (setup.not_modelled.empty()) return out;
+  const bool staged = setup.training.pipeline_model_parallel_size > 1;
+  for (const workload::NotModelledEstimate& e : workload::EstimateNotModelled(setup, 0)) {
+    if (e.about_bytes == 0) continue;
+    const std::string head = e.flag.what + ": ";
+    for (std::string& w : out) {
+      if (!w.starts_with(head)) continue;
+      w += fmt::format("; by about {}{}: {}", HumanBytes(e.about_bytes),
+                       staged ? " on pipeline stage 0" : "", e.basis);
+      break;
+    }
+  }
+  return out;
+}
+
+std::string FormatNotModelledCaveat(const engine::RunResult& run, const config::Setup& setup) {
+  if (!run.first_oom || setup.not_modelled.empty()) return "";
+  const int rank = run.first_oom->pipeline_rank;
+  std::string out = fmt::format(
+      "*** Caveat: {} flag{} warned not modelled; so this verdict may be off (stage {}):\n",
+      setup.not_modelled.size(), setup.not_modelled.size() == 1 ? "" : "s", rank);
+  Bytes high = 0, low = 0;
+  int unknown = 0;
+  for (const workload::NotModelledEstimate& e : workload::EstimateNotModelled(setup, rank)) {
+    const std::string_view dir = DirectionName(e.flag.direction);
+    if (e.about_bytes == 0) {
+      ++unknown;
+      out += fmt::format("***   {}: memsim errs {}, by an amount not estimated{}\n", e.flag.what,
+                         dir, e.basis.empty() ? "" : " (" + e.basis + ")");
+      continue;
+    }
+    if (e.flag.direction == config::NotModelled::Direction::kHigh) high += e.about_bytes;
+    if (e.flag.direction == config::NotModelled::Direction::kLow) low += e.about_bytes;
+    out += fmt::format("***   {}: memsim errs {} by about {} ({})\n", e.flag.what, dir,
+                       HumanBytes(e.about_bytes), e.basis);
+  }
+  out += fmt::format("***   In all: memsim predicts up to about {} more and {} less than the run "
+                     "would use{}.\n",
+                     HumanBytes(high), HumanBytes(low),
+                     unknown > 0 ? fmt::format(", {} flag{} not estimated", unknown, unknown == 1 ? "" : "s")
+                                 : std::string());
+  return out;
 }
 
 }  // namespace memsim::report

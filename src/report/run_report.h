@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "config/setup.h"
 #include "engine/stages.h"
@@ -55,10 +56,21 @@ std::string FormatLongRun(const engine::RunResult& run);
 // The OOM notice ("" when none).
 std::string FormatOom(const engine::RunResult& run);
 
+// Next to an OOM notice: the flags warned not modelled (config::Setup::not_modelled), each with
+// which way memsim errs and, where workload/not_modelled.h estimates it, by about how much on the
+// stage that ran out of memory, then the sums. "" without an OOM or without such flags.
+std::string FormatNotModelledCaveat(const engine::RunResult& run, const config::Setup& setup);
+
+// setup.warnings, each not-modelled flag's warning ending in its estimate on pipeline stage 0
+// ("; by about 1.2 GiB: <basis>") where workload/not_modelled.h has one.
+std::vector<std::string> WarningsWithEstimates(const config::Setup& setup);
+
 // docs/interfaces.md, 'JSON report' (schema_version 1), pretty-printed, ending in a newline. A
 // long run adds "train_iters" and "steady_state_from" (null when none was found), and
 // "steady_state_period" when the iterations repeat with a period above 1; "iterations" holds the
-// simulated ones.
+// simulated ones. A run with flags warned not modelled adds "not_modelled": one object per flag
+// (what, flag, memsim_errs "high" / "low" / "either way", about_bytes or null, basis, stage: the
+// OOM's stage, else the reported one).
 std::string RunReportJson(const engine::RunResult& run, const config::Setup& setup);
 
 }  // namespace memsim::report
