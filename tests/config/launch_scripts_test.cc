@@ -131,10 +131,8 @@ TEST_CASE("MindSpeed-LLM's Qwen2.5-7B 32k script: parameters as Megatron builds 
   CHECK(ParametersOnStage(s, 1) == 952030464);
 }
 
-// Hidden until MindSpeed's --moe-permutation-async-comm is a warning rather than a refusal (the
-// flag table's review, another change).
 TEST_CASE("MindSpeed-LLM's Mixtral 8x7B script: parameters as Megatron builds them",
-          "[.mindspeed]") {
+          "[launch_scripts]") {
   // Llama2Tokenizer (32000); --moe-layer-freq -1 with --first-k-dense-replace -1: every layer
   // MoE (Python's i % -1 == 0, i >= -1).
   const Setup s = LoadPublishedScript("mindspeed_llm_pretrain_mixtral_8x7b_ptd.sh",
@@ -148,10 +146,8 @@ TEST_CASE("MindSpeed-LLM's Mixtral 8x7B script: parameters as Megatron builds th
   CHECK(ParametersOnStage(s, 0) == 5838999552);
 }
 
-// Hidden until MindSpeed's --moe-permutation-async-comm and --swap-attention are warnings rather
-// than refusals (the flag table's review, another change).
 TEST_CASE("MindSpeed-LLM's Qwen2-57B-A14B script: parameters as Megatron builds them",
-          "[.mindspeed]") {
+          "[launch_scripts]") {
   const Setup s = LoadPublishedScript("mindspeed_llm_pretrain_qwen2_57b_a14b_4k_ptd.sh",
                                       "ascend-910b-64g");
   CHECK(s.training.data_parallel_size == 4);  // 64 NPUs / (PP 4 × CP 4)
