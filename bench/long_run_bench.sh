@@ -17,9 +17,11 @@ memsim="$build/memsim"
 cpu_seconds() {
   local best=""
   for _ in $(seq "$repeats"); do
-    local t
-    t=$( { /usr/bin/time -f "%U %S" "$memsim" "$@" > /dev/null 2> /dev/null; } 2>&1 | tail -n 1 |
-         awk '{ printf "%.2f", $1 + $2 }')
+    local t tfile
+    tfile=$(mktemp)
+    /usr/bin/time -o "$tfile" -f "%U %S" "$memsim" "$@" > /dev/null 2> /dev/null
+    t=$(tail -n 1 "$tfile" | awk '{ printf "%.2f", $1 + $2 }')
+    rm -f "$tfile"
     if [ -z "$best" ] || awk -v a="$t" -v b="$best" 'BEGIN { exit !(a < b) }'; then best=$t; fi
   done
   echo "$best"
