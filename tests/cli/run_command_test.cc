@@ -130,6 +130,26 @@ TEST_CASE("memsim run: a named pipe with no reader is refused at once, not waite
   std::filesystem::remove(err);
 }
 
+TEST_CASE("memsim run: --snapshot-iterations names the snapshot's window and says what it left",
+          "[cli]") {
+  ScratchDir dir("run");
+  auto r = RunMemsim(dir, "run --set training.global_batch_size=16 --iterations 3 --no-chart "
+                          "--snapshot s.pickle --snapshot-iterations 1");
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("--snapshot s.pickle: init and iterations 1..1 of the 3 simulated: ") !=
+        std::string::npos);
+  CHECK(r.out.find("--snapshot-iterations N names the window (0: every iteration)\n") !=
+        std::string::npos);
+  CHECK(RunMemsim(dir, "replay s.pickle --backend npu").exit_code == 0);
+  // The whole short run fits the default window: nothing left out, nothing said.
+  r = RunMemsim(dir, "run --set training.global_batch_size=16 --iterations 3 --no-chart "
+                     "--snapshot s.pickle");
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("--snapshot s.pickle:") == std::string::npos);
+  r = RunMemsim(dir, "run --no-chart --snapshot s.pickle --snapshot-iterations -1");
+  CHECK(r.exit_code == 2);
+}
+
 TEST_CASE("memsim run: --set takes one KEY=VALUE each time, the config may follow it", "[cli]") {
   ScratchDir dir("run");
   const auto r = RunMemsim(dir, "run --set training.train_iters=2 " + std::string(MEMSIM_SOURCE_DIR) +
