@@ -163,13 +163,13 @@ TEST_CASE("pickle: compare's snapshot importer reads the fixtures as their JSON 
 const std::string kPickledSegmentList(
     "\x80\x04\x95<\x00\x00\x00\x00\x00\x00\x00]\x94}\x94(\x8c\x06" "device\x94K\x00\x8c\x07"
     "address\x94K\x00\x8c\ntotal_size\x94J\x00\x00 \x00\x8c\x06" "blocks\x94]\x94ua.",
-    72);  // [{"device": 0, "address": 0, "total_size": 2097152, "blocks": []}]
+    71);  // [{"device": 0, "address": 0, "total_size": 2097152, "blocks": []}]
 const std::string kPickledIntList("\x80\x04\x95\t\x00\x00\x00\x00\x00\x00\x00]\x94(K\x01K\x02" "e.",
-                                  22);  // [1, 2]
+                                  20);  // [1, 2]
 
 TEST_CASE("pickle: compare detects a protocol-4 pickle whose top value is a list of segments",
           "[replay][pickle]") {
-  REQUIRE(kPickledSegmentList.size() == 72);
+  REQUIRE(kPickledSegmentList.size() == 71);
   REQUIRE(kPickledSegmentList.back() == '.');
   const profile::Detection d =
       profile::DetectFormatFromContent("segments.pickle", kPickledSegmentList);
