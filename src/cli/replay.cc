@@ -240,6 +240,27 @@ class CsvRows final : public replay::ReplayRowSink {
   std::int64_t index_ = 0;
 };
 
+// Why a trace gave no operation: a CSV with no op lines, or a snapshot without allocator history
+// (a bare list of segments, or a dict whose device_traces list is empty or absent).
+std::string NothingToReplay(const std::string& trace, const replay::ReplayResult& result) {
+  constexpr const char* kRecord =
+      "record one with torch.cuda.memory._record_memory_history() and save "
+      "torch.cuda.memory._snapshot()";
+  if (!result.snapshot) {
+    return fmt::format("{}: nothing to replay: no operations, expected lines op,id,bytes,stream "
+                       "or a snapshot with device_traces entries",
+                       trace);
+  }
+  if (result.snapshot->segment_list) {
+    return fmt::format("{}: nothing to replay: a list of segments (torch.cuda.memory_snapshot(): "
+                       "the allocator's state at one moment, no history of allocations); {}",
+                       trace, kRecord);
+  }
+  return fmt::format("{}: nothing to replay: a memory snapshot with no allocator events (no "
+                     "device_traces entries for the device); {}",
+                     trace, kRecord);
+}
+
 int RunReplay(const ReplayArgs& args) {
   const alloc::Backend backend =
       args.backend == "npu" ? alloc::Backend::kNpu : alloc::Backend::kCuda;
@@ -256,12 +277,7 @@ int RunReplay(const ReplayArgs& args) {
   if (!args.csv.empty()) csv = std::make_unique<CsvRows>(args.csv);
   // Parsed and replayed in one pass (CSV); the --csv rows go to a temporary file as they come.
   const replay::ReplayResult result = ReplayFile(file, args, *allocator, csv.get());
-  if (result.operations == 0) {
-    throw InputError(
-        fmt::format("{}: nothing to replay: no operations, expected lines "
-                    "op,id,bytes,stream or a snapshot with device_traces entries",
-                    args.trace));
-  }
+  if (result.operations == 0) throw InputError(NothingToReplay(args.trace, result));
   const alloc::AllocatorStats& stats = result.stats;
 
   std::string out = fmt::format("memsim replay: {} operations from {} ({} backend)\n",

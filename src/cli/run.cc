@@ -33,6 +33,7 @@ struct RunArgs {
   std::string html_path;
   std::string trace_path;
   std::string snapshot_path;
+  int snapshot_iterations = kNotGiven;  // --snapshot-iterations; kNotGiven: the default window
   bool no_chart = false;
   bool megatron_report = false;
   bool verbose = false;
@@ -60,12 +61,25 @@ class CategoryCsvFile final : public exports::CategorySampleSink {
   std::string row_;
 };
 
+// What --snapshot left out of FILE (said, never silently dropped), or "".
+std::string SnapshotNote(const exports::RunDetail& detail, const std::string& path,
+                         int iterations, int simulated) {
+  const size_t kept = exports::SnapshotEventsKept(detail, iterations);
+  const size_t all = detail.allocator_events.size();
+  if (kept == all) return "";
+  return fmt::format(
+      "--snapshot {}: init and iterations 1..{} of the {} simulated: {} of {} allocator "
+      "events (the default keeps at most {}, which pytorch.org/memory_viz holds in the "
+      "browser); --snapshot-iterations N names the window (0: every iteration)\n",
+      path, iterations, simulated, kept, all, exports::kSnapshotEntryBudget);
+}
+
 // --csv, --trace, --snapshot, --html: the reported stage simulated once more with the detail
 // they need (export/detail.h); --html every stage again, for its stage selector. --csv is
 // streamed into `*csv`; the other files are rendered into `files`.
 void AddExports(const RunArgs& a, const config::Setup& setup, const engine::RunResult& run,
                 std::vector<std::pair<std::string, std::string>>* files,
-                std::unique_ptr<CategoryCsvFile>* csv) {
+                std::unique_ptr<CategoryCsvFile>* csv, std::string* notes) {
   if (!a.csv_path.empty() || !a.trace_path.empty() || !a.snapshot_path.empty()) {
     exports::DetailOptions options;
     options.simulate.usable_memory_bytes = run.usable_memory_bytes;
@@ -85,7 +99,11 @@ void AddExports(const RunArgs& a, const config::Setup& setup, const engine::RunR
       files->emplace_back(a.trace_path, exports::ChromeTraceJson(detail));
     }
     if (!a.snapshot_path.empty()) {
-      files->emplace_back(a.snapshot_path, exports::MemorySnapshotPickle(detail));
+      const int window = a.snapshot_iterations == kNotGiven
+                             ? exports::DefaultSnapshotIterations(detail)
+                             : a.snapshot_iterations;
+      files->emplace_back(a.snapshot_path, exports::MemorySnapshotPickle(detail, window));
+      *notes += SnapshotNote(detail, a.snapshot_path, window, run.simulated_iterations);
     }
   }
   if (a.html_path.empty()) return;
@@ -151,7 +169,9 @@ int Run(const RunArgs& a) {
   std::vector<std::pair<std::string, std::string>> files;
   if (!a.json_path.empty()) files.emplace_back(a.json_path, report::RunReportJson(run, setup));
   std::unique_ptr<CategoryCsvFile> csv;
-  AddExports(a, setup, run, &files, &csv);
+  std::string notes;
+  AddExports(a, setup, run, &files, &csv, &notes);
+  out += notes.empty() ? "" : "\n" + notes;
   std::vector<report::StreamedFile*> streamed;
   if (csv) streamed.push_back(&csv->file());
   report::WriteFilesAtomically(files, streamed);
@@ -183,6 +203,10 @@ Action AddRunCommand(CLI::App& sub) {
   sub.add_option("--snapshot", a->snapshot_path,
                  "write a PyTorch memory snapshot (pickle; pytorch.org/memory_viz) to FILE")
       ->check(NonEmpty);
+  sub.add_option("--snapshot-iterations", a->snapshot_iterations,
+                 "the --snapshot window: init and the first N iterations (0: every simulated "
+                 "iteration; default: all that fit in 300,000 trace entries)")
+      ->check(CLI::NonNegativeNumber);
   sub.add_flag("--no-chart", a->no_chart, "do not print the terminal chart");
   sub.add_flag("--megatron-report", a->megatron_report,
                "print Megatron's report_memory line after each iteration");

@@ -117,11 +117,23 @@ std::string CommaList(const std::vector<std::string>& names) {
 }  // namespace
 
 Document FindReferencedDocument(const std::string& ref, const std::string& location,
-                                const Document& from, const std::string& what) {
+                                const Document& from, const std::string& what,
+                                const std::string& file_in_directory) {
   std::string label;
   std::optional<Document> d = ReadByPath(ref, &from, &label);
-  if (!d) throw InputError(fmt::format("{}: cannot read {} {}", location, what, Printable(label)));
-  return *d;
+  if (d) return *d;
+  std::error_code ec;
+  if (!file_in_directory.empty() && !from.embedded && fs::is_directory(label, ec)) {
+    std::string inner;
+    d = ReadByPath((fs::path(ref) / file_in_directory).string(), &from, &inner);
+    if (d) return *d;
+    throw InputError(fmt::format("{}: cannot read {}: '{}' is a directory and its {} cannot be "
+                                 "read: {}",
+                                 location, what, Printable(label), file_in_directory,
+                                 WhyUnreadable(inner)));
+  }
+  throw InputError(fmt::format("{}: cannot read {} '{}': {}", location, what, Printable(label),
+                               WhyUnreadable(label)));
 }
 
 Document ReadConfigDocument(const std::string& config_path, bool use_embedded_default) {

@@ -35,9 +35,14 @@ Document FindModelDocument(const std::string& ref, const std::string& location, 
 Document FindDeviceDocument(const std::string& ref, const std::string& location, const Document* from);
 
 // Another JSON file a document refers to by path (a TrainingArguments JSON, an
-// adapter_config.json), relative to `from`. Error: "<location>: cannot read <what> <path>".
+// adapter_config.json), relative to `from`. A directory is read as the directory's
+// `file_in_directory` when that is given (PEFT's save_pretrained folder holds adapter_config.json:
+// peft/config.py PeftConfigMixin.from_pretrained reads os.path.join(path, CONFIG_NAME)). Errors:
+// "<location>: cannot read <what> '<path>': <why>", or for a directory without that file
+// "<location>: cannot read <what>: '<dir>' is a directory and its <file> cannot be read: <why>".
 Document FindReferencedDocument(const std::string& ref, const std::string& location,
-                                const Document& from, const std::string& what);
+                                const Document& from, const std::string& what,
+                                const std::string& file_in_directory = "");
 
 // The embedded preset names, comma-separated ("a100-40g, a100-80g, ..."), for messages.
 std::string KnownDevices();

@@ -629,7 +629,7 @@ void ReadPeft(ObjectReader& own, const Document& config, TrainingConfig& c,
   if (const Json* v = own.Get("adapter_config"); v != nullptr && !v->is_null()) {
     if (v->is_string()) {
       const Document doc = FindReferencedDocument(v->get<std::string>(), own.At("adapter_config"),
-                                                   config, "the adapter_config.json");
+                                                   config, "the adapter_config.json", "adapter_config.json");
       const Json json = ParseJson(doc.text, doc.label);
       if (!json.is_object()) Fail(doc.label, fmt::format("expected an object, got {}", Describe(json)));
       Source source{doc.label, {}};

@@ -233,7 +233,7 @@ std::string ReproducingConfig(const Document& config, const Json& root, const Lo
   Json& training = out["training"];
   if (training.contains("adapter_config") && training["adapter_config"].is_string()) {
     const std::string ref = training["adapter_config"].get<std::string>();
-    const Document d = internal::FindReferencedDocument(ref, ref, config, "the adapter_config.json");
+    const Document d = internal::FindReferencedDocument(ref, ref, config, "the adapter_config.json", "adapter_config.json");
     training["adapter_config"] = internal::ParseJson(d.text, d.label);
   }
   if (training.contains("training_args") && training["training_args"].is_string()) {
@@ -358,6 +358,14 @@ void RejectOtherJsonKinds(const ObjectReader& top, const std::string& label) {
         "{}: a model file (Hugging Face config.json: it has \"{}\"), not a training config; give "
         "it with --model {} and a training config (or --megatron-args for a launch script)",
         label, top.Has("model_type") ? "model_type" : "architectures", Printable(label)));
+  }
+  // A device preset (configs/devices/*.json; config/device.cc reads its keys).
+  for (const char* key : {"allocator_backend", "total_memory_bytes", "usable_memory_bytes"}) {
+    if (!top.Has(key)) continue;
+    throw InputError(fmt::format(
+        "{}: a device preset (it has \"{}\"), not a training config; give it with --device {} "
+        "and a training config",
+        label, key, Printable(label)));
   }
   for (const char* key : {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size"}) {
     if (!top.Has(key)) continue;

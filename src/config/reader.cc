@@ -219,8 +219,10 @@ Json ParseJson(const std::string& text, const std::string& file) {
     throw InputError(fmt::format("{}:{}:{}: malformed JSON: {}", file, line, column, reason));
   } catch (const Json::out_of_range&) {
     // nlohmann's number overflow (406): a literal beyond a double's range, such as 1e400.
-    throw InputError(fmt::format("{}: {}: number out of range, expected a value such as 4096",
-                                 file, where.empty() ? "/" : where));
+    throw InputError(fmt::format(
+        "{}: {}: out of range for a number: beyond the largest 64-bit float, about "
+        "1.8e308 (IEEE 754 binary64)",
+        file, where.empty() ? "/" : where));
   }
 }
 

@@ -5,6 +5,7 @@
 // them (report::WriteFilesAtomically). Nothing here reads the network or the file system.
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,11 +34,27 @@ std::string ChromeTraceJson(const RunDetail& detail);
 
 // The simulated allocator as the memory snapshot torch.cuda.memory._dump_snapshot writes
 // (docs/profile-formats.md, 'PyTorch memory snapshot'), pickled with protocol 2: `segments`
-// (the state at the end of the run) and `device_traces` (one list, device 0: every
+// (the state at the end of the window) and `device_traces` (one list, device 0: every
 // segment_alloc / segment_map / alloc / free_requested / free_completed / segment_unmap /
 // segment_free with addr, size, stream, time_us and frames naming the tensor and the op).
+// The window: init and iterations 1..`iterations` (0 or more than were simulated: the whole
+// run), so that a long MoE run stays small enough for pytorch.org/memory_viz to open.
 // REQUIRES: detail collected with allocator_events.
-std::string MemorySnapshotPickle(const RunDetail& detail);
+std::string MemorySnapshotPickle(const RunDetail& detail, int iterations = 0);
+
+// How many of detail.allocator_events MemorySnapshotPickle(detail, iterations) writes: those
+// before the start of iteration `iterations` + 1.
+size_t SnapshotEventsKept(const RunDetail& detail, int iterations);
+
+// `run --snapshot`'s default window keeps at most this many trace entries: every simulated
+// iteration when they fit, else the most whole iterations from the start that fit (at least
+// one). memsim's choice, not a measured limit of the viewer: it holds every entry in the browser,
+// and a Qwen3-30B-A3B stage's 1.3 million entries (254 MB, about 195 bytes each) did not open
+// (issue 32); 300,000 entries are about 60 MB.
+inline constexpr size_t kSnapshotEntryBudget = 300000;
+
+// The window of the default --snapshot: the iterations to pass to MemorySnapshotPickle (0: all).
+int DefaultSnapshotIterations(const RunDetail& detail);
 
 // One measured curve for the HTML report (compare --html).
 struct MeasuredCurve {

@@ -116,8 +116,9 @@ std::string UplotScript() {
   return ScriptSafe(out);
 }
 
-// The page's own script: stage selector, two synchronised charts (curves; stacked categories),
-// iteration zoom, per-iteration table. Any error is shown on the page and in the console.
+// The page's own script: stage selector, two synchronised charts (curves; stacked categories)
+// with a mark where each iteration starts, iteration zoom, per-iteration table. Any error is shown
+// on the page and in the console.
 constexpr std::string_view kPageScript = R"js(
 "use strict";
 const errors = document.getElementById("errors");
@@ -161,6 +162,29 @@ function stackChart(stage) {
   }
   return {data, series};
 }
+// A dashed line and "it N" where each iteration starts (its span's start), on every chart.
+function iterationMarks(stage) {
+  return u => {
+    const ctx = u.ctx, top = u.bbox.top, bottom = u.bbox.top + u.bbox.height;
+    ctx.save();
+    ctx.strokeStyle = "#888";
+    ctx.fillStyle = "#555";
+    ctx.lineWidth = 1;
+    ctx.setLineDash([4, 4]);
+    ctx.font = Math.round(10 * devicePixelRatio) + "px sans-serif";
+    for (const s of stage.spans) {
+      if (s.iteration === 0) continue;
+      const x = Math.round(u.valToPos(s.start_ms, "x", true));
+      if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) continue;
+      ctx.beginPath();
+      ctx.moveTo(x, top);
+      ctx.lineTo(x, bottom);
+      ctx.stroke();
+      ctx.fillText("it " + s.iteration, x + 3, top + 12 * devicePixelRatio);
+    }
+    ctx.restore();
+  };
+}
 function sync(u) {
   for (const other of charts) {
     if (other !== u) other.setScale("x", {min: u.scales.x.min, max: u.scales.x.max});
@@ -171,7 +195,8 @@ function draw(index) {
   for (const c of charts) c.destroy();
   charts = [];
   const common = {width: width(), height: 320, cursor: {sync: {key: "memsim"}},
-                  scales: {x: {time: false}}, hooks: {setSelect: [u => setTimeout(() => sync(u), 0)]},
+                  scales: {x: {time: false}}, hooks: {setSelect: [u => setTimeout(() => sync(u), 0)],
+                                                      draw: [iterationMarks(stage)]},
                   axes: [{label: "time (ms)"}, {label: "GiB"}]};
   const a = curveChart(stage), b = stackChart(stage);
   charts.push(new uPlot({...common, title: "allocated, reserved and device memory of pipeline stage " +

@@ -1,6 +1,7 @@
 // The memory snapshot export. Field names and meanings follow torch.cuda.memory._snapshot()
 // (torch/cuda/memory.py, _snapshot; c10/cuda/CUDACachingAllocator.h SegmentInfo / BlockInfo /
 // TraceEntry) and what pytorch.org/memory_viz reads (torch/utils/viz/MemoryViz.js).
+#include <algorithm>
 #include <cmath>
 #include <iterator>
 #include <map>
@@ -198,9 +199,31 @@ void TraceEntry(PickleWriter& p, const RunDetail& d, const AllocatorEvent& e) {
 
 }  // namespace
 
-std::string MemorySnapshotPickle(const RunDetail& d) {
+size_t SnapshotEventsKept(const RunDetail& d, int iterations) {
+  if (iterations <= 0) return d.allocator_events.size();
+  // The events before the first one of iteration `iterations` + 1 (events come in time order).
+  for (const timeline::SpanSummary& s : d.spans) {
+    if (s.iteration != iterations + 1) continue;
+    size_t n = 0;
+    while (n < d.allocator_events.size() && d.allocator_events[n].time_us < s.start_time_us) ++n;
+    return n;
+  }
+  return d.allocator_events.size();
+}
+
+int DefaultSnapshotIterations(const RunDetail& d) {
+  if (d.allocator_events.size() <= kSnapshotEntryBudget) return 0;
+  int last = 0;
+  for (const timeline::SpanSummary& s : d.spans) last = std::max(last, s.iteration);
+  int n = 1;
+  while (n < last && SnapshotEventsKept(d, n + 1) <= kSnapshotEntryBudget) ++n;
+  return n;
+}
+
+std::string MemorySnapshotPickle(const RunDetail& d, int iterations) {
+  const size_t kept = SnapshotEventsKept(d, iterations);
   EndState st;
-  for (const AllocatorEvent& e : d.allocator_events) st.Apply(e);
+  for (size_t i = 0; i < kept; ++i) st.Apply(d.allocator_events[i]);
   PickleWriter p;
   p.BeginDict();
   p.Str("segments");
@@ -210,7 +233,7 @@ std::string MemorySnapshotPickle(const RunDetail& d) {
   p.Str("device_traces");
   p.BeginList();
   p.BeginList();
-  for (const AllocatorEvent& e : d.allocator_events) TraceEntry(p, d, e);
+  for (size_t i = 0; i < kept; ++i) TraceEntry(p, d, d.allocator_events[i]);
   p.EndList();
   p.EndList();
   p.Str("allocator_settings");

@@ -50,6 +50,12 @@ Detection DetectFormatFromContent(std::string_view path, std::string_view head) 
     if (Contains(head, "device_traces") || Contains(head, "segments")) {
       return {Format::kTorchSnapshot, "pickle with segments / device_traces (memory snapshot)"};
     }
+    // torch.cuda.memory_snapshot() pickled: a bare list of segment dicts, each with total_size
+    // (torch/cuda/memory.py; the form _memory_viz.py still accepts). Its top value is a list, so
+    // the key names above never occur.
+    if (Contains(head, "total_size")) {
+      return {Format::kTorchSnapshot, "pickle with total_size (memory snapshot: a list of segments)"};
+    }
     return {Format::kAuto, ""};
   }
   std::string_view body = internal::Trim(head);
@@ -133,6 +139,13 @@ Detection DetectFormat(const std::string& path) {
     throw InputError(fmt::format("{}: empty file, expected a memory profile", path));
   }
   Detection d = DetectFormatFromContent(path, head);
+  if (d.format == Format::kAuto && LooksLikePickle(head)) {
+    throw InputError(fmt::format(
+        "{}: a Python pickle, but not a memory snapshot: no 'segments', 'device_traces' or "
+        "'total_size' in its first bytes (torch.cuda.memory._snapshot() pickles a dict with "
+        "segments and device_traces; torch.cuda.memory_snapshot() a list of segments)",
+        path));
+  }
   if (d.format == Format::kAuto) {
     throw InputError(fmt::format(
         "{}: cannot tell the profile format from its first bytes; expected one of torch-trace, "

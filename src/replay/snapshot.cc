@@ -429,6 +429,7 @@ Trace FromDocument(const json& doc, std::string_view file_name, int device_index
   // Legacy form: a bare list of segments, no traces.
   const json* traces = nullptr;
   if (doc.is_array()) {
+    facts.segment_list = true;
     facts.reserved_end_bytes = ReservedAtEnd(r, doc, "", device_index);
   } else if (doc.is_object()) {
     auto segments = doc.find("segments");

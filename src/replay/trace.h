@@ -43,6 +43,9 @@ struct Trace {
     Bytes reserved_end_bytes = 0;     // sum of the device's segments' total_size
     std::int64_t skipped = 0;         // entries about blocks never seen allocated
     std::int64_t entries = 0;         // trace entries of the device
+    // The document is a bare list of segments (torch.cuda.memory_snapshot(): the allocator's
+    // state at one moment, no history), not _snapshot()'s dict.
+    bool segment_list = false;
   };
   std::optional<SnapshotFacts> snapshot;
 };

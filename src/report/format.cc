@@ -1,10 +1,15 @@
 #include "report/format.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 #include <fmt/core.h>
 
@@ -48,13 +53,57 @@ std::string CannotWrite(const std::string& path, int err) {
   return fmt::format("{}: cannot write: {}", path, std::strerror(err));
 }
 
+bool IsFifo(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
+}
+
+// Output device files opened by OpenInPlace before the work, kept open until written (so a pipe's
+// reader, once found, is not sent an end of file by a probe closing it).
+std::map<std::string, std::FILE*>& HeldOpen() {
+  static std::map<std::string, std::FILE*> held;
+  return held;
+}
+
+// Opens an existing device file or pipe for writing without ever blocking: a named pipe with no
+// reader would block open(2) forever (fifo(7)); O_NONBLOCK makes that ENXIO instead, after which
+// the descriptor is made blocking again for the writes. Throws InputError naming `path`.
+std::FILE* OpenInPlace(const std::string& path) {
+  auto it = HeldOpen().find(path);
+  if (it != HeldOpen().end()) {
+    std::FILE* f = it->second;
+    HeldOpen().erase(it);
+    return f;
+  }
+  const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENXIO && IsFifo(path)) {
+      throw InputError(fmt::format(
+          "{}: cannot write: a named pipe (FIFO) with no reader; start its reader first or "
+          "choose a regular file",
+          path));
+    }
+    throw InputError(CannotWrite(path, errno));
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  std::FILE* f = flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0
+                     ? nullptr
+                     : ::fdopen(fd, "wb");
+  if (f == nullptr) {
+    const int err = errno;
+    ::close(fd);
+    throw InputError(CannotWrite(path, err));
+  }
+  return f;
+}
+
 // Writes `content` to `path` directly (stdout, or a device / pipe that must not be replaced).
 void WriteInPlace(const std::string& path, std::string_view content) {
-  std::FILE* f = path == "-" ? stdout : std::fopen(path.c_str(), "wb");
-  if (f == nullptr) throw InputError(CannotWrite(path, errno));
+  std::FILE* f = path == "-" ? stdout : OpenInPlace(path);
   const bool ok = std::fwrite(content.data(), 1, content.size(), f) == content.size();
+  const int write_err = errno;
   const bool closed = path == "-" ? std::fflush(f) == 0 : std::fclose(f) == 0;
-  if (!ok || !closed) throw InputError(CannotWrite(path, errno));
+  if (!ok || !closed) throw InputError(CannotWrite(path, ok ? errno : write_err));
 }
 
 // Writes the temporary file of `path`; returns its name. Throws InputError naming `path`.
@@ -92,7 +141,11 @@ StreamedFile::StreamedFile(std::string path) : path_(std::move(path)) {
     static int counter = 0;
     tmp_ = fmt::format("{}.tmp-memsim-{}", path_, ++counter);
   }
-  f_ = std::fopen(tmp_.empty() ? path_.c_str() : tmp_.c_str(), "wb");
+  if (tmp_.empty()) {
+    f_ = OpenInPlace(path_);
+    return;
+  }
+  f_ = std::fopen(tmp_.c_str(), "wb");
   if (f_ == nullptr) throw InputError(CannotWrite(path_, errno));
 }
 
@@ -116,6 +169,18 @@ void StreamedFile::Close() {
   if (error_ == 0 && !closed) error_ = errno;
   if (error_ != 0) throw InputError(CannotWrite(path_, error_));
 }
+
+namespace {
+
+// "; not written either: a.json, b.csv" for the outputs a failure left unwritten, or "".
+std::string NotWritten(const std::vector<std::pair<std::string, std::string>>& staged) {
+  if (staged.empty()) return "";
+  std::string names;
+  for (const auto& [tmp, path] : staged) names += (names.empty() ? "" : ", ") + path;
+  return fmt::format("; not written either: {}", names);
+}
+
+}  // namespace
 
 void WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>& files,
                           const std::vector<StreamedFile*>& streamed) {
@@ -143,6 +208,16 @@ void WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>
     for (const auto& [tmp, path] : staged) std::remove(tmp.c_str());
     throw;
   }
+  // Device files and pipes are written before any rename, so that one failing (/dev/full)
+  // leaves none of the other outputs behind.
+  try {
+    for (const auto& [path, content] : files) {
+      if (path != "-" && IsSpecialFile(path)) WriteInPlace(path, content);
+    }
+  } catch (const InputError& e) {
+    for (const auto& [tmp, path] : staged) std::remove(tmp.c_str());
+    throw InputError(fmt::format("{}{}", e.what(), NotWritten(staged)));
+  }
   for (const auto& [tmp, path] : staged) {
     if (std::rename(tmp.c_str(), path.c_str()) != 0) {
       const int err = errno;
@@ -152,7 +227,7 @@ void WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>
   }
   for (StreamedFile* f : streamed) f->committed_ = true;
   for (const auto& [path, content] : files) {
-    if (path == "-" || IsSpecialFile(path)) WriteInPlace(path, content);
+    if (path == "-") WriteInPlace(path, content);
   }
   for (StreamedFile* f : streamed) {
     if (f->path() == "-") WriteInPlace("-", f->held_);
@@ -206,7 +281,12 @@ void CheckOutputs(const std::vector<std::string>& outputs, const std::vector<std
       }
     }
     seen.push_back(out);
-    if (!IsSpecialFile(out)) ProbeWritable(out);
+    if (IsFifo(out)) {
+      // Found now, before the work, rather than blocking or failing after it.
+      if (HeldOpen().count(out) == 0) HeldOpen().emplace(out, OpenInPlace(out));
+    } else if (!IsSpecialFile(out)) {
+      ProbeWritable(out);
+    }
   }
 }
 

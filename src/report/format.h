@@ -25,12 +25,14 @@ std::string HumanBytes(Bytes bytes);
 
 // Writes several files all or nothing: every content goes to its temporary file first (in the
 // target's directory); only when all of them were written are they renamed into place, so no
-// half-written file is ever left behind. "-" writes to standard output; an existing path that is
-// not a regular file (/dev/null, a pipe) is written in place, never replaced. On failure no
-// target is touched and the temporaries are removed; throws InputError naming the first path
-// that could not be written (a directory, a missing folder, no permission), or a path named
-// twice. (A rename failing after others succeeded is not rolled back; renames
-// within one directory fail only if the directory changes meanwhile.)
+// half-written file is ever left behind. "-" writes to standard output (last); an existing path
+// that is not a regular file (/dev/null, a pipe) is written in place, never replaced, and
+// before any rename, opened without blocking (a named pipe with no reader is an error, not a
+// hang). On failure no target is touched and the temporaries are removed; throws InputError
+// naming the first path that could not be written (a directory, a missing folder, no
+// permission, /dev/full) and the regular outputs left unwritten because of it ("; not written
+// either: r.json"), or a path named twice. (A rename failing after others succeeded is not
+// rolled back; renames within one directory fail only if the directory changes meanwhile.)
 void WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>& files);
 
 // An output written piece by piece while the work runs (a full-resolution timeline), so it is
@@ -73,9 +75,10 @@ void WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>
 // Checks, before any work, that every output path ("" entries are skipped) can be written as
 // WriteFilesAtomically will write it, and that none is one of `inputs` or names a file twice.
 // Files are compared by identity (std::filesystem::equivalent), so "./c.json", a hard link or
-// a symlink to c.json all count as c.json. Throws InputError naming the output:
-// "<out>: is also the input <in>; choose another output file" or "<out>: cannot write: <why>".
-// Writes nothing: the probe file it creates is removed at once.
+// a symlink to c.json all count as c.json. A named pipe is opened here, without blocking, and
+// held open until written: one with no reader fails now rather than after the work. Throws
+// InputError naming the output: "<out>: is also the input <in>; choose another output file" or
+// "<out>: cannot write: <why>". Writes nothing: the probe file it creates is removed at once.
 void CheckOutputs(const std::vector<std::string>& outputs, const std::vector<std::string>& inputs);
 
 }  // namespace memsim::report

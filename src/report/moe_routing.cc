@@ -7,6 +7,7 @@
 #include "core/units.h"
 #include "engine/recorder.h"
 #include "engine/simulator.h"
+#include "engine/stages.h"
 #include "workload/build.h"
 
 namespace memsim::report {
@@ -57,7 +58,10 @@ std::string FormatMoeRouting(const config::Setup& setup, const engine::RunResult
   if (setup.model.num_experts <= 1) return "";
   const double f = setup.training.moe_imbalance_factor;
   const bool balanced = f <= 1.0;
-  config::Setup other = setup;
+  // The iterations `run` simulated, not train_iters: a long run's later iterations repeat the
+  // simulated ones (engine/stages.h), and the other distribution changes the sizes of the
+  // dispatcher's buffers, not the ops, so its peaks are over the same iterations the table shows.
+  config::Setup other = engine::SimulatedSetup(setup, run);
   other.training.moe_imbalance_factor = balanced ? ComparedImbalance(setup) : 1.0;
   const int stage = run.reported_stage;
   const Peaks shown = PeaksOf(run.Reported());

@@ -18,7 +18,8 @@ double ComparedImbalance(const config::Setup& setup);
 
 // "MoE routing: ..." lines (two): `run` ran at setup.training.moe_imbalance_factor; the
 // reported stage runs once more under the other distribution (balanced when the config's
-// factor is above 1, else ComparedImbalance). "" for a dense model. `usable_memory_bytes`:
+// factor is above 1, else ComparedImbalance), over the iterations `run` simulated
+// (engine::SimulatedSetup), so a long run costs no more than its simulated iterations. "" for a dense model. `usable_memory_bytes`:
 // --capacity, as for `run`.
 std::string FormatMoeRouting(const config::Setup& setup, const engine::RunResult& run,
                              std::optional<Bytes> usable_memory_bytes);

@@ -365,19 +365,79 @@ std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& s
   return out;
 }
 
+namespace {
+
+// Appends `detail` (lines joined by '\n') to `out`, each line wrapped at `width`: after a ", "
+// if one fits, else at the last space that fits (never inside a word).
+void AppendWrapped(const std::string& detail, int width, std::string* out) {
+  size_t line_start = 0;
+  while (line_start < detail.size()) {
+    size_t end = detail.find('\n', line_start);
+    if (end == std::string::npos) end = detail.size();
+    std::string line = detail.substr(line_start, end - line_start);
+    while (static_cast<int>(line.size()) > width) {
+      size_t keep = 0, skip = 0;
+      size_t cut = line.rfind(", ", static_cast<size_t>(width) - 1);
+      if (cut != std::string::npos && cut >= 8) {
+        keep = cut + 1, skip = cut + 2;
+      } else if (cut = line.rfind(' ', static_cast<size_t>(width));
+                 cut != std::string::npos && cut >= 8) {
+        keep = cut, skip = cut + 1;
+      } else {
+        keep = skip = static_cast<size_t>(width);
+      }
+      *out += line.substr(0, keep) + "\n";
+      line = "        " + line.substr(std::min(skip, line.size()));
+    }
+    if (!line.empty()) *out += line + "\n";
+    line_start = end + 1;
+  }
+}
+
+// The columns of a table row after the iteration's name.
+std::string TableColumns(const timeline::SpanSummary& s, const timeline::SpanSummary* prev) {
+  return fmt::format(" {:>11} {:>10} {:>9} {:>7} {:>6} {:>6}  {}", GiB(s.peak_allocated_bytes),
+                     GiB(s.peak_reserved_bytes), GiB(s.peak_device_bytes),
+                     GiB(s.start_allocated_bytes), GiB(s.end_allocated_bytes),
+                     prev ? SignedGiB(s.peak_allocated_bytes - prev->peak_allocated_bytes) : "",
+                     PeakWhere(s));
+}
+
+// True iff iteration `s` prints as `prev` did and changes nothing: the same columns, no change
+// at the like-for-like peak, nothing kept after it.
+bool RepeatsRow(const timeline::SpanSummary& prev, const timeline::SpanSummary& s) {
+  if (prev.iteration == 0 || s.end_allocated_bytes != s.start_allocated_bytes) return false;
+  const PeakComparison c = CompareAtSameMoment(prev, s);
+  return c.against_previous && c.before == c.after && c.reserved_change_bytes == 0 &&
+         s.peak_allocated_bytes == prev.peak_allocated_bytes &&
+         s.peak_reserved_bytes == prev.peak_reserved_bytes &&
+         s.peak_device_bytes == prev.peak_device_bytes &&
+         s.start_allocated_bytes == prev.start_allocated_bytes && s.peak_phase == prev.peak_phase;
+}
+
+}  // namespace
+
 std::string FormatIterationTable(const engine::RunResult& run, int width) {
-  const engine::StageResult& stage = run.Reported();
+  const std::vector<timeline::SpanSummary>& spans = run.Reported().spans;
   std::string out;
   out += "iter  peak alloc  peak resv  peak dev   start    end  dpeak  peak at\n";
   out += "      ----------------------- GiB -------------------------\n";
-  const timeline::SpanSummary* prev = nullptr;
-  for (const timeline::SpanSummary& s : stage.spans) {
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const timeline::SpanSummary& s = spans[i];
+    const timeline::SpanSummary* prev = i > 0 ? &spans[i - 1] : nullptr;
+    // kMinRepeatedRows or more iterations in a row that repeat the one before them: one line.
+    size_t last = i;
+    while (prev != nullptr && last < spans.size() && RepeatsRow(spans[last - 1], spans[last])) {
+      ++last;
+    }
+    if (last - i >= kMinRepeatedRows) {
+      out += fmt::format("{:>4}..{}: {} iterations, each as iteration {} (no change)\n",
+                         s.iteration, spans[last - 1].iteration, last - i, prev->iteration);
+      i = last - 1;
+      continue;
+    }
     const std::string name = s.iteration == 0 ? "init" : fmt::format("{:>4}", s.iteration);
-    out += fmt::format(
-        "{:<4} {:>11} {:>10} {:>9} {:>7} {:>6} {:>6}  {}\n", name, GiB(s.peak_allocated_bytes),
-        GiB(s.peak_reserved_bytes), GiB(s.peak_device_bytes), GiB(s.start_allocated_bytes),
-        GiB(s.end_allocated_bytes),
-        prev ? SignedGiB(s.peak_allocated_bytes - prev->peak_allocated_bytes) : "", PeakWhere(s));
+    out += fmt::format("{:<4}{}\n", name, TableColumns(s, prev));
     std::string detail;
     if (prev) detail = LikeForLike(*prev, s);
     if (s.end_allocated_bytes != s.start_allocated_bytes && s.iteration > 0) {
@@ -385,31 +445,7 @@ std::string FormatIterationTable(const engine::RunResult& run, int width) {
       detail += fmt::format("      kept after the iteration: {}",
                             CategoryDelta(s.start_by_category, s.end_by_category));
     }
-    // Wrap long detail lines at `width`.
-    size_t line_start = 0;
-    while (line_start < detail.size()) {
-      size_t end = detail.find('\n', line_start);
-      if (end == std::string::npos) end = detail.size();
-      std::string line = detail.substr(line_start, end - line_start);
-      while (static_cast<int>(line.size()) > width) {
-        // After a ", " if one fits, else at the last space that fits (never inside a word).
-        size_t keep = 0, skip = 0;
-        size_t cut = line.rfind(", ", static_cast<size_t>(width) - 1);
-        if (cut != std::string::npos && cut >= 8) {
-          keep = cut + 1, skip = cut + 2;
-        } else if (cut = line.rfind(' ', static_cast<size_t>(width));
-                   cut != std::string::npos && cut >= 8) {
-          keep = cut, skip = cut + 1;
-        } else {
-          keep = skip = static_cast<size_t>(width);
-        }
-        out += line.substr(0, keep) + "\n";
-        line = "        " + line.substr(std::min(skip, line.size()));
-      }
-      if (!line.empty()) out += line + "\n";
-      line_start = end + 1;
-    }
-    prev = &s;
+    AppendWrapped(detail, width, &out);
   }
   return out;
 }

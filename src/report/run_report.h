@@ -3,6 +3,7 @@
 // results to text; the CLI writes them. (`run --csv` is an export: export/exports.h.)
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -29,8 +30,14 @@ struct PeakComparison {
 PeakComparison CompareAtSameMoment(const timeline::SpanSummary& prev,
                                    const timeline::SpanSummary& span);
 
+// Iterations in a row that repeat the one before them (the same columns, no change at the
+// like-for-like peak, nothing kept) are printed as one line when there are at least this many:
+// "   5..34: 30 iterations, each as iteration 4 (no change)".
+inline constexpr size_t kMinRepeatedRows = 3;
+
 // One line of text per iteration of the reported stage plus the change from the previous span by
-// category, fitting `width` columns (80 or more).
+// category, fitting `width` columns (80 or more); kMinRepeatedRows or more repeated iterations
+// in a row share one line.
 std::string FormatIterationTable(const engine::RunResult& run, int width);
 
 // The line Megatron's report_memory would print after each iteration of the reported stage

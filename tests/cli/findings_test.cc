@@ -173,8 +173,8 @@ TEST_CASE("findings: config errors name the field and the --set text", "[cli][fi
   CheckNoSanitizerReport(r);
   CHECK(r.exit_code == 2);
   CHECK(r.err == "memsim validate: " + path +
-                     ": /training/seq_length: number out of range, expected a value such as "
-                     "4096\n");
+                     ": /training/seq_length: out of range for a number: beyond the largest "
+                     "64-bit float, about 1.8e308 (IEEE 754 binary64)\n");
   // Errors inside a --set value name the --set text, not the embedded default config.
   r = RunMemsim(dir, "validate --set 'allocator.roundup_power2_divisions={\"64\":3}'");
   CHECK(r.exit_code == 2);

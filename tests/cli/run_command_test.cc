@@ -1,4 +1,6 @@
 // `memsim run` and `memsim dump-program` end to end: exit codes, files, and bad input.
+#include <sys/stat.h>
+
 #include <catch2/catch.hpp>
 
 #include "cli/cli_test_util.h"
@@ -89,6 +91,63 @@ TEST_CASE("memsim run: bad input exits 2 with one message and leaves no file", "
     CHECK(r.err.find(std::string(option) + ": expected a path or a name, got an empty string") !=
           std::string::npos);
   }
+}
+
+TEST_CASE("memsim run: an output that cannot be written leaves no other output behind", "[cli]") {
+  ScratchDir dir("run");
+  // /dev/full accepts open(2) and fails every write with ENOSPC (null(4)); the JSON, a regular
+  // file, must then not appear, and the message says it was not written.
+  auto r = RunMemsim(dir, "run --no-chart --html /dev/full --json ok.json");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.rfind("memsim run: /dev/full: cannot write: ", 0) == 0);
+  CHECK(r.err.find("; not written either: ok.json\n") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK(r.out.empty());
+  CHECK_FALSE(std::filesystem::exists(dir.path() / "ok.json"));
+  CHECK_FALSE(std::filesystem::exists(dir.path() / "ok.json.tmp-memsim"));
+  // /dev/null is written in place and the regular output is written too.
+  r = RunMemsim(dir, "run --no-chart --html /dev/null --json ok.json");
+  CHECK(r.exit_code == 0);
+  CHECK(std::filesystem::exists(dir.path() / "ok.json"));
+}
+
+TEST_CASE("memsim run: a named pipe with no reader is refused at once, not waited on", "[cli]") {
+  ScratchDir dir("run");
+  const std::filesystem::path fifo = dir.path() / "out.fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // timeout(1) turns a hang (the defect: open(2) of a FIFO blocks until a reader comes) into
+  // exit 124 rather than a stuck test.
+  const std::string err = dir.path().string() + ".fifo-err";
+  for (const std::string flag : {"--json", "--csv"}) {
+    const std::string cmd = "cd '" + dir.path().string() + "' && timeout 60 '" MEMSIM_BINARY
+                            "' run --no-chart " + flag + " out.fifo 2> '" + err + "'";
+    const int status = std::system(cmd.c_str());
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 2);
+    CHECK(ReadAll(err) == "memsim run: out.fifo: cannot write: a named pipe (FIFO) with no "
+                          "reader; start its reader first or choose a regular file\n");
+  }
+  std::filesystem::remove(err);
+}
+
+TEST_CASE("memsim run: --snapshot-iterations names the snapshot's window and says what it left",
+          "[cli]") {
+  ScratchDir dir("run");
+  auto r = RunMemsim(dir, "run --set training.global_batch_size=16 --iterations 3 --no-chart "
+                          "--snapshot s.pickle --snapshot-iterations 1");
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("--snapshot s.pickle: init and iterations 1..1 of the 3 simulated: ") !=
+        std::string::npos);
+  CHECK(r.out.find("--snapshot-iterations N names the window (0: every iteration)\n") !=
+        std::string::npos);
+  CHECK(RunMemsim(dir, "replay s.pickle --backend npu").exit_code == 0);
+  // The whole short run fits the default window: nothing left out, nothing said.
+  r = RunMemsim(dir, "run --set training.global_batch_size=16 --iterations 3 --no-chart "
+                     "--snapshot s.pickle");
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("--snapshot s.pickle:") == std::string::npos);
+  r = RunMemsim(dir, "run --no-chart --snapshot s.pickle --snapshot-iterations -1");
+  CHECK(r.exit_code == 2);
 }
 
 TEST_CASE("memsim run: --set takes one KEY=VALUE each time, the config may follow it", "[cli]") {

@@ -342,6 +342,35 @@ TEST_CASE("hf-trainer: adapter_config errors", "[config][hf]") {
                  "{\"r\": 8, \"target_modules\": \"all-linear\", \"use_dora\": true}}}")));
 }
 
+// PEFT's save_pretrained writes a folder holding adapter_config.json (peft/config.py
+// PeftConfigMixin.from_pretrained reads os.path.join(path, CONFIG_NAME)): the folder is read as
+// that file; a folder without it, or a path that is not there, says why it cannot be read.
+TEST_CASE("hf-trainer: adapter_config naming a folder reads its adapter_config.json",
+          "[config][hf]") {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("memsim_hf_trainer_test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "saved_adapter");
+  std::filesystem::create_directories(dir / "empty_adapter");
+  Write("saved_adapter/adapter_config.json",
+        "{\"peft_type\": \"LORA\", \"r\": 8, \"target_modules\": [\"q_proj\"]}");
+  const auto config = [](const std::string& name, const std::string& ref) {
+    return Write(name, "{\"model\": \"llama3-8b\", \"device\": \"rtx-4090-24g\", \"training\": "
+                       "{\"framework\": \"hf-trainer\", \"max_seq_length\": 512, "
+                       "\"adapter_config\": \"" + ref + "\"}}");
+  };
+  CHECK(HfTrainerOf(LoadSetup(config("ad1.json", "saved_adapter"), {}).training).lora_r == 8);
+  const std::string empty = config("ad2.json", "empty_adapter");
+  CHECK(ErrorOf(empty) == empty + ": /training/adapter_config: cannot read the "
+                                  "adapter_config.json: '" + (dir / "empty_adapter").string() +
+                                  "' is a directory and its adapter_config.json cannot be read: "
+                                  "No such file or directory");
+  const std::string missing = config("ad3.json", "no_such_adapter.json");
+  CHECK(ErrorOf(missing) == missing + ": /training/adapter_config: cannot read the "
+                                      "adapter_config.json '" +
+                                      (dir / "no_such_adapter.json").string() +
+                                      "': No such file or directory");
+}
+
 // The whole run builds and simulates (no check of the numbers here; see the decoder-layer test).
 TEST_CASE("hf-trainer: a LoRA run builds", "[config][hf]") {
   const Setup s = LoadSetup(Llama8b("r1.json", ", \"max_steps\": 2, \"gradient_checkpointing\": true"), {});

@@ -639,6 +639,25 @@ TEST_CASE("a config.json given as the training config gets a hint to use --model
 }
 
 
+// A device preset (configs/devices/*.json) where the training config is expected says so,
+// rather than "/allocator_backend: unknown key".
+TEST_CASE("a device preset given as the training config gets a hint to use --device",
+          "[config]") {
+  const std::string path = TempFile("preset.json", R"({"name": "x", "allocator_backend": "cuda",
+      "total_memory_bytes": 85899345920})");
+  CHECK(ErrorOf(path) == path + ": a device preset (it has \"allocator_backend\"), not a training "
+                                "config; give it with --device " + path +
+                                " and a training config");
+}
+
+// A literal beyond a double's range (JSON allows any exponent; nlohmann refuses to round it to
+// infinity) is out of range for a number, whatever the key.
+TEST_CASE("a JSON number beyond a double's range is named as such", "[config]") {
+  const std::string path = InlineConfig("wd.json", "\"llama2-7b\"", R"("weight_decay": 1e400)");
+  CHECK(ErrorOf(path) == path + ": /training/weight_decay: out of range for a number: beyond the "
+                                "largest 64-bit float, about 1.8e308 (IEEE 754 binary64)");
+}
+
 // tryout8 #3: `memsim check memsim/*.json` (docs/ci.md) also globs the adapter_config.json and
 // the TrainingArguments JSON that the training configs name beside them; each says what it is
 // and where it belongs rather than "unknown key".

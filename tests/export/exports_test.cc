@@ -187,6 +187,55 @@ TEST_CASE("exports: the HTML report holds no URL and inlines uPlot", "[export]")
   CHECK(html.find("The MIT License") != std::string::npos);
 }
 
+// Both charts (the curves and the stacked categories) draw a mark at every iteration's start:
+// the hook is on the options they share, and each span's start reaches the page.
+TEST_CASE("exports: the HTML report marks where each iteration starts on every chart",
+          "[export]") {
+  const Default& d = DefaultRun();
+  HtmlInput input;
+  input.title = "default";
+  input.stages = {d.detail};
+  const std::string html = HtmlReport(input);
+  CHECK(html.find("draw: [iterationMarks(stage)]") != std::string::npos);
+  CHECK(html.find("const common = {") < html.find("draw: [iterationMarks(stage)]"));
+  CHECK(html.find("...common, title: \"allocated, reserved") != std::string::npos);
+  CHECK(html.find("...common, title: \"allocated by category") != std::string::npos);
+  size_t starts = 0;
+  for (size_t at = html.find("\"start_ms\":"); at != std::string::npos;
+       at = html.find("\"start_ms\":", at + 1)) {
+    ++starts;
+  }
+  CHECK(starts == d.detail.spans.size());  // init and 3 iterations
+}
+
+// The snapshot window: init and iterations 1..N. The kept entries are those before iteration
+// N + 1's start; the segments are the state after them, so the pickle replays to the simulated
+// state at that moment.
+TEST_CASE("exports: a snapshot window keeps init and the first iterations", "[export]") {
+  const Default& d = DefaultRun();  // 3 iterations
+  REQUIRE(d.detail.spans.size() == 4);
+  const size_t all = d.detail.allocator_events.size();
+  CHECK(SnapshotEventsKept(d.detail, 0) == all);
+  CHECK(SnapshotEventsKept(d.detail, 3) == all);
+  CHECK(SnapshotEventsKept(d.detail, 5) == all);
+  const size_t one = SnapshotEventsKept(d.detail, 1);
+  const size_t two = SnapshotEventsKept(d.detail, 2);
+  CHECK(one < two);
+  CHECK(two < all);
+  // Every kept event is before iteration 2's start, the next one at or after it.
+  const timeline::SpanSummary& it2 = d.detail.spans[2];
+  REQUIRE(it2.iteration == 2);
+  CHECK(d.detail.allocator_events[one - 1].time_us < it2.start_time_us);
+  CHECK(d.detail.allocator_events[one].time_us >= it2.start_time_us);
+  // A short run fits the default budget whole.
+  REQUIRE(all <= kSnapshotEntryBudget);
+  CHECK(DefaultSnapshotIterations(d.detail) == 0);
+  const replay::Trace trace =
+      replay::ParseTrace(MemorySnapshotPickle(d.detail, 1), "window.pickle", 0);
+  CHECK(trace.records.size() <= one);
+  CHECK(trace.snapshot->entries == static_cast<std::int64_t>(one));
+}
+
 }  // namespace
 }  // namespace memsim::exports
 

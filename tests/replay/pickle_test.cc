@@ -156,5 +156,68 @@ TEST_CASE("pickle: compare's snapshot importer reads the fixtures as their JSON 
   }
 }
 
+
+// A pickle whose top value is a list: torch.cuda.memory_snapshot() (a bare list of segments).
+// The bytes are pickle.dumps(value, protocol=4) (pickletools.dis gives the opcodes): PROTO 4,
+// FRAME, EMPTY_LIST, MEMOIZE, ... APPEND, STOP.
+const std::string kPickledSegmentList(
+    "\x80\x04\x95<\x00\x00\x00\x00\x00\x00\x00]\x94}\x94(\x8c\x06" "device\x94K\x00\x8c\x07"
+    "address\x94K\x00\x8c\ntotal_size\x94J\x00\x00 \x00\x8c\x06" "blocks\x94]\x94ua.",
+    71);  // [{"device": 0, "address": 0, "total_size": 2097152, "blocks": []}]
+const std::string kPickledIntList("\x80\x04\x95\t\x00\x00\x00\x00\x00\x00\x00]\x94(K\x01K\x02" "e.",
+                                  20);  // [1, 2]
+
+TEST_CASE("pickle: compare detects a protocol-4 pickle whose top value is a list of segments",
+          "[replay][pickle]") {
+  REQUIRE(kPickledSegmentList.size() == 71);
+  REQUIRE(kPickledSegmentList.back() == '.');
+  const profile::Detection d =
+      profile::DetectFormatFromContent("segments.pickle", kPickledSegmentList);
+  CHECK(d.format == profile::Format::kTorchSnapshot);
+  CHECK(d.reason == "pickle with total_size (memory snapshot: a list of segments)");
+  // A pickled list that is no snapshot is named a pickle, not an unknown format.
+  memsim::testing::ScratchDir dir("pickle");
+  const std::string path = dir.Write("ints.pickle", kPickledIntList).string();
+  std::string error;
+  try {
+    profile::DetectFormat(path);
+  } catch (const InputError& e) {
+    error = e.what();
+  }
+  CHECK(error == path +
+                     ": a Python pickle, but not a memory snapshot: no 'segments', "
+                     "'device_traces' or 'total_size' in its first bytes "
+                     "(torch.cuda.memory._snapshot() pickles a dict with segments and "
+                     "device_traces; torch.cuda.memory_snapshot() a list of segments)");
+}
+
+TEST_CASE("pickle: replay of a pickled list of segments says it holds no history",
+          "[replay][pickle]") {
+  memsim::testing::ScratchDir dir("pickle");
+  dir.Write("segments.pickle", kPickledSegmentList);
+  dir.Write("empty.pickle", std::string("\x80\x04]\x94.", 5));  // pickle.dumps([], 4)
+  for (const char* name : {"segments.pickle", "empty.pickle"}) {
+    CAPTURE(name);
+    const auto r = memsim::testing::RunMemsim(dir, std::string("replay ") + name);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err == std::string("memsim replay: ") + name +
+                       ": nothing to replay: a list of segments (torch.cuda.memory_snapshot(): "
+                       "the allocator's state at one moment, no history of allocations); record "
+                       "one with torch.cuda.memory._record_memory_history() and save "
+                       "torch.cuda.memory._snapshot()\n");
+  }
+  // A dict with no device_traces: no allocator events either.
+  // pickle.dumps({"segments": []}, 4)
+  dir.Write("dict.pickle", std::string("\x80\x04\x95\x11\x00\x00\x00\x00\x00\x00\x00}\x94\x8c\x08"
+                                       "segments\x94]\x94s.",
+                                       28));
+  const auto r = memsim::testing::RunMemsim(dir, "replay dict.pickle");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "memsim replay: dict.pickle: nothing to replay: a memory snapshot with no "
+                 "allocator events (no device_traces entries for the device); record one with "
+                 "torch.cuda.memory._record_memory_history() and save "
+                 "torch.cuda.memory._snapshot()\n");
+}
+
 }  // namespace
 }  // namespace memsim

@@ -123,5 +123,44 @@ TEST_CASE("a phase peak is the maximum of allocated over that phase's samples", 
   }
 }
 
+// A run whose iterations repeat without a steady state being declared (issue 32: 34 rows seen)
+// prints kMinRepeatedRows or more repeated rows as one line. The spans are the default run's
+// init, 1 and 2, then copies of iteration 2 renumbered: each copy prints as iteration 2 did, with
+// no change at the like-for-like peak and nothing kept.
+TEST_CASE("repeated iteration rows of the table are summarised in one line", "[report]") {
+  config::LoadOptions load;
+  load.iterations = 2;
+  const config::Setup setup = config::LoadSetup("", load);
+  engine::RunOptions options;
+  options.keep_timeline = false;
+  engine::RunResult run = engine::RunAllStages(setup, options);
+  std::vector<timeline::SpanSummary>& spans = run.stages[run.reported_stage].spans;
+  REQUIRE(spans.size() == 3);
+  REQUIRE(spans[2].start_allocated_bytes == spans[2].end_allocated_bytes);
+  const timeline::SpanSummary two = spans[2];
+  const auto repeat_to = [&](int last) {
+    spans.resize(3);
+    for (int k = 3; k <= last; ++k) {
+      spans.push_back(two);
+      spans.back().iteration = k;
+    }
+    return report::FormatIterationTable(run, 80);
+  };
+  // Iterations 3..34: 32 rows as iteration 2.
+  const std::string many = repeat_to(34);
+  INFO(many);
+  CHECK(many.find("   3..34: 32 iterations, each as iteration 2 (no change)\n") !=
+        std::string::npos);
+  CHECK(many.find("\n   3 ") == std::string::npos);
+  CHECK(many.find("\n   2 ") != std::string::npos);
+  // Two repeated rows (fewer than kMinRepeatedRows) are printed as they are.
+  static_assert(report::kMinRepeatedRows == 3);
+  const std::string few = repeat_to(4);
+  INFO(few);
+  CHECK(few.find("iterations, each as") == std::string::npos);
+  CHECK(few.find("\n   3 ") != std::string::npos);
+  CHECK(few.find("\n   4 ") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace memsim
