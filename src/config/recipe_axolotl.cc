@@ -121,6 +121,14 @@ void AxolotlQuantization(RecipeReader& r, const std::string& adapter, const std:
   } else if (adapter == "lora" && eight) {
     r.Set("quantization_config/load_in_8bit", true, r.At("load_in_8bit"));
     r.Assume("lora with load_in_8bit: bitsandbytes LLM.int8 weights (axolotl loaders/model.py)");
+  }
+  if ((adapter == "qlora" && four) || (adapter == "lora" && eight)) {
+    // loaders/model.py _prepare_model_for_quantization: peft's prepare_model_for_kbit_training
+    // casts every 16-bit parameter that is not quantised to fp32; the embedding modules are cast
+    // back to torch_dtype afterwards (_convert_embedding_modules_dtype), the norms stay fp32.
+    r.Warn(fmt::format("{}: {} runs prepare_model_for_kbit_training: the norm weights are kept in "
+                       "fp32 (a few MiB; memsim low by that)",
+                       r.At("adapter"), r.tool()));
   } else if (four || eight) {
     r.Warn(fmt::format("{}: {} quantises only with adapter qlora (4 bits) or lora (8 bits); the "
                        "weights stay {}",
