@@ -34,7 +34,7 @@ int Dump(const DumpArgs& a) {
 
 Action AddDumpProgramCommand(CLI::App& sub) {
   auto a = std::make_shared<DumpArgs>();
-  sub.add_option("config", a->config, "training config (JSON); the embedded default if omitted");
+  sub.add_option("config", a->config, "training config (JSON) or fine-tuning recipe (LLaMA-Factory, axolotl, TRL YAML); the embedded default if omitted");
   AddConfigOptions(sub, a->load, /*with_iterations=*/true);
   sub.add_option("--pipeline-rank", a->pipeline_rank, "the pipeline stage to print (default 0)")
       ->check(NotSentinel);

@@ -67,7 +67,7 @@ int Explain(const ExplainArgs& a) {
 
 Action AddExplainCommand(CLI::App& sub) {
   auto a = std::make_shared<ExplainArgs>();
-  sub.add_option("config", a->config, "training config (JSON); the embedded default if omitted");
+  sub.add_option("config", a->config, "training config (JSON) or fine-tuning recipe (LLaMA-Factory, axolotl, TRL YAML); the embedded default if omitted");
   AddConfigOptions(sub, a->load, /*with_iterations=*/true);
   sub.add_option("--pipeline-rank", a->pipeline_rank,
                  "explain this pipeline stage (default: the one `run` reports)")

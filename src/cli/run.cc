@@ -183,7 +183,7 @@ int Run(const RunArgs& a) {
 
 Action AddRunCommand(CLI::App& sub) {
   auto a = std::make_shared<RunArgs>();
-  sub.add_option("config", a->config, "training config (JSON); the embedded default if omitted");
+  sub.add_option("config", a->config, "training config (JSON) or fine-tuning recipe (LLaMA-Factory, axolotl, TRL YAML); the embedded default if omitted");
   AddConfigOptions(sub, a->load, /*with_iterations=*/true);
   sub.add_option("--pipeline-rank", a->pipeline_rank,
                  "report this pipeline stage (default: the worst)")

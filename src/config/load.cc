@@ -19,6 +19,7 @@
 #include "config/moe.h"
 #include "config/origin.h"
 #include "config/parts.h"
+#include "config/recipe.h"
 #include "config/reader.h"
 #include "config/rules.h"
 #include "config/stack.h"
@@ -296,6 +297,8 @@ Json ParseConfig(const Document& config, const LoadOptions& options, Source* sou
 
 Setup LoadSetupUnguarded(const std::string& config_path, const LoadOptions& options) {
   const Document config = internal::ReadConfigDocument(config_path, options.use_embedded_default);
+  // A LLaMA-Factory, axolotl or TRL recipe (*.yaml, *.yml) is translated first (recipe.h).
+  if (internal::IsYamlRecipe(config)) return internal::LoadRecipe(config, options);
   Source source{config.label, {}};
   const Json root = ParseConfig(config, options, &source);
   return internal::LoadParsedConfig(config, root, source, options);

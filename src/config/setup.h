@@ -448,6 +448,11 @@ struct Setup {
   // "<script> (Megatron arguments)" for a model built from a launch's arguments
   // (megatron_args.h; config::ModelName).
   std::string model_label;
+  // Read from a fine-tuning recipe (config/recipe.h): first which tool's recipe at which release
+  // ("an axolotl v0.18.0 recipe"), then one line per thing assumed (a tool default taken, the
+  // model found in the HF cache, ...); empty for a memsim training config. The run report
+  // prints them.
+  std::vector<std::string> recipe;
   // A training config (JSON text) that reproduces this Setup when read from any directory
   // (load.h LoadSetup; docs/interfaces.md 'JSON report', input_config).
   std::string reproducing_config;

@@ -163,6 +163,10 @@ json SetupJson(const config::Setup& setup) {
   json j;
   j["config_path"] = setup.config_path;
   j["model_path"] = setup.model_path;
+  if (!setup.recipe.empty()) {  // a fine-tuning recipe (config/recipe.h): its tool and assumptions
+    j["recipe"] = {{"read_as", setup.recipe.front()},
+                   {"assumed", std::vector<std::string>(setup.recipe.begin() + 1, setup.recipe.end())}};
+  }
   j["model"] = {{"model_type", m.model_type},
                 {"hidden_size", m.hidden_size},
                 {"intermediate_size", m.intermediate_size},
@@ -294,6 +298,14 @@ std::string FormatLongRun(const engine::RunResult& run) {
       run.simulated_iterations, run.train_iters);
 }
 
+// The tool whose recipe was read and what was assumed (config/recipe.h), or "".
+std::string RecipeLines(const config::Setup& setup) {
+  if (setup.recipe.empty()) return "";
+  std::string out = fmt::format("  read as: {}\n", setup.recipe.front());
+  for (size_t i = 1; i < setup.recipe.size(); ++i) out += fmt::format("    assumed: {}\n", setup.recipe[i]);
+  return out;
+}
+
 std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& setup) {
   const config::TrainingConfig& t = setup.training;
   const config::StackTraits& stack = config::StackOf(t).Traits();
@@ -322,6 +334,7 @@ std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& s
                                                  : "Adam",
       OptimizerDetail(t), RecomputeDetail(t));
   out += SkippedStepsLines(t);
+  out += RecipeLines(setup);
   const engine::StageResult& stage = run.Reported();
   const workload::ParameterCounts counts = workload::TotalParameterCounts(setup);
   out += fmt::format("  parameters: {} total, {} on this rank", ParameterCount(counts.total),
