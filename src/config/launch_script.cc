@@ -489,6 +489,11 @@ bool Glob(std::string_view p, std::string_view s) {
   return pi == p.size();
 }
 
+// The most character comparisons one pattern match may cost (|pattern| x |value|, squared
+// value for ${x%pat}, which tries every cut): memsim's bound, past which the match is "not
+// evaluated" rather than slow.
+constexpr size_t kGlobWork = size_t{1} << 26;
+
 bool HasGlob(std::string_view p) { return p.find_first_of("*?[\\") != std::string_view::npos; }
 
 // ${x%p} ${x%%p} ${x#p} ${x##p}: the shortest / longest matching suffix / prefix removed.
@@ -954,7 +959,7 @@ class ScriptReader {
       const std::string pattern = ExpandString(body.substr(i + (twice ? 2 : 1)), line);
       std::vector<std::string> values = v.value_or(std::vector<std::string>{});
       for (std::string& x : values) {
-        if (x.size() * std::max<size_t>(1, pattern.size()) > (size_t{1} << 20) && HasGlob(pattern)) {
+        if (x.size() * x.size() * std::max<size_t>(1, pattern.size()) > kGlobWork && HasGlob(pattern)) {
           Warn(line, fmt::format("${{{}}} on a value of {} bytes not evaluated; the value taken",
                                  Printable(body, 40), x.size()));
           continue;
@@ -1510,7 +1515,7 @@ class ScriptReader {
       }
       const Word w = ReadWord(false);
       const std::string p = w.fields.empty() ? std::string() : w.fields[0];
-      if (live && !match && p.size() * b.subject.size() > (size_t{1} << 24)) {
+      if (live && !match && p.size() * b.subject.size() > kGlobWork) {
         Warn(w.line, "a 'case' pattern on a long value not evaluated; taken as not matching");
       } else {
         match = match || (live && Glob(p, b.subject));
@@ -1637,6 +1642,11 @@ class ScriptReader {
   Status TestBinary(const std::string& l, const std::string& op, const std::string& r,
                     const TestInput& in) {
     if (op == "=" || op == "==" || op == "!=") {
+      if (in.dbl && HasGlob(r) && r.size() * l.size() > kGlobWork) {
+        Warn(in.line, fmt::format("'{} {} {}' on a long value not evaluated", Printable(l, 30), op,
+                                  Printable(r, 30)));
+        return Status::kUnknown;
+      }
       const bool eq = in.dbl ? Glob(r, l) : l == r;
       return Known(eq == (op != "!="));
     }

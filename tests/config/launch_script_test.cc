@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "config/megatron_args.h"
 #include "core/error.h"
 
 namespace memsim::config {
@@ -230,6 +231,22 @@ TEST_CASE("launch script: an expansion to nothing after a flag leaves a hint", "
   CHECK(l.hints == std::vector<std::string>{
                        "t.sh:2: --num-layers: its value $NL expanded to nothing (NL is empty)",
                        "t.sh:3: --hidden-size: its value $H expanded to nothing (H is not set)"});
+}
+
+TEST_CASE("launch script: an error about a flag's missing value gives the hint", "[launch]") {
+  const MegatronLaunch l = ReadLaunchScript(
+      "t.sh", "NL=\npython pretrain_gpt.py --num-layers $NL --hidden-size 64 --num-attention-heads 4 "
+              "--seq-length 128 --max-position-embeddings 128 --micro-batch-size 1 --vocab-size 1000\n");
+  LoadOptions o;
+  o.device = "h100-80g";
+  std::string error;
+  try {
+    LoadSetupFromMegatron(l, o, {});
+  } catch (const InputError& e) {
+    error = e.what();
+  }
+  CHECK(error == "t.sh:2: --num-layers: expected a value (on that line: --num-layers: its value $NL "
+                 "expanded to nothing (NL is empty))");
 }
 
 TEST_CASE("launch script: arithmetic wraps at 64 bits as bash's does", "[launch]") {
