@@ -6,6 +6,8 @@
 // variables in place, so that reading time is linear in the script's size.
 #include "config/launch_script.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
@@ -18,8 +20,6 @@
 #include <set>
 #include <sstream>
 #include <utility>
-
-#include <fmt/core.h>
 
 #include "config/reader.h"
 #include "core/error.h"
@@ -163,7 +163,6 @@ std::pair<std::string, CharLines> JoinFields(const std::vector<std::string>& fie
   return {text, out};
 }
 
-
 // ---- bash's arithmetic (bash(1) "ARITHMETIC EVALUATION"; bash's expr.c) ----
 // 64-bit integers that wrap as bash's do on every platform it runs launch scripts on: + - * and
 // ** are computed in uint64_t and converted back (C++20 defines that conversion modulo 2^64);
@@ -171,11 +170,12 @@ std::pair<std::string, CharLines> JoinFields(const std::vector<std::string>& fie
 // What bash refuses (division by zero) is an error; what it computes differently by CPU (a shift
 // by 64 or more) or refuses with a message (a negative exponent, an assignment) is "not
 // evaluated". `&&`, `||` and `?:` skip their unused side as bash does.
-class ArithParser {
+class ShellArithParser {
  public:
   enum class Error { kNone, kMissingOperand, kSyntax, kDivisionByZero, kTooDeep };
   // `variable(name, evaluated)` gives a name's value (and warns when it has none, if evaluated).
-  ArithParser(std::string_view e, std::function<std::int64_t(const std::string&, bool)> variable)
+  ShellArithParser(std::string_view e,
+                   std::function<std::int64_t(const std::string&, bool)> variable)
       : e_(e), variable_(std::move(variable)) {}
 
   std::int64_t Run() {
@@ -266,7 +266,7 @@ class ArithParser {
       }
       noeval_ -= skip ? 1 : 0;
       lhs = logical ? static_cast<std::int64_t>(op.text == "&&" ? (lhs != 0 && rhs != 0)
-                                                               : (lhs != 0 || rhs != 0))
+                                                                : (lhs != 0 || rhs != 0))
                     : Apply(op.text, lhs, rhs);
     }
   }
@@ -290,7 +290,7 @@ class ArithParser {
   Error error_ = Error::kNone;
 };
 
-std::int64_t ArithParser::Apply(std::string_view op, std::int64_t a, std::int64_t b) {
+std::int64_t ShellArithParser::Apply(std::string_view op, std::int64_t a, std::int64_t b) {
   const U ua = static_cast<U>(a);
   const U ub = static_cast<U>(b);
   constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
@@ -334,14 +334,14 @@ std::int64_t ArithParser::Apply(std::string_view op, std::int64_t a, std::int64_
   return static_cast<std::int64_t>(ua | ub);  // "|"
 }
 
-std::int64_t ArithParser::Unary() {
+std::int64_t ShellArithParser::Unary() {
   if (!Enter()) return 0;
   const std::int64_t v = UnaryOperand();
   --depth_;
   return v;
 }
 
-std::int64_t ArithParser::UnaryOperand() {
+std::int64_t ShellArithParser::UnaryOperand() {
   Skip();
   if (i_ >= e_.size() || e_[i_] == ')' || e_[i_] == ':' || e_[i_] == ',') {
     Set(Error::kMissingOperand);  // `$((2+))`
@@ -373,7 +373,7 @@ std::int64_t ArithParser::UnaryOperand() {
 }
 
 // A constant: decimal, 0x hex, 0 octal or BASE#digits (2..36), wrapping as bash's does.
-std::int64_t ArithParser::Number() {
+std::int64_t ShellArithParser::Number() {
   U base = 10;
   if (e_[i_] == '0' && i_ + 1 < e_.size() && (e_[i_ + 1] == 'x' || e_[i_ + 1] == 'X')) {
     base = 16;
@@ -396,8 +396,9 @@ std::int64_t ArithParser::Number() {
   size_t digits = 0;
   for (; i_ < e_.size() && IsNameChar(e_[i_]); ++i_, ++digits) {
     const char d = static_cast<char>(std::tolower(static_cast<unsigned char>(e_[i_])));
-    const U x = d >= '0' && d <= '9' ? static_cast<U>(d - '0')
-                : d >= 'a' && d <= 'z' ? static_cast<U>(d - 'a' + 10) : 99;
+    const U x = d >= '0' && d <= '9'   ? static_cast<U>(d - '0')
+                : d >= 'a' && d <= 'z' ? static_cast<U>(d - 'a' + 10)
+                                       : 99;
     if (x >= base) {
       Set(Error::kSyntax);  // "value too great for base"
       return 0;
@@ -408,7 +409,7 @@ std::int64_t ArithParser::Number() {
   return static_cast<std::int64_t>(v);
 }
 
-std::int64_t ArithParser::Name() {
+std::int64_t ShellArithParser::Name() {
   size_t j = i_;
   while (j < e_.size() && IsNameChar(e_[j])) ++j;
   const std::string name(e_.substr(i_, j - i_));
@@ -426,7 +427,7 @@ std::int64_t ArithParser::Name() {
 // ---- glob patterns (bash(1) "Pattern Matching": * ? [...] and \x) ----
 // Whether the bracket expression at p[i] ('[') matches c; i ends past ']'. A '[' without ']'
 // is a literal '['.
-bool GlobBracket(std::string_view p, size_t& i, char c) {
+bool ShellGlobBracket(std::string_view p, size_t& i, char c) {
   size_t j = i + 1;
   const bool negate = j < p.size() && (p[j] == '!' || p[j] == '^');
   if (negate) ++j;
@@ -450,7 +451,7 @@ bool GlobBracket(std::string_view p, size_t& i, char c) {
 
 // Whether `s` matches the whole pattern `p`: the usual greedy match with one backtrack point
 // (the last '*'), O(|p|·|s|).
-bool Glob(std::string_view p, std::string_view s) {
+bool ShellGlob(std::string_view p, std::string_view s) {
   size_t pi = 0;
   size_t si = 0;
   size_t star = std::string_view::npos;
@@ -468,7 +469,7 @@ bool Glob(std::string_view p, std::string_view s) {
         ok = true;
       } else if (p[pi] == '[') {
         next = pi;
-        ok = GlobBracket(p, next, s[si]);
+        ok = ShellGlobBracket(p, next, s[si]);
       } else if (p[pi] == '\\' && pi + 1 < p.size()) {
         ok = p[pi + 1] == s[si];
         next = pi + 2;
@@ -492,20 +493,20 @@ bool Glob(std::string_view p, std::string_view s) {
 // The most character comparisons one pattern match may cost (|pattern| x |value|, squared
 // value for ${x%pat}, which tries every cut): memsim's bound, past which the match is "not
 // evaluated" rather than slow.
-constexpr size_t kGlobWork = size_t{1} << 26;
+constexpr size_t kShellGlobWork = size_t{1} << 26;
 
-bool HasGlob(std::string_view p) { return p.find_first_of("*?[\\") != std::string_view::npos; }
+bool ShellHasGlob(std::string_view p) { return p.find_first_of("*?[\\") != std::string_view::npos; }
 
 // ${x%p} ${x%%p} ${x#p} ${x##p}: the shortest / longest matching suffix / prefix removed.
-std::string Trim(const std::string& s, std::string_view op, std::string_view p) {
+std::string ShellTrim(const std::string& s, std::string_view op, std::string_view p) {
   const bool suffix = op[0] == '%';
   const bool longest = op.size() == 2;
   const size_t n = s.size();
   for (size_t k = 0; k <= n; ++k) {
     const size_t len = longest ? n - k : k;  // the length of the part removed
-    const std::string_view part = suffix ? std::string_view(s).substr(n - len)
-                                         : std::string_view(s).substr(0, len);
-    if (HasGlob(p) ? Glob(p, part) : part == p) {
+    const std::string_view part =
+        suffix ? std::string_view(s).substr(n - len) : std::string_view(s).substr(0, len);
+    if (ShellHasGlob(p) ? ShellGlob(p, part) : part == p) {
       return suffix ? s.substr(0, n - len) : s.substr(len);
     }
   }
@@ -514,16 +515,21 @@ std::string Trim(const std::string& s, std::string_view op, std::string_view p) 
 
 // The status of a command as memsim knows it: true (0), false (1), or unknown (a command it does
 // not run, a test on a file).
-enum class Status { kTrue, kFalse, kUnknown };
-Status Not(Status s) {
-  return s == Status::kUnknown ? s : s == Status::kTrue ? Status::kFalse : Status::kTrue;
+enum class ShellStatus { kTrue, kFalse, kUnknown };
+ShellStatus ShellNot(ShellStatus s) {
+  return s == ShellStatus::kUnknown ? s
+         : s == ShellStatus::kTrue  ? ShellStatus::kFalse
+                                    : ShellStatus::kTrue;
 }
-Status And(Status a, Status b) {
-  if (a == Status::kFalse || b == Status::kFalse) return Status::kFalse;
-  return a == Status::kTrue && b == Status::kTrue ? Status::kTrue : Status::kUnknown;
+ShellStatus ShellAnd(ShellStatus a, ShellStatus b) {
+  if (a == ShellStatus::kFalse || b == ShellStatus::kFalse) return ShellStatus::kFalse;
+  return a == ShellStatus::kTrue && b == ShellStatus::kTrue ? ShellStatus::kTrue
+                                                            : ShellStatus::kUnknown;
 }
-Status Or(Status a, Status b) { return Not(And(Not(a), Not(b))); }
-Status Known(bool b) { return b ? Status::kTrue : Status::kFalse; }
+ShellStatus ShellOr(ShellStatus a, ShellStatus b) {
+  return ShellNot(ShellAnd(ShellNot(a), ShellNot(b)));
+}
+ShellStatus ShellKnown(bool b) { return b ? ShellStatus::kTrue : ShellStatus::kFalse; }
 
 class ScriptReader {
  public:
@@ -539,11 +545,12 @@ class ScriptReader {
       throw InputError(fmt::format(
           "{}: no training command found (expected a line running torchrun, python -m "
           "torch.distributed.run, msrun or python with a pretrain_*.py script){}",
-          out_.label, exit_line_ > 0 ? fmt::format("; the script exits at line {}", exit_line_) : ""));
+          out_.label,
+          exit_line_ > 0 ? fmt::format("; the script exits at line {}", exit_line_) : ""));
     }
     FillWorldFromVariables();
-    for (auto [list, dropped] : {std::pair{&out_.warnings, dropped_warnings_},
-                                 std::pair{&out_.notes, dropped_notes_}}) {
+    for (auto [list, dropped] :
+         {std::pair{&out_.warnings, dropped_warnings_}, std::pair{&out_.notes, dropped_notes_}}) {
       if (dropped > 0) list->push_back(fmt::format("{}: {} more not shown", out_.label, dropped));
     }
     return std::move(out_);
@@ -568,7 +575,7 @@ class ScriptReader {
     bool live = true;  // the code around it ran when it opened
     BlockState state = BlockState::kRun;
     int line = 0;
-    std::string subject;  // case: the word matched
+    std::string subject;   // case: the word matched
     bool matched = false;  // case: an item matched; function: defined (opened in running code)
     std::string name;      // function
     size_t body_start = 0;
@@ -590,7 +597,8 @@ class ScriptReader {
     Nest(ScriptReader& r, int line) : r_(r) {
       if (++r_.depth_ > kLaunchScriptMaxNesting) {
         r_.Fail(line, fmt::format("nested deeper than {} levels (memsim's bound for a launch "
-                                  "script)", kLaunchScriptMaxNesting));
+                                  "script)",
+                                  kLaunchScriptMaxNesting));
       }
     }
     ~Nest() { --r_.depth_; }
@@ -681,7 +689,8 @@ class ScriptReader {
   void Open(Block b) {
     if (blocks_.size() >= static_cast<size_t>(kLaunchScriptMaxNesting)) {
       Fail(b.line, fmt::format("blocks nested deeper than {} levels (memsim's bound for a launch "
-                               "script)", kLaunchScriptMaxNesting));
+                               "script)",
+                               kLaunchScriptMaxNesting));
     }
     blocks_.push_back(std::move(b));
   }
@@ -754,7 +763,8 @@ class ScriptReader {
     return it == vars_.end() ? nullptr : &it->second;
   }
   static bool IsDigits(std::string_view s) {
-    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+    return !s.empty() &&
+           std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
   }
   // A parameter's value: a variable, a positional parameter ($0 the script, $1 ...), $@ $* $#;
   // nullopt when unset (or a script argument the caller did not give).
@@ -886,7 +896,8 @@ class ScriptReader {
 
   // ${...}: NAME, NAME[i], NAME[@], #NAME, then :- - := = :+ + :? ? % %% # ## :off:len.
   std::vector<std::string> Brace(const std::string& body, int line) {
-    if (body.size() > 1 && body[0] == '#' && body != "#-" && body.find_first_of(":-=+?%/") == std::string::npos) {
+    if (body.size() > 1 && body[0] == '#' && body != "#-" &&
+        body.find_first_of(":-=+?%/") == std::string::npos) {
       return BraceLength(body.substr(1), line);
     }
     size_t i = 0;
@@ -901,7 +912,8 @@ class ScriptReader {
     std::string index;
     if (i < body.size() && body[i] == '[' && !name.empty()) {
       const size_t close = body.find(']', i);
-      if (close == std::string::npos) Fail(line, fmt::format("unterminated ${{{}", Printable(body)));
+      if (close == std::string::npos)
+        Fail(line, fmt::format("unterminated ${{{}", Printable(body)));
       index = body.substr(i + 1, close - i - 1);
       i = close + 1;
     }
@@ -953,18 +965,20 @@ class ScriptReader {
       const std::string word = body.substr(i + (colon ? 2 : 1));
       return BraceDefault(name, std::move(v), colon, op, word, line);
     }
-    if (colon) return BraceSubstring(v.value_or(std::vector<std::string>{}), body.substr(i + 1), line);
+    if (colon)
+      return BraceSubstring(v.value_or(std::vector<std::string>{}), body.substr(i + 1), line);
     if (op == '%' || op == '#') {
       const bool twice = i + 1 < body.size() && body[i + 1] == op;
       const std::string pattern = ExpandString(body.substr(i + (twice ? 2 : 1)), line);
       std::vector<std::string> values = v.value_or(std::vector<std::string>{});
       for (std::string& x : values) {
-        if (x.size() * x.size() * std::max<size_t>(1, pattern.size()) > kGlobWork && HasGlob(pattern)) {
+        if (x.size() * x.size() * std::max<size_t>(1, pattern.size()) > kShellGlobWork &&
+            ShellHasGlob(pattern)) {
           Warn(line, fmt::format("${{{}}} on a value of {} bytes not evaluated; the value taken",
                                  Printable(body, 40), x.size()));
           continue;
         }
-        x = Trim(x, twice ? std::string(2, op) : std::string(1, op), pattern);
+        x = ShellTrim(x, twice ? std::string(2, op) : std::string(1, op), pattern);
       }
       return values;
     }
@@ -976,7 +990,8 @@ class ScriptReader {
                                         char op, const std::string& word, int line) {
     const bool empty = !v || v->empty() || (v->size() == 1 && (*v)[0].empty());
     const bool unset = colon ? empty : !v.has_value();
-    if (op == '+') return unset ? std::vector<std::string>{} : std::vector{ExpandString(word, line)};
+    if (op == '+')
+      return unset ? std::vector<std::string>{} : std::vector{ExpandString(word, line)};
     if (!unset) {
       SetLastLines(name);
       return std::move(*v);
@@ -989,11 +1004,13 @@ class ScriptReader {
     }
     if (op == '=') {
       if (IsDigits(name) || !IsNameStart(name[0])) {
-        Fail(line, fmt::format("${{{}{}=...}}: ${} cannot be assigned", name, colon ? ":" : "", name));
+        Fail(line,
+             fmt::format("${{{}{}=...}}: ${} cannot be assigned", name, colon ? ":" : "", name));
       }
       SetVariable(name, {value}, {}, false, line);
     }
-    Note(line, fmt::format("${} not set in the script, its default '{}' taken", name, Printable(value)));
+    Note(line,
+         fmt::format("${} not set in the script, its default '{}' taken", name, Printable(value)));
     return {value};
   }
   // ${x:off} / ${x:off:len} (characters), ${A[@]:off:len} (elements); a negative offset counts
@@ -1003,7 +1020,8 @@ class ScriptReader {
     const size_t colon = spec.find(':');
     const std::int64_t off = Arithmetic(ExpandString(spec.substr(0, colon), line), line);
     std::optional<std::int64_t> len;
-    if (colon != std::string::npos) len = Arithmetic(ExpandString(spec.substr(colon + 1), line), line);
+    if (colon != std::string::npos)
+      len = Arithmetic(ExpandString(spec.substr(colon + 1), line), line);
     auto range = [&](std::int64_t n) -> std::pair<size_t, size_t> {
       std::int64_t b = off < 0 ? std::max<std::int64_t>(0, n + off) : std::min(off, n);
       if (off < -n) b = n;  // bash: an offset before the start gives nothing
@@ -1024,24 +1042,25 @@ class ScriptReader {
   // ---- arithmetic ----
   std::int64_t Arithmetic(const std::string& expr, int line) {
     Nest nest(*this, line);
-    ArithParser parser(expr, [&](const std::string& name, bool evaluated) {
+    ShellArithParser parser(expr, [&](const std::string& name, bool evaluated) {
       return ArithVariable(name, evaluated, line);
     });
     const std::int64_t v = parser.Run();
     switch (parser.error()) {
-      case ArithParser::Error::kNone:
+      case ShellArithParser::Error::kNone:
         return v;
-      case ArithParser::Error::kTooDeep:
+      case ShellArithParser::Error::kTooDeep:
         Fail(line, fmt::format("$(({})) nested deeper than {} levels (memsim's bound for a launch "
-                               "script)", Printable(expr, 40), kLaunchScriptMaxNesting));
-      case ArithParser::Error::kDivisionByZero:
+                               "script)",
+                               Printable(expr, 40), kLaunchScriptMaxNesting));
+      case ShellArithParser::Error::kDivisionByZero:
         Fail(line, fmt::format("division by zero in $(({})) (bash stops the script here)",
                                Printable(expr, 40)));
-      case ArithParser::Error::kMissingOperand:
+      case ShellArithParser::Error::kMissingOperand:
         Warn(line, fmt::format("$(({})) not evaluated (an operand is missing); taken as 0",
                                Printable(expr, 40)));
         return 0;
-      case ArithParser::Error::kSyntax:
+      case ShellArithParser::Error::kSyntax:
         break;
     }
     Warn(line, fmt::format("$(({})) not evaluated; taken as 0", Printable(expr, 40)));
@@ -1050,14 +1069,16 @@ class ScriptReader {
   std::int64_t ArithVariable(const std::string& name, bool evaluated, int line) {
     const Var* v = Lookup(name);
     if (v == nullptr || v->values.empty()) {
-      if (evaluated) Warn(line, fmt::format("{} in $((...)) is not set in the script; taken as 0", name));
+      if (evaluated)
+        Warn(line, fmt::format("{} in $((...)) is not set in the script; taken as 0", name));
       return 0;
     }
     const std::string& value = v->values[0];
     if (value.empty()) return 0;  // bash: an empty variable is 0
     const std::optional<std::int64_t> n = ParseInt(value);
     if (!n && evaluated) {
-      Warn(line, fmt::format("{}='{}' in $((...)) is not a number; taken as 0", name, Printable(value, 40)));
+      Warn(line, fmt::format("{}='{}' in $((...)) is not a number; taken as 0", name,
+                             Printable(value, 40)));
     }
     return n.value_or(0);
   }
@@ -1078,7 +1099,8 @@ class ScriptReader {
         CheckBuilder(b);
       } else if (c == '`') {
         Balanced('`', '`');
-        if (Evaluating()) Warn(line_, "`...` not evaluated (memsim runs no command); taken as empty");
+        if (Evaluating())
+          Warn(line_, "`...` not evaluated (memsim runs no command); taken as empty");
         b.Quoted("");  // "`cmd`" is one field, empty here, as "$(cmd)" is
       } else {
         b.Quoted(std::string_view(&text_[pos_], 1));
@@ -1110,7 +1132,8 @@ class ScriptReader {
   // An expansion at text_[start, pos_) that gave nothing right after a --flag: a hint for an
   // error about that flag's value.
   void MaybeHint(const FieldBuilder& b, size_t start, int line, const std::vector<std::string>& v) {
-    if (!Evaluating() || std::any_of(v.begin(), v.end(), [](const std::string& x) { return !x.empty(); })) {
+    if (!Evaluating() ||
+        std::any_of(v.begin(), v.end(), [](const std::string& x) { return !x.empty(); })) {
       return;
     }
     const std::string flag = b.HasText() ? b.LastToken() : prev_field_;
@@ -1233,7 +1256,8 @@ class ScriptReader {
       if (!elems.empty()) prev_field_ = elems.back();
       if (elems.size() > kLaunchScriptMaxElements) {
         Fail(start, fmt::format("an array of more than {} elements (memsim's bound for a launch "
-                                "script)", kLaunchScriptMaxElements));
+                                "script)",
+                                kLaunchScriptMaxElements));
       }
       if (pos_ < text_.size() && EndsWord(Peek()) && !IsBlank(Peek()) && Peek() != '\n' &&
           Peek() != ')') {
@@ -1322,7 +1346,8 @@ class ScriptReader {
   void ReadCommand() {
     if (++commands_ > kLaunchScriptMaxCommands) {
       Fail(line_, fmt::format("more than {} commands run (memsim's bound for a launch script; a "
-                              "function that calls itself?)", kLaunchScriptMaxCommands));
+                              "function that calls itself?)",
+                              kLaunchScriptMaxCommands));
     }
     if (Top(BlockKind::kCase) && blocks_.back().state == BlockState::kPattern) ReadCasePatterns();
     std::vector<Word> words;
@@ -1353,13 +1378,13 @@ class ScriptReader {
   // Runs the command read (when it runs), then applies the separator after it.
   void EndCommand(std::vector<Word>& words, std::string_view sep) {
     if (Evaluating() && (command_status_ || !words.empty())) {
-      const Status s = command_status_ ? *command_status_ : Execute(words);
-      last_status_ = negate_ ? Not(s) : s;
+      const ShellStatus s = command_status_ ? *command_status_ : Execute(words);
+      last_status_ = negate_ ? ShellNot(s) : s;
     }
     skip_command_ = false;
     // A command memsim does not run is taken to succeed: `cmd || exit 1` goes on.
-    if (sep == "&&") skip_command_ = last_status_ == Status::kFalse;
-    if (sep == "||") skip_command_ = last_status_ != Status::kFalse;
+    if (sep == "&&") skip_command_ = last_status_ == ShellStatus::kFalse;
+    if (sep == "||") skip_command_ = last_status_ != ShellStatus::kFalse;
     if (sep == ";;" && Top(BlockKind::kCase)) blocks_.back().state = BlockState::kPattern;
   }
   static bool AllAssignments(const std::vector<Word>& w) {
@@ -1383,14 +1408,14 @@ class ScriptReader {
       const int line = line_;
       SkipChars(2);
       const std::string expr = ArithBody(line);
-      command_status_ = Evaluating() ? Known(Arithmetic(ExpandString(expr, line), line) != 0)
-                                     : Status::kUnknown;
+      command_status_ = Evaluating() ? ShellKnown(Arithmetic(ExpandString(expr, line), line) != 0)
+                                     : ShellStatus::kUnknown;
       return true;
     }
     const std::string w(BareWord());
     static const std::set<std::string, std::less<>> kReserved = {
-        "if", "then", "elif", "else", "fi", "case", "esac", "for", "while", "until", "select",
-        "do", "done", "function", "{", "}", "!", "[["};
+        "if",    "then",   "elif", "else", "fi",       "case", "esac", "for", "while",
+        "until", "select", "do",   "done", "function", "{",    "}",    "!",   "[["};
     if (!kReserved.contains(w)) return false;
     const int line = line_;
     SkipChars(w.size());
@@ -1421,8 +1446,8 @@ class ScriptReader {
     } else if ((w == "elif" || w == "else") && Top(BlockKind::kIf)) {
       BlockState& s = blocks_.back().state;
       s = s == BlockState::kRun || s == BlockState::kDone ? BlockState::kDone
-          : w == "else"                                    ? BlockState::kRun
-                                                           : BlockState::kCond;
+          : w == "else"                                   ? BlockState::kRun
+                                                          : BlockState::kCond;
     } else if (w == "fi" && Top(BlockKind::kIf)) {
       blocks_.pop_back();
     } else if (w == "esac" && Top(BlockKind::kCase)) {
@@ -1443,11 +1468,11 @@ class ScriptReader {
   // The branch state after an if/elif condition's status.
   BlockState Taken(const Block& b) {
     if (!b.live) return BlockState::kSkip;
-    if (last_status_ == Status::kUnknown) {
+    if (last_status_ == ShellStatus::kUnknown) {
       Warn(b.line, "'if' condition not evaluated; the first branch taken");
       return BlockState::kRun;
     }
-    return last_status_ == Status::kTrue ? BlockState::kRun : BlockState::kSeek;
+    return last_status_ == ShellStatus::kTrue ? BlockState::kRun : BlockState::kSeek;
   }
 
   // NAME() { ... } / function NAME { ... } (pos_ past the name and "()"): the body is kept as
@@ -1455,7 +1480,9 @@ class ScriptReader {
   void DefineFunction(const std::string& name, int line) {
     SkipBlankLines();
     if (!(Peek() == '{' && (IsBlank(Peek(1)) || Peek(1) == '\n'))) {
-      if (Evaluating()) Warn(line, fmt::format("function {}: a body other than {{ ... }} not evaluated", Printable(name, 40)));
+      if (Evaluating())
+        Warn(line, fmt::format("function {}: a body other than {{ ... }} not evaluated",
+                               Printable(name, 40)));
       return;
     }
     Advance();
@@ -1471,8 +1498,9 @@ class ScriptReader {
     blocks_.pop_back();
     if (!b.matched || b.name.empty()) return;
     const size_t end = pos_ - 1;  // the '}'
-    functions_[b.name] = {std::make_shared<const std::string>(text_.substr(b.body_start, end - b.body_start)),
-                          b.body_line};
+    functions_[b.name] = {
+        std::make_shared<const std::string>(text_.substr(b.body_start, end - b.body_start)),
+        b.body_line};
   }
 
   // case WORD in (pos_ past "case").
@@ -1515,10 +1543,10 @@ class ScriptReader {
       }
       const Word w = ReadWord(false);
       const std::string p = w.fields.empty() ? std::string() : w.fields[0];
-      if (live && !match && p.size() * b.subject.size() > kGlobWork) {
+      if (live && !match && p.size() * b.subject.size() > kShellGlobWork) {
         Warn(w.line, "a 'case' pattern on a long value not evaluated; taken as not matching");
       } else {
-        match = match || (live && Glob(p, b.subject));
+        match = match || (live && ShellGlob(p, b.subject));
       }
     }
     skip_command_ = skip;
@@ -1529,7 +1557,7 @@ class ScriptReader {
 
   // ---- tests: [ ], test, [[ ]] (bash(1) "CONDITIONAL EXPRESSIONS") ----
   // [[ ... ]] (pos_ past "[["): its words unsplit, && || ( ) < > as operators.
-  Status ReadDoubleBracket(int line) {
+  ShellStatus ReadDoubleBracket(int line) {
     std::vector<std::string> args;
     for (;;) {
       SkipBlanks();
@@ -1555,7 +1583,7 @@ class ScriptReader {
       }
       if (args.size() > kLaunchScriptMaxElements) Fail(line, "a '[[ ]]' of too many words");
     }
-    if (!Evaluating()) return Status::kUnknown;
+    if (!Evaluating()) return ShellStatus::kUnknown;
     return Test(args, true, line);
   }
   struct TestInput {
@@ -1566,13 +1594,13 @@ class ScriptReader {
     bool More() const { return i < a.size(); }
     bool At(std::string_view s) const { return i < a.size() && a[i] == s; }
   };
-  Status Test(const std::vector<std::string>& args, bool dbl, int line) {
+  ShellStatus Test(const std::vector<std::string>& args, bool dbl, int line) {
     TestInput in{args, 0, dbl, line};
-    const Status s = TestOr(in);
+    const ShellStatus s = TestOr(in);
     if (in.More()) {
-      Warn(line, fmt::format("test '{}' not evaluated (unexpected '{}')", Printable(Joined(args), 60),
-                             Printable(args[in.i], 20)));
-      return Status::kUnknown;
+      Warn(line, fmt::format("test '{}' not evaluated (unexpected '{}')",
+                             Printable(Joined(args), 60), Printable(args[in.i], 20)));
+      return ShellStatus::kUnknown;
     }
     return s;
   }
@@ -1581,44 +1609,45 @@ class ScriptReader {
     for (const std::string& x : v) s += (s.empty() ? "" : " ") + x;
     return s;
   }
-  Status TestOr(TestInput& in) {
-    Status s = TestAnd(in);
+  ShellStatus TestOr(TestInput& in) {
+    ShellStatus s = TestAnd(in);
     while (in.At(in.dbl ? "||" : "-o")) {
       ++in.i;
-      s = Or(s, TestAnd(in));
+      s = ShellOr(s, TestAnd(in));
     }
     return s;
   }
-  Status TestAnd(TestInput& in) {
-    Status s = TestNot(in);
+  ShellStatus TestAnd(TestInput& in) {
+    ShellStatus s = TestNot(in);
     while (in.At(in.dbl ? "&&" : "-a")) {
       ++in.i;
-      s = And(s, TestNot(in));
+      s = ShellAnd(s, TestNot(in));
     }
     return s;
   }
-  Status TestNot(TestInput& in) {
+  ShellStatus TestNot(TestInput& in) {
     Nest nest(*this, in.line);
     if (in.At("!") && in.i + 1 < in.a.size()) {
       ++in.i;
-      return Not(TestNot(in));
+      return ShellNot(TestNot(in));
     }
     if (in.At("(") && in.i + 1 < in.a.size()) {
       ++in.i;
-      const Status s = TestOr(in);
+      const ShellStatus s = TestOr(in);
       if (in.At(")")) ++in.i;
       return s;
     }
     return TestPrimary(in);
   }
   static bool IsBinaryTest(const std::string& op) {
-    static const std::set<std::string, std::less<>> kOps = {
-        "=", "==", "!=", "<", ">", "-eq", "-ne", "-lt", "-le", "-gt", "-ge", "=~", "-nt", "-ot", "-ef"};
+    static const std::set<std::string, std::less<>> kOps = {"=",   "==",  "!=",  "<",   ">",
+                                                            "-eq", "-ne", "-lt", "-le", "-gt",
+                                                            "-ge", "=~",  "-nt", "-ot", "-ef"};
     return kOps.contains(op);
   }
-  Status TestPrimary(TestInput& in) {
+  ShellStatus TestPrimary(TestInput& in) {
     const std::vector<std::string>& a = in.a;
-    if (!in.More()) return Status::kFalse;
+    if (!in.More()) return ShellStatus::kFalse;
     if (in.i + 2 < a.size() && IsBinaryTest(a[in.i + 1])) {
       in.i += 3;
       return TestBinary(a[in.i - 3], a[in.i - 2], a[in.i - 1], in);
@@ -1627,56 +1656,57 @@ class ScriptReader {
     if (x.size() == 2 && x[0] == '-' && in.i + 1 < a.size() && !IsBinaryTest(x)) {
       in.i += 2;
       const std::string& arg = a[in.i - 1];
-      if (x == "-z") return Known(arg.empty());
-      if (x == "-n") return Known(!arg.empty());
-      if (x == "-v") return Known(Find(arg).has_value());
+      if (x == "-z") return ShellKnown(arg.empty());
+      if (x == "-n") return ShellKnown(!arg.empty());
+      if (x == "-v") return ShellKnown(Find(arg).has_value());
       // A script checks that what it needs is there and stops when it is not (`[ ! -f
       // pretrain_gpt.py ] && exit 1`): the file is taken to exist, and this is said.
       Warn(in.line, fmt::format("'{} {}' tests a file or the terminal (memsim reads only the "
-                                "script); taken as true", x, Printable(arg, 40)));
-      return Status::kTrue;
+                                "script); taken as true",
+                                x, Printable(arg, 40)));
+      return ShellStatus::kTrue;
     }
     ++in.i;
-    return Known(!x.empty());
+    return ShellKnown(!x.empty());
   }
-  Status TestBinary(const std::string& l, const std::string& op, const std::string& r,
-                    const TestInput& in) {
+  ShellStatus TestBinary(const std::string& l, const std::string& op, const std::string& r,
+                         const TestInput& in) {
     if (op == "=" || op == "==" || op == "!=") {
-      if (in.dbl && HasGlob(r) && r.size() * l.size() > kGlobWork) {
+      if (in.dbl && ShellHasGlob(r) && r.size() * l.size() > kShellGlobWork) {
         Warn(in.line, fmt::format("'{} {} {}' on a long value not evaluated", Printable(l, 30), op,
                                   Printable(r, 30)));
-        return Status::kUnknown;
+        return ShellStatus::kUnknown;
       }
-      const bool eq = in.dbl ? Glob(r, l) : l == r;
-      return Known(eq == (op != "!="));
+      const bool eq = in.dbl ? ShellGlob(r, l) : l == r;
+      return ShellKnown(eq == (op != "!="));
     }
-    if (op == "<" || op == ">") return Known(op == "<" ? l < r : l > r);
+    if (op == "<" || op == ">") return ShellKnown(op == "<" ? l < r : l > r);
     if (op == "=~") {
       Warn(in.line, fmt::format("'{} =~ {}' (a regular expression) not evaluated", Printable(l, 30),
                                 Printable(r, 30)));
-      return Status::kUnknown;
+      return ShellStatus::kUnknown;
     }
     const std::optional<std::int64_t> x = ParseInt(l);
     const std::optional<std::int64_t> y = ParseInt(r);
     const bool file = op == "-nt" || op == "-ot" || op == "-ef";
     if (!x || !y || file) {
-      Warn(in.line, fmt::format("'{} {} {}' not evaluated{}", Printable(l, 30), op, Printable(r, 30),
-                                file ? " (a file test)" : " (not integers)"));
-      return Status::kUnknown;
+      Warn(in.line, fmt::format("'{} {} {}' not evaluated{}", Printable(l, 30), op,
+                                Printable(r, 30), file ? " (a file test)" : " (not integers)"));
+      return ShellStatus::kUnknown;
     }
-    if (op == "-eq") return Known(*x == *y);
-    if (op == "-ne") return Known(*x != *y);
-    if (op == "-lt") return Known(*x < *y);
-    if (op == "-le") return Known(*x <= *y);
-    if (op == "-gt") return Known(*x > *y);
-    return Known(*x >= *y);  // -ge
+    if (op == "-eq") return ShellKnown(*x == *y);
+    if (op == "-ne") return ShellKnown(*x != *y);
+    if (op == "-lt") return ShellKnown(*x < *y);
+    if (op == "-le") return ShellKnown(*x <= *y);
+    if (op == "-gt") return ShellKnown(*x > *y);
+    return ShellKnown(*x >= *y);  // -ge
   }
 
   // ---- running a command ----
-  Status Execute(std::vector<Word>& words) {
+  ShellStatus Execute(std::vector<Word>& words) {
     size_t i = 0;
     for (; i < words.size() && !words[i].assign_name.empty(); ++i) Assign(words[i]);
-    if (i == words.size()) return Status::kTrue;
+    if (i == words.size()) return ShellStatus::kTrue;
     // Wrappers that run the rest as a command.
     while (i + 1 < words.size() && (First(words[i]) == "nohup" || First(words[i]) == "exec" ||
                                     First(words[i]) == "time" || First(words[i]) == "env")) {
@@ -1688,7 +1718,7 @@ class ScriptReader {
         if (!words[k].assign_name.empty()) Assign(words[k]);
         if (exported) Export(words[k]);
       }
-      return Status::kTrue;
+      return ShellStatus::kTrue;
     }
     std::vector<std::pair<std::string, int>> fields;
     for (size_t k = i; k < words.size(); ++k) {
@@ -1699,67 +1729,70 @@ class ScriptReader {
         fields.emplace_back(w.fields[j], known ? w.field_lines[j][0] : w.line);
       }
     }
-    if (fields.empty()) return Status::kTrue;
-    if (fields.size() > kLaunchScriptMaxElements) Fail(words[i].line, "a command of too many words");
-    if (std::optional<Status> s = Builtin(fields, words[i].line)) return *s;
+    if (fields.empty()) return ShellStatus::kTrue;
+    if (fields.size() > kLaunchScriptMaxElements)
+      Fail(words[i].line, "a command of too many words");
+    if (std::optional<ShellStatus> s = Builtin(fields, words[i].line)) return *s;
     if (MaybeTrainingCommand(fields)) {
       for (size_t k = 0; k < i; ++k) Export(words[k]);  // NAME=value torchrun ...
     }
-    return Status::kUnknown;
+    return ShellStatus::kUnknown;
   }
   // The commands memsim evaluates; nullopt for the others.
-  std::optional<Status> Builtin(const std::vector<std::pair<std::string, int>>& f, int line) {
+  std::optional<ShellStatus> Builtin(const std::vector<std::pair<std::string, int>>& f, int line) {
     const std::string& cmd = f[0].first;
     std::vector<std::string> args;
     for (size_t k = 1; k < f.size(); ++k) args.push_back(f[k].first);
     if (cmd == "[" || cmd == "test") {
       if (cmd == "[" && (args.empty() || args.back() != "]")) {
         Warn(line, "'[' without ']' not evaluated");
-        return Status::kUnknown;
+        return ShellStatus::kUnknown;
       }
       if (cmd == "[") args.pop_back();
       return Test(args, false, line);
     }
-    if (cmd == "true" || cmd == ":") return Status::kTrue;
-    if (cmd == "false") return Status::kFalse;
+    if (cmd == "true" || cmd == ":") return ShellStatus::kTrue;
+    if (cmd == "false") return ShellStatus::kFalse;
     if (cmd == "exit" || cmd == "return") {
       (cmd == "exit" || call_depth_ == 0 ? exiting_ : returning_) = true;
       if (cmd == "exit" || call_depth_ == 0) exit_line_ = line;
-      const std::optional<std::int64_t> n = args.empty() ? std::optional<std::int64_t>(0) : ParseInt(args[0]);
-      return n ? Known(*n == 0) : Status::kUnknown;
+      const std::optional<std::int64_t> n =
+          args.empty() ? std::optional<std::int64_t>(0) : ParseInt(args[0]);
+      return n ? ShellKnown(*n == 0) : ShellStatus::kUnknown;
     }
     if (cmd == "shift") {
-      const std::optional<std::int64_t> n = args.empty() ? std::optional<std::int64_t>(1) : ParseInt(args[0]);
-      if (!n || *n < 0 || static_cast<size_t>(*n) > positional_.size()) return Status::kFalse;
+      const std::optional<std::int64_t> n =
+          args.empty() ? std::optional<std::int64_t>(1) : ParseInt(args[0]);
+      if (!n || *n < 0 || static_cast<size_t>(*n) > positional_.size()) return ShellStatus::kFalse;
       positional_.erase(positional_.begin(), positional_.begin() + static_cast<std::ptrdiff_t>(*n));
-      return Status::kTrue;
+      return ShellStatus::kTrue;
     }
     if (cmd == "set" && !args.empty() && args[0] == "--") {
       positional_.assign(args.begin() + 1, args.end());
       args_known_ = true;
-      return Status::kTrue;
+      return ShellStatus::kTrue;
     }
     if (cmd == "unset") {
       for (const std::string& a : args) UnsetVariable(a);
-      return Status::kTrue;
+      return ShellStatus::kTrue;
     }
     if (cmd == "eval") return Eval(args, line);
     if (cmd == "source" || cmd == ".") {
       Warn(line, fmt::format("'{}' not followed (memsim reads only this file)", cmd));
-      return Status::kUnknown;
+      return ShellStatus::kUnknown;
     }
     const auto fn = functions_.find(cmd);
     if (fn != functions_.end()) return Call(fn->second, std::move(args), line);
     return std::nullopt;
   }
   // A function's body read with $1 ... set to `args`; blocks, $@ and `return` its own.
-  Status Call(Function fn, std::vector<std::string> args, int line) {
+  ShellStatus Call(Function fn, std::vector<std::string> args, int line) {
     Nest nest(*this, line);
     const Source saved = Swap(*fn.body, fn.line);
     std::vector<std::string> saved_args = std::exchange(positional_, std::move(args));
     std::vector<Block> saved_blocks = std::exchange(blocks_, {});
     ++call_depth_;
-    last_status_ = Status::kTrue;
+    last_status_ = ShellStatus::kTrue;
     RunSource();
     --call_depth_;
     returning_ = false;
@@ -1769,12 +1802,12 @@ class ScriptReader {
     return last_status_;
   }
   // eval ARGS: the words joined with blanks, read as script text on the eval's line.
-  Status Eval(const std::vector<std::string>& args, int line) {
+  ShellStatus Eval(const std::vector<std::string>& args, int line) {
     Nest nest(*this, line);
     const std::string text = Joined(args);
     const Source saved = Swap(text, line);
     std::vector<Block> saved_blocks = std::exchange(blocks_, {});
-    last_status_ = Status::kTrue;
+    last_status_ = ShellStatus::kTrue;
     RunSource();
     blocks_ = std::move(saved_blocks);
     Restore(saved);
@@ -1826,11 +1859,13 @@ class ScriptReader {
     }
     if (v.values.size() > kLaunchScriptMaxElements) {
       Fail(line, fmt::format("{}: an array of more than {} elements (memsim's bound for a launch "
-                             "script)", Printable(name, 40), kLaunchScriptMaxElements));
+                             "script)",
+                             Printable(name, 40), kLaunchScriptMaxElements));
     }
     if (total_bytes_ > kLaunchScriptMaxTotalBytes) {
       Fail(line, fmt::format("the script's variables hold more than {} MiB (memsim's bound for a "
-                             "launch script)", kLaunchScriptMaxTotalBytes >> 20));
+                             "launch script)",
+                             kLaunchScriptMaxTotalBytes >> 20));
     }
   }
   void UnsetVariable(const std::string& name) {
@@ -1843,7 +1878,8 @@ class ScriptReader {
   // Records `export NAME=value` / `export NAME` (a variable set before) as the environment.
   void Export(const Word& w) {
     std::string name = w.assign_name;
-    if (name.empty() && w.fields.size() == 1 && !w.fields[0].empty() && IsNameStart(w.fields[0][0])) {
+    if (name.empty() && w.fields.size() == 1 && !w.fields[0].empty() &&
+        IsNameStart(w.fields[0][0])) {
       name = w.fields[0];
     }
     const Var* v = name.empty() ? nullptr : Lookup(name);
@@ -1874,8 +1910,8 @@ class ScriptReader {
     const std::string first = std::filesystem::path(f[0].first).filename().string();
     if (!launcher && !first.starts_with("python") && script != 0) return false;
     if (found_) {
-      Warn(f[0].second, fmt::format("a second training command; the first (line {}) is read",
-                                    out_.launch_line));
+      Warn(f[0].second,
+           fmt::format("a second training command; the first (line {}) is read", out_.launch_line));
       return false;
     }
     found_ = true;
@@ -1904,7 +1940,8 @@ class ScriptReader {
         // `--nproc_per_node $GPUS` with GPUS empty: bash passes no value; the world size is then
         // the variables' or --set's (megatron_args.h), and this is said.
         Warn(f[k].second, fmt::format("{}: no value (an expansion to nothing?); the world size is "
-                                      "not taken from it", name));
+                                      "not taken from it",
+                                      name));
         continue;
       }
       bool elastic = false;
@@ -1958,15 +1995,15 @@ class ScriptReader {
   bool args_known_ = false;              // the caller gave the script's arguments
   std::map<std::string, Var> vars_;
   std::map<std::string, Function> functions_;
-  size_t total_bytes_ = 0;               // of every variable's values
+  size_t total_bytes_ = 0;             // of every variable's values
   std::vector<CharLines> last_lines_;  // of the elements the last Dollar() returned, or empty
   std::vector<Block> blocks_;
-  std::vector<Heredoc> heredocs_;      // started on this line, skipped after its newline
-  std::string prev_field_;             // the last field of the command's previous word
-  Status last_status_ = Status::kTrue;
-  std::optional<Status> command_status_;  // of a [[ ]] or (( )) command being read
-  bool negate_ = false;                   // the command began with '!'
-  bool skip_command_ = false;             // after `a && ` with a false, `a || ` with a true
+  std::vector<Heredoc> heredocs_;  // started on this line, skipped after its newline
+  std::string prev_field_;         // the last field of the command's previous word
+  ShellStatus last_status_ = ShellStatus::kTrue;
+  std::optional<ShellStatus> command_status_;  // of a [[ ]] or (( )) command being read
+  bool negate_ = false;                        // the command began with '!'
+  bool skip_command_ = false;                  // after `a && ` with a false, `a || ` with a true
   bool exiting_ = false;
   bool returning_ = false;
   int exit_line_ = 0;
@@ -2011,7 +2048,8 @@ MegatronLaunch ReadLaunchScript(const std::string& label, std::string_view text,
     if (!(text[i] == '\r' && i + 1 < text.size() && text[i + 1] == '\n')) lf += text[i];
   }
   MegatronLaunch out = ScriptReader(label, lf, script_args).Read();
-  const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(crlf), '\n');
+  const auto line =
+      1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(crlf), '\n');
   out.warnings.insert(out.warnings.begin(),
                       fmt::format("{}:{}: CRLF line ends (a file saved on Windows: bash keeps each "
                                   "'\\r' in its line, so a '\\' before it continues nothing); "
@@ -2061,8 +2099,9 @@ constexpr std::string_view kCommandLineLabel = "--megatron-args";
 bool IsWholeCommand(const std::vector<std::string>& words) {
   const std::string first = std::filesystem::path(words[0]).filename().string();
   if (first == "torchrun" || first == "msrun" || first.starts_with("python")) return true;
-  return std::any_of(words.begin(), words.end(),
-                     [](const std::string& w) { return !w.starts_with("-") && w.ends_with(".py"); });
+  return std::any_of(words.begin(), words.end(), [](const std::string& w) {
+    return !w.starts_with("-") && w.ends_with(".py");
+  });
 }
 
 // A whole command read as a one-line launch script (each word single-quoted, so nothing is
@@ -2080,7 +2119,8 @@ MegatronLaunch ReadWholeCommand(const std::vector<std::string>& words) {
   for (LaunchArgument& a : out.arguments) a.line = 0;
   const std::string one_line = std::string(kCommandLineLabel) + ":1: ";
   for (std::string& w : out.warnings) {
-    if (w.starts_with(one_line)) w = std::string(kCommandLineLabel) + ": " + w.substr(one_line.size());
+    if (w.starts_with(one_line))
+      w = std::string(kCommandLineLabel) + ": " + w.substr(one_line.size());
   }
   return out;
 }
@@ -2108,7 +2148,9 @@ MegatronLaunch ReadCommandLineArguments(const std::vector<std::string>& words) {
         const std::string value = inline_value ? w.substr(eq + 1) : words[++i];
         bool elastic = false;
         const std::optional<int> n = WorldCount(value, &elastic);
-        if (!n) throw InputError(fmt::format("{} {}", kCommandLineLabel, WorldCountError(name, value, false)));
+        if (!n)
+          throw InputError(
+              fmt::format("{} {}", kCommandLineLabel, WorldCountError(name, value, false)));
         if (elastic) {
           out.warnings.push_back(fmt::format("{} {} {}: an elastic range; its minimum taken",
                                              kCommandLineLabel, name, value));
@@ -2119,7 +2161,8 @@ MegatronLaunch ReadCommandLineArguments(const std::vector<std::string>& words) {
       out.arguments.push_back({w.substr(0, eq), {}, 0});
       if (eq != std::string::npos) out.arguments.back().values.push_back(w.substr(eq + 1));
     } else if (out.arguments.empty()) {
-      throw InputError(fmt::format("--megatron-args: '{}' before the first flag", Printable(w, 40)));
+      throw InputError(
+          fmt::format("--megatron-args: '{}' before the first flag", Printable(w, 40)));
     } else {
       out.arguments.back().values.push_back(w);
     }
@@ -2136,7 +2179,8 @@ MegatronLaunch ReadMegatronArgsFile(const std::string& path,
   const std::optional<std::string> read =
       ReadBoundedFile(path, Printable(path), kMaxLaunchFileBytes, "a --megatron-args file");
   if (!read) {
-    throw InputError(fmt::format("{}: cannot read the file: {}", Printable(path), WhyUnreadable(path)));
+    throw InputError(
+        fmt::format("{}: cannot read the file: {}", Printable(path), WhyUnreadable(path)));
   }
   const std::string& text = *read;
   if (LooksLikeArgumentsLog(text)) return ReadArgumentsLog(Printable(path), text);

@@ -4,10 +4,9 @@
 #include "config/launch_script.h"
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "config/megatron_args.h"
 #include "core/error.h"
@@ -36,7 +35,8 @@ std::string LaunchError(const std::string& text) {
 
 // The value of `--v` after `text` (a script without its training command).
 std::string V(const std::string& text, const std::vector<std::string>& args = {}) {
-  const MegatronLaunch l = ReadLaunchScript("t.sh", text + "\npython pretrain_gpt.py --v \"$V\"\n", args);
+  const MegatronLaunch l =
+      ReadLaunchScript("t.sh", text + "\npython pretrain_gpt.py --v \"$V\"\n", args);
   return l.arguments.at(0).values.at(0);
 }
 
@@ -52,9 +52,9 @@ std::string ValueOf(const MegatronLaunch& l, const std::string& name) {
 }
 
 size_t WarnedAbout(const MegatronLaunch& l, const std::string& what) {
-  return static_cast<size_t>(std::count_if(l.warnings.begin(), l.warnings.end(), [&](const std::string& w) {
-    return w.find(what) != std::string::npos;
-  }));
+  return static_cast<size_t>(
+      std::count_if(l.warnings.begin(), l.warnings.end(),
+                    [&](const std::string& w) { return w.find(what) != std::string::npos; }));
 }
 
 }  // namespace
@@ -80,7 +80,8 @@ python pretrain_gpt.py $P
   // -z / -n, numeric comparisons, ! and nesting.
   CHECK(V("A=\nif [ -z \"$A\" ]; then V=empty; else V=set; fi") == "empty");
   CHECK(V("A=3\nif [ $A -ge 2 ] && [ $A -lt 4 ]; then V=yes; else V=no; fi") == "yes");
-  CHECK(V("A=3\nif ! [ $A -eq 3 ]; then V=no; elif [ $A -ne 3 ]; then V=no2; else V=else; fi") == "else");
+  CHECK(V("A=3\nif ! [ $A -eq 3 ]; then V=no; elif [ $A -ne 3 ]; then V=no2; else V=else; fi") ==
+        "else");
   CHECK(V("if true; then if false; then V=inner; else V=outer; fi; fi") == "outer");
   CHECK(V("A=1\nif [[ $A -eq 1 && ( -n x || -z x ) ]]; then V=ok; fi") == "ok");
   CHECK(V("if (( 2 * 3 > 5 )); then V=arith; fi") == "arith");
@@ -97,7 +98,8 @@ TEST_CASE("launch script: && and || lists run as bash runs them", "[launch]") {
   CHECK(V("mkdir -p /x || exit 1\nV=after") == "after");
 }
 
-TEST_CASE("launch script: a condition memsim cannot evaluate takes the first branch, named", "[launch]") {
+TEST_CASE("launch script: a condition memsim cannot evaluate takes the first branch, named",
+          "[launch]") {
   const MegatronLaunch l = ReadLaunchScript("t.sh", R"(if [ -f /etc/hosts ]; then
   A=1
 else
@@ -109,14 +111,17 @@ python pretrain_gpt.py --a $A --b $B
   // A file test is taken as true (the file exists), said; =~ is not evaluated: its `if` takes
   // the first branch, said.
   CHECK(LaunchArgs(l) == std::vector<std::string>{"--a=1", "--b=re"});
-  CHECK(WarnedAbout(l, "t.sh:1: '-f /etc/hosts' tests a file or the terminal (memsim reads only "
-                       "the script); taken as true") == 1);
+  CHECK(WarnedAbout(l,
+                    "t.sh:1: '-f /etc/hosts' tests a file or the terminal (memsim reads only "
+                    "the script); taken as true") == 1);
   CHECK(WarnedAbout(l, "t.sh:1: 'if' condition not evaluated") == 0);
   CHECK(WarnedAbout(l, "t.sh:6: '1 =~ ^[0-9]+$' (a regular expression) not evaluated") == 1);
   CHECK(WarnedAbout(l, "t.sh:6: 'if' condition not evaluated; the first branch taken") == 1);
   // A command memsim does not run: the first branch, said.
-  const MegatronLaunch cmd = ReadLaunchScript("t.sh", "if command -v nvidia-smi; then A=gpu; else A=npu; fi\n"
-                                                      "python pretrain_gpt.py --a $A\n");
+  const MegatronLaunch cmd =
+      ReadLaunchScript("t.sh",
+                       "if command -v nvidia-smi; then A=gpu; else A=npu; fi\n"
+                       "python pretrain_gpt.py --a $A\n");
   CHECK(LaunchArgs(cmd) == std::vector<std::string>{"--a=gpu"});
   CHECK(WarnedAbout(cmd, "t.sh:1: 'if' condition not evaluated; the first branch taken") == 1);
 }
@@ -167,7 +172,8 @@ launch 4
 
 TEST_CASE("launch script: eval of a built command, exit, heredocs", "[launch]") {
   // Pai-Megatron-Patch builds the command in a string and runs `eval ${run_cmd}`.
-  const MegatronLaunch l = ReadLaunchScript("t.sh", R"(megatron_options="--num-layers 4 --hidden-size 64"
+  const MegatronLaunch l =
+      ReadLaunchScript("t.sh", R"(megatron_options="--num-layers 4 --hidden-size 64"
 run_cmd="torchrun --nproc_per_node 2 pretrain_qwen.py ${megatron_options} --name 'a b'"
 cat <<EOF > notes.txt
 python pretrain_gpt.py --not-this 1
@@ -177,11 +183,13 @@ eval ${run_cmd}
 exit 0
 python pretrain_gpt.py --after-exit
 )");
-  CHECK(LaunchArgs(l) == std::vector<std::string>{"--num-layers=4", "--hidden-size=64", "--name=a b"});
+  CHECK(LaunchArgs(l) ==
+        std::vector<std::string>{"--num-layers=4", "--hidden-size=64", "--name=a b"});
   CHECK(l.nproc_per_node == 2);
   CHECK(l.arguments[0].line == 7);  // the eval's line
   CHECK(l.warnings.empty());
-  CHECK(LaunchError("exit 1\npython pretrain_gpt.py --a 1\n").ends_with("; the script exits at line 1"));
+  CHECK(LaunchError("exit 1\npython pretrain_gpt.py --a 1\n")
+            .ends_with("; the script exits at line 1"));
 }
 
 TEST_CASE("launch script: ${#x}, ${x%...}, ${x#...}, ${x:off:len}", "[launch]") {
@@ -201,7 +209,8 @@ TEST_CASE("launch script: ${#x}, ${x%...}, ${x#...}, ${x:off:len}", "[launch]") 
 }
 
 TEST_CASE("launch script: the script's own arguments", "[launch]") {
-  const std::string script = "TP=${1:-1}\nshift\npython pretrain_gpt.py --tp $TP --rest \"$@\" --n $#\n";
+  const std::string script =
+      "TP=${1:-1}\nshift\npython pretrain_gpt.py --tp $TP --rest \"$@\" --n $#\n";
   const MegatronLaunch given = ReadLaunchScript("t.sh", script, {"4", "x", "y"});
   CHECK(LaunchArgs(given) == std::vector<std::string>{"--tp=4", "--rest=x y", "--n=2"});
   CHECK(given.warnings.empty());
@@ -225,8 +234,9 @@ python pretrain_gpt.py --b "$B"
 
 TEST_CASE("launch script: an expansion to nothing after a flag leaves a hint", "[launch]") {
   // issue 32: "--num-layers: expected a value" said nothing of why.
-  const MegatronLaunch l = ReadLaunchScript("t.sh", "NL=\nARGS=\"--num-layers $NL --x 1\"\n"
-                                                    "python pretrain_gpt.py $ARGS --hidden-size $H\n");
+  const MegatronLaunch l = ReadLaunchScript("t.sh",
+                                            "NL=\nARGS=\"--num-layers $NL --x 1\"\n"
+                                            "python pretrain_gpt.py $ARGS --hidden-size $H\n");
   CHECK(LaunchArgs(l) == std::vector<std::string>{"--num-layers", "--x=1", "--hidden-size"});
   CHECK(l.hints == std::vector<std::string>{
                        "t.sh:2: --num-layers: its value $NL expanded to nothing (NL is empty)",
@@ -235,8 +245,9 @@ TEST_CASE("launch script: an expansion to nothing after a flag leaves a hint", "
 
 TEST_CASE("launch script: an error about a flag's missing value gives the hint", "[launch]") {
   const MegatronLaunch l = ReadLaunchScript(
-      "t.sh", "NL=\npython pretrain_gpt.py --num-layers $NL --hidden-size 64 --num-attention-heads 4 "
-              "--seq-length 128 --max-position-embeddings 128 --micro-batch-size 1 --vocab-size 1000\n");
+      "t.sh",
+      "NL=\npython pretrain_gpt.py --num-layers $NL --hidden-size 64 --num-attention-heads 4 "
+      "--seq-length 128 --max-position-embeddings 128 --micro-batch-size 1 --vocab-size 1000\n");
   LoadOptions o;
   o.device = "h100-80g";
   std::string error;
@@ -245,8 +256,9 @@ TEST_CASE("launch script: an error about a flag's missing value gives the hint",
   } catch (const InputError& e) {
     error = e.what();
   }
-  CHECK(error == "t.sh:2: --num-layers: expected a value (on that line: --num-layers: its value $NL "
-                 "expanded to nothing (NL is empty))");
+  CHECK(error ==
+        "t.sh:2: --num-layers: expected a value (on that line: --num-layers: its value $NL "
+        "expanded to nothing (NL is empty))");
 }
 
 TEST_CASE("launch script: arithmetic wraps at 64 bits as bash's does", "[launch]") {
@@ -278,7 +290,8 @@ TEST_CASE("launch script: bad arithmetic is refused with the line", "[launch]") 
 
 TEST_CASE("launch script: nesting, sizes and commands have bounds", "[launch]") {
   // 100,000 nested parentheses in $((...)): refused at 100 levels, no stack overflow.
-  const std::string parens = "A=$((" + std::string(100000, '(') + "1" + std::string(100000, ')') + "))\n";
+  const std::string parens =
+      "A=$((" + std::string(100000, '(') + "1" + std::string(100000, ')') + "))\n";
   CHECK(LaunchError(parens).starts_with("t.sh:1: $(("));
   CHECK(LaunchError(parens).find("nested deeper than 100 levels") != std::string::npos);
   // 50,000 nested ${A:-${A:-...}}: refused at 100 levels.
@@ -300,7 +313,8 @@ TEST_CASE("launch script: nesting, sizes and commands have bounds", "[launch]") 
   // Functions calling each other twice each, 30 levels: 2^30 commands, refused at 1,000,000.
   std::string calls = "f0() { :; }\n";
   for (int i = 1; i <= 30; ++i) {
-    calls += "f" + std::to_string(i) + "() { f" + std::to_string(i - 1) + "; f" + std::to_string(i - 1) + "; }\n";
+    calls += "f" + std::to_string(i) + "() { f" + std::to_string(i - 1) + "; f" +
+             std::to_string(i - 1) + "; }\n";
   }
   CHECK(LaunchError(calls + "f30\n").find("more than 1000000 commands") != std::string::npos);
 }
@@ -313,12 +327,14 @@ TEST_CASE("launch script: 100,000 arithmetic assignments read in one pass", "[la
   script += "python pretrain_gpt.py --a $A\n";
   const MegatronLaunch l = ReadLaunchScript("t.sh", script);
   CHECK(LaunchArgs(l) == std::vector<std::string>{"--a=100000"});
-  CHECK(l.warnings == std::vector<std::string>{"t.sh:1: A in $((...)) is not set in the script; taken as 0"});
+  CHECK(l.warnings ==
+        std::vector<std::string>{"t.sh:1: A in $((...)) is not set in the script; taken as 0"});
 }
 
 TEST_CASE("launch script: Megatron-LM's train_llama3_8b_h100_fp8.sh, unedited", "[launch]") {
-  const MegatronLaunch l = ReadMegatronArgsFile(std::string(MEMSIM_SOURCE_DIR) +
-                                                "/tests/data/launch_scripts/if_megatron_train_llama3_8b_h100_fp8.sh");
+  const MegatronLaunch l =
+      ReadMegatronArgsFile(std::string(MEMSIM_SOURCE_DIR) +
+                           "/tests/data/launch_scripts/if_megatron_train_llama3_8b_h100_fp8.sh");
   // DTYPE="fp8": the `if [[ "$DTYPE" == "fp8" ]]` branch adds the FP8 arguments.
   CHECK(ValueOf(l, "--fp8-format") == "hybrid");
   CHECK(ValueOf(l, "--fp8-amax-history-len") == "1024");
@@ -341,11 +357,12 @@ TEST_CASE("launch script: Pai-Megatron-Patch's run_mcore_qwen3.sh, unedited, wit
   // bf16, TP 1, EP 4, the distributed optimizer, flash attention, selective recompute, and
   // 10^10 training tokens. It builds `run_cmd` in a string and runs `eval ${run_cmd}` (line 507).
   const std::vector<std::string> args = {
-      "dsw", "A3B", "1", "8", "1e-5", "1e-6", "1024", "1024", "bf16", "1", "1", "1", "1", "4",
-      "true", "true", "true", "false", "sel", "false", "100000", "/d", "/v", "none",
-      "10000000000", "10000", "/o"};
+      "dsw", "A3B",   "1",      "8",  "1e-5", "1e-6", "1024",        "1024",  "bf16",
+      "1",   "1",     "1",      "1",  "4",    "true", "true",        "true",  "false",
+      "sel", "false", "100000", "/d", "/v",   "none", "10000000000", "10000", "/o"};
   const MegatronLaunch l = ReadMegatronArgsFile(
-      std::string(MEMSIM_SOURCE_DIR) + "/tests/data/launch_scripts/eval_pai_run_mcore_qwen3.sh", args);
+      std::string(MEMSIM_SOURCE_DIR) + "/tests/data/launch_scripts/eval_pai_run_mcore_qwen3.sh",
+      args);
   CHECK(l.launch_line == 507);
   // The A3B branch of `if [ $MODEL_SIZE = ... ]`.
   CHECK(ValueOf(l, "--num-layers") == "48");
