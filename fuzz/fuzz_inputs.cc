@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "alloc/allocator.h"
+#include "config/launch_script.h"
 #include "config/load.h"
 #include "core/error.h"
 #include "core/pickle.h"
@@ -105,6 +106,10 @@ const Target kTargets[] = {
     {"megatron-log", ".log", [](const std::string& p, auto) { LoadProfileOf(Format::kMegatronLog, p); }},
     {"memsim-csv", ".csv", [](const std::string& p, auto) { LoadProfileOf(Format::kMemsimCsv, p); }},
     {"profile-auto", ".bin", [](const std::string& p, auto) { LoadProfileOf(Format::kAuto, p); }},
+    // A launch script or training log given to --megatron-args: read (as `run --megatron-args`
+    // reads it) with two script arguments, so that $1/$@ and functions' arguments run too.
+    {"launch-script", ".sh",
+     [](const std::string& p, auto) { memsim::config::ReadMegatronArgsFile(p, {"4", "bf16"}); }},
 };
 
 const Target* g_target = nullptr;

@@ -804,7 +804,7 @@ std::vector<std::string> ModelledMegatronFlags() {
 
 namespace {
 
-// An error at "<label>:<line>: " gains the reader's warnings about that line: a value the
+// An error at "<label>:<line>: " gains the reader's warnings and hints about that line: a value the
 // reader could not evaluate (`$((1<<70))`, `$UNSET`) and took as 0 or empty is what the error
 // is about, and the warnings are not printed when loading fails. An error without a line (a
 // field of the model built from the arguments: "/model/n_layer") gains every such substitution
@@ -818,10 +818,12 @@ std::string WithLineWarnings(const std::string& message, const MegatronLaunch& l
   const std::string prefix = has_line ? message.substr(0, end + 2) : std::string();
   std::string said;
   int count = 0;
-  for (const std::string& w : launch.warnings) {
-    const bool about = has_line ? w.starts_with(prefix) : w.find("; taken as ") != std::string::npos;
-    if (!about || ++count > 3) continue;
-    said += (said.empty() ? "" : "; ") + (has_line ? w.substr(prefix.size()) : w);
+  for (const std::vector<std::string>* list : {&launch.warnings, &launch.hints}) {
+    for (const std::string& w : *list) {
+      const bool about = has_line ? w.starts_with(prefix) : w.find("; taken as ") != std::string::npos;
+      if (!about || ++count > 3) continue;
+      said += (said.empty() ? "" : "; ") + (has_line ? w.substr(prefix.size()) : w);
+    }
   }
   if (count > 3) said += fmt::format("; {} more", count - 3);
   if (said.empty()) return message;
