@@ -177,7 +177,7 @@ std::vector<bool> Pattern(std::vector<std::string> more) {
   return DeriveFrom(moe).model.moe_layer_pattern;
 }
 
-TEST_CASE("--moe-layer-freq: an integer, MindSpeed-LLM's -1, and Megatron's list expressions") {
+TEST_CASE("Megatron args: --moe-layer-freq: an integer, MindSpeed-LLM's -1, and Megatron's list expressions") {
   // gpt_layer_specs.py:647-652: layer i is MoE when i % N == 0 (Python's %, 0 for every i
   // when N = -1), or the list's entry.
   CHECK(Pattern({"--moe-layer-freq", "2"}) == std::vector<bool>{true, false, true, false});
@@ -191,7 +191,7 @@ TEST_CASE("--moe-layer-freq: an integer, MindSpeed-LLM's -1, and Megatron's list
             .find("a list of 2 entries (one per layer) expected, got 3") != std::string::npos);
 }
 
-TEST_CASE("--first-k-dense-replace: the first K layers dense when a frequency is given") {
+TEST_CASE("Megatron args: --first-k-dense-replace: the first K layers dense when a frequency is given") {
   // mindspeed_llm/core/transformer/transformer_block.py:112-120.
   CHECK(Pattern({"--moe-layer-freq", "1", "--first-k-dense-replace", "1"}) ==
         std::vector<bool>{false, true, true, true});
@@ -199,7 +199,7 @@ TEST_CASE("--first-k-dense-replace: the first K layers dense when a frequency is
         std::vector<bool>{true, true, true, true});
 }
 
-TEST_CASE("--n-shared-experts: one shared expert N × the expert width, --shared-expert-gate") {
+TEST_CASE("Megatron args: --n-shared-experts: one shared expert N × the expert width, --shared-expert-gate") {
   // mindspeed_llm/features_manager/moe/shared_expert.py:16-18: N × moe_ffn_hidden_size.
   const Setup s = DeriveFrom({"--num-experts", "4", "--moe-ffn-hidden-size", "128",
                               "--n-shared-experts", "2", "--shared-expert-gate"});

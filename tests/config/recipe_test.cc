@@ -168,8 +168,8 @@ TEST_CASE("recipe: a DeepSpeed or FSDP recipe says the stack is not modelled", "
 }
 
 // Recipes that need bitsandbytes 8-bit weights, a quant-storage dtype other than uint8 or the
-// 8-bit optimizers: hidden until those land in the Trainer stack (run with "[.needs8bit]").
-TEST_CASE("recipe: 8-bit and bf16-storage recipes", "[config][recipe][.needs8bit]") {
+// 8-bit optimizers.
+TEST_CASE("recipe: 8-bit and bf16-storage recipes", "[config][recipe]") {
   SECTION("LLaMA-Factory qwen3_lora_sft_otfq: 4-bit, nested, bf16 storage") {
     const Setup s = LoadSetup(RecipePath("llamafactory-qwen3_lora_sft_otfq.yaml"), RecipeOptions());
     const std::int64_t adapter = RecipeAdapterParams(2560, 4096, 1024, 9728, 36, 8);
@@ -193,6 +193,17 @@ TEST_CASE("recipe: 8-bit and bf16-storage recipes", "[config][recipe][.needs8bit
     const std::int64_t adapter = RecipeAdapterParams(4096, 4096, 1024, 14336, 32, 32);
     CHECK(adapter == 83886080);
     CHECK(workload::TotalParameterCounts(s).trainable == adapter + 2 * 525336576LL);
+    // optimizer: adamw_bnb_8bit (bitsandbytes AdamW8bit, not paged): two states of 1 byte an
+    // element plus an fp32 absmax per block of 256 (bitsandbytes optim/optimizer.py
+    // Optimizer2State.init_state; every trainable tensor here has >= 4096 elements, so none
+    // keeps 32-bit state). Every tensor's size is a multiple of 256, so the state is
+    // 2 x n x (1 + 4/256) over n = 83,886,080 + 1,050,673,152 = 1,134,559,232 elements:
+    // 2 x (1,134,559,232 + 17,727,488) = 2,304,573,440 bytes; plus the two 256-entry fp32
+    // quantization maps the optimizer moves to the device once ("dynamic" and "udynamic",
+    // Optimizer2State.init_state's name2qmap): 2 x 1024 bytes. 2,304,575,488 in all.
+    const workload::StaticSizes sizes = workload::ComputeStaticSizes(s, 0);
+    CHECK(sizes.optimizer_state_bytes == 2304573440LL + 2 * 1024);
+    CHECK(sizes.managed_optimizer_state_bytes == 0);
   }
   SECTION("axolotl llama-3 lora-1b and qlora-1b: r 16 and r 32 on Llama-3.2-1B") {
     // h 2048, 32 heads of 64, kv 8 x 64 = 512, ffn 8192, 16 layers: per layer 44032 x r.

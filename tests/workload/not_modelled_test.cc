@@ -119,7 +119,7 @@ TEST_CASE("an out-of-memory verdict says which way the flags not modelled make m
   CHECK(report::FormatNotModelledCaveat(engine::RunAllStages(s, roomy), s).empty());
 }
 
-TEST_CASE("--variable-seq-lengths runs, warned that memsim errs high if at all",
+TEST_CASE("MindSpeed flags: --variable-seq-lengths runs, warned that memsim errs high if at all",
           "[workload][not_modelled]") {
   // MindSpeed-LLM's Qwen scripts pass it; it sends p2p shapes per micro-batch, and no
   // micro-batch is longer than --seq-length, which memsim simulates (it was refused as "an
