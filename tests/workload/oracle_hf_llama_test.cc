@@ -168,12 +168,15 @@ void OracleLayerRows(std::vector<GapRow>& t, int l, const std::string& cache_end
 void OracleLossRows(std::vector<GapRow>& t, const std::string& after_norm) {
   t.push_back({"4.36 loss: log_softmax output, loss, total_weight", GapReason::kVersion, 31752,
                "fwd model post", "step loss post"});
-  t.push_back({"memsim's cross-entropy target_mask, masked_target, loss", GapReason::kVersion, -296,
-               "fwd model post", "step loss post"});
-  t.push_back(
-      {"memsim keeps the logits to output_layer_bwd; the real code drops them with the "
-       "output object (nothing saves them: lm_head's matmul saves its input)",
-       GapReason::kMemsimLonger, -32768, "step loss post", "step loss post"});
+  t.push_back({"memsim's HF causal-LM loss: log_probs [32, 256] fp32 (unshifted: T rows), "
+               "shift_labels int64 [32], loss (output_loss.cc HfCausalLmLossForward)",
+               GapReason::kVersion, -(32768 + 256 + 8), "fwd model post", "step loss post"});
+  // The output object (logits) lives until the caller takes .loss and drops it; memsim frees the
+  // logits when its loss forward is done, which comes before the boundary at the model's return
+  // (nothing else is allocated in between in the Trainer's compute_loss).
+  t.push_back({"the logits, held by the output object until the caller drops it; memsim frees "
+               "them at its loss", GapReason::kMemsimShorter, 32768, "fwd model post",
+               "fwd model post"});
   // The final LlamaRMSNorm as the layers' (pow saved by 1.13's mean; x·rsqrt saved by the
   // weight's mul): memsim's final_norm (output_loss.cc) keeps only rstd and the output.
   t.push_back({"final norm: pow output saved by 1.13's mean", GapReason::kVersion, 8192, after_norm,
@@ -184,6 +187,12 @@ void OracleLossRows(std::vector<GapRow>& t, const std::string& after_norm) {
   // here; in a GPU run they stay on the CPU.
   t.push_back({"AdamW step counters (CPU tensors)", GapReason::kSetup, 21 * 4,
                "step optimizer post", "step optimizer post"});
+  // The recorder steps without the Trainer's model.zero_grad() after optimizer.step()
+  // (transformers Trainer._inner_training_loop); memsim's hf-trainer frees the gradients there
+  // (FrameworkFacts::zero_grad_after_step): 106,816 fp32 parameters' gradients (embedding and
+  // lm_head 256 x 64 each, two layers of 36,992, the final norm's 64).
+  t.push_back({"setup: gradients the recorder keeps after the step; the Trainer zeroes them",
+               GapReason::kSetup, 106816 * 4, "step optimizer post", "step optimizer post"});
 }
 
 // One LoRA linear's dropout (peft tuners/lora/layer.py Linear.forward: result =
@@ -254,18 +263,20 @@ void OracleLoraLayerRows(std::vector<GapRow>& t, int l) {
 void OracleLoraLossRows(std::vector<GapRow>& t) {
   t.push_back({"4.36 loss: log_softmax output, loss, total_weight", GapReason::kVersion, 31752,
                "step loss post", "step loss post"});
-  t.push_back({"memsim's cross-entropy target_mask, masked_target, loss", GapReason::kVersion, -296,
-               "step loss post", "step loss post"});
-  t.push_back(
-      {"memsim keeps the logits to output_layer_bwd; the real code drops them with the "
-       "output object",
-       GapReason::kMemsimLonger, -32768, "step loss post", "step loss post"});
+  t.push_back({"memsim's HF causal-LM loss: log_probs [32, 256] fp32 (unshifted: T rows), "
+               "shift_labels int64 [32], loss (output_loss.cc HfCausalLmLossForward)",
+               GapReason::kVersion, -(32768 + 256 + 8), "step loss post", "step loss post"});
   // lm_head is frozen, so its matmul saves no input: the final norm's output goes with the
   // output object; memsim keeps it to output_layer_bwd.
   t.push_back({"final norm output: frozen lm_head saves nothing; memsim keeps it",
                GapReason::kMemsimLonger, -8192, "step loss post", "step loss post"});
   t.push_back({"AdamW step counters (CPU tensors)", GapReason::kSetup, 28 * 4,
                "step optimizer post", "step optimizer post"});
+  // As in OracleLossRows: the recorder keeps the adapters' gradients after the step; the Trainer's
+  // model.zero_grad() frees them: r 8 over q, o (64 + 64), k, v (64 + 32), gate, up, down
+  // (64 + 128): 8 x 1024 = 8192 a layer, two layers, fp32.
+  t.push_back({"setup: adapter gradients the recorder keeps after the step; the Trainer zeroes them",
+               GapReason::kSetup, 16384 * 4, "step optimizer post", "step optimizer post"});
 }
 
 TEST_CASE("oracle: Llama full fine-tune, eager fp32, module boundaries match the real code's",
