@@ -334,7 +334,7 @@ TEST_CASE("launch script: 100,000 arithmetic assignments read in one pass", "[la
 TEST_CASE("launch script: Megatron-LM's train_llama3_8b_h100_fp8.sh, unedited", "[launch]") {
   const MegatronLaunch l =
       ReadMegatronArgsFile(std::string(MEMSIM_SOURCE_DIR) +
-                           "/tests/data/launch_scripts/if_megatron_train_llama3_8b_h100_fp8.sh");
+                           "/tests/data/launch_scripts/megatron_train_llama3_8b_h100_fp8.sh");
   // DTYPE="fp8": the `if [[ "$DTYPE" == "fp8" ]]` branch adds the FP8 arguments.
   CHECK(ValueOf(l, "--fp8-format") == "hybrid");
   CHECK(ValueOf(l, "--fp8-amax-history-len") == "1024");
