@@ -126,6 +126,9 @@ TEST_CASE("recipe: full fine-tunes keep every parameter trainable", "[config][re
     CHECK(counts.trainable == n);
     const workload::StaticSizes sizes = workload::ComputeStaticSizes(s, 0);
     CHECK(sizes.parameter_bytes == 2 * n);  // torch_dtype bfloat16
+    // adamw_torch: exp_avg and exp_avg_sq are zeros_like(p), bf16 like the weights (torch
+    // optim/adamw.py _init_group): 2 x 2 bytes a parameter.
+    CHECK(sizes.optimizer_state_bytes == 4 * n);
     CHECK(s.training.micro_batch_size == 16);
   }
   SECTION("alignment-handbook SmolLM2 full: SmolLM2-1.7B in bf16") {
@@ -136,6 +139,7 @@ TEST_CASE("recipe: full fine-tunes keep every parameter trainable", "[config][re
     const std::int64_t n = 1711376384;
     CHECK(workload::TotalParameterCounts(s).trainable == n);
     CHECK(workload::ComputeStaticSizes(s, 0).parameter_bytes == 2 * n);
+    CHECK(workload::ComputeStaticSizes(s, 0).optimizer_state_bytes == 4 * n);  // bf16 AdamW state
     CHECK(s.training.seq_length == 8192);
   }
   SECTION("TRL's CLI example: Qwen2.5-0.5B at TRL's defaults (fp32, max_length 1024)") {
@@ -208,14 +212,26 @@ TEST_CASE("recipe: 8-bit and bf16-storage recipes", "[config][recipe]") {
   SECTION("axolotl llama-3 lora-1b and qlora-1b: r 16 and r 32 on Llama-3.2-1B") {
     // h 2048, 32 heads of 64, kv 8 x 64 = 512, ffn 8192, 16 layers: per layer 44032 x r.
     const Setup lora = LoadSetup(RecipePath("axolotl-llama-3-lora-1b.yml"), RecipeOptions());
-    CHECK(workload::TotalParameterCounts(lora).trainable == RecipeAdapterParams(2048, 2048, 512, 8192, 16, 16));
+    const std::int64_t n16 = RecipeAdapterParams(2048, 2048, 512, 8192, 16, 16);
+    CHECK(workload::TotalParameterCounts(lora).trainable == n16);
     const Setup qlora = LoadSetup(RecipePath("axolotl-llama-3-qlora-1b.yml"), RecipeOptions());
-    CHECK(workload::TotalParameterCounts(qlora).trainable == RecipeAdapterParams(2048, 2048, 512, 8192, 16, 32));
+    const std::int64_t n32 = RecipeAdapterParams(2048, 2048, 512, 8192, 16, 32);
+    CHECK(workload::TotalParameterCounts(qlora).trainable == n32);
+    // adamw_8bit / adamw_bnb_8bit (bitsandbytes AdamW8bit): every adapter matrix has at least
+    // 4096 elements (the smallest, 16 x 512, has 8192) and a multiple of 256, so two 1-byte states
+    // plus an fp32 absmax per 256 elements, and the two 256-entry fp32 quantization maps once
+    // (bitsandbytes optim/optimizer.py Optimizer2State.init_state): 2 x n x 260 / 256 + 2048.
+    CHECK(workload::ComputeStaticSizes(lora, 0).optimizer_state_bytes == 2 * n16 * 260 / 256 + 2048);
+    CHECK(workload::ComputeStaticSizes(qlora, 0).optimizer_state_bytes == 2 * n32 * 260 / 256 + 2048);
   }
   SECTION("axolotl mistral config: full fine-tune in bf16 with 8-bit Adam") {
     const Setup s = LoadSetup(RecipePath("axolotl-mistral-config.yml"), RecipeOptions());
     CHECK(workload::TotalParameterCounts(s).trainable == 7241732096);
     CHECK(workload::ComputeStaticSizes(s, 0).parameter_bytes == 2 * 7241732096);
+    // adamw_bnb_8bit over every parameter: each tensor has at least 4096 elements (the norms'
+    // 4096 is not below bitsandbytes' min_8bit_size) and a multiple of 256, so as above:
+    // 2 x 7,241,732,096 x 260 / 256 + 2048 = 14,709,770,368.
+    CHECK(workload::ComputeStaticSizes(s, 0).optimizer_state_bytes == 14709770368LL);
   }
 }
 
