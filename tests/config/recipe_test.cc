@@ -207,6 +207,15 @@ TEST_CASE("recipe: 8-bit and bf16-storage recipes", "[config][recipe]") {
     // Optimizer2State.init_state's name2qmap): 2 x 1024 bytes. 2,304,575,488 in all.
     const workload::StaticSizes sizes = workload::ComputeStaticSizes(s, 0);
     CHECK(sizes.optimizer_state_bytes == 2304573440LL + 2 * 1024);
+    // The weights: LLM.int8 (bitsandbytes Int8Params) on the 7 linears of the 32 layers, an int8
+    // byte an element plus an fp32 scale per output row (SCB): 218,103,808 + 4 x 43,008 rows a
+    // layer; lm_head stays bf16 (transformers' get_keys_to_not_convert keeps the output
+    // embedding), as do the embedding and the norms (2 x 4096 a layer, the final 4096);
+    // modules_to_save adds a trainable copy of embed_tokens and lm_head (peft
+    // ModulesToSaveWrapper, the module's dtype, bf16); the LoRA matrices fp32.
+    const std::int64_t int8 = 32 * (218103808LL + 4 * 43008);
+    const std::int64_t bf16 = 2 * (4 * 525336576LL + 32 * 2 * 4096 + 4096);
+    CHECK(sizes.parameter_bytes == int8 + bf16 + 4 * adapter);
     CHECK(sizes.managed_optimizer_state_bytes == 0);
   }
   SECTION("axolotl llama-3 lora-1b and qlora-1b: r 16 and r 32 on Llama-3.2-1B") {
@@ -222,7 +231,22 @@ TEST_CASE("recipe: 8-bit and bf16-storage recipes", "[config][recipe]") {
     // plus an fp32 absmax per 256 elements, and the two 256-entry fp32 quantization maps once
     // (bitsandbytes optim/optimizer.py Optimizer2State.init_state): 2 x n x 260 / 256 + 2048.
     CHECK(workload::ComputeStaticSizes(lora, 0).optimizer_state_bytes == 2 * n16 * 260 / 256 + 2048);
+    // lora-1b quantises nothing: Llama-3.2-1B's 1,235,814,400 weights (per layer 60,817,408 in
+    // the linears + 4096 in the norms, x 16; the tied embedding 262,668,288; the final norm
+    // 2048) in bf16, the adapters fp32.
+    CHECK(workload::ComputeStaticSizes(lora, 0).parameter_bytes == 2 * 1235814400LL + 4 * n16);
     CHECK(workload::ComputeStaticSizes(qlora, 0).optimizer_state_bytes == 2 * n32 * 260 / 256 + 2048);
+    // qlora-1b's weights: axolotl's qlora is NF4 with nested quantization (bf16 storage, the
+    // same packed bytes) on every linear of the 16 layers (q, o 2048 x 2048; k, v 512 x 2048;
+    // gate, up, down 8192 x 2048); the tied embedding 128256 x 2048 and the norms (2 x 2048 a
+    // layer and the final 2048) stay bf16; the adapters fp32.
+    std::int64_t four_bit = 0;
+    for (std::int64_t w : {2048LL * 2048, 512LL * 2048, 512LL * 2048, 2048LL * 2048,
+                           8192LL * 2048, 8192LL * 2048, 8192LL * 2048}) {
+      four_bit += RecipeFourBit(w, true);
+    }
+    const std::int64_t bf16 = 2 * (128256LL * 2048 + 16 * 2 * 2048 + 2048);
+    CHECK(workload::ComputeStaticSizes(qlora, 0).parameter_bytes == 16 * four_bit + bf16 + 4 * n32);
   }
   SECTION("axolotl mistral config: full fine-tune in bf16 with 8-bit Adam") {
     const Setup s = LoadSetup(RecipePath("axolotl-mistral-config.yml"), RecipeOptions());
