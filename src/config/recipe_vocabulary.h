@@ -113,7 +113,8 @@ inline const std::vector<std::string>& LlamaFactoryKeyNames() {
   return k;
 }
 
-inline const std::vector<std::string>& AxolotlKeyNames() {
+// A table of data (one string a key), not logic: the length is the vocabulary's.
+inline const std::vector<std::string>& AxolotlKeyNames() {  // NOLINT(readability-function-size): a table of key names
   static const std::vector<std::string> k = {
       "accelerator_config", "activation_checkpointing", "activation_dtype",
       "activation_offloading", "adam_beta1", "adam_beta2", "adam_beta3", "adam_epsilon",
