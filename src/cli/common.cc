@@ -1,6 +1,7 @@
 #include "cli/common.h"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -103,7 +104,7 @@ void AddConfigOptions(CLI::App& sub, ConfigArgs& args, bool with_iterations) {
 void AddMegatronOptions(CLI::App& sub, MegatronArgs& args) {
   args.option = sub.add_option("--megatron-args", args.file,
                                "read a Megatron-LM / MindSpeed-LLM launch script or training log "
-                               "(or the arguments after --) instead of a config")
+                               "(or the arguments after --) instead of a config; words after FILE are the script's own arguments")
                     ->expected(0, 1);
   // Only a launch's flags are allowed through; a JSON config's unsupported keys stay errors, so
   // without --megatron-args the flag would be ignored without a word.
@@ -112,20 +113,42 @@ void AddMegatronOptions(CLI::App& sub, MegatronArgs& args) {
       ->needs(args.option);
 }
 
+namespace {
+
+// A word ending as memsim's config files do (JSON, YAML, TOML).
+bool LooksLikeConfigFile(const std::string& word) {
+  for (const std::string_view ext : {".json", ".yaml", ".yml", ".toml"}) {
+    if (word.size() > ext.size() && word.compare(word.size() - ext.size(), ext.size(), ext) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 config::Setup LoadMegatronLaunch(const MegatronArgs& args, const std::vector<std::string>& words,
                                  const config::LoadOptions& load) {
   config::MegatronLaunch launch;
   if (!args.file.empty()) {
-    if (!words.empty()) {
+    // Words after the file are the launch script's own arguments ($1, $2, ...; "$@"), as
+    // `bash FILE ARGS...` would give them (Pai-Megatron-Patch's run scripts take 27); a first
+    // word that names a config file is a config given beside the launch, which is refused.
+    if (!words.empty() && LooksLikeConfigFile(words[0])) {
       throw InputError(fmt::format("--megatron-args {}: give no training config too (got '{}')",
                                    args.file, words[0]));
     }
-    launch = config::ReadMegatronArgsFile(args.file);
+    launch = config::ReadMegatronArgsFile(args.file, words);
   } else {
     if (words.empty()) throw InputError("--megatron-args: expected FILE, or -- ARGS...");
     launch = config::ReadCommandLineArguments(words);
   }
-  return config::LoadSetupFromMegatron(launch, load, {args.allow_unsupported});
+  config::Setup setup = config::LoadSetupFromMegatron(launch, load, {args.allow_unsupported});
+  if (!args.file.empty() && !words.empty()) {
+    setup.warnings.push_back(fmt::format("{}: read with the script arguments '{}' ($1 to ${})",
+                                         args.file, fmt::join(words, " "), words.size()));
+  }
+  return setup;
 }
 
 config::Setup LoadConfigOrLaunch(const std::string& config, const std::vector<std::string>& words,

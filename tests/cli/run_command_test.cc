@@ -171,3 +171,39 @@ TEST_CASE("memsim dump-program prints one op a line", "[cli]") {
 
 }  // namespace
 }  // namespace memsim
+
+namespace memsim {
+namespace {
+
+TEST_CASE("memsim run: words after a launch script are the script's own arguments", "[cli]") {
+  testing::ScratchDir dir("run-script-args");
+  const std::string script = std::string(MEMSIM_SOURCE_DIR) +
+                             "/tests/data/launch_scripts/eval_pai_run_mcore_qwen3.sh";
+  // Pai-Megatron-Patch's run_mcore_qwen3.sh takes 27 arguments: ENV dsw, MODEL_SIZE A3B, batch
+  // 1 / 8, learning rates, sequence 128 / 128, bf16, TP 1, PP 1, CP 1, ETP 1, EP 4, ... (its
+  // header). The world size comes from `python -c` (not run), so --set gives DP 8.
+  const auto r = testing::RunMemsim(
+      dir, "run --megatron-args " + script +
+               " --device h100-80g --no-chart --set training.data_parallel_size=8 -- dsw A3B 1 8 "
+               "1e-5 1e-6 128 128 bf16 1 1 1 1 4 true true true false sel false 100000 /d /v "
+               "none 10000000000 10000 /o");
+  REQUIRE(r.exit_code == 0);
+  // Qwen3-30B-A3B as the A3B branch builds it: h 2048, 48 layers, 32 heads x 128, 4 query
+  // groups, q/k norms of 128, 128 experts of 768 (SwiGLU), router 128 x 2048, vocabulary 151936
+  // untied. A layer: q 8,388,608 + k, v 2 x 1,048,576 + o 8,388,608 + norms 4096 + q/k norms
+  // 256 = 18,878,720 attention and norms, router 262,144, experts 128 x 3 x 768 x 2048 =
+  // 603,979,776: 623,120,640; x 48 = 29,909,790,720; embedding and output layer 2 x 151936 x
+  // 2048 = 622,329,856; final norm 2048: 30,532,122,624 (the model's published 30.5 B).
+  // On a rank at EP 4: 32 experts, 150,994,944 a layer: (18,878,720 + 262,144 + 150,994,944) x
+  // 48 + 622,329,856 + 2048 = 8,788,850,688.
+  CHECK(r.out.find("parameters: 30532122624 (30.53 B) total, 8788850688 (8.79 B) on this rank") !=
+        std::string::npos);
+  CHECK(r.err.find("read with the script arguments 'dsw A3B 1 8") != std::string::npos);
+  // A config file beside the launch is still refused (not taken as $1).
+  const auto both = testing::RunMemsim(dir, "run x.json --megatron-args " + script);
+  CHECK(both.exit_code == 2);
+  CHECK(both.err.find("give no training config too (got 'x.json')") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace memsim
