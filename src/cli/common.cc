@@ -111,6 +111,12 @@ void AddMegatronOptions(CLI::App& sub, MegatronArgs& args) {
   sub.add_flag("--allow-unsupported", args.allow_unsupported,
                "with --megatron-args: run even with unsupported flags (ignored, with a warning)")
       ->needs(args.option);
+  sub.add_option("--script-var", args.script_vars,
+                 "with --megatron-args FILE: set the script's variable NAME to VALUE before its "
+                 "first line and skip the script's own assignments to it; repeat for more")
+      ->option_text("NAME=VALUE")
+      ->allow_extra_args(false)
+      ->needs(args.option);
 }
 
 namespace {
@@ -138,9 +144,18 @@ config::Setup LoadMegatronLaunch(const MegatronArgs& args, const std::vector<std
       throw InputError(fmt::format("--megatron-args {}: give no training config too (got '{}')",
                                    args.file, words[0]));
     }
-    launch = config::ReadMegatronArgsFile(args.file, words);
+    std::vector<config::ScriptVariable> vars;
+    for (const std::string& v : args.script_vars) {
+      vars.push_back(config::ParseScriptVariable(v, "--script-var"));
+    }
+    launch = config::ReadMegatronArgsFile(args.file, words, vars);
   } else {
     if (words.empty()) throw InputError("--megatron-args: expected FILE, or -- ARGS...");
+    if (!args.script_vars.empty()) {
+      throw InputError(fmt::format("--script-var {}: only with --megatron-args FILE (a launch "
+                                   "script); the arguments after -- have no variables",
+                                   args.script_vars[0]));
+    }
     launch = config::ReadCommandLineArguments(words);
   }
   config::Setup setup = config::LoadSetupFromMegatron(launch, load, {args.allow_unsupported});

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -33,6 +34,7 @@ config::LoadOptions ToLoadOptions(const ConfigArgs& args);
 struct MegatronArgs {
   std::string file;
   bool allow_unsupported = false;
+  std::vector<std::string> script_vars;  // --script-var NAME=VALUE, in order
   CLI::Option* option = nullptr;  // set by AddMegatronOptions
   bool given() const { return option != nullptr && option->count() > 0; }
 };

@@ -7,6 +7,7 @@
 #include "config/launch_script.h"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <charconv>
@@ -533,14 +534,21 @@ ShellStatus ShellKnown(bool b) { return b ? ShellStatus::kTrue : ShellStatus::kF
 
 class ScriptReader {
  public:
-  ScriptReader(const std::string& label, std::string_view text, std::vector<std::string> args)
+  ScriptReader(const std::string& label, std::string_view text, std::vector<std::string> args,
+               const std::vector<ScriptVariable>& pinned)
       : text_(text), positional_(std::move(args)), args_known_(!positional_.empty()) {
     out_.label = label;
     out_.kind = MegatronLaunch::Kind::kScript;
+    for (const ScriptVariable& v : pinned) {
+      pinned_.erase(v.name);  // a later --script-var of the same name wins
+      SetVariable(v.name, {v.value}, {}, false, 0);
+      pinned_[v.name] = Pinned{v.value, {}, false};
+    }
   }
 
   MegatronLaunch Read() {
     RunSource();
+    TellPinned();
     if (!found_) {
       throw InputError(fmt::format(
           "{}: no training command found (expected a line running torchrun, python -m "
@@ -759,6 +767,7 @@ class ScriptReader {
 
   // A variable's elements; nullptr when unset.
   const Var* Lookup(const std::string& name) const {
+    if (const auto p = pinned_.find(name); p != pinned_.end()) p->second.read = true;
     auto it = vars_.find(name);
     return it == vars_.end() ? nullptr : &it->second;
   }
@@ -1773,7 +1782,7 @@ class ScriptReader {
       return ShellStatus::kTrue;
     }
     if (cmd == "unset") {
-      for (const std::string& a : args) UnsetVariable(a);
+      for (const std::string& a : args) UnsetVariable(a, line);
       return ShellStatus::kTrue;
     }
     if (cmd == "eval") return Eval(args, line);
@@ -1816,6 +1825,7 @@ class ScriptReader {
 
   // ---- variables ----
   void Assign(const Word& w) {
+    if (SkipPinned(w.assign_name, w.line)) return;
     if (!w.append || w.is_array) {
       SetVariable(w.assign_name, w.fields, w.field_lines, w.append, w.line);
       return;
@@ -1835,6 +1845,7 @@ class ScriptReader {
   }
   void SetVariable(const std::string& name, const std::vector<std::string>& values,
                    const std::vector<CharLines>& lines, bool append, int line) {
+    if (SkipPinned(name, line)) return;
     Var& v = vars_[name];
     if (!append) {
       total_bytes_ -= v.bytes;
@@ -1868,7 +1879,36 @@ class ScriptReader {
                              kLaunchScriptMaxTotalBytes >> 20));
     }
   }
-  void UnsetVariable(const std::string& name) {
+  // True (and the line recorded) when `name` is pinned by --script-var: the assignment is skipped.
+  bool SkipPinned(const std::string& name, int line) {
+    const auto p = pinned_.find(name);
+    if (p == pinned_.end()) return false;
+    if (p->second.skipped_lines.size() < 20) p->second.skipped_lines.push_back(line);
+    return true;
+  }
+  // One warning per pinned variable: where the script's own assignments were skipped, or that the
+  // script never uses it (a misspelt name would otherwise change nothing without a word).
+  void TellPinned() {
+    for (const auto& [name, p] : pinned_) {
+      const std::string given = fmt::format("--script-var {}={}", name, Printable(p.value, 40));
+      if (!p.skipped_lines.empty()) {
+        out_.warnings.push_back(fmt::format("{}: {}: the script's own assignment{} at line{} {} "
+                                            "skipped",
+                                            out_.label, given, p.skipped_lines.size() > 1 ? "s" : "",
+                                            p.skipped_lines.size() > 1 ? "s" : "",
+                                            fmt::join(p.skipped_lines, ", ")));
+      } else if (!p.read) {
+        out_.warnings.push_back(fmt::format("{}: {}: the script neither sets nor reads ${}; it "
+                                            "changes nothing",
+                                            out_.label, given, name));
+      } else {
+        out_.warnings.push_back(fmt::format("{}: {}: set before the script's first line",
+                                            out_.label, given));
+      }
+    }
+  }
+  void UnsetVariable(const std::string& name, int line) {
+    if (SkipPinned(name, line)) return;
     const auto it = vars_.find(name);
     if (it == vars_.end()) return;
     total_bytes_ -= it->second.bytes;
@@ -1994,6 +2034,13 @@ class ScriptReader {
   std::vector<std::string> positional_;  // $1 ...: the script's, or a function's
   bool args_known_ = false;              // the caller gave the script's arguments
   std::map<std::string, Var> vars_;
+  // --script-var: the value, the lines of the script's assignments skipped, whether it was read.
+  struct Pinned {
+    std::string value;
+    std::vector<int> skipped_lines;
+    mutable bool read = false;
+  };
+  std::map<std::string, Pinned> pinned_;
   std::map<std::string, Function> functions_;
   size_t total_bytes_ = 0;             // of every variable's values
   std::vector<CharLines> last_lines_;  // of the elements the last Dollar() returned, or empty
@@ -2035,19 +2082,33 @@ std::optional<std::pair<std::string, std::string>> ArgumentLine(std::string_view
 
 }  // namespace
 
+ScriptVariable ParseScriptVariable(std::string_view text, std::string_view option) {
+  const size_t eq = text.find('=');
+  const std::string_view name = text.substr(0, eq);
+  const bool ok = eq != std::string_view::npos && !name.empty() && IsNameStart(name[0]) &&
+                  std::all_of(name.begin(), name.end(), IsNameChar);
+  if (!ok) {
+    throw InputError(fmt::format("{} {}: expected NAME=VALUE with NAME a shell variable name "
+                                 "(letters, digits and '_', not starting with a digit)",
+                                 option, Printable(text, 60)));
+  }
+  return {std::string(name), std::string(text.substr(eq + 1))};
+}
+
 MegatronLaunch ReadLaunchScript(const std::string& label, std::string_view text,
-                                const std::vector<std::string>& script_args) {
+                                const std::vector<std::string>& script_args,
+                                const std::vector<ScriptVariable>& script_vars) {
   // CRLF line ends (a script saved on Windows): bash keeps each '\r' as part of the line, so
   // `\` before CR-LF continues nothing and the training command stops at its first line (the
   // model's flags silently lost). The script is read as with LF line ends, and told.
   const size_t crlf = text.find("\r\n");
-  if (crlf == std::string_view::npos) return ScriptReader(label, text, script_args).Read();
+  if (crlf == std::string_view::npos) return ScriptReader(label, text, script_args, script_vars).Read();
   std::string lf;
   lf.reserve(text.size());
   for (size_t i = 0; i < text.size(); ++i) {
     if (!(text[i] == '\r' && i + 1 < text.size() && text[i + 1] == '\n')) lf += text[i];
   }
-  MegatronLaunch out = ScriptReader(label, lf, script_args).Read();
+  MegatronLaunch out = ScriptReader(label, lf, script_args, script_vars).Read();
   const auto line =
       1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(crlf), '\n');
   out.warnings.insert(out.warnings.begin(),
@@ -2175,7 +2236,8 @@ MegatronLaunch ReadCommandLineArguments(const std::vector<std::string>& words) {
 constexpr std::int64_t kMaxLaunchFileBytes = std::int64_t{1} << 28;
 
 MegatronLaunch ReadMegatronArgsFile(const std::string& path,
-                                    const std::vector<std::string>& script_args) {
+                                    const std::vector<std::string>& script_args,
+                                    const std::vector<ScriptVariable>& script_vars) {
   const std::optional<std::string> read =
       ReadBoundedFile(path, Printable(path), kMaxLaunchFileBytes, "a --megatron-args file");
   if (!read) {
@@ -2183,8 +2245,15 @@ MegatronLaunch ReadMegatronArgsFile(const std::string& path,
         fmt::format("{}: cannot read the file: {}", Printable(path), WhyUnreadable(path)));
   }
   const std::string& text = *read;
-  if (LooksLikeArgumentsLog(text)) return ReadArgumentsLog(Printable(path), text);
-  return ReadLaunchScript(Printable(path), text, script_args);
+  if (LooksLikeArgumentsLog(text)) {
+    if (!script_vars.empty()) {
+      throw InputError(fmt::format("--script-var {}: {} is a training log (it holds Megatron's "
+                                   "arguments block), which has no variables to set",
+                                   script_vars[0].name, Printable(path)));
+    }
+    return ReadArgumentsLog(Printable(path), text);
+  }
+  return ReadLaunchScript(Printable(path), text, script_args, script_vars);
 }
 
 }  // namespace memsim::config

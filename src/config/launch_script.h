@@ -10,7 +10,9 @@
 // `${x:off:len}`), `$((...))` in bash's 64-bit wrap-around arithmetic, `if`/`elif`/`else` on
 // `[ ]`, `[[ ]]`, `test`, `(( ))`, `true`/`false` and `&&`/`||` lists, `case ... esac` with glob
 // patterns, functions (defined and called, with $1 ... and `return`), `eval` of a built command,
-// `exit`, heredocs (skipped), and the script's own arguments ($1 ... as the caller gives them).
+// `exit`, heredocs (skipped), the script's own arguments ($1 ... as the caller gives them), and
+// variables the caller pins (`--script-var NAME=VALUE`: set before the first line, and every
+// assignment the script makes to NAME ignored, as `make NAME=VALUE` overrides a makefile's).
 // What it cannot evaluate is a warning naming the line and the value it took: a condition on a
 // file or a command's status (the first branch of the `if` is taken), loops (skipped), `$(cmd)`,
 // `${x/a/b}`, `=~`, `source`.
@@ -85,12 +87,28 @@ struct MegatronLaunch {
   std::vector<Export> exports;
 };
 
+// A variable the caller pins (`--script-var NAME=VALUE`). `name` is a shell name
+// ([A-Za-z_][A-Za-z0-9_]*; ParseScriptVariable checks it).
+struct ScriptVariable {
+  std::string name;
+  std::string value;
+  bool operator==(const ScriptVariable&) const = default;
+};
+
+// "NAME=VALUE" as a ScriptVariable. Throws InputError "<option> <text>: ..." when NAME is not a
+// shell variable name.
+ScriptVariable ParseScriptVariable(std::string_view text, std::string_view option);
+
 // Reads a launch script; `script_args` are the script's own arguments ($1, $2, ...; "$@"), as the
-// caller would give them to bash. Throws InputError "<label>:<line>: ..." when the text cannot be
-// read as a script (an unterminated quote or `$((`), bash would stop on it (division by zero in
-// `$((...))`), a bound above is exceeded, or it holds no training command.
+// caller would give them to bash; `script_vars` are set before the first line and keep their
+// value: the script's own assignments to them are skipped, and MegatronLaunch::warnings says, per
+// variable, at which lines (or that the script never uses it). Throws InputError
+// "<label>:<line>: ..." when the text cannot be read as a script (an unterminated quote or `$((`),
+// bash would stop on it (division by zero in `$((...))`), a bound above is exceeded, or it holds
+// no training command.
 MegatronLaunch ReadLaunchScript(const std::string& label, std::string_view text,
-                                const std::vector<std::string>& script_args = {});
+                                const std::vector<std::string>& script_args = {},
+                                const std::vector<ScriptVariable>& script_vars = {});
 
 // Reads the `---- arguments ----` block of a Megatron training log. Throws InputError when the
 // block is absent or unterminated.
@@ -103,8 +121,10 @@ bool LooksLikeArgumentsLog(std::string_view text);
 MegatronLaunch ReadCommandLineArguments(const std::vector<std::string>& words);
 
 // Reads FILE as a training log when it holds an arguments block, else as a launch script.
-// Throws InputError "<path>: cannot read the file: <why>" when it cannot be read.
+// Throws InputError "<path>: cannot read the file: <why>" when it cannot be read, and when FILE
+// is a log but `script_vars` are given (a log has no variables to pin).
 MegatronLaunch ReadMegatronArgsFile(const std::string& path,
-                                    const std::vector<std::string>& script_args = {});
+                                    const std::vector<std::string>& script_args = {},
+                                    const std::vector<ScriptVariable>& script_vars = {});
 
 }  // namespace memsim::config

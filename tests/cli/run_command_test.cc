@@ -205,5 +205,27 @@ TEST_CASE("memsim run: words after a launch script are the script's own argument
   CHECK(both.err.find("give no training config too (got 'x.json')") != std::string::npos);
 }
 
+TEST_CASE("memsim run: --script-var sets a launch script's variable without editing it", "[cli]") {
+  testing::ScratchDir dir("run-script-var");
+  const std::string script = std::string(MEMSIM_SOURCE_DIR) +
+                             "/tests/data/launch_scripts/megatron_train_llama3_8b_h100_fp8.sh";
+  // The script sets DTYPE="fp8" at line 39 and adds its FP8 flags when DTYPE is fp8; pinned to
+  // bf16, none is passed. Llama-3 8B as the script builds it: 8,030,261,248 parameters
+  // (tests/config/launch_scripts_test.cc derives them), all on the one rank (TP 1, PP 1).
+  const auto r = testing::RunMemsim(dir, "run --megatron-args " + script +
+                                             " --script-var DTYPE=bf16 --device h100-80g --no-chart");
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("parameters: 8030261248 (8.03 B) total") != std::string::npos);
+  CHECK(r.err.find("--script-var DTYPE=bf16: the script's own assignment at line 39 skipped") !=
+        std::string::npos);
+  // Bad uses: a name that is not a shell name, and --script-var without a launch script.
+  const auto bad = testing::RunMemsim(dir, "run --megatron-args " + script + " --script-var 1X=2");
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("--script-var 1X=2: expected NAME=VALUE") != std::string::npos);
+  const auto alone = testing::RunMemsim(dir, "run --script-var DTYPE=bf16");
+  CHECK(alone.exit_code == 2);
+  CHECK(alone.err.find("--script-var") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace memsim

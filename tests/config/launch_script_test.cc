@@ -392,4 +392,47 @@ TEST_CASE("launch script: Pai-Megatron-Patch's run_mcore_qwen3.sh, unedited, wit
   CHECK(WarnedAbout(l, "'if' condition not evaluated") == 0);
 }
 
+TEST_CASE("launch script: --script-var pins a variable against the script's own assignments",
+          "[launch]") {
+  // As `make NAME=VALUE` overrides a makefile: the pinned value is set before line 1 and every
+  // assignment form the script uses on it (plain, +=, ${X:=...}, unset) is skipped.
+  const std::string script = R"(DTYPE="fp8"
+DTYPE+=x
+: ${DTYPE:=fp16}
+unset DTYPE
+if [[ "$DTYPE" == "fp8" ]]; then P=--fp8-format; else P=--bf16; fi
+python pretrain_gpt.py $P
+)";
+  const MegatronLaunch l = ReadLaunchScript("t.sh", script, {}, {{"DTYPE", "bf16"}});
+  CHECK(LaunchArgs(l) == std::vector<std::string>{"--bf16"});
+  // Lines 1 (plain), 2 (+=) and 4 (unset); line 3's `:=` assigns only an unset variable, and
+  // the pinned one is set.
+  CHECK(WarnedAbout(l, "--script-var DTYPE=bf16: the script's own assignments at lines 1, 2, 4 "
+                       "skipped") == 1);
+  // Read as it is, the script's own value decides.
+  const std::string own = "DTYPE=fp8\n" + script.substr(script.find("if"));
+  CHECK(LaunchArgs(ReadLaunchScript("t.sh", own)) == std::vector<std::string>{"--fp8-format"});
+  // A pinned name the script never uses is told, not silently dropped (a misspelling).
+  const MegatronLaunch typo = ReadLaunchScript("t.sh", own, {}, {{"DTPYE", "bf16"}});
+  CHECK(LaunchArgs(typo) == std::vector<std::string>{"--fp8-format"});
+  CHECK(WarnedAbout(typo, "--script-var DTPYE=bf16: the script neither sets nor reads $DTPYE") ==
+        1);
+  // Only read (an environment variable the script expects): set before line 1.
+  const MegatronLaunch env = ReadLaunchScript("t.sh", "python pretrain_gpt.py --v $NNODES\n",
+                                              {}, {{"NNODES", "2"}});
+  CHECK(ValueOf(env, "--v") == "2");
+  CHECK(WarnedAbout(env, "--script-var NNODES=2: set before the script's first line") == 1);
+}
+
+TEST_CASE("launch script: --script-var takes NAME=VALUE with a shell variable name", "[launch]") {
+  CHECK(ParseScriptVariable("DTYPE=bf16", "--script-var") == ScriptVariable{"DTYPE", "bf16"});
+  CHECK(ParseScriptVariable("_X1=", "--script-var") == ScriptVariable{"_X1", ""});
+  CHECK(ParseScriptVariable("A=b=c", "--script-var") == ScriptVariable{"A", "b=c"});
+  for (const char* bad : {"DTYPE", "=bf16", "1X=2", "A-B=1", "A B=1"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH(ParseScriptVariable(bad, "--script-var"),
+                      Catch::Contains("--script-var") && Catch::Contains("expected NAME=VALUE"));
+  }
+}
+
 }  // namespace memsim::config

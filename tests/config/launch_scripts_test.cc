@@ -12,6 +12,7 @@
 // --untie-embeddings-and-output-weights the last stage holds its own copy of the word
 // embeddings when PP > 1, none when PP = 1.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -164,13 +165,21 @@ TEST_CASE("MindSpeed-LLM's Qwen2-57B-A14B script: parameters as Megatron builds 
   CHECK(ParametersOnStage(s, 3) == 5375996416);
 }
 
-// Hidden: the reader evaluates `if [[ "$DTYPE" == "fp8" ]]` now, but the script assigns
-// DTYPE="fp8" itself and memsim has no way yet to set a script variable from the command line
-// without editing the script; read as it is, the fp8 branch is taken and its FP8 flags are
-// refused.
+// The script assigns DTYPE="fp8" itself (line 39) and takes its FP8 flags in
+// `if [[ "$DTYPE" == "fp8" ]]`; --script-var DTYPE=bf16 pins the variable, so the script's own
+// assignment is skipped and the else-less branch adds nothing: no edit of the script.
 TEST_CASE("Megatron-LM's Llama-3 8B H100 example in bf16: parameters as Megatron builds them",
-          "[.shell]") {
-  const Setup s = LoadPublishedScript("megatron_train_llama3_8b_h100_fp8.sh", "h100-80g");
+          "[launch_scripts]") {
+  LoadOptions o;
+  o.device = "h100-80g";
+  const MegatronLaunch launch = ReadMegatronArgsFile(
+      LaunchScriptPath("megatron_train_llama3_8b_h100_fp8.sh"), {}, {{"DTYPE", "bf16"}});
+  for (const LaunchArgument& a : launch.arguments) CHECK_FALSE(a.name.starts_with("--fp8"));
+  CHECK(std::any_of(launch.warnings.begin(), launch.warnings.end(), [](const std::string& w) {
+    return w.find("--script-var DTYPE=bf16: the script's own assignment at line 39 skipped") !=
+           std::string::npos;
+  }));
+  const Setup s = LoadSetupFromMegatron(launch, o, MegatronOptions{});
   // h 4096, 32 layers, TP 1, PP 1, GQA 8 × 128, ffn 14336, vocabulary 128256 (a multiple of
   // 128), untied. A layer: qkv 25,165,824; proj 16,777,216; fc1 117,440,512; fc2 58,720,256;
   // two norms 8,192: 218,112,000; 32 layers 6,979,584,000; embedding and output 128256 × 4096
