@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Does `memsim run` cost what its simulated iterations cost, whatever train_iters is? For every
-# shipped config, times `memsim run CONFIG --no-chart --iterations N` for N = 4, 1,000 and
-# 1,000,000 and prints CPU seconds (user + system, from /usr/bin/time: steadier than wall time
-# on a shared machine) with the ratios 1,000,000 / 4 and 1,000,000 / 1,000 (docs/performance.md,
-# 'Long runs cost their simulated iterations').
+# shipped config (configs/*.json), times `memsim run CONFIG --no-chart --iterations N` for
+# N = 4 and 1,000,000, and, when the long run simulates S > 4 iterations to show its steady state
+# (its "simulated S of 1000000 iterations" line; docs/config.md 'Long runs'), for N = S too.
+# Prints CPU seconds (user + system, from /usr/bin/time: steadier than wall time on a shared
+# machine) and the ratios 1,000,000 / 4 and 1,000,000 / S: the second is what "cost independent
+# of train_iters" compares, a run of S iterations being what the long run must simulate
+# (docs/performance.md, 'Long runs cost their simulated iterations').
 # Usage: bench/long_run_bench.sh [BUILD_DIR] [REPEATS]. Best of REPEATS runs each. Not a test:
 # nothing is asserted.
 set -euo pipefail
@@ -27,12 +30,20 @@ cpu_seconds() {
   echo "$best"
 }
 
-printf '%-45s %8s %8s %8s %9s %9s\n' config "4 it" "1e3 it" "1e6 it" "1e6/4" "1e6/1e3"
+# The iterations a run of 1,000,000 simulates (its text report's "simulated S of ..." line).
+simulated_iterations() {
+  "$memsim" run "$1" --no-chart --iterations 1000000 2> /dev/null |
+    sed -n 's/.*simulated \([0-9][0-9]*\) of 1000000 iterations.*/\1/p' | head -n 1
+}
+
+printf '%-38s %7s %4s %7s %7s %7s %7s\n' config "4 it" S "S it" "1e6 it" "1e6/4" "1e6/S"
 for config in configs/*.json; do
+  s=$(simulated_iterations "$config")
+  s=${s:-4}
   a=$(cpu_seconds run "$config" --no-chart --iterations 4)
-  b=$(cpu_seconds run "$config" --no-chart --iterations 1000)
+  if [ "$s" -gt 4 ]; then b=$(cpu_seconds run "$config" --no-chart --iterations "$s"); else b=$a; fi
   c=$(cpu_seconds run "$config" --no-chart --iterations 1000000)
-  awk -v n="$(basename "$config")" -v a="$a" -v b="$b" -v c="$c" 'BEGIN {
+  awk -v n="$(basename "$config" .json)" -v a="$a" -v s="$s" -v b="$b" -v c="$c" 'BEGIN {
     r1 = a > 0 ? c / a : 0; r2 = b > 0 ? c / b : 0
-    printf "%-45s %8.2f %8.2f %8.2f %9.2f %9.2f\n", n, a, b, c, r1, r2 }'
+    printf "%-38s %7.2f %4d %7.2f %7.2f %7.2f %7.2f\n", n, a, s, b, c, r1, r2 }'
 done

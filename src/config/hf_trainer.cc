@@ -249,7 +249,7 @@ void ReadBatch(const Readers& r, TrainingConfig& c, std::vector<std::string>* no
   const int ga = t.PositiveInt("gradient_accumulation_steps").value_or(1);
   if (std::optional<int> s = own.PositiveInt("max_seq_length")) {
     c.seq_length = *s;
-  } else {
+  } else if (!own.Has("max_seq_length")) {  // present: its error is recorded (reader.h)
     Fail(own.At("max_seq_length"),
          "missing key, expected a positive integer (the length the data collator pads or "
          "truncates every sample to)");

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include <fmt/core.h>
 
@@ -301,7 +302,7 @@ Setup LoadSetupUnguarded(const std::string& config_path, const LoadOptions& opti
   if (internal::IsYamlRecipe(config)) return internal::LoadRecipe(config, options);
   Source source{config.label, {}};
   const Json root = ParseConfig(config, options, &source);
-  return internal::LoadParsedConfig(config, root, source, options);
+  return internal::LoadParsedConfig(config, root, source, options, internal::FieldErrors::kAll);
 }
 
 }  // namespace
@@ -403,11 +404,11 @@ void WarnCommandLineRepeats(const LoadOptions& options, std::vector<std::string>
   }
 }
 
-}  // namespace
-
-Setup LoadParsedConfig(const Document& config, const Json& root, const Source& source,
-                       const LoadOptions& options) {
-  Setup s;
+// The part of LoadParsedConfig that reads the document's keys into `*s` (field errors go to
+// source.field_errors); returns where the training values were written.
+Origin ReadConfigKeys(const Document& config, const Json& root, const Source& source,
+                      const LoadOptions& options, Setup* out) {
+  Setup& s = *out;
   s.config_path = config.label;
   WarnCommandLineRepeats(options, &s.warnings);
   ObjectReader top(source, root, "");
@@ -431,9 +432,10 @@ Setup LoadParsedConfig(const Document& config, const Json& root, const Source& s
   const bool lora = trainer != nullptr && trainer->lora_r > 0;
   if (lora && s.model.model_type != "llama" && s.model.model_type != "mistral" &&
       s.model.model_type != "qwen2" && s.model.model_type != "qwen3") {
-    throw UnsupportedError(fmt::format("{}: LoRA on model_type '{}' (memsim maps target_modules onto "
-                                       "llama-family layers: llama, mistral, qwen2, qwen3)",
-                                       ModelTypeWhere(top, located, s), s.model.model_type));
+    throw UnsupportedError(
+        fmt::format("{}: LoRA on model_type '{}' (memsim maps target_modules onto "
+                    "llama-family layers: llama, mistral, qwen2, qwen3)",
+                    ModelTypeWhere(top, located, s), s.model.model_type));
   }
   if (lora && hf.lora_modules.needed()) {
     internal::ResolveLoraModules(hf.lora_modules, s.model, s.training, &s.warnings);
@@ -442,8 +444,7 @@ Setup LoadParsedConfig(const Document& config, const Json& root, const Source& s
     throw UnsupportedError(fmt::format(
         "{}: encoder model_type '{}' under framework \"{}\" (memsim models encoders with "
         "framework \"hf-trainer\" or \"pytorch\")",
-        ModelTypeWhere(top, located, s),
-        s.model.model_type, s.training.framework));
+        ModelTypeWhere(top, located, s), s.model.model_type, s.training.framework));
   }
   internal::Origin origin{source, located.where,
                           t.PositiveInt("num_virtual_stages_per_pipeline_rank"),
@@ -451,10 +452,64 @@ Setup LoadParsedConfig(const Document& config, const Json& root, const Source& s
   ReadDeviceSection(top, config, options, &s);
   ReadAllocatorSection(top, options, &s);
   NoteSoftwareVersions(t, &s);
+  return origin;
+}
 
-  internal::CheckWritten(s, origin);
-  internal::Derive(&s, origin);
-  internal::CheckDerived(s, origin);
+// The field errors of one config (reader.h Source::field_errors) and `stop`, the error that
+// stopped the reading if any, as one InputError: a single message as it is, else "N problems in
+// <file>:" and one per line. `stop` is left out when it may follow from a field error (a bad
+// value reads as absent, so "missing key" or a disagreement may follow from it); the keys after
+// it were not read, which a last line says.
+[[noreturn]] void ThrowFieldErrors(const std::vector<KeyError>& errors, const std::string& label,
+                                   const InputError* stop) {
+  std::vector<std::string> all;
+  for (const KeyError& e : errors) all.push_back(e.message);
+  // A stop that follows from a field error: at a key with one, or "missing key" of a key an
+  // unknown key's "did you mean" names (a misspelt key is reported as such, not as missing).
+  const auto follows_from = [&](const KeyError& e) {
+    const std::string_view what = stop->what();
+    if (what.starts_with(e.location + ":")) return true;
+    const size_t mean = e.message.rfind("(did you mean '");
+    if (mean == std::string::npos) return false;
+    const std::string key = e.message.substr(mean + 15, e.message.size() - mean - 15 - 3);
+    return what.find("/" + key + ": missing key") != std::string_view::npos;
+  };
+  const bool follows = stop != nullptr && std::any_of(errors.begin(), errors.end(), follows_from);
+  if (stop != nullptr && !follows) all.push_back(stop->what());
+  if (all.size() == 1) throw InputError(all.front());
+  std::string text = fmt::format("{} problems in {}:", all.size(), label);
+  for (const std::string& e : all) text += "\n  " + e;
+  if (stop != nullptr) {
+    text += follows ? "\n  (reading stopped after these; the rest is checked once they are fixed)"
+                    : "\n  (reading stopped at the last; the rest is checked once it is fixed)";
+  }
+  throw InputError(text);
+}
+
+}  // namespace
+
+// FieldErrors::kAll: every field error of the document (a value of the wrong type or out of
+// range, an unknown key) is reported in one run: the readers record them (Source::field_errors) and read the key as
+// absent; they are thrown together once the keys are read, before the checks of how the values
+// fit together (CheckWritten, Derive), which would see defaults in their place.
+Setup LoadParsedConfig(const Document& config, const Json& root, const Source& source,
+                       const LoadOptions& options, FieldErrors mode) {
+  std::vector<KeyError> field_errors;
+  Source collecting = source;
+  if (mode == FieldErrors::kAll) collecting.field_errors = &field_errors;
+  Setup s;
+  std::optional<Origin> origin;
+  try {
+    origin = ReadConfigKeys(config, root, collecting, options, &s);
+  } catch (const InputError& e) {
+    if (field_errors.empty()) throw;
+    ThrowFieldErrors(field_errors, config.label, &e);
+  }
+  if (!field_errors.empty()) ThrowFieldErrors(field_errors, config.label, nullptr);
+  origin->training.field_errors = nullptr;
+  internal::CheckWritten(s, *origin);
+  internal::Derive(&s, *origin);
+  internal::CheckDerived(s, *origin);
   s.reproducing_config = ReproducingConfig(config, root, options, s);
   return s;
 }
@@ -467,10 +522,10 @@ Setup LoadSetup(const std::string& config_path, const LoadOptions& options) {
   try {
     return LoadSetupUnguarded(config_path, options);
   } catch (const Json::exception& e) {
-    throw InputError(fmt::format("{}: unexpected JSON error ({})",
-                                 config_path.empty() ? "<embedded>/configs/default.json"
-                                                     : internal::Printable(config_path),
-                                 internal::Printable(e.what())));
+    throw InputError(fmt::format(
+        "{}: unexpected JSON error ({})",
+        config_path.empty() ? "<embedded>/configs/default.json" : internal::Printable(config_path),
+        internal::Printable(e.what())));
   }
 }
 

@@ -13,9 +13,14 @@ namespace memsim::config::internal {
 // `source` the labels that name those values.
 void ApplyCommandLine(const LoadOptions& options, Json* root, Source* source);
 
+// How LoadParsedConfig reports the field errors of a document (reader.h Source::field_errors):
+// all of them in one message (a JSON config the user wrote), or the first (a document memsim
+// built from a launch or a recipe, whose translator names the user's flag or key itself).
+enum class FieldErrors { kFirst, kAll };
+
 // Reads, checks and derives a Setup from the parsed training config `root` of `config`, whose
 // values are named through `source`. Errors as LoadSetup's.
 Setup LoadParsedConfig(const Document& config, const Json& root, const Source& source,
-                       const LoadOptions& options);
+                       const LoadOptions& options, FieldErrors field_errors = FieldErrors::kFirst);
 
 }  // namespace memsim::config::internal

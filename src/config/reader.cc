@@ -240,6 +240,14 @@ bool ObjectReader::Has(std::string_view key) const {
 
 const Json* ObjectReader::Get(std::string_view key) { return Value(key); }
 
+void ObjectReader::FieldError(std::string_view key, const std::string& what) const {
+  const KeyError error{At(key), fmt::format("{}: {}", At(key), what)};
+  if (source_.field_errors == nullptr) throw InputError(error.message);
+  // A key read twice (a check that reads it again) is one error.
+  std::vector<KeyError>& errors = *source_.field_errors;
+  if (std::find(errors.begin(), errors.end(), error) == errors.end()) errors.push_back(error);
+}
+
 const Json* ObjectReader::Value(std::string_view key) {
   read_.insert(std::string(key));
   auto it = object_.find(std::string(key));
@@ -289,20 +297,25 @@ constexpr Limit kLimits[] = {
 std::optional<int> ObjectReader::PositiveInt(std::string_view key) {
   const Json* v = Value(key);
   if (v == nullptr) return std::nullopt;
-  if (v->is_number_integer() && !FitsInt(*v) && (v->is_number_unsigned() || v->get<std::int64_t>() > 0)) {
+  if (v->is_number_integer() && !FitsInt(*v) &&
+      (v->is_number_unsigned() || v->get<std::int64_t>() > 0)) {
     // A positive integer all the same: say which bound it passed, not "expected a positive
     // integer, got 1099511627776".
     const auto limit = std::find_if(std::begin(kLimits), std::end(kLimits),
                                     [&](const Limit& l) { return l.key == key; });
-    Fail(At(key), fmt::format("{} exceeds memsim's limit of {}", Describe(*v),
-                              limit != std::end(kLimits) ? limit->max : std::numeric_limits<int>::max()));
+    FieldError(key, fmt::format(
+                        "{} exceeds memsim's limit of {}", Describe(*v),
+                        limit != std::end(kLimits) ? limit->max : std::numeric_limits<int>::max()));
+    return std::nullopt;
   }
   if (!FitsInt(*v) || v->get<std::int64_t>() <= 0) {
-    Fail(At(key), fmt::format("expected a positive integer, got {}", Describe(*v)));
+    FieldError(key, fmt::format("expected a positive integer, got {}", Describe(*v)));
+    return std::nullopt;
   }
   for (const Limit& l : kLimits) {
     if (l.key == key && v->get<std::int64_t>() > l.max) {
-      Fail(At(key), fmt::format("{} exceeds memsim's limit of {}", Describe(*v), l.max));
+      FieldError(key, fmt::format("{} exceeds memsim's limit of {}", Describe(*v), l.max));
+      return std::nullopt;
     }
   }
   return v->get<int>();
@@ -311,12 +324,15 @@ std::optional<int> ObjectReader::PositiveInt(std::string_view key) {
 std::optional<int> ObjectReader::NonNegativeInt(std::string_view key) {
   const Json* v = Value(key);
   if (v == nullptr) return std::nullopt;
-  if (v->is_number_integer() && !FitsInt(*v) && (v->is_number_unsigned() || v->get<std::int64_t>() > 0)) {
-    Fail(At(key), fmt::format("{} exceeds memsim's limit of {}", Describe(*v),
-                              std::numeric_limits<int>::max()));
+  if (v->is_number_integer() && !FitsInt(*v) &&
+      (v->is_number_unsigned() || v->get<std::int64_t>() > 0)) {
+    FieldError(key, fmt::format("{} exceeds memsim's limit of {}", Describe(*v),
+                                std::numeric_limits<int>::max()));
+    return std::nullopt;
   }
   if (!FitsInt(*v) || v->get<std::int64_t>() < 0) {
-    Fail(At(key), fmt::format("expected a non-negative integer, got {}", Describe(*v)));
+    FieldError(key, fmt::format("expected a non-negative integer, got {}", Describe(*v)));
+    return std::nullopt;
   }
   return v->get<int>();
 }
@@ -325,7 +341,8 @@ std::optional<int> ObjectReader::IntInRange(std::string_view key, int lo, int hi
   const Json* v = Value(key);
   if (v == nullptr) return std::nullopt;
   if (!FitsInt(*v) || v->get<std::int64_t>() < lo || v->get<std::int64_t>() > hi) {
-    Fail(At(key), fmt::format("expected an integer from {} to {}, got {}", lo, hi, Describe(*v)));
+    FieldError(key, fmt::format("expected an integer from {} to {}, got {}", lo, hi, Describe(*v)));
+    return std::nullopt;
   }
   return v->get<int>();
 }
@@ -337,35 +354,45 @@ std::optional<std::int64_t> ObjectReader::NonNegativeInt64(std::string_view key)
                    v->get<std::uint64_t>() <=
                        static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) ||
                   (v->is_number_integer() && v->get<std::int64_t>() >= 0);
-  if (!ok) Fail(At(key), fmt::format("expected a non-negative integer, got {}", Describe(*v)));
+  if (!ok) {
+    FieldError(key, fmt::format("expected a non-negative integer, got {}", Describe(*v)));
+    return std::nullopt;
+  }
   return v->get<std::int64_t>();
 }
 
 std::optional<bool> ObjectReader::Bool(std::string_view key) {
   const Json* v = Value(key);
   if (v == nullptr) return std::nullopt;
-  if (!v->is_boolean()) Fail(At(key), fmt::format("expected true or false, got {}", Describe(*v)));
+  if (!v->is_boolean()) {
+    FieldError(key, fmt::format("expected true or false, got {}", Describe(*v)));
+    return std::nullopt;
+  }
   return v->get<bool>();
 }
 
 std::optional<std::string> ObjectReader::String(std::string_view key) {
   const Json* v = Value(key);
   if (v == nullptr) return std::nullopt;
-  if (!v->is_string()) Fail(At(key), fmt::format("expected a string, got {}", Describe(*v)));
+  if (!v->is_string()) {
+    FieldError(key, fmt::format("expected a string, got {}", Describe(*v)));
+    return std::nullopt;
+  }
   return v->get<std::string>();
 }
 
-std::optional<double> ObjectReader::Number(std::string_view key, double lo, double hi,
-                                           bool lo_open, bool hi_open) {
+std::optional<double> ObjectReader::Number(std::string_view key, double lo, double hi, bool lo_open,
+                                           bool hi_open) {
   const Json* v = Value(key);
   if (v == nullptr) return std::nullopt;
   const bool is_number = v->is_number();
   const double x = is_number ? v->get<double>() : 0.0;
-  const bool ok = is_number && std::isfinite(x) && (lo_open ? x > lo : x >= lo) &&
-                  (hi_open ? x < hi : x <= hi);
+  const bool ok =
+      is_number && std::isfinite(x) && (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
   if (!ok) {
-    Fail(At(key), fmt::format("expected a number in {}{}, {}{}, got {}", lo_open ? "(" : "[", lo,
-                              hi, hi_open ? ")" : "]", Describe(*v)));
+    FieldError(key, fmt::format("expected a number in {}{}, {}{}, got {}", lo_open ? "(" : "[", lo,
+                                hi, hi_open ? ")" : "]", Describe(*v)));
+    return std::nullopt;
   }
   return x;
 }
@@ -409,7 +436,8 @@ std::optional<std::string> ObjectReader::Choice(std::string_view key,
     if (guess.empty()) guess = ClosestMatch(v->get<std::string>(), choices);
     if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
   }
-  Fail(At(key), message);
+  FieldError(key, message);
+  return std::nullopt;
 }
 
 std::vector<std::string> ObjectReader::Unread() const {
@@ -442,7 +470,7 @@ void ObjectReader::RejectUnknown(const std::vector<std::string>& known) const {
     std::string message = "unknown key";
     const std::string guess = ClosestMatch(key, known);
     if (!guess.empty()) message += fmt::format(" (did you mean '{}'?)", guess);
-    Fail(At(key), message);
+    FieldError(key, message);
   }
 }
 

@@ -1,7 +1,8 @@
 // Internal to config/: typed, located reads of a parsed JSON document. Every failed read throws
 // InputError with "<location>: <what was expected>, got <value>", where the location is
 // "<file>: <JSON pointer>" (RFC 6901), or "--set KEY=VALUE" for a value that came from the
-// command line. Includes nlohmann/json: include only from config/*.cc.
+// command line -- or, for a document whose Source has field_errors, records that message there
+// and reads the key as absent. Includes nlohmann/json: include only from config/*.cc.
 #pragma once
 
 #include <cstdint>
@@ -18,10 +19,21 @@ namespace memsim::config::internal {
 
 using Json = nlohmann::json;
 
+// One error of one key: "<location>: <what>", and the location alone.
+struct KeyError {
+  std::string location;
+  std::string message;
+  bool operator==(const KeyError&) const = default;
+};
+
 // A document as shown in messages: its file label and the values overridden on the command line.
 struct Source {
   std::string file;  // e.g. "configs/x.json", "<embedded>/configs/default.json"
   std::map<std::string, std::string> set_labels;  // JSON pointer -> "--set KEY=VALUE"
+  // Where an ObjectReader of this document puts the messages of its field errors (a value of
+  // the wrong type or out of range, an unknown key) instead of throwing them, so that one run
+  // reports them all (LoadParsedConfig, load_internal.h); nullptr = throw the first. Not owned.
+  std::vector<KeyError>* field_errors = nullptr;
 
   // "<file>: <pointer>", or the --set label when the value at `pointer` came from --set.
   std::string At(const std::string& pointer) const;
@@ -93,7 +105,8 @@ class ObjectReader {
   // '_' comment keys.
   std::vector<std::string> Unread() const;
   // Fails on the first key (in sorted order) not in `known` and not a '_' comment:
-  // "unknown key (did you mean 'x'?)" with the closest of `known`.
+  // "unknown key (did you mean 'x'?)" with the closest of `known`. With Source::field_errors,
+  // every such key is recorded there instead.
   void RejectUnknown(const std::vector<std::string>& known) const;
   // For a key memsim does not read: the closest (ClosestMatch) of the keys it asked this object
   // for (read or skipped) and of `more`, not counting those the object holds; "" when none is
@@ -104,6 +117,9 @@ class ObjectReader {
 
  private:
   const Json* Value(std::string_view key);  // non-null value, marked read
+  // A field error of `key`: recorded in Source::field_errors (the typed reads above then return
+  // std::nullopt, as for an absent key), or thrown as InputError when there is none.
+  void FieldError(std::string_view key, const std::string& what) const;
   const Source& source_;
   const Json& object_;
   std::string pointer_;

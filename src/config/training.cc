@@ -183,7 +183,7 @@ void CheckSingleDevice(ObjectReader& t) {
 void ReadBatch(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* notes) {
   if (std::optional<int> v = t.PositiveInt("seq_length")) {
     c.seq_length = *v;
-  } else {
+  } else if (!t.Has("seq_length")) {  // present: its error is recorded (reader.h field_errors)
     Fail(t.At("seq_length"), "missing key, expected a positive integer (tokens per sample)");
   }
   c.micro_batch_size = t.PositiveInt("micro_batch_size").value_or(1);
@@ -393,10 +393,11 @@ void ReadPrecisionAware(ObjectReader& t, TrainingConfig& c, BlockReader reader) 
   c.exp_avg_sq_dtype = moment("exp_avg_sq_dtype");
   if (!c.use_precision_aware_optimizer) {
     for (const char* key : {"main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"}) {
-      if (t.Has(key) && t.String(key) != "fp32") {
+      const std::optional<std::string> dtype = t.String(key);  // absent if not a string
+      if (dtype && *dtype != "fp32") {
         Fail(t.At(key), fmt::format("{} needs use_precision_aware_optimizer true (Megatron keeps "
                                     "it fp32 otherwise)",
-                                    Printable(*t.String(key))));
+                                    Printable(*dtype)));
       }
     }
     return;

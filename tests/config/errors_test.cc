@@ -25,6 +25,42 @@ TEST_CASE("wrong JSON type", "[config]") {
         Data("wrong_type.json") + ": /training/micro_batch_size: expected a positive integer, got \"2\"");
 }
 
+TEST_CASE("every field error of one config is reported in one message", "[config]") {
+  // Three independent field errors: an unknown key, a type error, an out-of-range value; each is
+  // named by file and JSON pointer, in the order the reader meets them (unknown keys first).
+  const std::string path = testing::WriteTemp(
+      "field_errors.json",
+      R"({"model": "llama2-7b", "device": "a100-80g", "training": {"seq_length": 4096,
+          "micro_batch_size": "2", "tensor_model_parallel_size": 0, "hiden_size": 4096,
+          "global_batch_size": 64}})");
+  CHECK(ErrorOf(path) == "3 problems in " + path + ":\n  " + path +
+                             ": /training/hiden_size: unknown key (did you mean 'hidden_size'?)\n  " +
+                             path + ": /training/micro_batch_size: expected a positive integer, got \"2\"\n  " +
+                             path + ": /training/tensor_model_parallel_size: expected a positive integer, got 0");
+}
+
+TEST_CASE("a bad required value is one error, not also a missing key", "[config]") {
+  // seq_length is required: a bad one is reported as such, not again as "missing key".
+  const std::string path = testing::WriteTemp(
+      "bad_required.json",
+      R"({"model": "llama2-7b", "device": "a100-80g", "training": {"seq_length": "long",
+          "bf16": 3}})");
+  CHECK(ErrorOf(path) == "2 problems in " + path + ":\n  " + path +
+                             ": /training/seq_length: expected a positive integer, got \"long\"\n  " +
+                             path + ": /training/bf16: expected true or false, got 3");
+}
+
+TEST_CASE("an error that stops the reading is listed after the field errors before it", "[config]") {
+  // No model: reading stops there; the unknown key found before it is listed too.
+  const std::string path = testing::WriteTemp(
+      "stopped.json", R"({"device": "a100-80g", "training": {"seq_length": 4096, "seq_lenght": 1}})");
+  const std::string error = ErrorOf(path);
+  CHECK(error.starts_with("2 problems in " + path + ":\n  " + path +
+                          ": /training/seq_lenght: unknown key (did you mean 'seq_length'?)\n  " +
+                          path + ": /model: missing key"));
+  CHECK(error.ends_with("\n  (reading stopped at the last; the rest is checked once it is fixed)"));
+}
+
 TEST_CASE("negative size", "[config]") {
   CHECK(ErrorOf(Data("negative_size.json")) ==
         Data("negative_size.json") + ": /training/micro_batch_size: expected a positive integer, got -1");
