@@ -322,6 +322,27 @@ struct TrainingConfig {
   Precision main_params_dtype = Precision::kFp32;
   StateDtype exp_avg_dtype = StateDtype::kFp32;
   StateDtype exp_avg_sq_dtype = StateDtype::kFp32;
+  // MindSpeed --reuse-fp32-param (bf16 only): the fp32 main parameters are not kept beside the
+  // bf16 parameters; between steps each main element is its bf16 parameter plus a 16-bit
+  // residual (the low half of the fp32 bits), and the step rebuilds the fp32 values in place.
+  // mindspeed/core/memory/reuse_param/adaptor.py (reuse_fp32_param_distrib_optimizer_init_wrapper,
+  // reuse_buffer_dis / reuse_buffer_single, reuse_fp32_param_init_wrapper), MindSpeed 028de58.
+  bool reuse_fp32_param = false;
+  // MindSpeed --recompute-activation-function [--recompute-activation-function-num-layers N]:
+  // the dense MLP's activation output (fc2's input) is freed after fc2's forward and recomputed
+  // from the saved fc1 output when fc2's output grad arrives (mindspeed/core/memory/recompute/
+  // activation/activation_recompute_forward.py core_activation_recompute_forward_impl,
+  // recompute_common.py CheckpointWithoutOutput), in the layers recompute_common.py
+  // should_recompute picks; recompute_activation_function_num_layers -1 = all (None).
+  bool recompute_activation_function = false;
+  int recompute_activation_function_num_layers = -1;
+  // MindSpeed --swap-optimizer [--swap-optimizer-times K] (distributed optimizer, Adam): the
+  // shard's fp32 main parameters and Adam moments live in pinned host memory between steps; the
+  // step brings them to the device in windows of about 1/K of the shard's elements (K 0: all at
+  // once), updates them and sends them back. mindspeed/core/optimizer/swap_optimizer/
+  // swap_optimizer.py (SwapDistributedOptimizer, swap_adamw_step), MindSpeed 028de58.
+  bool swap_optimizer = false;
+  int swap_optimizer_times = 16;
   // Megatron --tp-comm-overlap: Transformer Engine userbuffers (device/communicators.h).
   bool tp_comm_overlap = false;
   JobEnvironment env;

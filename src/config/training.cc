@@ -36,7 +36,9 @@ const std::vector<std::string> kTrainingKeys = {
     "create_attention_mask_in_dataloader",
     "transformer_engine_version", "megatron_core_version", "train_iters", "skipped_iterations",
     "empty_unused_memory_level", "log_params_norm", "gradient_accumulation_steps", "use_precision_aware_optimizer",
-    "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
+    "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "reuse_fp32_param",
+    "recompute_activation_function", "recompute_activation_function_num_layers",
+    "swap_optimizer", "swap_optimizer_times",
     // memory outside the allocator (device/communicators.h)
     "tp_comm_overlap", "hccl_group_buffer", "env",
     // framework "pytorch" only (zero_grad; DistributedDataParallel's arguments)
@@ -416,6 +418,53 @@ void ReadPrecisionAware(ObjectReader& t, TrainingConfig& c, BlockReader reader) 
                     "fp16 training)",
                     t.At("use_precision_aware_optimizer")));
   }
+}
+
+// MindSpeed --swap-optimizer (TrainingConfig::swap_optimizer). swap_optimizer_feature.py
+// SwapOptimizerFeature: incompatible with reuse_fp32_param, needs the distributed optimizer; its
+// patch replaces the DistributedOptimizer and MindSpeed's AdamW.step (Adam only).
+void ReadSwapOptimizer(ObjectReader& t, TrainingConfig& c, BlockReader reader) {
+  c.swap_optimizer = t.Bool("swap_optimizer").value_or(false);
+  const std::optional<int> times = t.NonNegativeInt("swap_optimizer_times");
+  c.swap_optimizer_times = times.value_or(16);
+  if (!c.swap_optimizer) return;
+  const char* refusal = reader == BlockReader::kPlainPyTorch ? "framework \"megatron\" (MindSpeed)"
+                        : !c.use_distributed_optimizer      ? "use_distributed_optimizer true"
+                        : c.use_megatron_fsdp               ? "Megatron's DDP, not Megatron-FSDP"
+                        : c.optimizer != OptimizerKind::kAdam ? "optimizer \"adam\""
+                        : c.use_precision_aware_optimizer   ? "use_precision_aware_optimizer false"
+                        : t.Bool("reuse_fp32_param").value_or(false)
+                            ? "reuse_fp32_param false (MindSpeed refuses both)"
+                            : nullptr;
+  if (refusal != nullptr) Fail(t.At("swap_optimizer"), fmt::format("true needs {}", refusal));
+}
+
+// MindSpeed's memory features (TrainingConfig::reuse_fp32_param, recompute_activation_function).
+// MindSpeed's own checks:
+// mindspeed/features_manager/memory/reuse_fp32_param.py ReuseFP32Param.validate_args needs bf16;
+// its patches wrap Megatron's mixed-precision and distributed optimizers, so the precision-aware
+// optimizer (FusedAdam's own master weights) and Megatron-FSDP are outside what it changes.
+void ReadMindSpeedMemory(ObjectReader& t, TrainingConfig& c, BlockReader reader) {
+  c.recompute_activation_function = t.Bool("recompute_activation_function").value_or(false);
+  // activation_function.py RecomputeActivationFeature.validate_args: 0 <= N <= num_layers.
+  const std::optional<int> n = t.NonNegativeInt("recompute_activation_function_num_layers");
+  c.recompute_activation_function_num_layers = n.value_or(-1);
+  if (n && !c.recompute_activation_function) {
+    Fail(t.At("recompute_activation_function_num_layers"),
+         "needs recompute_activation_function true");
+  }
+  if (c.recompute_activation_function && reader == BlockReader::kPlainPyTorch) {
+    Fail(t.At("recompute_activation_function"), "true needs framework \"megatron\" (MindSpeed)");
+  }
+  ReadSwapOptimizer(t, c, reader);
+  c.reuse_fp32_param = t.Bool("reuse_fp32_param").value_or(false);
+  if (!c.reuse_fp32_param) return;
+  const char* refusal = reader == BlockReader::kPlainPyTorch   ? "framework \"megatron\" (MindSpeed)"
+                        : c.precision != Precision::kBf16      ? "precision \"bf16\" (MindSpeed asserts it)"
+                        : c.use_precision_aware_optimizer      ? "use_precision_aware_optimizer false"
+                        : c.use_megatron_fsdp                  ? "Megatron's DDP, not Megatron-FSDP"
+                                                               : nullptr;
+  if (refusal != nullptr) Fail(t.At("reuse_fp32_param"), fmt::format("true needs {}", refusal));
 }
 
 // overlap_grad_reduce and overlap_param_gather, and what memsim assumes of them.
@@ -863,6 +912,7 @@ TrainingConfig ReadTraining(ObjectReader& t, std::string_view framework, BlockRe
   ReadOptimizer(t, c, reader, notes);
   ReadSkippedIterations(t, c);
   ReadPrecisionAware(t, c, reader);
+  ReadMindSpeedMemory(t, c, reader);
   ReadOverlap(t, c, notes);
   ReadRecompute(t, c, notes, warnings);
   ReadKernels(t, c, reader, notes, warnings);

@@ -271,6 +271,16 @@ std::string SkippedStepsLines(const config::TrainingConfig& t) {
       t.skipped_iterations);
 }
 
+// Host memory the rank keeps besides the device's (workload::StaticSizes::host_pinned_bytes), on
+// its own line; "" when none.
+std::string HostMemoryLine(const workload::StaticSizes& sizes) {
+  if (sizes.host_pinned_bytes == 0) return "";
+  return fmt::format(
+      "  host memory (pinned, per rank): {} GiB: the fp32 main parameters and Adam moments of "
+      "{} elements, off the device between steps (MindSpeed --swap-optimizer)\n",
+      GiB(sizes.host_pinned_bytes), ParameterCount(sizes.main_param_count));
+}
+
 }  // namespace
 
 std::string FormatLongRun(const engine::RunResult& run) {
@@ -337,14 +347,16 @@ std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& s
   out += RecipeLines(setup);
   const engine::StageResult& stage = run.Reported();
   const workload::ParameterCounts counts = workload::TotalParameterCounts(setup);
+  const workload::StaticSizes sizes = workload::ComputeStaticSizes(setup, stage.pipeline_rank);
   out += fmt::format("  parameters: {} total, {} on this rank", ParameterCount(counts.total),
-                     ParameterCount(workload::ComputeStaticSizes(setup, stage.pipeline_rank).parameter_count));
+                     ParameterCount(sizes.parameter_count));
   // With PEFT most are frozen: the trainable share, as print_trainable_parameters says it.
   if (counts.trainable != counts.total) {
     out += fmt::format("; trainable {}, {:.4f}%", ParameterCount(counts.trainable),
                        100.0 * static_cast<double>(counts.trainable) / static_cast<double>(counts.total));
   }
   out += "\n";
+  out += HostMemoryLine(sizes);
   const bool npu = setup.device.allocator_backend == alloc::Backend::kNpu;
   out +=
       fmt::format("  reported: pipeline stage {} of {}{}\n", stage.pipeline_rank, run.stages.size(),
@@ -520,6 +532,24 @@ json NotModelledJson(const config::Setup& setup, const engine::RunResult& run) {
   return out;
 }
 
+// Steady-state sizes: what the first optimizer step leaves allocated, by category ("static");
+// and host memory besides the device's ("host"), only when there is some (reports without it
+// are unchanged).
+void AddStaticJson(const engine::StageResult& stage, const config::Setup& setup, json* j) {
+  const timeline::SpanSummary* first = stage.Span(1);
+  const CategoryBytes after_step = first ? first->end_by_category : CategoryBytes{};
+  auto cat = [&](Category c) { return after_step[static_cast<size_t>(c)]; };
+  (*j)["static"] = {{"parameter_bytes", cat(Category::kParameters)},
+                    {"gradient_bytes", cat(Category::kGradients)},
+                    {"main_param_bytes", cat(Category::kMainParameters)},
+                    {"optimizer_state_bytes", cat(Category::kOptimizerStates)}};
+  const workload::StaticSizes sizes = workload::ComputeStaticSizes(setup, stage.pipeline_rank);
+  if (sizes.host_pinned_bytes > 0) {
+    (*j)["host"] = {{"pinned_bytes", sizes.host_pinned_bytes},
+                    {"what", "fp32 main parameters and Adam moments (MindSpeed --swap-optimizer)"}};
+  }
+}
+
 }  // namespace
 
 std::string FormatOom(const engine::RunResult& run) {
@@ -549,14 +579,7 @@ std::string RunReportJson(const engine::RunResult& run, const config::Setup& set
   }
   j["device"] = DeviceJson(setup.device);
   j["rank"] = {{"pipeline", stage.pipeline_rank}, {"tensor", 0}, {"data", 0}};
-  // Steady-state sizes: what the first optimizer step leaves allocated, by category.
-  const timeline::SpanSummary* first = stage.Span(1);
-  const CategoryBytes after_step = first ? first->end_by_category : CategoryBytes{};
-  auto cat = [&](Category c) { return after_step[static_cast<size_t>(c)]; };
-  j["static"] = {{"parameter_bytes", cat(Category::kParameters)},
-                 {"gradient_bytes", cat(Category::kGradients)},
-                 {"main_param_bytes", cat(Category::kMainParameters)},
-                 {"optimizer_state_bytes", cat(Category::kOptimizerStates)}};
+  AddStaticJson(stage, setup, &j);
   if (const timeline::SpanSummary* init = stage.Span(0)) {
     j["init"] = {{"peak_allocated_bytes", init->peak_allocated_bytes},
                  {"peak_reserved_bytes", init->peak_reserved_bytes},

@@ -107,7 +107,9 @@ StaticSizes ComputeStaticSizes(const config::Setup& setup, int pipeline_rank) {
   out.main_param_bytes = !d.mixed                ? 0
                          : aware                 ? layout.master_param * out.main_param_count
                          : dp->HoldsMainParams() ? w.main_param_bytes
-                                                 : 4 * out.main_param_count;
+                         : setup.training.reuse_fp32_param
+                             ? 2 * out.main_param_count  // MindSpeed's residual (optimizer.cc)
+                             : 4 * out.main_param_count;
   // Adam exp_avg + exp_avg_sq, SGD momentum, in the optimizer's state dtypes; a parameter with
   // its own storage (PEFT's fp32 adapter on a 16-bit model) keeps its state that size
   // (torch.optim makes the state zeros_like(param)).
@@ -141,6 +143,11 @@ StaticSizes ComputeStaticSizes(const config::Setup& setup, int pipeline_rank) {
     out.optimizer_state_bytes = state_of(layout.exp_avg);
   }
   out.main_grad_copy_bytes = d.mixed && d.grad_bytes == 2 && !aware ? 4 * out.main_param_count : 0;
+  if (setup.training.swap_optimizer) {  // host between steps (build.h host_pinned_bytes)
+    out.host_pinned_bytes = out.main_param_bytes + out.optimizer_state_bytes;
+    out.main_param_bytes = 0;
+    out.optimizer_state_bytes = 0;
+  }
   return out;
 }
 

@@ -82,6 +82,12 @@ struct StaticSizes {
   // accumulate_allreduce_grads_in_fp32), alive from step to the next zero_grad
   // (docs/training-memory.md, 'What the optimizer step allocates', item 2).
   Bytes main_grad_copy_bytes = 0;
+  // Pinned host memory the rank keeps (not device memory, not in total_bytes): MindSpeed
+  // --swap-optimizer's fp32 main parameters and Adam moments, 12 B per shard element
+  // (swap_optimizer.py create_tensor_maps, init_param_opt_state: `torch.empty_like(main_param,
+  // pin_memory=True, device='cpu')` for the parameter, exp_avg and exp_avg_sq). Their device
+  // copies exist only during the step, so main_param_bytes and optimizer_state_bytes are 0.
+  Bytes host_pinned_bytes = 0;
   Bytes total_bytes() const {
     return parameter_bytes + gradient_bytes + main_param_bytes + optimizer_state_bytes +
            main_grad_copy_bytes;

@@ -1,5 +1,7 @@
 #include "workload/optimizer.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "config/stack.h"
@@ -336,14 +338,127 @@ void MegatronOptimizer::Init(Emitter& em) {
   // optimizer makes none (distrib_optimizer.py _build_model_and_main_param_groups: FusedAdam
   // holds the master weights, created by its first step).
   if (!d_.mixed || dp_.HoldsMainParams() || tc_.use_precision_aware_optimizer) return;
+  std::vector<TensorId> mains;
   for (const MainTensor& mt : inner_.main()) {
     const std::string& name = params_.params[mt.param].name;
     em.Begin("init.optimizer.main_param");
     const TensorId clone =
         em.Alloc(mt.numel * d_.param_bytes, Category::kTemporaries, name + ".clone");
-    em.Alloc(mt.numel * 4, Category::kMainParameters, "main." + name);
+    mains.push_back(em.Alloc(mt.numel * 4, Category::kMainParameters, "main." + name));
     em.Free(clone);
+    // SwapDistributedOptimizer._build_model_and_main_param_groups: each fp32 shard is copied to
+    // its pinned host buffer and resized to 0 as soon as it is made (swap_tensors_to_host).
+    if (tc_.swap_optimizer) em.Free(mains.back());
   }
+  if (tc_.reuse_fp32_param) ReuseFp32Storage(em, mains);
+  if (tc_.swap_optimizer) SwapInitStates(em);
+}
+
+// SwapDistributedOptimizer.opt_states_initialization (__init__): per shard, exp_avg and
+// exp_avg_sq made (zeros_like, 4 B each), copied to their pinned host buffers, resized to 0.
+void MegatronOptimizer::SwapInitStates(Emitter& em) {
+  for (const MainTensor& mt : inner_.main()) {
+    em.Begin("init.optimizer.swap_states");  // one op per tensor: its frees end the op
+    const std::string& name = params_.params[mt.param].name;
+    const TensorId m = em.Alloc(mt.numel * 4, Category::kOptimizerStates, "optim.exp_avg." + name);
+    const TensorId v =
+        em.Alloc(mt.numel * 4, Category::kOptimizerStates, "optim.exp_avg_sq." + name);
+    em.Free(m);
+    em.Free(v);
+  }
+}
+
+// swap_adamw_step: the shard's parameters in param-group order (by size, largest first, with
+// swap_optimizer_times 0); when nothing is on the device, the next window is brought over:
+// parameters while the window stays within swap_numel = total // swap_optimizer_times elements
+// (all of them with 0), at least one; each is resized back to its fp32 main parameter, exp_avg
+// and exp_avg_sq (4 + 4 + 4 B per element: swap_tensors_to_device), updated by
+// npu_apply_fused_adamw_v2 in place, copied into the bf16 model parameter, and sent back and
+// resized to 0 (swap_tensors_to_host). So a window's 12 B per element is the step's own peak.
+// The transfers run on side streams; memsim puts them on the compute stream.
+void MegatronOptimizer::SwapStep(Emitter& em) {
+  std::vector<MainTensor> order = inner_.main();
+  std::stable_sort(order.begin(), order.end(), [&](const MainTensor& a, const MainTensor& b) {
+    if (tc_.swap_optimizer_times == 0) return a.numel > b.numel;
+    return a.group < b.group;
+  });
+  std::int64_t total = 0;
+  for (const MainTensor& mt : order) total += mt.numel;
+  const std::int64_t window =
+      tc_.swap_optimizer_times == 0 ? total : total / tc_.swap_optimizer_times;
+  std::size_t i = 0;
+  while (i < order.size()) {
+    em.Begin("optim.swap_optimizer.to_device");
+    std::vector<TensorId> on_device;
+    std::int64_t count = 0;
+    for (; i < order.size() && (count + order[i].numel <= window || count <= 0); ++i) {
+      const std::string& name = params_.params[order[i].param].name;
+      const std::int64_t n = order[i].numel;
+      on_device.push_back(em.Alloc(4 * n, Category::kMainParameters, "main." + name));
+      on_device.push_back(em.Alloc(4 * n, Category::kOptimizerStates, "optim.exp_avg." + name));
+      on_device.push_back(em.Alloc(4 * n, Category::kOptimizerStates, "optim.exp_avg_sq." + name));
+      count += n;
+    }
+    em.Begin("optim.swap_optimizer.adamw");
+    em.Begin("optim.swap_optimizer.to_host");
+    for (TensorId id : on_device) em.Free(id);
+  }
+}
+
+// MindSpeed --reuse-fp32-param, after Megatron's optimizer __init__ made the fp32 copies
+// (mindspeed/core/memory/reuse_param/adaptor.py reuse_fp32_param_distrib_optimizer_init_wrapper):
+// with DP > 1, reuse_buffer_dis allocates one bf16 residual buffer per DDP buffer
+// (`torch.zeros(buffer.numel // dp, dtype=bf16)`) and points each fp32 shard into the bf16
+// parameter buffer, so the fp32 copies' own storage is freed (then empty_cache). With DP 1
+// (reuse_buffer_single) and with the non-distributed optimizer (reuse_fp32_param_init_wrapper,
+// reuse_optimizer.py init_and_reuse_storage_of_tensors) one 4-byte storage per element holds the
+// bf16 parameter and its residual; the bytes are the same: 2 per main element beyond the
+// parameter. Modelled as one residual per buffer (dense, expert): 2 bytes x its main elements.
+void MegatronOptimizer::ReuseFp32Storage(Emitter& em, const std::vector<TensorId>& mains) {
+  em.Begin("init.optimizer.reuse_fp32_param");
+  std::int64_t dense = 0;
+  std::int64_t expert = 0;
+  for (const MainTensor& mt : inner_.main()) {
+    (params_.params[mt.param].expert ? expert : dense) += mt.numel;
+  }
+  if (dense > 0) em.Alloc(2 * dense, Category::kMainParameters, "main.residual");
+  if (expert > 0) em.Alloc(2 * expert, Category::kMainParameters, "main.residual.expert");
+  for (TensorId id : mains) em.Free(id);
+}
+
+// The conversions of --reuse-fp32-param around the update (adaptor.py prepare_grads: bf16 +
+// residual -> fp32 after the grad copies; step_with_ready_grads: fp32 -> bf16 + residual after
+// the update), and their temporaries. With the distributed optimizer and DP > 1
+// (reuse_distrib_optimizer.py fp16_tensor_convert_to_fp32_tensor_dis and
+// fp32_tensor_convert_to_fp16_tensor_dis), per bucket: a `workspace` of TRANSPOSE_BF16_BLOCK_SIZE
+// x 2 bf16 (4096 x 4096 x 2 x 2 B = 64 MiB) and the `.contiguous()` of its transposed view (4 B x
+// min(block, the bucket's shard)); to bf16 keeps both names until the next bucket's workspace is
+// made, so with several buckets (overlap_grad_reduce) three are alive at once. Otherwise
+// (reuse_optimizer.py bf16_tensors_to_fp32_tensors / fp32_tensors_to_bf16_tensors, and the DP 1
+// path), per tensor the transposed copy of its 2 x numel bf16 view: 4 B x numel, the largest
+// tensor's at the peak.
+void MegatronOptimizer::ReuseFp32Convert(Emitter& em, bool to_fp32) {
+  em.Begin(to_fp32 ? "optim.reuse_fp32.to_fp32" : "optim.reuse_fp32.to_bf16");
+  std::int64_t total = 0;
+  std::int64_t largest = 0;
+  for (const MainTensor& mt : inner_.main()) {
+    total += mt.numel;
+    largest = std::max(largest, mt.numel);
+  }
+  if (!(dp_.ShardsOptimizer() && d_.dp_cp > 1)) {
+    em.Free(em.Alloc(4 * largest, Category::kTemporaries, "optim.reuse_fp32.transpose"));
+    return;
+  }
+  constexpr std::int64_t kBlock = 4096LL * 4096;  // TRANSPOSE_BF16_BLOCK_SIZE
+  const TensorId ws = em.Alloc(2 * 2 * kBlock, Category::kTemporaries, "optim.reuse_fp32.workspace");
+  const TensorId tmp = em.Alloc(4 * std::min(kBlock, total), Category::kTemporaries,
+                                "optim.reuse_fp32.transpose");
+  if (to_fp32) em.Free(tmp);  // an rvalue in fp16_tensor_convert_to_fp32_tensor_dis
+  if (tc_.overlap_grad_reduce) {  // the next bucket's workspace before this one's is dropped
+    em.Free(em.Alloc(2 * 2 * kBlock, Category::kTemporaries, "optim.reuse_fp32.workspace"));
+  }
+  if (!to_fp32) em.Free(tmp);  // `temp`, held until the next bucket reassigns it
+  em.Free(ws);
 }
 
 void MegatronOptimizer::ZeroGrad(Emitter& em) {
@@ -391,10 +506,16 @@ void MegatronOptimizer::Step(Emitter& em, bool skipped) {
                                       "optim.main_grad." + params_.params[mt.param].name));
     }
   }
+  if (tc_.reuse_fp32_param) ReuseFp32Convert(em, true);
   if (tc_.precision == config::Precision::kFp16) UnscaleAndCheck(em);
   if (skipped) return;
   GradNorm(em);
-  inner_.Step(em);
+  if (tc_.swap_optimizer) {
+    SwapStep(em);
+  } else {
+    inner_.Step(em);
+  }
+  if (tc_.reuse_fp32_param) ReuseFp32Convert(em, false);
   if (d_.mixed) {
     em.Begin("optim.copy_main_to_model_params");  // in place
     std::int64_t n = 0;

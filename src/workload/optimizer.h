@@ -139,6 +139,14 @@ class MegatronOptimizer {
  private:
   void UnscaleAndCheck(Emitter& em);
   void GradNorm(Emitter& em);
+  // MindSpeed --reuse-fp32-param (TrainingConfig::reuse_fp32_param): at Init, the fp32 copies
+  // `mains` replaced by 16-bit residuals; in the step, the conversions' temporaries.
+  void ReuseFp32Storage(Emitter& em, const std::vector<TensorId>& mains);
+  void ReuseFp32Convert(Emitter& em, bool to_fp32);
+  // MindSpeed --swap-optimizer (TrainingConfig::swap_optimizer): the states made and sent to
+  // host at Init, and the step's windows brought to the device and back.
+  void SwapInitStates(Emitter& em);
+  void SwapStep(Emitter& em);
   // The grad-stats all-reduce (found_inf, the norm): "mp" (tp·pp ranks), or "world" with a
   // sharded optimizer.
   void GradStatsAllReduce(Emitter& em) const;

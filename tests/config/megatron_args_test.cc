@@ -524,27 +524,40 @@ TEST_CASE("a MindSpeed-LLM script with --reuse-fp32-param and --swap-attention, 
   CHECK(s.model.intermediate_size == 13824);
   CHECK(s.model.vocab_size == 32000);
   CHECK(s.model.padded_vocab_size == 32000);
-  // Each MindSpeed memory feature: one warning, on its line in MEMORY_ARGS (19-21), saying what
-  // it changes and which way memsim's estimate errs; the fused kernels (22-23) are
-  // memory-neutral; `source` (line 7) is not followed.
+  // MindSpeed's memory features: --reuse-fp32-param (line 19) and
+  // --recompute-activation-function (line 21) are read into the training block; --swap-attention
+  // (line 20) warns, saying what it changes and which way memsim's estimate errs; the fused
+  // kernels (22-23) are memory-neutral; `source` (line 7) is not followed.
+  CHECK(t.reuse_fp32_param);
+  CHECK(t.recompute_activation_function);
+  CHECK(t.recompute_activation_function_num_layers == -1);  // None: every layer
   const std::string high = "; memsim errs high (predicts more than the run uses)";
   CHECK(s.warnings ==
         std::vector<std::string>{
             path + ":7: 'source' not followed (memsim reads only this file)",
-            path + ":19: --reuse-fp32-param: not modelled (MindSpeed keeps the fp32 main "
-                   "parameters in the bf16 parameters' storage plus a residual "
-                   "(mindspeed/core/memory/reuse_param/reuse_distrib_optimizer.py; "
-                   "docs/zh/features/reuse-fp32-param.md): 2 bytes per parameter (divided by DP "
-                   "with the distributed optimizer) less than memsim's separate fp32 copies)" +
-                high,
             path + ":20: --swap-attention: not modelled (MindSpeed moves the attention block's "
                    "saved activations to host memory in forward and prefetches them back in "
                    "backward (mindspeed/core/memory/swap_attention/): memsim keeps them on the "
-                   "device)" + high,
-            path + ":21: --recompute-activation-function: not modelled (MindSpeed frees the MLP "
-                   "activation function's output after fc2's forward and recomputes it before "
-                   "fc2's backward (mindspeed/core/memory/recompute/activation/): memsim saves "
-                   "it)" + high});
+                   "device)" + high});
+}
+
+TEST_CASE("MindSpeed's memory flags are refused where MindSpeed refuses them", "[config]") {
+  const auto load = [](std::vector<std::string> extra) {
+    std::vector<std::string> words = {"--num-layers", "2", "--hidden-size",
+                                      "64", "--num-attention-heads", "4", "--seq-length", "32",
+                                      "--max-position-embeddings", "32", "--micro-batch-size",
+                                      "1", "--global-batch-size", "1", "--vocab-size", "256",
+                                      "--use-distributed-optimizer"};
+    words.insert(words.end(), extra.begin(), extra.end());
+    return LoadSetupFromMegatron(ReadCommandLineArguments(words), OnDevice("ascend-910b-64g"), {});
+  };
+  // --recompute-activation-function-num-layers N: an int read as it is (activation_function.py).
+  const Setup s = load({"--bf16", "--recompute-activation-function",
+                        "--recompute-activation-function-num-layers", "1"});
+  CHECK(s.training.recompute_activation_function_num_layers == 1);
+  // reuse_fp32_param.py ReuseFP32Param.validate_args: dependency_check(args, 'bf16').
+  CHECK_THROWS_WITH(load({"--fp16", "--reuse-fp32-param"}),
+                    Catch::Contains("--reuse-fp32-param: true needs precision \"bf16\""));
 }
 
 TEST_CASE("the precision-aware optimizer's flags, from a script and from a log", "[config]") {

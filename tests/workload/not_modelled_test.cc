@@ -21,8 +21,8 @@ using config::NotModelled;
 
 // tests/config/data/launch/mindspeed_reuse_swap.sh: Llama-2-13B-shaped (40 layers, h 5120,
 // ffn 13824 SwiGLU, 40 heads of 128, vocab 32000 untied), TP 8 with sequence parallelism, PP 1,
-// DP 1, the distributed optimizer, bf16, seq 4096, micro-batch 2, with --reuse-fp32-param,
-// --swap-attention and --recompute-activation-function.
+// DP 1, the distributed optimizer, bf16, seq 4096, micro-batch 2, with --reuse-fp32-param and
+// --recompute-activation-function (both modelled) and --swap-attention (not modelled).
 config::Setup MindSpeedScript(const std::vector<std::string>& sets = {}) {
   config::LoadOptions options;
   options.device = "ascend-910b-64g";
@@ -32,48 +32,36 @@ config::Setup MindSpeedScript(const std::vector<std::string>& sets = {}) {
       options, {});
 }
 
-TEST_CASE("each MindSpeed memory feature of a script: its direction and amount, derived",
+TEST_CASE("a MindSpeed feature memsim does not model: its direction and amount, derived",
           "[workload][not_modelled]") {
   const config::Setup s = MindSpeedScript();
-  REQUIRE(s.not_modelled.size() == 3);
+  REQUIRE(s.not_modelled.size() == 1);
   const std::vector<NotModelledEstimate> e = EstimateNotModelled(s, 0);
-  REQUIRE(e.size() == 3);
+  REQUIRE(e.size() == 1);
   const std::string path = config::testing::Data("launch/mindspeed_reuse_swap.sh");
-  CHECK(e[0].flag.what == path + ":19: --reuse-fp32-param");
+  CHECK(e[0].flag.what == path + ":20: --swap-attention");
   CHECK(e[0].flag.direction == NotModelled::Direction::kHigh);
-  // Parameters of the rank (TP 8): per layer (h·(q + 2kv) + h·h + h·2ffn + ffn·h) / 8 + 2h =
-  // (78,643,200 + 26,214,400 + 141,557,760 + 70,778,880) / 8 + 10,240 = 39,659,520; 40 layers
-  // 1,586,380,800; embedding and untied output layer 2 × 32000·5120 / 8 = 40,960,000; final
-  // norm 5120: Ψ = 1,627,345,920. MindSpeed's saving (reuse-fp32-param.md): 2 bytes × Ψ / DP 1.
-  CHECK(e[0].about_bytes == 2 * 1'627'345'920LL);
-  CHECK(e[1].flag.flag == "--swap-attention");
-  CHECK(e[1].flag.direction == NotModelled::Direction::kHigh);
   // Up to the attention block's saved activations: 40 layers × 1 micro-batch in flight (PP 1)
   // × T = 4096·2 tokens × (2h/t + (2q + 2kv)/t = 1280 + 2560 = 3840) × 2 bytes.
-  CHECK(e[1].about_bytes == 40LL * 8192 * 3840 * 2);
-  CHECK(e[2].flag.flag == "--recompute-activation-function");
-  // The activation's output [T, ffn/t = 1728] bf16 in each of 40 layers, one micro-batch.
-  CHECK(e[2].about_bytes == 40LL * 8192 * 1728 * 2);
+  CHECK(e[0].about_bytes == 40LL * 8192 * 3840 * 2);
 }
 
-TEST_CASE("a feature's estimate follows the run: full recompute, a layer count, fp32",
+TEST_CASE("a feature's estimate follows the run: full recompute, a layer count",
           "[workload][not_modelled]") {
-  // Under full recompute a layer keeps only its input: neither saving applies.
+  // Under full recompute a layer keeps only its input: little to swap.
   const config::Setup full = MindSpeedScript({"training.recompute_granularity=\"full\"",
                                               "training.recompute_method=\"uniform\"",
                                               "training.recompute_num_layers=1"});
   const std::vector<NotModelledEstimate> e = EstimateNotModelled(full, 0);
-  CHECK(e[1].about_bytes == 0);
-  CHECK(e[2].about_bytes == 0);
-  CHECK(e[2].basis == "no saving: full recompute keeps only each layer's input");
-  CHECK(e[0].about_bytes == 2 * 1'627'345'920LL);  // the parameters do not depend on it
-  // --recompute-activation-function-num-layers 8: 8 layers' outputs.
+  CHECK(e[0].about_bytes == 0);
+  CHECK(e[0].basis == "little: full recompute keeps only each layer's input");
+  // --recompute-norm-num-layers 8: 8 layers' two norm outputs [T = 8192, h/t = 640] bf16.
   config::Setup some = MindSpeedScript();
-  some.not_modelled = {{"x:1: --recompute-activation-function-num-layers",
-                        "--recompute-activation-function-num-layers",
+  some.not_modelled = {{"x:1: --recompute-norm-num-layers",
+                        "--recompute-norm-num-layers",
                         {"8"},
                         NotModelled::Direction::kHigh}};
-  CHECK(EstimateNotModelled(some, 0)[0].about_bytes == 8LL * 8192 * 1728 * 2);
+  CHECK(EstimateNotModelled(some, 0)[0].about_bytes == 8LL * 2 * 8192 * 640 * 2);
 }
 
 TEST_CASE("the warnings of not-modelled flags end in their amount", "[workload][not_modelled]") {
@@ -81,17 +69,19 @@ TEST_CASE("the warnings of not-modelled flags end in their amount", "[workload][
   const std::vector<std::string> w = report::WarningsWithEstimates(s);
   REQUIRE(w.size() == s.warnings.size());
   const std::string path = config::testing::Data("launch/mindspeed_reuse_swap.sh");
-  // 2 × 1,627,345,920 bytes = 3.03 GiB.
+  // 40 × 8192 × 3840 × 2 bytes = 2,516,582,400 bytes = 2.34 GiB.
   CHECK(w[1] == s.warnings[1] +
-                    "; by about 3.03 GiB: 2 bytes x 1.63 G parameters of the rank / DP 1 "
-                    "(MindSpeed reuse-fp32-param.md)");
-  CHECK(w[1].starts_with(path + ":19: --reuse-fp32-param: not modelled (MindSpeed keeps"));
+                    "; by about 2.34 GiB: up to 40 layers x 1 micro-batches in flight x [8192 "
+                    "tokens, 3840] x 2 bytes (the attention block's saved activations, less the "
+                    "layers MindSpeed keeps prefetched)");
+  CHECK(w[1].starts_with(path + ":20: --swap-attention: not modelled (MindSpeed moves"));
 }
 
 TEST_CASE("an out-of-memory verdict says which way the flags not modelled make memsim err",
           "[workload][not_modelled]") {
   // One micro-batch per iteration keeps the run short; 20 GiB is less than the static
-  // 1.63 G parameters × (2 + 4 + 4 + 8) bytes = 29 GB, so the run runs out of memory.
+  // 1.63 G parameters × (2 + 4 + 2 + 8) bytes = 26 GB (bf16 parameters, fp32 grads, the
+  // residual of --reuse-fp32-param, Adam), so the run runs out of memory.
   const config::Setup s = MindSpeedScript({"training.global_batch_size=2"});
   engine::RunOptions options;
   options.usable_memory_bytes = Bytes{20} << 30;
@@ -100,19 +90,17 @@ TEST_CASE("an out-of-memory verdict says which way the flags not modelled make m
   REQUIRE(run.first_oom);
   const std::string path = config::testing::Data("launch/mindspeed_reuse_swap.sh");
   const std::string caveat = report::FormatNotModelledCaveat(run, s);
-  CHECK(caveat.starts_with("*** Caveat: 3 flags warned not modelled; so this verdict may be off "
+  CHECK(caveat.starts_with("*** Caveat: 1 flag warned not modelled; so this verdict may be off "
                            "(stage 0):\n"));
-  CHECK(caveat.find("***   " + path + ":19: --reuse-fp32-param: memsim errs high by about "
-                    "3.03 GiB (") != std::string::npos);
-  // In all: 3,254,691,840 + 2,516,582,400 + 1,132,462,080 = 6,903,736,320 bytes = 6.43 GiB.
-  CHECK(caveat.ends_with("***   In all: memsim predicts up to about 6.43 GiB more and 0 B less "
+  CHECK(caveat.find("***   " + path + ":20: --swap-attention: memsim errs high by about "
+                    "2.34 GiB (") != std::string::npos);
+  CHECK(caveat.ends_with("***   In all: memsim predicts up to about 2.34 GiB more and 0 B less "
                          "than the run would use.\n"));
   const nlohmann::json j = nlohmann::json::parse(report::RunReportJson(run, s));
-  REQUIRE(j["not_modelled"].size() == 3);
-  CHECK(j["not_modelled"][0]["flag"] == "--reuse-fp32-param");
+  REQUIRE(j["not_modelled"].size() == 1);
+  CHECK(j["not_modelled"][0]["flag"] == "--swap-attention");
   CHECK(j["not_modelled"][0]["memsim_errs"] == "high");
-  CHECK(j["not_modelled"][0]["about_bytes"] == 3'254'691'840LL);
-  CHECK(j["not_modelled"][2]["about_bytes"] == 1'132'462'080LL);
+  CHECK(j["not_modelled"][0]["about_bytes"] == 2'516'582'400LL);
   // Without an out-of-memory verdict there is no caveat to print.
   engine::RunOptions roomy = options;
   roomy.usable_memory_bytes = Bytes{60} << 30;
@@ -135,6 +123,33 @@ TEST_CASE("MindSpeed flags: --variable-seq-lengths runs, warned that memsim errs
   CHECK(s.not_modelled[0].direction == NotModelled::Direction::kHigh);
   const std::vector<NotModelledEstimate> e = EstimateNotModelled(s, 0);
   CHECK(e[0].about_bytes == 0);  // no amount: every micro-batch is at most what memsim runs
+}
+
+TEST_CASE("host memory that MindSpeed's optimizer swap keeps is reported on its own line",
+          "[workload][report][mindspeed]") {
+  // The script with --swap-optimizer instead of --reuse-fp32-param (MindSpeed refuses both).
+  const config::Setup s = MindSpeedScript({"training.global_batch_size=2",
+                                           "training.reuse_fp32_param=false",
+                                           "training.swap_optimizer=true"});
+  engine::RunOptions options;
+  options.keep_timeline = false;
+  const engine::RunResult run = engine::RunAllStages(s, options);
+  // DP 1: the shard is all Ψ = 1,627,345,920 parameters of the rank; pinned host copies of the
+  // fp32 main parameter, exp_avg and exp_avg_sq: 12 B each = 19,528,151,040 B = 18.19 GiB.
+  const std::string header = report::FormatRunHeader(run, s);
+  CHECK(header.find("\n  host memory (pinned, per rank): 18.19 GiB: the fp32 main parameters and "
+                    "Adam moments of 1627345920 (1.63 B) elements, off the device between steps "
+                    "(MindSpeed --swap-optimizer)\n") != std::string::npos);
+  const nlohmann::json j = nlohmann::json::parse(report::RunReportJson(run, s));
+  CHECK(j["host"]["pinned_bytes"] == 19'528'151'040LL);
+  // Between steps neither is on the device.
+  CHECK(j["static"]["main_param_bytes"] == 0);
+  CHECK(j["static"]["optimizer_state_bytes"] == 0);
+  // Without the swap there is no host line and no "host" key.
+  const config::Setup plain = MindSpeedScript({"training.global_batch_size=2"});
+  const engine::RunResult r2 = engine::RunAllStages(plain, options);
+  CHECK(report::FormatRunHeader(r2, plain).find("host memory") == std::string::npos);
+  CHECK_FALSE(nlohmann::json::parse(report::RunReportJson(r2, plain)).contains("host"));
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 // steps (TrainingConfig::skipped_iterations) and Megatron's precision-aware optimizer (TE
 // FusedAdam's state, workload/optimizer.h StateLayout).
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 
 #include "test_setups.h"
@@ -108,6 +110,104 @@ TEST_CASE("precision-aware optimizer: FusedAdam's state in its dtypes, made by t
   CHECK(Allocated(q, 2, Category::kTemporaries, "unscaled_states") == 8 * n);
   CHECK(Allocated(q, 1, Category::kTemporaries, "optim.adam") >= (2 + 4 + 8) * n);
   CHECK(ComputeStaticSizes(s, 0).main_grad_copy_bytes == 0);
+}
+
+// testing::TinyLlama's parameters (TE spec, untied, no biases): embedding and output layer 256·64
+// each, per layer the fused norm weights 2·64, QKV 3·64·64, proj 64·64, fc1 2·128·64, fc2
+// 64·128 (41,088), 2 layers, final norm 64: Ψ = 2·16,384 + 2·41,088 + 64 = 115,008. The
+// largest tensors (embedding, output layer, each fc1) have 16,384 elements.
+constexpr std::int64_t kTinyParams = 115'008;
+constexpr std::int64_t kTinyLargest = 16'384;
+
+TEST_CASE("MindSpeed reuse-fp32-param keeps a 2-byte residual per main element, not an fp32 copy",
+          "[workload][mindspeed]") {
+  config::Setup s = testing::TinyLlama();
+  s.training.reuse_fp32_param = true;
+  const Program p = Build(s, 0);
+  const StaticSizes st = ComputeStaticSizes(s, 0);
+  REQUIRE(st.main_param_count == kTinyParams);
+  // reuse_fp32_param_init_wrapper (non-distributed optimizer): the bf16 parameter and the
+  // residual share the fp32 copy's 4 bytes, so beyond the parameter 2 bytes per element remain.
+  CHECK(st.main_param_bytes == 2 * kTinyParams);
+  CHECK(NetByCategory(p, 0).at(Category::kMainParameters) == 2 * kTinyParams);
+  // Setup still makes the fp32 copies first (clone().float(), 4 B each) and then drops them.
+  CHECK(Allocated(p, 0, Category::kMainParameters, "init.optimizer.main_param") == 4 * kTinyParams);
+  // Each conversion (prepare_grads: bf16 -> fp32; step_with_ready_grads: fp32 -> bf16) copies one
+  // tensor's transposed 2·numel bf16 view at a time: 4 B x the largest tensor's elements.
+  CHECK(Allocated(p, 1, Category::kTemporaries, "optim.reuse_fp32.to_fp32") == 4 * kTinyLargest);
+  CHECK(Allocated(p, 1, Category::kTemporaries, "optim.reuse_fp32.to_bf16") == 4 * kTinyLargest);
+  // Without the flag: fp32 copies, 4 B per element.
+  s.training.reuse_fp32_param = false;
+  CHECK(ComputeStaticSizes(s, 0).main_param_bytes == 4 * kTinyParams);
+  CHECK(NetByCategory(Build(s, 0), 0).at(Category::kMainParameters) == 4 * kTinyParams);
+}
+
+TEST_CASE("MindSpeed reuse-fp32-param over DP 2: the residual of the shard and 64 MiB workspaces",
+          "[workload][mindspeed]") {
+  config::Setup s = testing::TinyLlama();
+  s.training.reuse_fp32_param = true;
+  s.training.use_distributed_optimizer = true;
+  s.training.data_parallel_size = 2;
+  s.training.global_batch_size = 2;
+  s.training.overlap_grad_reduce = true;
+  const Program p = Build(s, 0);
+  const std::int64_t n = ComputeStaticSizes(s, 0).main_param_count;  // the rank's shard
+  // reuse_buffer_dis: one bf16 residual of buffer.numel // dp per buffer, 2 B per shard element.
+  CHECK(NetByCategory(p, 0).at(Category::kMainParameters) == 2 * n);
+  // fp32_tensor_convert_to_fp16_tensor_dis: `workspace` (TRANSPOSE_BF16_BLOCK_SIZE x 2 bf16 =
+  // 4096·4096·2·2 B = 67,108,864 B), `temp` (4 B x min(block, shard) = 4n, the shard being far
+  // below 4096²) and, with several buckets, the next bucket's workspace before they are dropped.
+  constexpr Bytes kWorkspace = 4096LL * 4096 * 2 * 2;
+  CHECK(Allocated(p, 1, Category::kTemporaries, "optim.reuse_fp32.to_bf16") ==
+        2 * kWorkspace + 4 * n);
+  CHECK(Allocated(p, 1, Category::kTemporaries, "optim.reuse_fp32.to_fp32") ==
+        2 * kWorkspace + 4 * n);
+}
+
+// The most bytes of categories `cats` alive at once during `iteration` (allocations of an op
+// before its frees, as the engine samples them).
+Bytes PeakLive(const Program& p, int iteration, std::set<Category> cats) {
+  std::map<TensorId, const TensorAlloc*> all;
+  for (const Op& op : p.ops) {
+    for (const TensorAlloc& a : op.allocs) all[a.id] = &a;
+  }
+  Bytes live = 0, peak = 0;
+  for (const Op& op : p.ops) {
+    if (op.iteration > iteration) break;
+    for (const TensorAlloc& a : op.allocs) live += cats.count(a.category) ? a.size_bytes : 0;
+    if (op.iteration == iteration) peak = std::max(peak, live);
+    for (TensorId id : op.frees) {
+      live -= cats.count(all.at(id)->category) ? all.at(id)->size_bytes : 0;
+    }
+  }
+  return peak;
+}
+
+TEST_CASE("MindSpeed swap-optimizer keeps main parameters and Adam moments on the host between "
+          "steps and brings one window at a time",
+          "[workload][mindspeed]") {
+  config::Setup s = testing::TinyLlama();
+  s.training.use_distributed_optimizer = true;  // DP 1: the shard is every parameter
+  s.training.swap_optimizer = true;
+  const StaticSizes st = ComputeStaticSizes(s, 0);
+  REQUIRE(st.main_param_count == kTinyParams);
+  // swap_optimizer.py: pinned host copies of the fp32 main parameter, exp_avg and exp_avg_sq,
+  // 12 B per shard element; none of them stays on the device.
+  CHECK(st.host_pinned_bytes == 12 * kTinyParams);
+  CHECK(st.main_param_bytes == 0);
+  CHECK(st.optimizer_state_bytes == 0);
+  const Program p = Build(s, 0);
+  const std::set<Category> optim = {Category::kMainParameters, Category::kOptimizerStates};
+  CHECK(NetByCategory(p, 0).count(Category::kMainParameters) == 0);
+  CHECK(NetByCategory(p, 1).count(Category::kOptimizerStates) == 0);
+  CHECK(NetByCategory(p, 1).count(Category::kMainParameters) == 0);
+  // swap_adamw_step with swap_optimizer_times 16: swap_numel = 115,008 // 16 = 7,188 elements; a
+  // window holds parameters while it stays within that, at least one, so the largest window is
+  // a single 16,384-element tensor: 12 B x 16,384 = 196,608 B alive at once.
+  CHECK(PeakLive(p, 1, optim) == 12 * kTinyLargest);
+  // swap_optimizer_times 0: one window of the whole shard.
+  s.training.swap_optimizer_times = 0;
+  CHECK(PeakLive(Build(s, 0), 1, optim) == 12 * kTinyParams);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "workload/build.h"
+#include "workload/recompute.h"
 #include "workload/test_setups.h"
 
 namespace memsim::workload {
@@ -69,6 +70,41 @@ TEST_CASE("recompute_modules only act with recompute_granularity selective",
   config::Setup plain = Small({"core_attn"});
   plain.training.recompute_granularity = config::RecomputeGranularity::kNone;
   CHECK(Build(none, 0) == Build(plain, 0));
+}
+
+TEST_CASE("MindSpeed activation recompute picks layers as should_recompute does",
+          "[workload][mindspeed]") {
+  // mindspeed/core/memory/recompute/recompute_common.py should_recompute: a layer's priority is
+  // its index within the chunk; full recompute's first recompute_num_layers are skipped, then
+  // --recompute-activation-function-num-layers N layers (all for None).
+  config::Setup s = testing::TinyLlama();
+  s.training.recompute_activation_function = true;
+  SelectiveRecompute all = SelectiveModules(s.training, true);
+  CHECK(all.ActFnRecompute(0));
+  CHECK(all.ActFnRecompute(1000));
+  s.training.recompute_activation_function_num_layers = 1;
+  SelectiveRecompute one = SelectiveModules(s.training, true);
+  CHECK(one.ActFnRecompute(0));
+  CHECK_FALSE(one.ActFnRecompute(1));
+  // Full recompute of the first 2 layers (block), then N = 3: layers 2, 3 and 4.
+  s.training.recompute_granularity = config::RecomputeGranularity::kFull;
+  s.training.recompute_method = config::RecomputeMethod::kBlock;
+  s.training.recompute_num_layers = 2;
+  s.training.recompute_activation_function_num_layers = 3;
+  SelectiveRecompute after = SelectiveModules(s.training, true);
+  CHECK_FALSE(after.ActFnRecompute(1));
+  CHECK(after.ActFnRecompute(2));
+  CHECK(after.ActFnRecompute(4));
+  CHECK_FALSE(after.ActFnRecompute(5));
+  // In a 2-layer model with N = 1 only layer 0's MLP re-runs its activation in backward.
+  config::Setup two = testing::TinyLlama();
+  two.training.recompute_activation_function = true;
+  two.training.recompute_activation_function_num_layers = 1;
+  const Program p = Build(two, 0);
+  REQUIRE(CountOps(p, "mlp.act_recompute") == 1);
+  for (const Op& op : p.ops) {
+    if (op.name == "mlp.act_recompute") CHECK(op.layer == 0);
+  }
 }
 
 }  // namespace

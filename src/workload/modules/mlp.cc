@@ -12,6 +12,7 @@ struct MlpSaved final : ModuleSaved {
   NormSaved ln2;
   TensorId fc1_out = 0, act_out = 0, bda_mask = 0;
   TensorId fc1_weight_copy = 0, fc2_weight_copy = 0;  // autocast copies (kernels.h CastWeight)
+  bool act_recompute = false;  // MindSpeed --recompute-activation-function: act_out dropped
 };
 
 // The branch: norm + fc1, activation, fc2. nograd: each tensor freed when the framework drops
@@ -49,7 +50,9 @@ TensorId BranchForward(ModuleContext& ctx, int l, bool nograd, bool hold_norm_ou
   const TensorId fc2 =
       ctx.k.RowParallelOutput(d.act_bytes * d.T * d.h, LayerLabel(l, "mlp.fc2_out"));
   em.Flops(2.0 * d.T * d.ffn / d.t * d.h);
-  if (nograd) em.Free(a->act_out);
+  // MindSpeed's CheckpointWithoutOutput.discard_output after linear_fc2 (resize_(0) of the
+  // activation output's storage, which fc2 saved as its input).
+  if (nograd || a->act_recompute) em.Free(a->act_out);
   return fc2;
 }
 
@@ -80,6 +83,7 @@ TensorId MlpModule::Forward(ModuleContext& ctx, int l, TensorId x, const Forward
   // grad `pre_mlp_layernorm_output` stays referenced until TransformerLayer._forward_mlp
   // returns, after the bias-dropout-add (transformer_layer.py at d98e8a64dd).
   const bool hold_norm_out = mode.nograd && !ctx.f.te && !ctx.f.hf;
+  a.act_recompute = !mode.nograd && !ctx.selective.mlp && ctx.selective.ActFnRecompute(l % ctx.d.Lc);
   const TensorId fc2 =
       BranchForward(ctx, l, mode.nograd || ctx.selective.mlp, hold_norm_out, &a);
   if (!mode.nograd && !ctx.selective.mlp && ctx.selective.layernorm) {
@@ -110,6 +114,16 @@ TensorId MlpModule::Backward(ModuleContext& ctx, int l, ModuleSaved& saved, Tens
   } else if (ctx.selective.layernorm) {
     RecomputeNormOutput(ctx, l, "ln2", &a.ln2);
   }
+  // MindSpeed's recompute hook on fc2's output (CheckpointWithoutOutput.recompute): the
+  // activation re-run with grad from the saved fc1 output (`outputs`, kept in ctx.outputs until
+  // the checkpoint's backward), then copied into the restored storage of fc2's saved input.
+  TensorId act_rerun = 0;
+  if (a.act_recompute) {
+    em.Begin("mlp.act_recompute", l);
+    const Bytes act = d.act_bytes * d.T * d.ffn / d.t;
+    act_rerun = em.Alloc(act, Category::kActivations, LayerLabel(l, "recompute.mlp.act_out"));
+    a.act_out = em.Alloc(act, Category::kActivations, LayerLabel(l, "mlp.act_out"));
+  }
   // fc2: gather dY (SP), dgrad, wgrad.
   em.Begin("mlp.fc2_bwd", l);
   ctx.k.GemmWorkspace(false);
@@ -129,6 +143,7 @@ TensorId MlpModule::Backward(ModuleContext& ctx, int l, ModuleSaved& saved, Tens
   em.Begin("mlp.act_bwd", l);
   const TensorId dfc1 = em.Alloc(d.act_bytes * d.T * d.gamma * d.ffn / d.t, Category::kTemporaries,
                                  LayerLabel(l, "mlp.d_fc1_out"));
+  if (act_rerun != 0) em.Free(act_rerun);  // CheckpointFunctionWithoutOutput: ctx.outputs = None
   em.Free(a.fc1_out);
   em.Free(dact);
   // fc1 (re-gather the norm output with SP), then the norm and the residual sum.

@@ -2,7 +2,10 @@
 // (megatron/core/transformer/mlp.py): pre-MLP norm fused with fc1
 // (TELayerNormColumnParallelLinear), the activation (GeLU, or SwiGLU over a [.., 2·ffn/t] fc1
 // output for a gated MLP), fc2 (row-parallel), bias-dropout-add. Forward saves the norm
-// statistics and output, fc1's output and the activation's output.
+// statistics and output, fc1's output and the activation's output; with MindSpeed's
+// --recompute-activation-function (module.h SelectiveRecompute::ActFnRecompute) not the
+// activation's output, which is re-run in backward (mindspeed/core/memory/recompute/activation/
+// activation_recompute_forward.py at 028de58). The MoE MLP's experts are modules/moe.h's.
 #pragma once
 
 #include "workload/modules/module.h"

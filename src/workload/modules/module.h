@@ -32,6 +32,13 @@ struct SelectiveRecompute {
   bool layernorm = false;  // a norm that is its own module (not fused into the next linear)
   bool moe = false;        // the whole MoE branch (modules/moe.h)
   bool moe_act = false;    // the routed experts' activation (modules/moe.h)
+  // MindSpeed --recompute-activation-function (modules/mlp.h): the dense MLP's activation
+  // output is recomputed in the layers whose index within their model chunk is in
+  // [act_fn_from, act_fn_to) (recompute.h SelectiveModules).
+  int act_fn_from = 0, act_fn_to = 0;
+  bool ActFnRecompute(int index_in_chunk) const {
+    return index_in_chunk >= act_fn_from && index_in_chunk < act_fn_to;
+  }
 };
 
 // What a module's forward and backward run under.

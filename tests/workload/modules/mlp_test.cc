@@ -128,4 +128,32 @@ TEST_CASE(
   CHECK(h.problems().empty());
 }
 
+TEST_CASE(
+    "MindSpeed activation recompute drops the activation's output after fc2 and re-runs it "
+    "before fc2's backward",
+    "[workload][modules][mlp][mindspeed]") {
+  config::Setup s = testing::TinyLlama();
+  s.training.recompute_activation_function = true;
+  ModuleHarness h(s);
+  MlpModule mlp;
+  h.Forward(mlp);
+  // core_activation_recompute_forward_impl: the activation runs in CheckpointFunctionWithoutOutput
+  // (its input, fc1's output, saved), and discard_output() resizes its output's storage to 0
+  // after linear_fc2: everything of the plain MLP is kept but the [s, b, ffn/t] output.
+  CHECK(h.Saved() == SeenTensors{{"layer0.ln2.rstd", 4 * kT},
+                                 {"layer0.ln2.out", 2 * kT * kH},
+                                 {"layer0.mlp.fc1_out", 2 * kT * kGamma * kFfn}});
+  h.Backward();
+  // CheckpointWithoutOutput.recompute (the hook on fc2's output): the activation re-run with
+  // grad (2·T·ffn), then the discarded storage restored to the same size and copied into.
+  const SeenTensors backward = h.Allocated(Phase::kBackward);
+  for (const testing::SeenTensor& t :
+       {testing::SeenTensor{"layer0.recompute.mlp.act_out", 2 * kT * kFfn},
+        testing::SeenTensor{"layer0.mlp.act_out", 2 * kT * kFfn}}) {
+    CHECK(std::count(backward.begin(), backward.end(), t) == 1);
+  }
+  CHECK(h.Leaked().empty());
+  CHECK(h.problems().empty());
+}
+
 }  // namespace memsim::workload::mlp_module_test
