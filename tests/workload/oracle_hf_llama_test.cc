@@ -177,12 +177,10 @@ void OracleLossRows(std::vector<GapRow>& t, const std::string& after_norm) {
   t.push_back({"the logits, held by the output object until the caller drops it; memsim frees "
                "them at its loss", GapReason::kMemsimShorter, 32768, "fwd model post",
                "fwd model post"});
-  // The final LlamaRMSNorm as the layers' (pow saved by 1.13's mean; x·rsqrt saved by the
-  // weight's mul): memsim's final_norm (output_loss.cc) keeps only rstd and the output.
+  // The final LlamaRMSNorm as the layers' (pow saved by 1.13's mean); x·rsqrt, saved by the
+  // trained weight's mul, is memsim's final_norm.normed_fp32 (output_loss.cc HfFinalNormSaves).
   t.push_back({"final norm: pow output saved by 1.13's mean", GapReason::kVersion, 8192, after_norm,
                "step loss post"});
-  t.push_back({"final norm: x·rsqrt (saved by the weight's mul) not kept by memsim's final_norm",
-               GapReason::kMemsimShorter, 8192, after_norm, "step loss post"});
   // torch.optim.AdamW (1.13, foreach off) state["step"]: a 0-dim fp32 tensor per parameter, 21
   // here; in a GPU run they stay on the CPU.
   t.push_back({"AdamW step counters (CPU tensors)", GapReason::kSetup, 21 * 4,
