@@ -177,12 +177,10 @@ void OracleLossRows(std::vector<GapRow>& t, const std::string& after_norm) {
   t.push_back({"the logits, held by the output object until the caller drops it; memsim frees "
                "them at its loss", GapReason::kMemsimShorter, 32768, "fwd model post",
                "fwd model post"});
-  // The final LlamaRMSNorm as the layers' (pow saved by 1.13's mean; x·rsqrt saved by the
-  // weight's mul): memsim's final_norm (output_loss.cc) keeps only rstd and the output.
+  // The final LlamaRMSNorm as the layers' (pow saved by 1.13's mean); x·rsqrt, saved by the
+  // trained weight's mul, is memsim's final_norm.normed_fp32 (output_loss.cc HfFinalNormSaves).
   t.push_back({"final norm: pow output saved by 1.13's mean", GapReason::kVersion, 8192, after_norm,
                "step loss post"});
-  t.push_back({"final norm: x·rsqrt (saved by the weight's mul) not kept by memsim's final_norm",
-               GapReason::kMemsimShorter, 8192, after_norm, "step loss post"});
   // torch.optim.AdamW (1.13, foreach off) state["step"]: a 0-dim fp32 tensor per parameter, 21
   // here; in a GPU run they stay on the CPU.
   t.push_back({"AdamW step counters (CPU tensors)", GapReason::kSetup, 21 * 4,
@@ -247,15 +245,9 @@ void OracleLoraLayerRows(std::vector<GapRow>& t, int l) {
   OracleLoraDropoutRow(t, tag + " gate_proj", 2048, true, OracleL(l, "mlp post"));
   OracleLoraDropoutRow(t, tag + " up_proj", 2048, true, OracleL(l, "mlp post"));
   OracleLoraDropoutRow(t, tag + " down_proj", 4096, true, OracleL(l, "mlp post"));
-  // LlamaDecoderLayer.forward: hidden_states = self.input_layernorm(hidden_states) keeps the
-  // norm's output in the local until `hidden_states = residual + hidden_states` rebinds it. With
-  // frozen q/k/v (and gate/up) weights nothing saves it (each LoRA branch saves its own dropout
-  // output), so it lives exactly that long; memsim frees it at its last read (the projections).
-  t.push_back({tag + " input_layernorm output held by the decoder layer's local",
-               GapReason::kMemsimShorter, 8192, OracleL(l, "self_attn post"),
-               OracleL(l, "self_attn post")});
-  t.push_back({tag + " post_attention_layernorm output held by the decoder layer's local",
-               GapReason::kMemsimShorter, 8192, OracleL(l, "mlp post"), OracleL(l, "mlp post")});
+  // The norm outputs, which the frozen q/k/v (gate/up) weights do not save, live until
+  // self_attn / mlp return (LlamaDecoderLayer.forward rebinds `hidden_states` then): memsim's
+  // "<norm>_out.rebind" ops (hf_decoder.cc DropNormOutput), no row.
 }
 
 // The loss rows of a full fine-tune (OracleLossRows) less the final norm's, and AdamW's step
@@ -309,15 +301,8 @@ TEST_CASE("oracle: Llama with gradient checkpointing, module boundaries match th
     t.push_back({"checkpoint layer " + n + ": RNG state around the re-run (host memory on GPU)",
                  GapReason::kSetup, 5056, "recompute layers." + n + " pre",
                  "recompute layers." + n + " post"});
-    // Under no_grad memsim frees o_proj's and down_proj's outputs inside their own ops; the real
-    // code returns them and frees them at the residual add (hidden_states = residual +
-    // hidden_states in LlamaDecoderLayer.forward).
-    t.push_back({"nograd layer " + n + ": o_proj output freed inside memsim's op",
-                 GapReason::kMemsimShorter, 8192, OracleL(l, "self_attn post", "nograd"),
-                 OracleL(l, "self_attn post", "nograd")});
-    t.push_back({"nograd layer " + n + ": down_proj output freed inside memsim's op",
-                 GapReason::kMemsimShorter, 8192, OracleL(l, "mlp post", "nograd"),
-                 OracleL(l, "mlp post", "nograd")});
+    // Under no_grad the norm outputs live until self_attn / mlp return (the decoder layer's local
+    // `hidden_states` is rebound then): memsim's "<norm>_out.rebind" ops, no row.
     OracleLayerRows(t, l, "", "recompute", "recompute layers." + n + " post");
   }
   OracleLossRows(t, "fwd norm post");

@@ -245,6 +245,19 @@ TensorId ResidualInputGrad(ModuleContext& ctx, int l, const char* op, TensorId d
   return dx;
 }
 
+// LlamaDecoderLayer.forward: `hidden_states = self.input_layernorm(hidden_states)` keeps the norm
+// output in the local until `hidden_states, _ = self.self_attn(...)` rebinds it (likewise
+// post_attention_layernorm's until `hidden_states = self.mlp(hidden_states)`), in transformers
+// 4.36 (0864dd3b) and 4.48 alike. When no linear saved it (frozen PEFT weights, each linear
+// casting it, a no-grad forward), that rebinding is its last reference: an op of its own right
+// after the module returns, before the residual sum. Returns 0 (released) or *y (saved).
+TensorId DropNormOutput(ModuleContext& ctx, int l, const char* norm, TensorId y, bool saved) {
+  if (saved) return y;
+  ctx.em.Begin(fmt::format("{}_out.rebind", norm), l);
+  ctx.em.Free(y);
+  return 0;
+}
+
 }  // namespace
 
 bool UsesHfDecoder(const config::Setup& setup) {
@@ -264,6 +277,7 @@ constexpr std::array<const char*, 4> kProj = {"self_attn.q_proj", "self_attn.k_p
 struct HfAttnSaved final : ModuleSaved {
   RmsSaved ln;
   TensorId ln_out = 0;  // the norm output, saved by q/k/v when they do not cast it
+  bool ln_out_saved = false;  // else the layer's local drops it when self_attn returns
   std::array<LinearSaved, 4> proj{};
   RmsSaved q_norm, k_norm;
   RmsSaved post;  // Gemma2's post_attention_layernorm
@@ -588,18 +602,16 @@ void ProjectQkv(ModuleContext& ctx, int l, TensorId y, bool nograd, HfAttnSaved*
       out[i] = LinearForward(ctx, l, kProj[i], d.h, Widths(d, i, false), cast, nograd, &a->proj[i]);
     }
   }
-  // The norm output: saved by the linears unless each cast it (then no user is left) or none
-  // keeps its input (frozen PEFT weights: Kernels::KeepsLinearInput).
+  // The norm output: saved by the linears unless each cast it or none keeps its input (frozen
+  // PEFT weights: Kernels::KeepsLinearInput); then the decoder layer's local still holds it until
+  // self_attn returns (HfAttentionModule::Forward, DropNormOutput).
   bool kept = false;
   for (int i = 0; i < 3; ++i) {
     const Name module = ctx.model.fused_projections ? "self_attn.qkv_proj" : kProj[i];
     kept = kept || ctx.k.KeepsLinearInput(Param(l, module));
   }
-  if (cast || nograd || !kept) {
-    ctx.em.Free(y);
-  } else {
-    a->ln_out = y;
-  }
+  a->ln_out = y;
+  a->ln_out_saved = !(cast || nograd || !kept);
   Bytes in_bytes = d.act_bytes;
   if (ctx.model.qk_layernorm) {
     out[0] = QkNorm(ctx, l, "q", out[0], d.a, nograd, &a->q_norm);
@@ -658,6 +670,7 @@ TensorId HfAttentionModule::Forward(ModuleContext& ctx, int l, TensorId x, const
     ctx.em.Free(a.out);
     a.out = 0;
   }
+  a.ln_out = DropNormOutput(ctx, l, "input_layernorm", a.ln_out, a.ln_out_saved);
   if (ctx.model.sandwich_norms) o = BranchNorm(ctx, l, "post_attention_layernorm", o, mode.nograd, &a.post);
   const TensorId out = ResidualSum(ctx, l, "self_attn", x, o, mode);
   if (!mode.nograd) *saved = std::make_unique<HfAttnSaved>(a);
@@ -801,16 +814,14 @@ TensorId HfMlpModule::Forward(ModuleContext& ctx, int l, TensorId x, const Forwa
                         ? ctx.k.KeepsLinearInput(Param(l, "mlp.gate_up_proj"))
                         : ctx.k.KeepsLinearInput(Param(l, "mlp.gate_proj")) ||
                               ctx.k.KeepsLinearInput(Param(l, "mlp.up_proj"));
-  if (d.cast_inputs || nograd || !kept) {
-    ctx.em.Free(y);
-  } else {
-    a.ln_out = y;  // saved by gate and up (or gate_up)
-  }
+  a.ln_out = y;  // saved by gate and up (or gate_up), else dropped when the MLP returns
+  const bool ln_out_saved = !(d.cast_inputs || nograd || !kept);
   TensorId down = LinearForward(ctx, l, "mlp.down_proj", d.ffn, d.h, false, nograd, &a.proj[2]);
   if (nograd || !ctx.k.KeepsLinearInput(Param(l, "mlp.down_proj"))) {
     ctx.em.Free(h);  // the product's only reader is down_proj
     a.prod = 0;
   }
+  a.ln_out = DropNormOutput(ctx, l, InputNorm(ctx.model), a.ln_out, ln_out_saved);
   if (ctx.model.sandwich_norms) down = BranchNorm(ctx, l, "post_feedforward_layernorm", down, nograd, &a.post);
   const TensorId out = ResidualSum(ctx, l, "mlp", x, down, mode);
   if (!nograd) *saved = std::make_unique<HfMlpSaved>(a);

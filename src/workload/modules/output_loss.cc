@@ -97,6 +97,34 @@ TensorId VocabParallelLossBackward(ModuleContext& ctx, const Batch& batch, const
   return dlogits;
 }
 
+// LlamaModel.norm, LlamaRMSNorm.forward (transformers modeling_llama.py, 4.36 0864dd3b and 4.48
+// alike; the decoder's norms are hf_decoder.cc RmsNormForward): `hidden_states.to(torch.float32)`
+// is a new fp32 copy unless x is fp32, which PowBackward0 and the rsqrt product's MulBackward0
+// keep (x needs grad); n = h32 · rsqrt is fp32, cast back to x's dtype, and `self.weight * c`
+// keeps c only for the weight's grad (mul_tensor_backward), so a frozen weight (PEFT) keeps
+// none. The fp32 square and, for a 16-bit x, the fp32 n are transients. rstd and the output are
+// Forward's own.
+void HfFinalNormSaves(ModuleContext& ctx, TensorId x, HeadSaved* u) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  const std::int64_t n = d.T * d.h / d.sigma;
+  const Bytes in = em.SizeOf(x) / n;
+  if (in != 4) u->final_h32 = em.Alloc(4 * n, Category::kActivations, "final_norm.input_fp32");
+  const TensorId sq = em.Alloc(4 * n, Category::kTemporaries, "final_norm.squared");
+  const TensorId n32 = em.Alloc(4 * n, Category::kActivations, "final_norm.normed_fp32");
+  TensorId c = n32;
+  if (in != 4) {
+    c = em.Alloc(in * n, Category::kActivations, "final_norm.normed");
+    em.Free(n32);
+  }
+  em.Free(sq);
+  if (ctx.k.Trainable("final_norm.weight")) {
+    u->final_normed = c;
+  } else {
+    em.Free(c);
+  }
+}
+
 }  // namespace
 
 void OutputAndLoss::AppendParams(const ModelDims& d, int chunk, bool has_embedding,
@@ -126,6 +154,7 @@ TensorId OutputAndLoss::Forward(ModuleContext& ctx, TensorId x, const std::strin
     u->final_mean = em.Alloc(4 * d.T / d.sigma, Category::kActivations, "final_norm.mean");
   }
   u->final_rstd = em.Alloc(4 * d.T / d.sigma, Category::kActivations, "final_norm.rstd");
+  if (ctx.f.hf && !d.layernorm) HfFinalNormSaves(ctx, x, u);
   u->final_out =
       em.Alloc(d.act_bytes * d.T * d.h / d.sigma, Category::kActivations, "final_norm.out");
   em.Begin("output_layer");  // Megatron ColumnParallelLinear: torch GEMM, "mpu" buffer with SP
@@ -192,7 +221,9 @@ TensorId OutputAndLoss::Backward(ModuleContext& ctx, const Batch& batch, const H
       em.Alloc(d.act_bytes * d.T * d.h / d.sigma, Category::kTemporaries, "final_norm.d_input");
   ctx.k.SmallWeightGrad(d.h, "final_norm.weight_grad", "final_norm.weight");
   if (d.layernorm) ctx.k.SmallWeightGrad(d.h, "final_norm.bias_grad", "final_norm.bias");
-  for (TensorId id : {din, u.final_mean, u.final_rstd, u.last_output}) em.Free(id);
+  for (TensorId id : {din, u.final_mean, u.final_rstd, u.final_h32, u.final_normed, u.last_output}) {
+    em.Free(id);
+  }
   return dx;
 }
 

@@ -14,6 +14,9 @@ namespace memsim::workload {
 struct HeadSaved {
   TensorId last_output = 0;  // the last layer's output, saved by the final norm
   TensorId final_mean = 0, final_rstd = 0, final_out = 0;
+  // Transformers' final LlamaRMSNorm (OutputAndLoss::Forward under FrameworkFacts::hf): the fp32
+  // copy of a 16-bit input and x·rsqrt in the input's dtype (kept when the weight is trained).
+  TensorId final_h32 = 0, final_normed = 0;
   TensorId logits_fp32 = 0, target_mask = 0, masked_target = 0, loss = 0;
   TensorId weight_copy = 0;  // the output weight's autocast copy (kernels.h CastWeight)
   // Sequence classification (hf_encoder.h): tanh output, dropout mask and output, log-softmax.

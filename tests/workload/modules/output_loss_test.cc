@@ -4,8 +4,10 @@
 //
 // Shape: testing::TinyHfLlama in bf16 (bf16 weights, bf16 autocast through the Trainer's
 // mixed precision): h 64, vocab V 256, s 32, b 1: T = 32 tokens, T·V = 8192 logits. The final
-// norm as modelled for every stack: rstd fp32 [T] (4·T = 128) and its output [T, h] bf16
-// (2·T·h = 4096).
+// norm (LlamaRMSNorm, its weight trained): rstd fp32 [T] (4·T = 128), its output [T, h] bf16
+// (2·T·h = 4096), and what the Transformers norm keeps for backward: `hidden_states.to(float32)`
+// of the bf16 input (4·T·h = 8192, saved by pow and the rsqrt product) and x·rsqrt cast back to
+// bf16 (2·T·h = 4096, saved by `self.weight * ...`).
 #include "workload/modules/output_loss.h"
 
 #include <algorithm>
@@ -39,6 +41,8 @@ TEST_CASE(
   // the model's output.
   CHECK(h.AliveDuring("cross_entropy") == SeenTensors{
                                               {"final_norm.rstd", 4 * kT},
+                                              {"final_norm.input_fp32", 4 * kT * kH},
+                                              {"final_norm.normed", 2 * kT * kH},
                                               {"final_norm.out", 2 * kT * kH},
                                               {"output_layer.logits", 2 * kTV},
                                               {"loss.logits_fp32", 4 * kTV},
@@ -53,6 +57,8 @@ TEST_CASE(
   CHECK(h.FreedIn("output_layer.logits") == "loss.outputs_to_fp32");
   CHECK(h.FreedIn("loss.outputs_logits_fp32") == "loss.compute_loss_return");
   CHECK(h.Saved() == SeenTensors{{"final_norm.rstd", 4 * kT},
+                                 {"final_norm.input_fp32", 4 * kT * kH},
+                                 {"final_norm.normed", 2 * kT * kH},
                                  {"final_norm.out", 2 * kT * kH},
                                  {"loss.shift_labels", 8 * kT},
                                  {"loss.log_probs", 4 * kTV},
@@ -67,6 +73,8 @@ TEST_CASE(
   // saved log-probabilities (4·T·V) are alive: 12·T·V at once.
   CHECK(h.AliveDuring("log_softmax_bwd") == SeenTensors{
                                                 {"final_norm.rstd", 4 * kT},
+                                                {"final_norm.input_fp32", 4 * kT * kH},
+                                                {"final_norm.normed", 2 * kT * kH},
                                                 {"final_norm.out", 2 * kT * kH},
                                                 {"loss.log_probs", 4 * kTV},
                                                 {"loss.report", 8},
@@ -75,6 +83,8 @@ TEST_CASE(
                                             });
   // ToCopyBackward of `.float()`: the bf16 grad of the logits (2·T·V), the fp32 one freed.
   CHECK(h.FreedIn("loss.d_logits_fp32") == "logits_float_bwd");
+  CHECK(h.FreedIn("final_norm.input_fp32") == "final_norm_bwd");
+  CHECK(h.FreedIn("final_norm.normed") == "final_norm_bwd");
   h.Release({dx, report});
   CHECK(h.Leaked().empty());
   CHECK(h.problems().empty());
