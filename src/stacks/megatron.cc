@@ -37,6 +37,17 @@ const std::vector<int> kMoeProbsInExpertsSince = {0, 13};
 // moe_utils.py unpermute: core_v0.11.0 adds the drop_and_pad branch (index_select of the probs);
 // core_v0.10.0 always takes masked_select.
 const std::vector<int> kUnpermuteDropAndPadSince = {0, 11};
+// moe_layer.py MoELayer.forward: core_v0.12.0's custom_forward calls token_permutation and
+// token_unpermutation; core_v0.13.0 splits it into router_and_preprocess, dispatch,
+// experts_compute and combine(output, shared_expert_output), where combine runs token_combine,
+// combine_postprocess and the shared add; core_v0.16.0's combine(output) runs only token_combine
+// and postprocess(output, shared_expert_output) the rest (core_v0.15.0 still has the 0.13 form).
+const std::vector<int> kMoeSplitForwardSince = {0, 13};
+const std::vector<int> kMoePostprocessSince = {0, 16};
+// moe_utils.py permute with probs (core_v0.13.0 to core_v0.16.0): masked_select of the
+// transposed probs; core_v0.17.0 indexes the flattened probs by flat_sorted (commit
+// e19fbe2e1d, #3373).
+const std::vector<int> kPermuteProbsIndexedSince = {0, 17};
 // moe_utils.py topk_routing_with_score_function: `torch.softmax(logits, dtype=float32)
 // .type_as(logits)` before the top-k in core_v0.17.0; the top-k on the fp32 scores in
 // core_v0.18.2 (PR #3673, 2026-04-14).
@@ -62,6 +73,13 @@ void SetMoeFacts(const config::TrainingConfig& tc, const workload::ModelDims& d,
                                (core < kUnpermuteDropAndPadSince || !d.pad_to_capacity);
   f->pre_softmax_cast_all =
       d.router_pre_softmax && !core.empty() && core < kPreSoftmaxTopkInFp32Since;
+  f->permute_masked_select = d.alltoall && !d.permute_fusion && !d.pad_to_capacity &&
+                             !core.empty() && core >= kMoeSplitForwardSince &&
+                             core < kPermuteProbsIndexedSince;
+  using Locals = workload::FrameworkFacts::MoeForwardLocals;
+  f->moe_forward_locals = core.empty() || core >= kMoePostprocessSince ? Locals::kPostprocess
+                          : core >= kMoeSplitForwardSince              ? Locals::kCombineHoldsInput
+                                                                       : Locals::kTokenPermutation;
 }
 
 // FrameworkFacts::te_fused_attn_bshd_out: TE's cuDNN FusedAttention (TE picks it from sm 90 on)

@@ -72,6 +72,30 @@ struct FrameworkFacts {
   // MaskedSelectBackward saves both operands: [E, n] probs in the activation dtype and an
   // [E, n] bool mask per MoE layer until its backward. src/stacks/megatron.cc.
   bool unpermute_masked_select = false;
+  // Core 0.13-0.16 with the alltoall dispatcher, no permute fusion and no padding to capacity:
+  // moe_utils.py permute gathers the probs by `probs.T.contiguous().masked_select(routing_map)`
+  // (routing_map there is permute's `routing_map.bool().T.contiguous()`), and
+  // MaskedSelectBackward saves both: [E, n] probs in the activation dtype and an [E, n] bool
+  // mask per MoE layer until the permute's backward. Core 0.17 indexes the flattened probs
+  // instead (`probs.T.contiguous().reshape(-1)[flat_sorted]`, whose backward keeps the index).
+  // src/stacks/megatron.cc.
+  bool permute_masked_select = false;
+  // How long the Python locals of MoELayer.forward (moe_layer.py custom_forward) and the
+  // dispatcher's functions hold the token tensors of the forward, beyond what autograd saves
+  // (src/stacks/megatron.cc has the releases; modules/moe.cc the tensors):
+  //   kTokenPermutation (core < 0.13): token_permutation's locals die when it returns (after
+  //     the sort by local expert); custom_forward's expert_output [N, h] when custom_forward
+  //     returns (after token_unpermutation and the shared experts' add); token_unpermutation's
+  //     tokens before the all-to-all when it returns.
+  //   kCombineHoldsInput (core 0.13-0.15): custom_forward keeps the permuted copies [S, h]
+  //     (hidden_states) and the all-to-all output [R, h] (dispatched_input) until it returns, and
+  //     its `output`, combine_preprocess's result, until combine returns (after the unpermute and
+  //     the shared experts' add).
+  //   kPostprocess (core 0.16 on; a version not stated): as 0.13 for [S, h] and [R, h]; combine
+  //     runs only the all-to-all, so combine_preprocess's result dies when it returns, and the
+  //     all-to-all output [S, h] lives until postprocess returns (after the shared add).
+  enum class MoeForwardLocals { kTokenPermutation, kCombineHoldsInput, kPostprocess };
+  MoeForwardLocals moe_forward_locals = MoeForwardLocals::kPostprocess;
   // Megatron-core before 0.8 subtracts the max out of place in the vocab-parallel cross-entropy
   // (tensor_parallel/cross_entropy.py, in place since commit 9634c0e4a3, first in core_v0.8.0;
   // NVIDIA/Megatron-LM#525): a second fp32 [T, V/t] tensor while the first is alive.

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "config/load.h"
+#include "workload/module_harness.h"
 #include "test_setups.h"
 #include "workload/build.h"
 #include "workload/model.h"
@@ -343,6 +344,147 @@ TEST_CASE("core 0.10-0.12: unpermute's masked_select saves the transposed probs 
   // From 0.13 the experts apply the probs: no unpermute of them at all.
   s.training.megatron_core_version = {0, 13};
   CHECK_FALSE(testing::FactsOf(s).unpermute_masked_select);
+}
+
+// The op of layer 0's forward that frees each tensor first (label -> op name), iteration 1.
+std::map<std::string, std::string> ForwardFreedBy(const Program& p) {
+  std::map<TensorId, std::string> labels;
+  std::map<std::string, std::string> out;
+  for (const Op& op : p.ops) {
+    if (op.iteration != 1 || op.layer != 0 || op.phase != Phase::kForward) continue;
+    for (const TensorAlloc& a : op.allocs) labels[a.id] = a.label;
+    for (TensorId id : op.frees) {
+      if (labels.count(id) != 0) out.emplace(labels[id], op.name);
+    }
+  }
+  return out;
+}
+
+TEST_CASE("MoE forward: custom_forward's locals keep the dispatch's tokens until it returns",
+          "[workload][moe][peak]") {
+  // SmallMoe with a shared expert (width 32): El = 2 local experts, so the all-to-all output is
+  // sorted into a new tensor, and the combine's last op is the shared add.
+  config::Setup s = SmallMoe(1.0);
+  s.model.moe_shared_expert_intermediate_size = 32;
+  // Current releases (core_v0.16.0 .. core_v0.19.0 moe_layer.py custom_forward, and a version
+  // not stated): `hidden_states, probs = self.preprocess(...)` keeps the permuted copies [S, h],
+  // `dispatched_input, probs = self.dispatch(...)` the all-to-all's outputs [R, h] and [R],
+  // until custom_forward returns, after postprocess's shared add; dispatch_postprocess's sort
+  // only rebinds its own local. `output = self.combine(output)` drops combine_preprocess's
+  // result (the unsorted tokens) when the all-to-all back returns; `output =
+  // self.postprocess(output, ...)` holds that all-to-all's output [S, h] through the shared add.
+  // routed_experts_compute's expert_output (fc2's output) dies when it returns, after
+  // combine_preprocess's sort back.
+  std::map<std::string, std::string> f = ForwardFreedBy(Build(s, 0));
+  CHECK(f.at("layer0.moe.permuted_tokens") == "moe.add_shared");
+  CHECK(f.at("layer0.moe.received_tokens") == "moe.add_shared");
+  CHECK(f.at("layer0.moe.received_probs") == "moe.add_shared");
+  CHECK(f.at("layer0.moe.experts.fc2_out") == "moe.unsort_chunks");
+  CHECK(f.at("layer0.moe.unsorted_tokens") == "moe.combine_alltoall");
+  CHECK(f.at("layer0.moe.combined_tokens") == "moe.add_shared");
+  // The permuted probs [S] die when token_dispatch returns (custom_forward rebinds `probs`).
+  CHECK(f.at("layer0.moe.permuted_probs") == "moe.dispatch_alltoall");
+
+  // core_v0.13.0 .. core_v0.15.0: combine(output, shared_expert_output) runs the all-to-all,
+  // the unpermute and the shared add, while custom_forward's `output` still holds
+  // combine_preprocess's result; combine's own local drops the all-to-all's output when
+  // combine_postprocess returns.
+  s.training.megatron_core_version = {0, 13};
+  f = ForwardFreedBy(Build(s, 0));
+  CHECK(f.at("layer0.moe.permuted_tokens") == "moe.add_shared");
+  CHECK(f.at("layer0.moe.received_tokens") == "moe.add_shared");
+  CHECK(f.at("layer0.moe.unsorted_tokens") == "moe.add_shared");
+  CHECK(f.at("layer0.moe.combined_tokens") == "moe.unpermute");
+
+  // core_v0.10.0 .. core_v0.12.0: token_permutation's locals (the permuted copies, the
+  // all-to-all output) die when it returns, after the sort; custom_forward's expert_output
+  // when custom_forward returns; token_unpermutation's sorted-back tokens when it returns,
+  // after the unpermute. (The combined tokens are saved by the prob weighting in these releases.)
+  s.training.megatron_core_version = {0, 12};
+  f = ForwardFreedBy(Build(s, 0));
+  CHECK(f.at("layer0.moe.permuted_tokens") == "moe.sort_chunks");
+  CHECK(f.at("layer0.moe.received_tokens") == "moe.sort_chunks");
+  CHECK(f.at("layer0.moe.experts.fc2_out") == "moe.add_shared");
+  CHECK(f.at("layer0.moe.unsorted_tokens") == "moe.unpermute");
+}
+
+TEST_CASE("MoE forward: the tokens held by custom_forward raise the bytes alive at the unpermute",
+          "[workload][moe][peak]") {
+  // SmallMoe, current release: the module's tensors alive while the unpermute runs (layer 0's
+  // forward), in bytes (n 32, h 64, E 4, k 2, S = R = N = 64, Fe 32, bf16):
+  //   saved: ln2 rstd fp32 [n] 128 + output [n, h] 4096; router top-k indices int64 [n, k] 512,
+  //     fp32 top-k softmax [n, k] 256, routing map bool [n, E] 128; permute's sorted indices
+  //     int64 [S] 512; experts' input [N, h] 8192, probs [N] 128, fc1 output [N, 2·Fe] 8192,
+  //     activation output [N, Fe] 4096                                        = 26,240
+  //   custom_forward's locals: permuted copies [S, h] 8192, all-to-all outputs [R, h] 8192 and
+  //     [R] 128                                                               = 16,512
+  //   the all-to-all back [S, h] 8192 and the unpermute's output [n, h] 4096 = 12,288
+  //   total 55,040 B.
+  testing::ModuleHarness h(SmallMoe(1.0));
+  MoeModule m;
+  h.Forward(m);
+  CHECK(testing::TotalBytes(h.AliveDuring("moe.unpermute", 0)) == 55'040);
+  h.Backward();
+  CHECK(h.Leaked().empty());
+  CHECK(h.problems().empty());
+}
+
+TEST_CASE("MoE layer frees every token tensor its forward's locals held exactly once",
+          "[workload][moe]") {
+  // With grad, and under selective moe recompute (the forward under no_grad inside
+  // tensor_parallel.checkpoint and its re-run in backward), custom_forward's locals hold the
+  // dispatch's tokens; each release's rules, with one and with two local experts (EP 4 and 2 of
+  // E 4: the all-to-all output is then, or is not, the experts' input), leave nothing behind
+  // and free nothing twice.
+  for (const std::vector<int>& v : std::vector<std::vector<int>>{{0, 12}, {0, 13}, {}}) {
+    for (int ep : {2, 4}) {
+      for (bool recompute : {false, true}) {
+      config::Setup s = SmallMoe(1.0);
+      s.training.data_parallel_size = ep;
+      s.training.global_batch_size = ep;
+      s.training.expert_model_parallel_size = ep;
+      s.training.megatron_core_version = v;
+      if (recompute) {
+        s.training.recompute_granularity = config::RecomputeGranularity::kSelective;
+        s.training.recompute_modules = {"moe"};
+      }
+      testing::ModuleHarness h(s);
+      MoeModule m;
+      h.Forward(m);
+      h.Backward();
+      CHECK(h.Leaked().empty());
+      CHECK(h.problems().empty());
+      }
+    }
+  }
+}
+
+TEST_CASE("core 0.13-0.16: permute's masked_select saves the transposed probs and map",
+          "[workload][moe][peak]") {
+  // moe_utils.py permute with probs (core_v0.13.0 .. core_v0.16.0), no fusion, no padding:
+  // `probs.T.contiguous().masked_select(routing_map)` with routing_map =
+  // `routing_map.bool().T.contiguous()`; MaskedSelectBackward saves both: [E, n] bf16 =
+  // 4·32·2 = 256 B and [E, n] bool = 128 B, until the permute's backward.
+  config::Setup s = SmallMoe(1.0);
+  s.training.megatron_core_version = {0, 13};
+  REQUIRE(testing::FactsOf(s).permute_masked_select);
+  const Program p = Build(s, 0);
+  const PhaseBytes f = MoeLayerBytes(p, Phase::kForward);
+  CHECK(f.alive.at("layer0.moe.permute_probs_t") == 256);
+  CHECK(f.alive.at("layer0.moe.permute_map_t") == 128);
+  const std::map<std::string, std::string> freed_by = FreedBy(p);
+  CHECK(freed_by.at("layer0.moe.permute_probs_t") == "moe.permute_bwd");
+  CHECK(freed_by.at("layer0.moe.permute_map_t") == "moe.permute_bwd");
+  // core_v0.17.0 indexes the flattened probs (the backward keeps the index only); 0.12 and
+  // before permute no probs; TE's fused permute and padding to capacity (index_select) neither.
+  for (const std::vector<int>& v : std::vector<std::vector<int>>{{0, 17}, {0, 12}, {}}) {
+    s.training.megatron_core_version = v;
+    CHECK_FALSE(testing::FactsOf(s).permute_masked_select);
+  }
+  s.training.megatron_core_version = {0, 16};
+  CHECK(testing::FactsOf(s).permute_masked_select);
+  s.training.moe_permute_fusion = true;
+  CHECK_FALSE(testing::FactsOf(s).permute_masked_select);
 }
 
 TEST_CASE("expert parameters: own DDP buffers, optimizer shards over the expert-DP group",

@@ -29,6 +29,9 @@ struct MoeSaved final : ModuleSaved {
   // Core 0.10-0.12 unpermute's masked_select operands (FrameworkFacts::unpermute_masked_select):
   // probs.T.contiguous() [E, n] and routing_map.T.contiguous() [E, n] bool.
   TensorId unpermute_probs_t = 0, unpermute_map_t = 0;
+  // Core 0.13-0.16 permute's masked_select operands (FrameworkFacts::permute_masked_select):
+  // probs.T.contiguous() [E, n] and permute's routing_map.bool().T.contiguous() [E, n] bool.
+  TensorId permute_probs_t = 0, permute_map_t = 0;
   // permute()'s sorted indices (or the fused kernel's row_id_map): the unpermute's map.
   TensorId permutation_map = 0;
   // Experts: fc1's input (the dispatched tokens), fc1's output, the activation's output (fc2's
@@ -114,48 +117,77 @@ TensorId RouterForward(ModuleContext& ctx, const Sizes& z, int l, bool nograd, M
 }
 
 // Expert TP (etp > 1): gather_from_sequence_parallel_region over the expert-TP group makes a new
-// [etp·rows, h] tensor; the input is freed. Returns the (new) tensor.
+// [etp·rows, h] tensor; the input is freed unless `keep_in` (a caller's local still holds it).
+// Returns the (new) tensor.
 TensorId EtpGather(ModuleContext& ctx, const Sizes& z, int l, TensorId in, std::int64_t rows,
-                   const char* name) {
+                   const char* name, bool keep_in = false) {
   if (ctx.d.etp <= 1) return in;
   const TensorId out = Tmp(ctx.em, z.Hidden(rows * ctx.d.etp), l, name);
   ctx.em.Collective(CommGroup::kEtp, ctx.d.etp, static_cast<double>(z.Hidden(rows * ctx.d.etp)),
                     Coll::kGather);
-  ctx.em.Free(in);
+  if (!keep_in) ctx.em.Free(in);
+  return out;
+}
+
+// The tensors a Python local of the MoE layer's forward holds past their last use
+// (FrameworkFacts::moe_forward_locals): freed when moe_layer.py custom_forward returns.
+using Held = std::vector<TensorId>;
+bool IsHeld(const Held& held, TensorId id) {
+  return std::find(held.begin(), held.end(), id) != held.end();
+}
+// Core 0.13 on: custom_forward's locals (hidden_states, dispatched_input, probs) keep the
+// dispatch's outputs until it returns.
+bool SplitForward(const FrameworkFacts& f) {
+  return f.moe_forward_locals != FrameworkFacts::MoeForwardLocals::kTokenPermutation;
+}
+
+// MoEAllGatherTokenDispatcher: from the norm output and dense probs to the tokens of the local
+// experts [N, h] and their probs [N]. Frees the dense probs.
+TensorId DispatchAllGather(ModuleContext& ctx, const Sizes& z, int l, TensorId probs, MoeSaved* a,
+                           TensorId* expert_probs, Held* held) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  const MoeTokens& t = z.tok;
+  // token_dispatch: routing map and probs gathered over TP×EP (new tensors), the hidden states
+  // into the global "mpu" buffer (use_global_buffer).
+  em.Begin("moe.dispatch_allgather", l);
+  const std::int64_t g = std::int64_t{d.ep} * d.etp;
+  const TensorId map_all = Tmp(em, t.n * g * d.experts, l, "moe.routing_map_gathered");
+  const TensorId probs_all = Tmp(em, d.act_bytes * t.n * g * d.experts, l, "moe.probs_gathered");
+  ctx.k.MpuBuffer(z.Hidden(t.n * g));
+  em.Collective(CommGroup::kEp, static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)),
+                Coll::kGather);
+  em.Free(probs);
+  // dispatch_postprocess: local_map [n·g, El] (kept for unpermute), local probs masked to
+  // [N], permute() of the gathered tokens into [N, h] with its sorted indices.
+  em.Begin("moe.permute", l);
+  const TensorId local_map = Act(em, t.n * g * t.local_experts, l, "moe.local_map");
+  *expert_probs = Tmp(em, d.act_bytes * t.expert, l, "moe.local_probs");
+  a->permutation_map = Act(em, 8 * t.expert, l, "moe.permutation_map");
+  const TensorId out = Tmp(em, z.Hidden(t.expert), l, "moe.dispatched_tokens");
+  em.Free(map_all);
+  // The gathered probs: token_permutation's local before core 0.13; from 0.13 custom_forward's
+  // `probs` (rebound by dispatch) until it returns.
+  if (SplitForward(ctx.f)) {
+    held->push_back(probs_all);
+  } else {
+    em.Free(probs_all);
+  }
+  em.Free(a->routing_map);
+  a->routing_map = local_map;
   return out;
 }
 
 // Dispatch (token_dispatcher.py): from the norm output and dense probs to the tokens of the
-// local experts [N, h] and their probs [N]. Frees the dense probs.
-TensorId Dispatch(ModuleContext& ctx, const Sizes& z, int l, TensorId probs, MoeSaved* a,
-                  TensorId* expert_probs) {
+// local experts [N, h] and their probs [N]. Frees the dense probs; what a caller's local keeps
+// goes to *held (the experts' input too under nograd, when custom_forward holds it).
+TensorId Dispatch(ModuleContext& ctx, const Sizes& z, int l, TensorId probs, bool nograd,
+                  MoeSaved* a, TensorId* expert_probs, Held* held) {
   const ModelDims& d = ctx.d;
   Emitter& em = ctx.em;
   const MoeTokens& t = z.tok;
-  if (!d.alltoall) {
-    // MoEAllGatherTokenDispatcher.token_dispatch: routing map and probs gathered over TP×EP
-    // (new tensors), the hidden states into the global "mpu" buffer (use_global_buffer).
-    em.Begin("moe.dispatch_allgather", l);
-    const std::int64_t g = std::int64_t{d.ep} * d.etp;
-    const TensorId map_all = Tmp(em, t.n * g * d.experts, l, "moe.routing_map_gathered");
-    const TensorId probs_all =
-        Tmp(em, d.act_bytes * t.n * g * d.experts, l, "moe.probs_gathered");
-    ctx.k.MpuBuffer(z.Hidden(t.n * g));
-    em.Collective(CommGroup::kEp, static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)), Coll::kGather);
-    em.Free(probs);
-    // dispatch_postprocess: local_map [n·g, El] (kept for unpermute), local probs masked to
-    // [N], permute() of the gathered tokens into [N, h] with its sorted indices.
-    em.Begin("moe.permute", l);
-    const TensorId local_map = Act(em, t.n * g * t.local_experts, l, "moe.local_map");
-    *expert_probs = Tmp(em, d.act_bytes * t.expert, l, "moe.local_probs");
-    a->permutation_map = Act(em, 8 * t.expert, l, "moe.permutation_map");
-    const TensorId out = Tmp(em, z.Hidden(t.expert), l, "moe.dispatched_tokens");
-    em.Free(map_all);
-    em.Free(probs_all);
-    em.Free(a->routing_map);
-    a->routing_map = local_map;
-    return out;
-  }
+  if (!d.alltoall) return DispatchAllGather(ctx, z, l, probs, a, expert_probs, held);
+  const bool split = SplitForward(ctx.f);
   // MoEAlltoAllTokenDispatcher.dispatch_preprocess -> moe_utils.py permute: the permuted copies
   // [S, h] and probs [S]; sorted indices int64 [S] (fused: TE's row_id_map, int32 [n, E]).
   em.Begin("moe.permute", l);
@@ -163,31 +195,54 @@ TensorId Dispatch(ModuleContext& ctx, const Sizes& z, int l, TensorId probs, Moe
   const TensorId sent_probs = Tmp(em, d.act_bytes * t.send, l, "moe.permuted_probs");
   a->permutation_map = Act(em, d.permute_fusion ? 4 * t.n * d.experts : 8 * t.send, l,
                            "moe.permutation_map");
+  if (ctx.f.permute_masked_select) {
+    // `probs.T.contiguous().masked_select(routing_map)`: MaskedSelectBackward saves the [E, n]
+    // copy and permute's [E, n] bool map (FrameworkFacts::permute_masked_select).
+    a->permute_probs_t = Act(em, d.act_bytes * t.n * d.experts, l, "moe.permute_probs_t");
+    a->permute_map_t = Act(em, t.n * d.experts, l, "moe.permute_map_t");
+    if (nograd) {
+      for (TensorId* id : {&a->permute_probs_t, &a->permute_map_t}) {
+        em.Free(*id);
+        *id = 0;
+      }
+    }
+  }
   em.Free(probs);
   // token_dispatch: all_to_all over the EP group into new [R, h] and [R] tensors
-  // (tensor_parallel/mappings.py _AllToAll, torch.empty of the output split sizes).
+  // (tensor_parallel/mappings.py _AllToAll, torch.empty of the output split sizes). The permuted
+  // probs die when it returns; the permuted copies [S, h] stay referenced by custom_forward's
+  // hidden_states from core 0.13 (held), by token_permutation's local before (freed below).
   em.Begin("moe.dispatch_alltoall", l);
-  TensorId recv = Tmp(em, z.Hidden(t.receive), l, "moe.received_tokens");
-  TensorId recv_probs = Tmp(em, d.act_bytes * t.receive, l, "moe.received_probs");
+  const TensorId a2a = Tmp(em, z.Hidden(t.receive), l, "moe.received_tokens");
+  const TensorId a2a_probs = Tmp(em, d.act_bytes * t.receive, l, "moe.received_probs");
   em.Collective(CommGroup::kEp, d.ep, static_cast<double>(z.Hidden(t.send)), Coll::kP2P);
-  em.Free(sent);
   em.Free(sent_probs);
+  if (split) held->push_back(sent);
   // dispatch_postprocess: the expert-TP gather, then sort_chunks_by_idxs by local expert
-  // (new tensors) when the rank holds more than one expert.
-  recv = EtpGather(ctx, z, l, recv, t.receive, "moe.received_tokens_etp");
-  if (d.etp > 1) {
-    const TensorId p = Tmp(em, d.act_bytes * t.expert, l, "moe.received_probs_etp");
-    em.Free(recv_probs);
-    recv_probs = p;
-  }
+  // (new tensors) when the rank holds more than one expert. Each rebinds its local; from core
+  // 0.13 custom_forward's dispatched_input and probs still hold the all-to-all's outputs.
+  TensorId recv = EtpGather(ctx, z, l, a2a, t.receive, "moe.received_tokens_etp", split);
+  TensorId recv_probs = a2a_probs;
+  auto rebind_probs = [&](TensorId next) {
+    if (!(split && recv_probs == a2a_probs)) em.Free(recv_probs);
+    recv_probs = next;
+  };
+  if (d.etp > 1) rebind_probs(Tmp(em, d.act_bytes * t.expert, l, "moe.received_probs_etp"));
   if (t.local_experts > 1) {
     em.Begin("moe.sort_chunks", l);
     const TensorId sorted = Tmp(em, z.Hidden(t.expert), l, "moe.dispatched_tokens");
-    const TensorId sorted_probs = Tmp(em, d.act_bytes * t.expert, l, "moe.dispatched_probs");
-    em.Free(recv);
-    em.Free(recv_probs);
+    rebind_probs(Tmp(em, d.act_bytes * t.expert, l, "moe.dispatched_probs"));
+    if (!(split && recv == a2a)) em.Free(recv);
     recv = sorted;
-    recv_probs = sorted_probs;
+  }
+  if (split) {
+    if (recv_probs != a2a_probs || nograd) held->push_back(a2a_probs);
+    // The all-to-all output when it is not itself the experts' input (saved by fc1 with grad).
+    if (recv != a2a || nograd) held->push_back(a2a);
+  } else {
+    em.Free(sent);  // token_permutation returns
+    // custom_forward's dispatched_input: the experts' input, saved by fc1 with grad.
+    if (nograd) held->push_back(recv);
   }
   *expert_probs = recv_probs;
   return recv;
@@ -195,9 +250,10 @@ TensorId Dispatch(ModuleContext& ctx, const Sizes& z, int l, TensorId probs, Moe
 
 // The local experts (experts.py): fc1 (grouped linear, or one linear per expert), the weighted
 // activation (weighted_bias_swiglu_impl / activation × probs), fc2. Returns fc2's output [N, h]
-// (SequentialMLP: the per-expert outputs concatenated, torch.cat). Frees its input with nograd.
+// (SequentialMLP: the per-expert outputs concatenated, torch.cat). Frees its input and probs with
+// nograd unless a caller's local holds them (`held`).
 TensorId ExpertsForward(ModuleContext& ctx, const Sizes& z, int l, TensorId in, TensorId probs,
-                        bool nograd, MoeSaved* a) {
+                        bool nograd, const Held& held, MoeSaved* a) {
   const ModelDims& d = ctx.d;
   Emitter& em = ctx.em;
   const int experts = z.Experts();
@@ -226,10 +282,10 @@ TensorId ExpertsForward(ModuleContext& ctx, const Sizes& z, int l, TensorId in, 
       a->act_out[i] = 0;
     }
   }
-  if (nograd) em.Free(in);
+  if (nograd && !IsHeld(held, in)) em.Free(in);
   a->expert_probs = probs;
   if (nograd) {
-    em.Free(probs);
+    if (!IsHeld(held, probs)) em.Free(probs);
     a->expert_probs = 0;
   }
   if (experts == 1) return outs[0];
@@ -245,46 +301,33 @@ void FreeMaps(Emitter& em, MoeSaved* a) {
   a->routing_map = a->permutation_map = 0;
 }
 
-// Combine (token_dispatcher.py): expert outputs back to [n, h] in token order. Frees `out`.
-TensorId Combine(ModuleContext& ctx, const Sizes& z, int l, TensorId out, bool nograd,
-                 MoeSaved* a) {
+// MoEAllGatherTokenDispatcher's combine: combine_preprocess unpermutes into zeros [n·g, h];
+// token_combine reduce-scatters over TP×EP into a new [n, h]. Frees `out`.
+TensorId CombineAllGather(ModuleContext& ctx, const Sizes& z, int l, TensorId out, bool nograd,
+                          MoeSaved* a) {
   const ModelDims& d = ctx.d;
   Emitter& em = ctx.em;
   const MoeTokens& t = z.tok;
-  if (!d.alltoall) {
-    // combine_preprocess: unpermute into zeros [n·g, h]; token_combine: reduce-scatter over
-    // TP×EP into a new [n, h].
-    const std::int64_t g = std::int64_t{d.ep} * d.etp;
-    em.Begin("moe.unpermute", l);
-    const TensorId full = Tmp(em, z.Hidden(t.n * g), l, "moe.unpermuted_tokens");
-    em.Free(out);
-    em.Begin("moe.combine_reduce_scatter", l);
-    const TensorId res = Tmp(em, z.Hidden(t.n), l, "moe.output");
-    em.Collective(CommGroup::kEp, static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)),
-                  Coll::kGather);
-    em.Free(full);
-    if (nograd) FreeMaps(em, a);
-    return res;
-  }
-  // combine_preprocess: sort back by source rank, the expert-TP reduce-scatter.
-  if (t.local_experts > 1) {
-    em.Begin("moe.unsort_chunks", l);
-    const TensorId u = Tmp(em, z.Hidden(t.expert), l, "moe.unsorted_tokens");
-    em.Free(out);
-    out = u;
-  }
-  if (d.etp > 1) {
-    const TensorId rs = Tmp(em, z.Hidden(t.receive), l, "moe.expert_output_etp");
-    em.Collective(CommGroup::kEtp, d.etp, static_cast<double>(z.Hidden(t.expert)), Coll::kGather);
-    em.Free(out);
-    out = rs;
-  }
-  // token_combine: all_to_all back into [S, h]; combine_postprocess: unpermute into zeros
-  // [n, h] (moe_utils.py unpermute, scatter_add).
-  em.Begin("moe.combine_alltoall", l);
-  const TensorId back = Tmp(em, z.Hidden(t.send), l, "moe.combined_tokens");
-  em.Collective(CommGroup::kEp, d.ep, static_cast<double>(z.Hidden(t.send)), Coll::kP2P);
+  const std::int64_t g = std::int64_t{d.ep} * d.etp;
+  em.Begin("moe.unpermute", l);
+  const TensorId full = Tmp(em, z.Hidden(t.n * g), l, "moe.unpermuted_tokens");
   em.Free(out);
+  em.Begin("moe.combine_reduce_scatter", l);
+  const TensorId res = Tmp(em, z.Hidden(t.n), l, "moe.output");
+  em.Collective(CommGroup::kEp, static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)),
+                Coll::kGather);
+  em.Free(full);
+  if (nograd) FreeMaps(em, a);
+  return res;
+}
+
+// moe_utils.py unpermute of the all-to-all's output `back` [S, h] into zeros [n, h]
+// (scatter_add). Frees `back` unless saved (core < 0.13's prob weighting) or `keep_back`.
+TensorId Unpermute(ModuleContext& ctx, const Sizes& z, int l, TensorId back, bool nograd,
+                   bool keep_back, MoeSaved* a) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  const MoeTokens& t = z.tok;
   em.Begin("moe.unpermute", l);
   if (ctx.f.moe_probs_at_unpermute) {
     // moe_utils.py unpermute (core 0.10-0.12): `permuted_tokens * permuted_probs.unsqueeze(-1)`
@@ -299,8 +342,7 @@ TensorId Combine(ModuleContext& ctx, const Sizes& z, int l, TensorId out, bool n
     const TensorId res = Tmp(em, z.Hidden(t.n), l, "moe.output");
     em.Free(weighted);
     if (nograd) {
-      em.Free(back);
-      FreeMaps(em, a);
+      if (!keep_back) em.Free(back);
       for (TensorId* id : {&a->unpermute_probs_t, &a->unpermute_map_t}) {
         em.Free(*id);
         *id = 0;
@@ -311,7 +353,62 @@ TensorId Combine(ModuleContext& ctx, const Sizes& z, int l, TensorId out, bool n
     return res;
   }
   const TensorId res = Tmp(em, z.Hidden(t.n), l, "moe.output");
-  em.Free(back);
+  if (!keep_back) em.Free(back);
+  return res;
+}
+
+// Combine (token_dispatcher.py): expert outputs back to [n, h] in token order. Frees `out` or
+// hands it to *held, as the Python locals that hold it go (FrameworkFacts::moe_forward_locals).
+TensorId Combine(ModuleContext& ctx, const Sizes& z, int l, TensorId out, bool nograd,
+                 MoeSaved* a, Held* held) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  const MoeTokens& t = z.tok;
+  if (!d.alltoall) return CombineAllGather(ctx, z, l, out, nograd, a);
+  using Locals = FrameworkFacts::MoeForwardLocals;
+  const Locals locals = ctx.f.moe_forward_locals;
+  // combine_preprocess (token_unpermutation's first half before core 0.13): the sort back by
+  // source rank, the expert-TP reduce-scatter; each rebinds the local and frees the previous
+  // tensor, except the experts' output, which the caller's local holds.
+  const TensorId expert_out = out;
+  auto rebind = [&](TensorId next) {
+    if (out != expert_out) em.Free(out);
+    out = next;
+  };
+  if (t.local_experts > 1) {
+    em.Begin("moe.unsort_chunks", l);
+    rebind(Tmp(em, z.Hidden(t.expert), l, "moe.unsorted_tokens"));
+  }
+  if (d.etp > 1) {
+    const TensorId rs = Tmp(em, z.Hidden(t.receive), l, "moe.expert_output_etp");
+    em.Collective(CommGroup::kEtp, d.etp, static_cast<double>(z.Hidden(t.expert)), Coll::kGather);
+    rebind(rs);
+  }
+  // The experts' output: experts_compute's local (routed_experts_compute's from 0.15) dies when
+  // it returns, after combine_preprocess (core 0.13 on); before, custom_forward's expert_output
+  // holds it until custom_forward returns.
+  if (locals == Locals::kTokenPermutation) {
+    held->push_back(expert_out);
+  } else if (out != expert_out) {
+    em.Free(expert_out);
+  }
+  // token_combine: all_to_all back into [S, h]. Its input dies when combine returns (core 0.16
+  // on); custom_forward's `output` holds it through combine, the unpermute and the shared add
+  // included (0.13-0.15); token_unpermutation's local until it returns (before).
+  em.Begin("moe.combine_alltoall", l);
+  const TensorId back = Tmp(em, z.Hidden(t.send), l, "moe.combined_tokens");
+  em.Collective(CommGroup::kEp, d.ep, static_cast<double>(z.Hidden(t.send)), Coll::kP2P);
+  if (locals == Locals::kPostprocess) {
+    em.Free(out);
+  } else if (locals == Locals::kCombineHoldsInput) {
+    held->push_back(out);
+  }
+  // combine_postprocess: unpermute. From core 0.16 custom_forward's `output` holds the
+  // all-to-all's output until postprocess returns, after the shared add.
+  const bool keep_back = locals == Locals::kPostprocess;
+  const TensorId res = Unpermute(ctx, z, l, back, nograd, keep_back, a);
+  if (keep_back) held->push_back(back);
+  if (locals == Locals::kTokenPermutation && out != expert_out) em.Free(out);
   if (nograd) FreeMaps(em, a);
   return res;
 }
@@ -351,9 +448,10 @@ TensorId RoutedBranch(ModuleContext& ctx, const Sizes& z, int l, bool nograd, Mo
   const TensorId shared = z.d.ffn_shared > 0 ? SharedForward(ctx, z, l, nograd, a) : 0;
   const TensorId probs = RouterForward(ctx, z, l, nograd, a);
   TensorId expert_probs = 0;
-  const TensorId in = Dispatch(ctx, z, l, probs, a, &expert_probs);
-  const TensorId out = ExpertsForward(ctx, z, l, in, expert_probs, nograd, a);
-  TensorId res = Combine(ctx, z, l, out, nograd, a);
+  Held held;
+  const TensorId in = Dispatch(ctx, z, l, probs, nograd, a, &expert_probs, &held);
+  const TensorId out = ExpertsForward(ctx, z, l, in, expert_probs, nograd, held, a);
+  TensorId res = Combine(ctx, z, l, out, nograd, a, &held);
   if (shared != 0) {
     // MoELayer.postprocess: output + shared_expert_output, a new tensor.
     em.Begin("moe.add_shared", l);
@@ -362,6 +460,8 @@ TensorId RoutedBranch(ModuleContext& ctx, const Sizes& z, int l, bool nograd, Mo
     em.Free(shared);
     res = sum;
   }
+  // custom_forward returns: the tensors its locals (and the dispatcher's) still held go.
+  for (TensorId id : held) em.Free(id);
   return res;
 }
 
@@ -533,6 +633,11 @@ TensorId DispatchBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dx
   em.Free(sx);
   em.Free(sp);
   FreeMaps(em, a);
+  // MaskedSelectBackward (core 0.13-0.16) releases what it saved.
+  for (TensorId* id : {&a->permute_probs_t, &a->permute_map_t}) {
+    em.Free(*id);
+    *id = 0;
+  }
   return out;
 }
 

@@ -18,7 +18,10 @@
 // recomputes it before fc2's backward (experts.py, CheckpointWithoutOutput).
 // Not modelled: z-loss (moe_z_loss_coeff), input jitter, the flex / DeepEP dispatchers,
 // shared-expert overlap, fp8 padding, router fp32/fp64 dtype (moe_router_dtype), token-drop
-// policy differences (capacity without padding keeps min(n·k, E·capacity) tokens).
+// policy differences (capacity without padding keeps min(n·k, E·capacity) tokens),
+// the dispatcher's attributes (self.probs, self.routing_map, the permutation map) kept until the
+// layer's next forward rebinds them. The forward's token tensors live as long as the Python locals
+// of MoELayer.forward hold them (FrameworkFacts::moe_forward_locals, moe.cc).
 #pragma once
 
 #include <cstdint>
