@@ -626,12 +626,12 @@ void ReadRest(const Readers& r, TrainingConfig& c, std::vector<std::string>* not
     hf.zero_grad_set_to_none = major >= 2;
     hf.softmax_saves_input = major == 1 && minor < 11;
   }
-  for (const char* key : {"deepspeed", "fsdp"}) {
-    const Json* v = t.Get(key);
-    if (v != nullptr && IsSetValue(*v)) {
-      throw UnsupportedError(fmt::format("{}: {} under the Trainer (not modelled)", t.At(key),
-                                         std::string_view(key) == "fsdp" ? "FSDP" : "DeepSpeed"));
-    }
+  if (const Json* v = t.Get("fsdp"); v != nullptr && IsSetValue(*v)) {
+    throw UnsupportedError(fmt::format("{}: FSDP under the Trainer (not modelled)", t.At("fsdp")));
+  }
+  // DeepSpeed ZeRO-1 / ZeRO-2 (hf_deepspeed.cc); an unset value (null, "", false) is none.
+  if (const Json* v = t.Get("deepspeed"); v != nullptr && IsSetValue(*v)) {
+    ReadDeepSpeed(t, r.config, c, notes, warnings);
   }
   // torch_compile_backend / torch_compile_mode (or the deprecated torchdynamo) given switch
   // torch_compile on (TrainingArguments.__post_init__).

@@ -51,4 +51,16 @@ TrainingConfig ReadHfTrainer(ObjectReader& t, const Document& config,
                              std::vector<std::string>* notes, std::vector<std::string>* warnings,
                              HfTrainerExtras* extras);
 
+// TrainingArguments `deepspeed` of `t` (a ds_config path relative to `config`, or the object):
+// sets c.hf_trainer()->deepspeed and c.precision (the ds_config's bf16 / fp16, "auto" taking the
+// Trainer's). Throws InputError (a bad value, a mismatch with the Trainer's) or UnsupportedError
+// (stage 0 or 3, NVMe offload, amp, data_types, an optimizer other than Adam / AdamW); warns for
+// each key memsim does not know (hf_deepspeed.cc). REQUIRES: c's batch and precision are read.
+void ReadDeepSpeed(ObjectReader& t, const Document& config, TrainingConfig& c,
+                   std::vector<std::string>* notes, std::vector<std::string>* warnings);
+// reduce_bucket_size "auto" (held as -1): hidden_size² (HfTrainerDeepSpeedConfig
+// trainer_config_finalize), with a note naming `where`. Nothing for a set value.
+void ResolveDeepSpeedAuto(int hidden_size, const std::string& where, DeepSpeedZero* zero,
+                          std::vector<std::string>* notes);
+
 }  // namespace memsim::config::internal

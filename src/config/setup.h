@@ -164,6 +164,23 @@ struct BnbOptimizer {
   bool operator==(const BnbOptimizer&) const = default;
 };
 
+// DeepSpeed's ZeRO stage 1 or 2 under the Hugging Face Trainer (TrainingArguments `deepspeed`:
+// a ds_config JSON, config/hf_trainer_deepspeed.cc; workload/deepspeed_zero.cc). The values are
+// the ds_config's, with DeepSpeed's defaults (deepspeed/runtime/zero/config.py
+// DeepSpeedZeroConfig, v0.16.9) for keys it leaves out and the Trainer's "auto" values resolved
+// (transformers integrations/deepspeed.py HfTrainerDeepSpeedConfig). Bucket sizes in elements.
+struct DeepSpeedZero {
+  int stage = 1;                                   // zero_optimization.stage: 1 or 2
+  std::int64_t reduce_bucket_size = 500'000'000;   // elements of one ipg buffer
+  std::int64_t allgather_bucket_size = 500'000'000;
+  bool overlap_comm = false;  // stage 1 / 2 default (config.py overlap_comm_valid)
+  bool contiguous_gradients = true;
+  // zero_optimization.offload_optimizer.device "cpu": the fp32 partition, its gradient and the
+  // optimizer state on the host (stage_1_and_2.py cpu_offload).
+  bool offload_optimizer_cpu = false;
+  bool operator==(const DeepSpeedZero&) const = default;
+};
+
 // The Hugging Face Trainer (framework "hf-trainer", config/hf_trainer.cc): a plain PyTorch step
 // (the base) plus the Trainer's evaluation pass, PEFT's LoRA and bitsandbytes' 4-bit weights.
 struct HfTrainerOptions : PyTorchOptions {
@@ -218,6 +235,10 @@ struct HfTrainerOptions : PyTorchOptions {
   std::vector<std::string> bnb_skip_modules;
   // optim names a bitsandbytes optimizer (optim_bits > 0).
   BnbOptimizer bnb_optimizer;
+  // TrainingArguments deepspeed naming a ZeRO stage 1 / 2 ds_config: DeepSpeed's engine and
+  // ZeRO optimizer replace the plain step (no autocast: the engine casts the model to the
+  // ds_config's bf16 / fp16). std::nullopt: no DeepSpeed.
+  std::optional<DeepSpeedZero> deepspeed;
   bool operator==(const HfTrainerOptions&) const = default;
 };
 
@@ -386,7 +407,10 @@ struct TorchDdp {
   bool gradient_as_bucket_view = false;
   bool operator==(const TorchDdp&) const = default;
 };
-using DataParallelWrapper = std::variant<MegatronDdp, MegatronFsdp, SingleDevice, TorchDdp>;
+// framework "hf-trainer" with a ZeRO-1 / ZeRO-2 ds_config: DeepSpeedZeroOptimizer
+// (workload/deepspeed_zero.cc), the DeepSpeedZero above.
+using DataParallelWrapper =
+    std::variant<MegatronDdp, MegatronFsdp, SingleDevice, TorchDdp, DeepSpeedZero>;
 
 // The block a stack requires of `c`: c.pytorch() / c.hf_trainer(). REQUIRES: `c` holds it (every
 // stack's reader sets its own; a Setup built without it is a bug, MEMSIM_CHECK).

@@ -316,6 +316,30 @@ std::string RecipeLines(const config::Setup& setup) {
   return out;
 }
 
+namespace {
+
+// The stack and its precision: a plain step's weight dtype and autocast, or DeepSpeed ZeRO's
+// stage with the dtype its engine casts the model to (no autocast under DeepSpeed).
+std::string StackLine(const config::TrainingConfig& t, const config::StackTraits& stack) {
+  if (!stack.plain_pytorch_step) return std::string(PrecisionName(t.precision));
+  const config::DataParallelWrapper w = config::DataParallelOf(t);
+  if (const auto* zero = std::get_if<config::DeepSpeedZero>(&w)) {
+    return fmt::format("{} + DeepSpeed ZeRO-{}{}, {} weights, no autocast", stack.label,
+                       zero->stage, zero->offload_optimizer_cpu ? " (optimizer on CPU)" : "",
+                       PrecisionName(t.precision == config::Precision::kFp32
+                                         ? config::PyTorchOf(t).torch_dtype
+                                         : t.precision));
+  }
+  return fmt::format("{}, {} weights, {}", stack.label,
+                     PrecisionName(config::PyTorchOf(t).torch_dtype),
+                     t.precision == config::Precision::kFp32
+                         ? std::string("no autocast")
+                         : fmt::format("{} autocast", PrecisionName(t.precision)));
+}
+
+}  // namespace
+
+
 std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& setup) {
   const config::TrainingConfig& t = setup.training;
   const config::StackTraits& stack = config::StackOf(t).Traits();
@@ -330,13 +354,7 @@ std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& s
       t.tensor_model_parallel_size, t.pipeline_model_parallel_size, t.data_parallel_size,
       t.context_parallel_size, t.sequence_parallel ? " SP" : "", t.seq_length, t.micro_batch_size,
       m,
-      stack.plain_pytorch_step
-          ? fmt::format("{}, {} weights, {}", stack.label,
-                        PrecisionName(config::PyTorchOf(t).torch_dtype),
-                        t.precision == config::Precision::kFp32
-                            ? std::string("no autocast")
-                            : fmt::format("{} autocast", PrecisionName(t.precision)))
-          : std::string(PrecisionName(t.precision)),
+      StackLine(t, stack),
       t.optimizer == config::OptimizerKind::kSgd         ? "SGD"
       : t.optimizer == config::OptimizerKind::kAdafactor ? "Adafactor"
       : coupled_decay                            ? "Adam (L2 weight decay)"

@@ -3,10 +3,12 @@
 // micro-batches, the evaluation pass every eval_steps) over Transformers' own modelling code, with
 // PEFT's LoRA / QLoRA. Its training block holds TrainingArguments names (config/hf_trainer.h);
 // the loop, wrappers and element sizes are plain PyTorch's (PyTorchLoopStack), plus autocast's
-// wide tensors of encoder models.
+// wide tensors of encoder models; with `deepspeed` (a ZeRO-1 / ZeRO-2 ds_config) DeepSpeed's
+// engine and ZeRO optimizer (workload/deepspeed_zero.cc) replace DDP and the plain step.
 #include "config/hf_trainer.h"
 #include "config/reader.h"
 #include "stacks/stacks.h"
+#include "workload/data_parallel.h"
 #include "workload/facts.h"
 #include "workload/model.h"
 
@@ -30,25 +32,59 @@ class HfTrainerStack final : public PyTorchLoopStack {
                        config::Setup* s, config::internal::HfTrainerExtras* extras) const override {
     s->training = config::internal::ReadHfTrainer(t, config, &s->notes, &s->warnings, extras);
   }
-  void ReadAfterModel(config::internal::ObjectReader& /*t*/,
-                      config::internal::LocatedModel* /*model*/,
-                      config::Setup* /*s*/) const override {}
+  // reduce_bucket_size "auto" needs the model's hidden_size (config/hf_trainer.h).
+  void ReadAfterModel(config::internal::ObjectReader& t, config::internal::LocatedModel* model,
+                      config::Setup* s) const override {
+    config::HfTrainerOptions& hf = *s->training.hf_trainer();
+    if (hf.deepspeed) {
+      config::internal::ResolveDeepSpeedAuto(
+          model->model.hidden_size, t.At("deepspeed") + " zero_optimization.reduce_bucket_size",
+          &*hf.deepspeed, &s->notes);
+    }
+  }
 
-  // Plain PyTorch's, and Transformers BERT / RoBERTa under autocast over wider weights keep
-  // autocast's fp32 tensors (model.h ModelDims::wide_bytes, cast_inputs).
+  // Under DeepSpeed (engine.py _configure_distributed_model) the engine casts the module to
+  // the ds_config's bf16 / fp16 (else it keeps torch_dtype) and accelerate runs no autocast
+  // (Accelerator.__init__ sets native_amp only outside DistributedType.DEEPSPEED): parameters,
+  // gradients and activations in one dtype; the ZeRO optimizer keeps fp32 main weights (mixed).
   void SetElementSizes(const config::TrainingConfig& c, workload::ModelDims* d) const override {
     PyTorchLoopStack::SetElementSizes(c, d);
+    if (config::HfTrainerOf(c).deepspeed) {
+      d->param_bytes = c.precision != config::Precision::kFp32 ? 2 : d->param_bytes;
+      d->act_bytes = d->param_bytes;
+      d->grad_bytes = d->param_bytes;
+      d->wide_bytes = d->param_bytes;
+      d->weight_cast = false;
+      d->cast_inputs = false;
+      d->mixed = true;
+      return;
+    }
     if (d->weight_cast) {
       d->wide_bytes = d->param_bytes;
       d->cast_inputs = true;
     }
   }
+  // DeepSpeed ZeRO-1 / ZeRO-2 when the block names a ds_config, else plain PyTorch's.
+  config::DataParallelWrapper Wrapper(const config::TrainingConfig& c) const override {
+    if (const auto& ds = config::HfTrainerOf(c).deepspeed) return *ds;
+    return PyTorchLoopStack::Wrapper(c);
+  }
+  std::unique_ptr<workload::DataParallel> NewDataParallel(
+      const config::Setup& setup, int rank, const workload::ModelDims& d,
+      const workload::RankParams& params) const override {
+    if (const auto& ds = config::HfTrainerOf(setup.training).deepspeed) {
+      return workload::NewDeepSpeedZero(d, params, *ds);
+    }
+    return PyTorchLoopStack::NewDataParallel(setup, rank, d, params);
+  }
+
   void SetFacts(const config::Setup& setup, const workload::ModelDims& /*d*/,
                 workload::FrameworkFacts* f) const override {
     f->hf = true;
     f->softmax_saves_input = config::HfTrainerOf(setup.training).softmax_saves_input;
     f->zero_grad_after_step = true;  // Trainer._inner_training_loop (facts.h)
-    f->hf_native_amp = setup.training.precision != config::Precision::kFp32;
+    f->hf_native_amp = setup.training.precision != config::Precision::kFp32 &&
+                       !config::HfTrainerOf(setup.training).deepspeed;
   }
 };
 

@@ -5,7 +5,8 @@
 // finalize_model_grads waits for, zero_grad, after the optimizer step; plus the static sizes it
 // holds and the parameter shard the optimizer updates. (GradSite names the forward sites too.)
 // Implementations, one file each: Megatron-core DDP (ddp.cc), Megatron-FSDP (megatron_fsdp.cc),
-// PyTorch DistributedDataParallel (torch_ddp.cc) and no wrapper on one device (single_device.cc). They do not include each other; NewDataParallel
+// PyTorch DistributedDataParallel (torch_ddp.cc), DeepSpeed ZeRO-1 / ZeRO-2 (deepspeed_zero.cc)
+// and no wrapper on one device (single_device.cc). They do not include each other; NewDataParallel
 // picks one from the Setup's config::DataParallelWrapper.
 //
 // Hooks emit through the Emitter they are given and must not change the emitter's context.
@@ -79,6 +80,10 @@ class DataParallel : public GradSink {
   virtual void FinishGradSync(Emitter& /*em*/) {}
   // Inside optimizer.zero_grad / the wrapper's zero_grad_buffer at the start of an iteration.
   virtual void ZeroGrad(Emitter& /*em*/) {}
+  // Before a plain PyTorch loop's optimizer.step() (training_loop.h PyTorchLoop), where a
+  // wrapper that steps its own partition prepares its gradients (DeepSpeed ZeRO); `skipped`: the
+  // step found an inf/nan and updates nothing.
+  virtual void BeforeOptimizerStep(Emitter& /*em*/, bool /*skipped*/) {}
   // After the optimizer updated the main parameters (e.g. the parameter all-gather).
   virtual void AfterOptimizerStep(Emitter& /*em*/) {}
 
@@ -90,7 +95,8 @@ class DataParallel : public GradSink {
 std::unique_ptr<DataParallel> NewDataParallel(const config::Setup& setup, int rank,
                                               const ModelDims& d, const RankParams& params);
 
-// The wrappers' constructors (ddp.cc, megatron_fsdp.cc, single_device.cc, torch_ddp.cc).
+// The wrappers' constructors (ddp.cc, megatron_fsdp.cc, single_device.cc, torch_ddp.cc,
+// deepspeed_zero.cc).
 std::unique_ptr<DataParallel> NewMegatronDdp(const config::Setup& setup, int rank,
                                              const ModelDims& d, const RankParams& params,
                                              const config::MegatronDdp& ddp);
@@ -101,6 +107,8 @@ std::unique_ptr<DataParallel> NewSingleDevice(const ModelDims& d, const RankPara
                                               const config::SingleDevice& single);
 std::unique_ptr<DataParallel> NewTorchDdp(const ModelDims& d, const RankParams& params,
                                           const config::TorchDdp& ddp);
+std::unique_ptr<DataParallel> NewDeepSpeedZero(const ModelDims& d, const RankParams& params,
+                                               const config::DeepSpeedZero& zero);
 
 // The all-gather of every bucket of `buffers` into the parameters, in place, on the
 // communication stream (a sharded optimizer's updated shards; Megatron-core

@@ -53,7 +53,9 @@ StateLayout PrecisionAwareLayout(const config::TrainingConfig& tc, Bytes param_b
 
 StateLayout OptimizerStateLayout(const config::Setup& setup, const ModelDims& d) {
   const config::TrainingConfig& tc = setup.training;
-  if (config::StackOf(tc).Traits().plain_pytorch_step) {
+  // A wrapper with fp32 main weights under a plain loop (DeepSpeed ZeRO, d.mixed) steps them:
+  // fp32 state.
+  if (config::StackOf(tc).Traits().plain_pytorch_step && !d.mixed) {
     return {d.param_bytes, d.param_bytes, 0, 0, 0, d.param_bytes};
   }
   if (tc.use_precision_aware_optimizer) return PrecisionAwareLayout(tc, d.param_bytes);

@@ -173,7 +173,12 @@ class PyTorchLoop final : public TrainingLoop {
     em.SetContext(k, Phase::kOptimizerStep, -1);
     // torch.amp.GradScaler.step calls optimizer.step() only when no inf/nan was found
     // (torch/amp/grad_scaler.py GradScaler._maybe_opt_step).
-    if (k > p_.setup.training.skipped_iterations) optimizer_.Step(em);
+    const bool skipped = k <= p_.setup.training.skipped_iterations;
+    p_.dp.BeforeOptimizerStep(em, skipped);
+    if (!skipped) {
+      optimizer_.Step(em);
+      p_.dp.AfterOptimizerStep(em);
+    }
     // The Trainer's model.zero_grad() after the step (FrameworkFacts::zero_grad_after_step),
     // skipped step or not; the zero_grad at the next iteration's start then finds nothing.
     if (p_.f.zero_grad_after_step) {

@@ -1,0 +1,127 @@
+// TrainingArguments `deepspeed` (config/hf_deepspeed.cc): the ds_config read from a path
+// relative to the config or inline, DeepSpeed's defaults (zero/config.py v0.16.9), the Trainer's
+// "auto" values (transformers integrations/deepspeed.py), and each refusal naming its key.
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "config/load.h"
+#include "test_util.h"
+
+namespace memsim::config {
+namespace {
+
+using testing::ErrorOf;
+using testing::IsUnsupported;
+
+std::filesystem::path DsDir() {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("memsim_hf_deepspeed_test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// A config `name`.json naming `deepspeed` (a JSON value: a path string or an object) with a
+// small llama (hidden_size 256), 2 processes, micro-batch 2, bf16.
+std::string DsConfig(const std::string& name, const std::string& deepspeed) {
+  const std::string path = (DsDir() / (name + ".json")).string();
+  std::ofstream(path) << "{\"model\": {\"model_type\": \"llama\", \"hidden_size\": 256, "
+                         "\"intermediate_size\": 688, \"num_attention_heads\": 32, "
+                         "\"num_key_value_heads\": 8, \"num_hidden_layers\": 2, \"vocab_size\": "
+                         "32001}, \"device\": \"a100-80g\", \"training\": {\"framework\": "
+                         "\"hf-trainer\", \"max_seq_length\": 128, \"world_size\": 2, "
+                         "\"per_device_train_batch_size\": 2, \"bf16\": true, \"torch_dtype\": "
+                         "\"bfloat16\", \"deepspeed\": " +
+                             deepspeed + "}}";
+  return path;
+}
+std::string DsFile(const std::string& name, const std::string& text) {
+  std::ofstream(DsDir() / name) << text;
+  return name;
+}
+bool DsMentions(const std::vector<std::string>& lines, const std::string& text) {
+  return std::any_of(lines.begin(), lines.end(),
+                     [&](const std::string& l) { return l.find(text) != std::string::npos; });
+}
+
+TEST_CASE("hf-trainer deepspeed: a ds_config beside the config, auto values and defaults",
+          "[config][hf][zero]") {
+  DsFile("z2.json",
+         "{\"bf16\": {\"enabled\": \"auto\"}, \"train_micro_batch_size_per_gpu\": \"auto\", "
+         "\"gradient_accumulation_steps\": \"auto\", \"gradient_clipping\": \"auto\", "
+         "\"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": \"auto\", "
+         "\"allgather_bucket_size\": 2e8, \"overlap_comm\": true, \"reduce_scatter\": true, "
+         "\"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}}}");
+  const Setup s = LoadSetup(DsConfig("rel", "\"z2.json\""), {});
+  const DeepSpeedZero& z = *HfTrainerOf(s.training).deepspeed;
+  CHECK(z.stage == 2);
+  CHECK(z.reduce_bucket_size == 256 * 256);  // "auto": hidden_size²
+  CHECK(z.allgather_bucket_size == 200'000'000);
+  CHECK(z.overlap_comm);
+  CHECK(z.contiguous_gradients);  // DeepSpeedZeroConfig default
+  CHECK(z.offload_optimizer_cpu);
+  CHECK(s.training.precision == Precision::kBf16);  // bf16.enabled "auto" = the Trainer's bf16
+  CHECK(std::holds_alternative<DeepSpeedZero>(DataParallelOf(s.training)));
+  // Inline, with DeepSpeed's defaults: reduce_bucket_size 5e8, overlap_comm false at stage 1.
+  const Setup inl =
+      LoadSetup(DsConfig("inline", "{\"bf16\": {\"enabled\": true}, \"zero_optimization\": "
+                                 "{\"stage\": 1}}"),
+                {});
+  const DeepSpeedZero& d = *HfTrainerOf(inl.training).deepspeed;
+  CHECK(d.stage == 1);
+  CHECK(d.reduce_bucket_size == 500'000'000);
+  CHECK_FALSE(d.overlap_comm);
+  CHECK_FALSE(d.offload_optimizer_cpu);
+}
+
+TEST_CASE("hf-trainer deepspeed: unknown keys are warnings naming each", "[config][hf][zero]") {
+  const Setup s = LoadSetup(
+      DsConfig("unknown", "{\"bf16\": {\"enabled\": \"auto\"}, \"zero_optimzation\": {}, "
+                        "\"zero_optimization\": {\"stage\": 2, \"bucket\": 1, "
+                        "\"stage3_prefetch_bucket_size\": 5}}"),
+      {});
+  CHECK(DsMentions(s.warnings, "/training/deepspeed/zero_optimzation: not a DeepSpeed key"));
+  CHECK(DsMentions(s.warnings, "/training/deepspeed/zero_optimization/bucket: not a DeepSpeed ZeRO"));
+  // A ZeRO-3 key at stage 2 is DeepSpeed's own to ignore: a note.
+  CHECK(DsMentions(s.notes, "stage3_prefetch_bucket_size: a ZeRO-3 setting, not read at stage 2"));
+}
+
+TEST_CASE("hf-trainer deepspeed: refusals and errors name the key", "[config][hf][zero]") {
+  const std::string z3 = DsConfig("z3", "{\"zero_optimization\": {\"stage\": 3}}");
+  CHECK(IsUnsupported(z3));
+  CHECK_THAT(ErrorOf(z3), Catch::Contains("/training/deepspeed/zero_optimization/stage: 3"));
+  const std::string z0 = DsConfig("z0", "{\"bf16\": {\"enabled\": \"auto\"}}");
+  CHECK(IsUnsupported(z0));
+  CHECK_THAT(ErrorOf(z0), Catch::Contains("zero_optimization/stage: 0"));
+  const std::string nvme = DsConfig(
+      "nvme", "{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": "
+              "\"nvme\"}}}");
+  CHECK(IsUnsupported(nvme));
+  CHECK_THAT(ErrorOf(nvme), Catch::Contains("offload_optimizer/device"));
+  // bf16.enabled false while the Trainer's bf16 is true: HfTrainerDeepSpeedConfig refuses.
+  CHECK_THAT(ErrorOf(DsConfig("mismatch", "{\"bf16\": {\"enabled\": false}, "
+                                        "\"zero_optimization\": {\"stage\": 2}}")),
+             Catch::Contains("/training/deepspeed/bf16/enabled: false while TrainingArguments "
+                             "bf16 is true"));
+  CHECK_THAT(ErrorOf(DsConfig("batch", "{\"train_micro_batch_size_per_gpu\": 4, "
+                                     "\"zero_optimization\": {\"stage\": 2}}")),
+             Catch::Contains("train_micro_batch_size_per_gpu: 4 differs from the Trainer's 2"));
+  CHECK_THAT(ErrorOf(DsConfig("bucket", "{\"zero_optimization\": {\"stage\": 2, "
+                                      "\"reduce_bucket_size\": \"big\"}}")),
+             Catch::Contains("reduce_bucket_size: expected a whole number of elements"));
+  CHECK_THAT(ErrorOf(DsConfig("missing", "\"no-such-ds.json\"")),
+             Catch::Contains("/training/deepspeed: cannot read the DeepSpeed config"));
+  CHECK_THAT(ErrorOf(DsConfig("number", "5")),
+             Catch::Contains("/training/deepspeed: expected a path to a ds_config JSON"));
+  // A ds_config file with a bad value: named by its own file and pointer.
+  DsFile("badstage.json", "{\"zero_optimization\": {\"stage\": 7}}");
+  CHECK_THAT(ErrorOf(DsConfig("badstage", "\"badstage.json\"")),
+             Catch::Contains("badstage.json: /zero_optimization/stage"));
+}
+
+}  // namespace
+}  // namespace memsim::config
