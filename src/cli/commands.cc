@@ -21,6 +21,8 @@ constexpr Subcommand kSubcommands[] = {
     {"replay", "replay an allocator trace (CSV or PyTorch snapshot) through the model",
      &AddReplayCommand},
     {"compare", "compare a real memory profile with the simulation", &AddCompareCommand},
+    {"plan", "which parallel layouts fit the devices, each simulated in full, ranked",
+     &AddPlanCommand},
     {"check", "memory gates for CI: fail when a config would not fit or grew", &AddCheckCommand},
     {"validate", "parse, check and resolve configs without simulating", &AddValidateCommand},
     {"dump-program", "print the per-rank Program (one op a line)", &AddDumpProgramCommand},

@@ -29,5 +29,6 @@ Action AddCheckCommand(CLI::App& sub);
 Action AddValidateCommand(CLI::App& sub);
 Action AddDumpProgramCommand(CLI::App& sub);
 Action AddExplainCommand(CLI::App& sub);
+Action AddPlanCommand(CLI::App& sub);
 
 }  // namespace memsim::cli

@@ -25,6 +25,7 @@
 #include "config/rules.h"
 #include "config/stack.h"
 #include "config/training.h"
+#include "core/check.h"
 #include "core/error.h"
 
 namespace memsim::config {
@@ -526,6 +527,22 @@ Setup LoadSetup(const std::string& config_path, const LoadOptions& options) {
         "{}: unexpected JSON error ({})",
         config_path.empty() ? "<embedded>/configs/default.json" : internal::Printable(config_path),
         internal::Printable(e.what())));
+  }
+}
+
+Setup LoadVariant(const Setup& base, const std::vector<std::string>& overrides,
+                  const std::string& label) {
+  MEMSIM_CHECK(!base.reproducing_config.empty());
+  LoadOptions options;
+  options.overrides = overrides;
+  const internal::Document config{label, base.reproducing_config, false, ""};
+  try {
+    Source source{config.label, {}};
+    const Json root = ParseConfig(config, options, &source);
+    return internal::LoadParsedConfig(config, root, source, options);
+  } catch (const Json::exception& e) {
+    throw InputError(fmt::format("{}: unexpected JSON error ({})", label,
+                                 internal::Printable(e.what())));
   }
 }
 

@@ -47,6 +47,15 @@ struct LoadOptions {
 // device inline unless shipped (docs/interfaces.md 'JSON report', input_config).
 Setup LoadSetup(const std::string& config_path, const LoadOptions& options);
 
+// The Setup of `base`'s reproducing_config (a training config that reproduces it, model and
+// device inline or by shipped name) with `overrides` (--set KEY=VALUE, as LoadOptions::overrides)
+// applied, read as LoadSetup reads a file: every rule checked, every value derived again, and the
+// result's own reproducing_config written. `label` names the text in messages ("plan tp=2 pp=1").
+// Used by `memsim plan` to try layouts of one config (plan/plan.h). Errors as LoadSetup's.
+// REQUIRES: base.reproducing_config is not empty (every loader writes it).
+Setup LoadVariant(const Setup& base, const std::vector<std::string>& overrides,
+                  const std::string& label);
+
 // Loads one device preset by name (embedded set) or path (read from disk). Errors name the
 // argument ("h100: unknown device preset ...") or the preset file and its JSON pointer.
 DevicePreset LoadDevicePreset(const std::string& name_or_path);

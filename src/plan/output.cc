@@ -1,0 +1,155 @@
+// What `memsim plan` prints and writes: the table, the JSON and the plans' configs
+// (plan/plan.h; docs/plan.md, 'Output').
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "plan/plan.h"
+#include "report/format.h"
+
+namespace memsim::plan {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+const char* VerdictName(Verdict v) {
+  return v == Verdict::kFits ? "fits" : v == Verdict::kDoesNotFit ? "does not fit" : "not allowed";
+}
+
+int Count(const PlanResult& r, Verdict v) {
+  return static_cast<int>(std::count_if(r.candidates.begin(), r.candidates.end(),
+                                        [v](const Candidate& c) { return c.verdict == v; }));
+}
+
+// The reasons of the candidates with verdict `v`, most common first (ties: first seen).
+std::vector<std::pair<std::string, int>> Reasons(const PlanResult& r, Verdict v) {
+  std::vector<std::pair<std::string, int>> out;
+  std::map<std::string, size_t> index;
+  for (const Candidate& c : r.candidates) {
+    if (c.verdict != v) continue;
+    const auto [it, added] = index.emplace(c.reason, out.size());
+    if (added) out.emplace_back(c.reason, 0);
+    ++out[it->second].second;
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
+}
+
+std::string Seconds(double s) { return s > 0 ? fmt::format("{:.2f} s", s) : "-"; }
+
+std::string FittingRows(const PlanResult& r, int top) {
+  std::string out = fmt::format("{:>3}  {:<40} {:>12} {:>12} {:>11} {:>11}\n", "#", "layout",
+                                "microbatches", "peak", "headroom", "est. step");
+  int shown = 0;
+  for (const Candidate& c : r.candidates) {
+    if (c.verdict != Verdict::kFits || shown == top) continue;
+    ++shown;
+    out += fmt::format("{:>3}  {:<40} {:>12} {:>12} {:>11} {:>11}\n", shown, LayoutLabel(c.layout),
+                       c.num_micro_batches, report::HumanBytes(c.peak_bytes),
+                       report::HumanBytes(c.usable_bytes - c.peak_bytes), Seconds(c.step_seconds));
+  }
+  return out;
+}
+
+// "do not fit (75: 40 out of memory, 35 within the 5% margin); the smallest: ...".
+std::string NotFitting(const PlanResult& r) {
+  std::map<std::string, int> by;
+  const Candidate* smallest = nullptr;
+  for (const Candidate& c : r.candidates) {
+    if (c.verdict != Verdict::kDoesNotFit) continue;
+    ++by[c.check_verdict];
+    if (smallest == nullptr) smallest = &c;  // sorted by peak
+  }
+  if (smallest == nullptr) return "";
+  std::string kinds;
+  for (const auto& [verdict, label] :
+       {std::pair<std::string, std::string>{"oom", "out of memory"},
+        {"over", "peak over usable memory"},
+        {"margin", fmt::format("inside the {}% headroom", r.headroom_pct)}}) {
+    if (by[verdict] > 0) kinds += fmt::format(", {} {}", by[verdict], label);
+  }
+  return fmt::format("\ndo not fit ({}{}); the smallest: {}: {}\n", Count(r, Verdict::kDoesNotFit),
+                     kinds, LayoutLabel(smallest->layout), smallest->reason);
+}
+
+}  // namespace
+
+std::string FormatPlanTable(const PlanResult& r, int top) {
+  std::string out = fmt::format(
+      "memsim plan: {} on {} × {}, global batch {}, sequence {}, headroom {}%\n"
+      "{} layouts: {} fit, {} do not fit, {} not allowed ({} simulated in full)\n\n",
+      r.model, r.devices, r.device, r.global_batch_size, r.seq_length, r.headroom_pct,
+      r.enumerated, r.fitting, Count(r, Verdict::kDoesNotFit), Count(r, Verdict::kNotAllowed),
+      r.simulated);
+  if (r.fitting > 0) {
+    out += FittingRows(r, top);
+    out += fmt::format("peak: the worst pipeline stage's device memory as `memsim check` counts "
+                       "it; est. step: a ranking aid (docs/plan.md), not a prediction\n");
+  } else {
+    out += "no layout fits\n";
+  }
+  out += NotFitting(r);
+  const auto rules = Reasons(r, Verdict::kNotAllowed);
+  if (!rules.empty()) out += fmt::format("\nnot allowed ({}), by rule:\n", Count(r, Verdict::kNotAllowed));
+  for (size_t i = 0; i < rules.size() && i < 5; ++i) {
+    out += fmt::format("  {:>5} × {}\n", rules[i].second, rules[i].first);
+  }
+  if (rules.size() > 5) out += fmt::format("  and {} other rules (--json lists them)\n", rules.size() - 5);
+  return out;
+}
+
+std::string PlanJson(const PlanResult& r, int top) {
+  json plans = json::array();
+  for (const Candidate& c : r.candidates) {
+    if (c.verdict != Verdict::kFits || static_cast<int>(plans.size()) == top) continue;
+    const Layout& l = c.layout;
+    plans.push_back({{"layout",
+                      {{"tp", l.tp}, {"pp", l.pp}, {"cp", l.cp}, {"ep", l.ep}, {"dp", l.dp},
+                       {"mbs", l.mbs},
+                       {"recompute", l.recompute == config::RecomputeGranularity::kFull ? "full"
+                                     : l.recompute == config::RecomputeGranularity::kSelective
+                                         ? "selective"
+                                         : "none"},
+                       {"dist_opt", l.distributed_optimizer}}},
+                     {"verdict", VerdictName(c.verdict)},
+                     {"reason", c.reason},
+                     {"check_verdict", c.check_verdict},
+                     {"num_micro_batches", c.num_micro_batches},
+                     {"stage_peak_device_bytes", c.stage_peak_bytes},
+                     {"peak_bytes", c.peak_bytes},
+                     {"usable_bytes", c.usable_bytes},
+                     {"estimated_step_seconds", c.step_seconds}});
+  }
+  json rejected = json::array();
+  for (const Verdict v : {Verdict::kDoesNotFit, Verdict::kNotAllowed}) {
+    for (const auto& [reason, count] : Reasons(r, v)) {
+      rejected.push_back({{"verdict", VerdictName(v)}, {"reason", reason}, {"count", count}});
+    }
+  }
+  json j = {{"schema", 1},          {"model", r.model},
+            {"device", r.device},   {"devices", r.devices},
+            {"global_batch_size", r.global_batch_size}, {"seq_length", r.seq_length},
+            {"headroom_pct", r.headroom_pct}, {"enumerated", r.enumerated},
+            {"simulated", r.simulated}, {"fitting", r.fitting},
+            {"plans", std::move(plans)}, {"rejected", std::move(rejected)}};
+  return j.dump(1) + "\n";
+}
+
+std::vector<std::pair<std::string, std::string>> PlanConfigFiles(const PlanResult& r, int top) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const Candidate& c : r.candidates) {
+    if (c.verdict != Verdict::kFits || static_cast<int>(out.size()) == top) continue;
+    std::string name = LayoutLabel(c.layout);
+    std::replace(name.begin(), name.end(), ' ', '-');
+    out.emplace_back(fmt::format("plan-{:02}-{}.json", out.size() + 1, name), c.config_json + "\n");
+  }
+  return out;
+}
+
+}  // namespace memsim::plan
