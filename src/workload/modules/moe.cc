@@ -196,14 +196,20 @@ TensorId DispatchAllGather(ModuleContext& ctx, const Sizes& z, int l, TensorId p
   Emitter& em = ctx.em;
   const MoeTokens& t = z.tok;
   // token_dispatch: routing map and probs gathered over TP×EP (new tensors), the hidden states
-  // into the global "mpu" buffer (use_global_buffer).
+  // into the global "mpu" buffer (use_global_buffer). With TP×EP 1 it gathers nothing (`if
+  // self.tp_size > 1 or self.ep_size > 1`): the same map and probs under a second name.
   em.Begin("moe.dispatch_allgather", l);
   const std::int64_t g = std::int64_t{d.ep} * d.etp;
-  const TensorId map_all = Tmp(em, t.n * g * d.experts, l, "moe.routing_map_gathered");
-  const TensorId probs_all = Tmp(em, d.act_bytes * t.n * g * d.experts, l, "moe.probs_gathered");
-  ctx.k.MpuBuffer(z.Hidden(t.n * g));
-  em.Collective(CommGroup::kEp, static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)),
-                Coll::kGather);
+  const TensorId map_all = g == 1 ? Alias(em, a->routing_map)
+                                  : Tmp(em, t.n * g * d.experts, l, "moe.routing_map_gathered");
+  const TensorId probs_all =
+      g == 1 ? Alias(em, probs)
+             : Tmp(em, d.act_bytes * t.n * g * d.experts, l, "moe.probs_gathered");
+  if (g > 1) {
+    ctx.k.MpuBuffer(z.Hidden(t.n * g));
+    em.Collective(CommGroup::kEp, static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)),
+                  Coll::kGather);
+  }
   Release(em, probs);
   // dispatch_postprocess: local_map [n·g, El] (kept for unpermute), local probs masked to
   // [N], permute() of the gathered tokens into [N, h] with its sorted indices.
@@ -371,6 +377,11 @@ TensorId CombineAllGather(ModuleContext& ctx, const Sizes& z, int l, TensorId ou
   em.Begin("moe.unpermute", l);
   const TensorId full = Tmp(em, z.Hidden(t.n * g), l, "moe.unpermuted_tokens");
   Release(em, out);
+  // token_combine reduce-scatters only with TP×EP > 1.
+  if (g == 1) {
+    if (nograd) FreeMaps(em, a);
+    return full;
+  }
   em.Begin("moe.combine_reduce_scatter", l);
   const TensorId res = Tmp(em, z.Hidden(t.n), l, "moe.output");
   em.Collective(CommGroup::kEp, static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)),
@@ -552,14 +563,23 @@ TensorId CombineBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dy,
   };
   if (!d.alltoall) {
     // reduce-scatter's backward: all-gather [n·g, h]; unpermute's backward: index_select [N, h].
+    // With TP×EP 1 there was no reduce-scatter: the unpermute's backward reads dy itself.
     const std::int64_t g = std::int64_t{d.ep} * d.etp;
-    em.Begin("moe.combine_reduce_scatter_bwd", l);
-    const TensorId full = Tmp(em, z.Hidden(t.n * g), l, "moe.d_unpermuted_tokens");
-    em.Collective(CommGroup::kEp, static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)), Coll::kGather);
-    drop_dy();
+    TensorId full = dy;
+    if (g > 1) {
+      em.Begin("moe.combine_reduce_scatter_bwd", l);
+      full = Tmp(em, z.Hidden(t.n * g), l, "moe.d_unpermuted_tokens");
+      em.Collective(CommGroup::kEp, static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)),
+                    Coll::kGather);
+      drop_dy();
+    }
     em.Begin("moe.unpermute_bwd", l);
     const TensorId out = Tmp(em, z.Hidden(t.expert), l, "moe.d_expert_output");
-    Release(em, full);
+    if (g > 1) {
+      Release(em, full);
+    } else {
+      drop_dy();
+    }
     return out;
   }
   em.Begin("moe.unpermute_bwd", l);
@@ -661,6 +681,10 @@ TensorId DispatchBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dx
     const TensorId probs = Tmp(em, d.act_bytes * t.n * g * d.experts, l, "moe.d_gathered_probs");
     for (TensorId id : {dx, dp}) Release(em, id);
     FreeMaps(em, a);
+    if (g == 1) {  // no gathers to reverse (TP×EP 1)
+      *d_dense = probs;
+      return full;
+    }
     em.Begin("moe.dispatch_allgather_bwd", l);
     const TensorId out = Tmp(em, z.Hidden(t.n), l, "moe.d_routed_input");
     *d_dense = Tmp(em, d.act_bytes * t.n * d.experts, l, "moe.d_probs");

@@ -174,4 +174,38 @@ TEST_CASE("MoE at EP 1: the all-to-alls return their input and allocate nothing"
   CHECK(h.problems().empty());
 }
 
+TEST_CASE("MoE allgather dispatcher with TP×EP 1: no gathers, no reduce-scatter",
+          "[workload][modules][moe]") {
+  // token_dispatcher.py MoEAllGatherTokenDispatcher (core 0.10-0.16): token_dispatch /
+  // token_permutation gather the map, probs and tokens and token_combine reduce-scatters only
+  // `if self.tp_size > 1 or self.ep_size > 1`. At EP 1, TP 1 none of the gathered copies, the
+  // reduce-scatter's output or their gradients exist, and the "mpu" buffer is not touched.
+  config::Setup s = TinyMoe();
+  s.training.moe_token_dispatcher_type = "allgather";
+  ModuleHarness h(s);
+  MoeModule moe;
+  h.Forward(moe);
+  h.Backward();
+  auto has = [](const SeenTensors& seen, const std::string& label) {
+    return std::any_of(seen.begin(), seen.end(),
+                       [&](const testing::SeenTensor& t) { return t.label == label; });
+  };
+  const SeenTensors fwd = h.Allocated(Phase::kForward);
+  const SeenTensors bwd = h.Allocated(Phase::kBackward);
+  for (const char* label :
+       {"layer0.moe.routing_map_gathered", "layer0.moe.probs_gathered", "layer0.moe.output"}) {
+    CHECK_FALSE(has(fwd, label));
+  }
+  for (const char* label : {"layer0.moe.d_unpermuted_tokens", "layer0.moe.d_routed_input",
+                            "layer0.moe.d_probs"}) {
+    CHECK_FALSE(has(bwd, label));
+  }
+  // What stays: dispatch_postprocess's self.local_map [n, El] bool = 32·4 = 128 B,
+  // self.local_probs [N] bf16 = 2·64 = 128 B and the mapping int64 [N] = 8·64 = 512 B.
+  CHECK(h.Leaked() == SeenTensors{{"layer0.moe.local_map", kN * kE},
+                                  {"layer0.moe.local_probs", 2 * kExpertTokens},
+                                  {"layer0.moe.permutation_map", 8 * kExpertTokens}});
+  CHECK(h.problems().empty());
+}
+
 }  // namespace memsim::workload::moe_module_test
