@@ -452,6 +452,39 @@ TEST_CASE("MoE forward: the tokens held by custom_forward raise the bytes alive 
   CHECK(h.problems().empty());
 }
 
+TEST_CASE("MoE allgather layer frees everything but the dispatcher's attributes exactly once",
+          "[workload][moe]") {
+  // The allgather dispatcher at EP 1 (no gathers: one map and one probs tensor under two names)
+  // and EP 2, with grad and under selective moe recompute, in each release's forward. What
+  // stays is what dispatch_postprocess binds: self.local_map [n·ep, El] bool, self.local_probs
+  // [N] bf16 and the mapping int64 [N], with N = n·ep·k·El/E = 64 at both EP sizes (El = E/ep):
+  // local map 32·ep·(4/ep) = 128 B, probs 2·64 = 128 B, mapping 8·64 = 512 B.
+  for (const std::vector<int>& v : std::vector<std::vector<int>>{{0, 12}, {0, 13}, {}}) {
+    for (int ep : {1, 2}) {
+      for (bool recompute : {false, true}) {
+        config::Setup s = SmallMoe(1.0);
+        s.training.moe_token_dispatcher_type = "allgather";
+        s.training.data_parallel_size = ep;
+        s.training.global_batch_size = ep;
+        s.training.expert_model_parallel_size = ep;
+        s.training.megatron_core_version = v;
+        if (recompute) {
+          s.training.recompute_granularity = config::RecomputeGranularity::kSelective;
+          s.training.recompute_modules = {"moe"};
+        }
+        testing::ModuleHarness h(s);
+        MoeModule m;
+        h.Forward(m);
+        h.Backward();
+        CHECK(h.Leaked() == testing::SeenTensors{{"layer0.moe.local_map", 128},
+                                                 {"layer0.moe.local_probs", 128},
+                                                 {"layer0.moe.permutation_map", 512}});
+        CHECK(h.problems().empty());
+      }
+    }
+  }
+}
+
 TEST_CASE("MoE layer frees every token tensor its forward's locals held exactly once",
           "[workload][moe]") {
   // With grad, and under selective moe recompute (the forward under no_grad inside
