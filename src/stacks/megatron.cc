@@ -43,6 +43,10 @@ const std::vector<int> kUnpermuteDropAndPadSince = {0, 11};
 // combine_postprocess and the shared add; core_v0.16.0's combine(output) runs only token_combine
 // and postprocess(output, shared_expert_output) the rest (core_v0.15.0 still has the 0.13 form).
 const std::vector<int> kMoeSplitForwardSince = {0, 13};
+// moe_layer.py custom_forward: `output += self.shared_experts(hidden_states)` in core_v0.10.0 and
+// core_v0.11.0; `output = output + self.shared_experts(hidden_states)` from commit 0d389f5e99,
+// first in core_v0.12.0.
+const std::vector<int> kMoeSharedAddOutOfPlaceSince = {0, 12};
 const std::vector<int> kMoePostprocessSince = {0, 16};
 // moe_utils.py permute with probs (core_v0.13.0 to core_v0.16.0): masked_select of the
 // transposed probs; core_v0.17.0 indexes the flattened probs by flat_sorted (commit
@@ -76,6 +80,7 @@ void SetMoeFacts(const config::TrainingConfig& tc, const workload::ModelDims& d,
   f->permute_masked_select = d.alltoall && !d.permute_fusion && !d.pad_to_capacity &&
                              !core.empty() && core >= kMoeSplitForwardSince &&
                              core < kPermuteProbsIndexedSince;
+  f->moe_shared_add_in_place = !core.empty() && core < kMoeSharedAddOutOfPlaceSince;
   using Locals = workload::FrameworkFacts::MoeForwardLocals;
   f->moe_forward_locals = core.empty() || core >= kMoePostprocessSince ? Locals::kPostprocess
                           : core >= kMoeSplitForwardSince              ? Locals::kCombineHoldsInput

@@ -96,6 +96,12 @@ struct FrameworkFacts {
   //     all-to-all output [S, h] lives until postprocess returns (after the shared add).
   enum class MoeForwardLocals { kTokenPermutation, kCombineHoldsInput, kPostprocess };
   MoeForwardLocals moe_forward_locals = MoeForwardLocals::kPostprocess;
+  // Megatron-core before 0.12 adds the shared experts' output in place, `output +=
+  // self.shared_experts(hidden_states)` in moe_layer.py custom_forward (core_v0.10.0,
+  // core_v0.11.0): no [n, h] sum is allocated. core_v0.12.0 writes `output = output + ...`
+  // (commit 0d389f5e99), later releases add in combine / postprocess, out of place.
+  // src/stacks/megatron.cc.
+  bool moe_shared_add_in_place = false;
   // Megatron-core before 0.8 subtracts the max out of place in the vocab-parallel cross-entropy
   // (tensor_parallel/cross_entropy.py, in place since commit 9634c0e4a3, first in core_v0.8.0;
   // NVIDIA/Megatron-LM#525): a second fp32 [T, V/t] tensor while the first is alive.

@@ -63,8 +63,14 @@ TEST_CASE("every shipped config: reserved only grows, iterations converge, lazy 
   const std::vector<std::string> configs = ShippedConfigs();
   REQUIRE(configs.size() >= 7);
   for (const std::string& path : configs) {
-    const config::Setup setup = config::LoadSetup(path, {});
+    config::Setup setup = config::LoadSetup(path, {});
     REQUIRE(setup.training.train_iters >= 4);
+    // Tensors that outlive an iteration and are freed inside the next one's forward (the MoE
+    // token dispatcher's attributes, modules/moe.h) move the caching allocator's blocks for a
+    // few iterations: qwen3-30b-a3b stage 0 reserves 20 MiB more in iterations 3 and 4 and 2 MiB
+    // more in 7, and then repeats. Eight iterations let every shipped config settle.
+    setup.training.train_iters = std::max(setup.training.train_iters, 8);
+    const int last = setup.training.train_iters;
     for (int r = 0; r < setup.training.pipeline_model_parallel_size; ++r) {
       DYNAMIC_SECTION(fs::path(path).filename().string() << " stage " << r) {
         const workload::Program program = workload::Build(setup, r);
@@ -96,7 +102,7 @@ TEST_CASE("every shipped config: reserved only grows, iterations converge, lazy 
         const auto& spans = recorder.spans();
         REQUIRE(spans.size() == static_cast<size_t>(setup.training.train_iters) + 1);
         // Iterations >= 2 replay the same request stream: allocated at the end of iteration k is
-        // the same for every k >= 2, and iteration 4 peaks as iteration 3 -- up to block
+        // the same for every k >= 2, and the last iteration peaks as the one before -- up to block
         // rounding of the tensors that live across iterations (each model chunk's last received
         // input and its grad, workload/build.h): the pool they land in differs from one
         // iteration to the next, and a large-pool block is used whole when the remainder would
@@ -111,9 +117,10 @@ TEST_CASE("every shipped config: reserved only grows, iterations converge, lazy 
         for (size_t k = 3; k < spans.size(); ++k) {
           CHECK(std::llabs(spans[k].end_allocated_bytes - spans[2].end_allocated_bytes) < rounding);
         }
-        CHECK(spans[4].peak_reserved_bytes == spans[3].peak_reserved_bytes);
-        CHECK(std::llabs(spans[4].peak_allocated_bytes - spans[3].peak_allocated_bytes) < rounding);
-        CHECK(spans[4].peak_device_bytes == spans[3].peak_device_bytes);
+        CHECK(spans[last].peak_reserved_bytes == spans[last - 1].peak_reserved_bytes);
+        CHECK(std::llabs(spans[last].peak_allocated_bytes - spans[last - 1].peak_allocated_bytes) <
+              rounding);
+        CHECK(spans[last].peak_device_bytes == spans[last - 1].peak_device_bytes);
 
         // Iteration 1 keeps exactly what it first made and never frees: the optimizer states
         // (created lazily inside the first step) plus first-use persistent buffers (workspaces;

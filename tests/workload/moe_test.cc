@@ -236,11 +236,13 @@ TEST_CASE("one MoE layer, alltoall, EP 2: forward and backward bytes by hand", "
   //   permute's sorted indices int64 [S] 512
   //   experts: fc1 input [N, h] 8192, fc1 output [N, 2·Fe] 8192, activation output [N, Fe]
   //            4096, permuted probs [N] 128
-  //   = 4224 + 896 + 512 + 20608 = 26,240 B.
+  //   the dispatcher's self.probs: the dense probs [n, E] bf16 256 (not saved, but bound until
+  //            the layer's next forward)
+  //   = 4224 + 896 + 512 + 20608 + 256 = 26,496 B.
   CHECK(f1.alive.at("layer0.moe.experts.fc1_out") == 8192);
-  CHECK(Sum(f1.alive) == 26'240);
-  // Imbalance 2: N = 128 doubles the expert tensors (20608 -> 41216): 46,848 B.
-  CHECK(Sum(f2.alive) == 46'848);
+  CHECK(Sum(f1.alive) == 26'496);
+  // Imbalance 2: N = 128 doubles the expert tensors (20608 -> 41216): 47,104 B.
+  CHECK(Sum(f2.alive) == 47'104);
 
   // Backward allocations of the branch, balanced (each freed within the backward):
   //   [.., h] and [N, 2·Fe] tensors of 8192 B: unpermute's backward [S, h], the alltoall back
@@ -408,6 +410,25 @@ TEST_CASE("MoE forward: custom_forward's locals keep the dispatch's tokens until
   CHECK(f.at("layer0.moe.unsorted_tokens") == "moe.unpermute");
 }
 
+TEST_CASE("core 0.10-0.11 add the shared experts' output in place; 0.12 on into a new tensor",
+          "[workload][moe]") {
+  // SmallMoe with a shared expert of width 32. core_v0.10.0 / core_v0.11.0 moe_layer.py
+  // custom_forward: `output += self.shared_experts(hidden_states)`: no new tensor, the shared
+  // output [n, h] is dropped by the add. core_v0.12.0: `output = output + ...`, a new [n, h]
+  // bf16 = 2·32·64 = 4096 B.
+  config::Setup s = SmallMoe(1.0);
+  s.model.moe_shared_expert_intermediate_size = 32;
+  for (const std::vector<int>& v : std::vector<std::vector<int>>{{0, 10}, {0, 11}}) {
+    s.training.megatron_core_version = v;
+    const PhaseBytes f = MoeLayerBytes(Build(s, 0), Phase::kForward);
+    CHECK(f.allocated.count("layer0.moe.output_with_shared") == 0);
+    CHECK(ForwardFreedBy(Build(s, 0)).at("layer0.moe.shared_fc2_out") == "moe.add_shared");
+  }
+  s.training.megatron_core_version = {0, 12};
+  CHECK(MoeLayerBytes(Build(s, 0), Phase::kForward).allocated.at("layer0.moe.output_with_shared") ==
+        4096);
+}
+
 TEST_CASE("MoE forward: the tokens held by custom_forward raise the bytes alive at the unpermute",
           "[workload][moe][peak]") {
   // SmallMoe, current release: the module's tensors alive while the unpermute runs (layer 0's
@@ -416,17 +437,52 @@ TEST_CASE("MoE forward: the tokens held by custom_forward raise the bytes alive 
   //     fp32 top-k softmax [n, k] 256, routing map bool [n, E] 128; permute's sorted indices
   //     int64 [S] 512; experts' input [N, h] 8192, probs [N] 128, fc1 output [N, 2·Fe] 8192,
   //     activation output [N, Fe] 4096                                        = 26,240
+  //   the dispatcher's self.probs, the dense probs [n, E] bf16                = 256
   //   custom_forward's locals: permuted copies [S, h] 8192, all-to-all outputs [R, h] 8192 and
   //     [R] 128                                                               = 16,512
   //   the all-to-all back [S, h] 8192 and the unpermute's output [n, h] 4096 = 12,288
-  //   total 55,040 B.
+  //   total 55,296 B.
   testing::ModuleHarness h(SmallMoe(1.0));
   MoeModule m;
   h.Forward(m);
-  CHECK(testing::TotalBytes(h.AliveDuring("moe.unpermute", 0)) == 55'040);
+  CHECK(testing::TotalBytes(h.AliveDuring("moe.unpermute", 0)) == 55'296);
   h.Backward();
-  CHECK(h.Leaked().empty());
+  // The dispatcher's attributes stay (self.probs, self.routing_map, the permutation map).
+  CHECK(testing::TotalBytes(h.Leaked()) == 256 + 128 + 512);
   CHECK(h.problems().empty());
+}
+
+TEST_CASE("MoE allgather layer frees everything but the dispatcher's attributes exactly once",
+          "[workload][moe]") {
+  // The allgather dispatcher at EP 1 (no gathers: one map and one probs tensor under two names)
+  // and EP 2, with grad and under selective moe recompute, in each release's forward. What
+  // stays is what dispatch_postprocess binds: self.local_map [n·ep, El] bool, self.local_probs
+  // [N] bf16 and the mapping int64 [N], with N = n·ep·k·El/E = 64 at both EP sizes (El = E/ep):
+  // local map 32·ep·(4/ep) = 128 B, probs 2·64 = 128 B, mapping 8·64 = 512 B.
+  for (const std::vector<int>& v : std::vector<std::vector<int>>{{0, 12}, {0, 13}, {}}) {
+    for (int ep : {1, 2}) {
+      for (bool recompute : {false, true}) {
+        config::Setup s = SmallMoe(1.0);
+        s.training.moe_token_dispatcher_type = "allgather";
+        s.training.data_parallel_size = ep;
+        s.training.global_batch_size = ep;
+        s.training.expert_model_parallel_size = ep;
+        s.training.megatron_core_version = v;
+        if (recompute) {
+          s.training.recompute_granularity = config::RecomputeGranularity::kSelective;
+          s.training.recompute_modules = {"moe"};
+        }
+        testing::ModuleHarness h(s);
+        MoeModule m;
+        h.Forward(m);
+        h.Backward();
+        CHECK(h.Leaked() == testing::SeenTensors{{"layer0.moe.local_map", 128},
+                                                 {"layer0.moe.local_probs", 128},
+                                                 {"layer0.moe.permutation_map", 512}});
+        CHECK(h.problems().empty());
+      }
+    }
+  }
 }
 
 TEST_CASE("MoE layer frees every token tensor its forward's locals held exactly once",
@@ -434,10 +490,17 @@ TEST_CASE("MoE layer frees every token tensor its forward's locals held exactly 
   // With grad, and under selective moe recompute (the forward under no_grad inside
   // tensor_parallel.checkpoint and its re-run in backward), custom_forward's locals hold the
   // dispatch's tokens; each release's rules, with one and with two local experts (EP 4 and 2 of
-  // E 4: the all-to-all output is then, or is not, the experts' input), leave nothing behind
-  // and free nothing twice.
+  // E 4: the all-to-all output is then, or is not, the experts' input) and with EP 1 (the
+  // all-to-alls return their input, a second reference to one tensor), leave nothing behind
+  // but the dispatcher's attributes and free nothing twice. The attributes (token_dispatcher.py
+  // MoEAlltoAllTokenDispatcher.dispatch_preprocess / token_permutation): self.probs [n, E] bf16
+  // 2·32·4 = 256 B, self.routing_map [n, E] bool 128 B, the permutation map int64 [S = n·k = 64]
+  // 512 B.
+  const testing::SeenTensors attrs = {{"layer0.moe.router.probs", 256},
+                                      {"layer0.moe.router.routing_map", 128},
+                                      {"layer0.moe.permutation_map", 512}};
   for (const std::vector<int>& v : std::vector<std::vector<int>>{{0, 12}, {0, 13}, {}}) {
-    for (int ep : {2, 4}) {
+    for (int ep : {1, 2, 4}) {
       for (bool recompute : {false, true}) {
       config::Setup s = SmallMoe(1.0);
       s.training.data_parallel_size = ep;
@@ -452,7 +515,7 @@ TEST_CASE("MoE layer frees every token tensor its forward's locals held exactly 
       MoeModule m;
       h.Forward(m);
       h.Backward();
-      CHECK(h.Leaked().empty());
+      CHECK(h.Leaked() == attrs);
       CHECK(h.problems().empty());
       }
     }

@@ -18,6 +18,9 @@ constexpr ResidualNames kNames = {
 
 // What the branch saves for backward.
 struct MoeSaved final : ModuleSaved {
+  // The layer's dispatcher attributes (MoeModule::dispatcher_attrs_; never null in a forward
+  // or backward).
+  DispatcherAttrs* attrs = nullptr;
   NormSaved ln2;
   TensorId bda_mask = 0;
   // Router (router.py TopKRouter.routing -> moe_utils.py topk_routing_with_score_function):
@@ -70,6 +73,50 @@ TensorId Tmp(Emitter& em, Bytes bytes, int l, std::string_view name) {
   return em.Alloc(bytes, Category::kTemporaries, LayerLabel(l, name));
 }
 
+// Python references to one tensor: a function that returns its input (tensor_parallel/mappings.py
+// _AllToAll.forward on a group of one rank: `if world_size == 1: return input`) makes a second
+// holder of the same tensor. Such a tensor is reference-counted (Emitter::Ref) while the forward
+// runs: each holder releases its own reference, and the last release frees it. Every release in
+// this file goes through Release, which frees a tensor nobody else references.
+TensorId Alias(Emitter& em, TensorId id) {
+  if (em.Refs(id) == 0) em.Ref(id);  // the holder it had
+  em.Ref(id);                         // the new one
+  return id;
+}
+void Release(Emitter& em, TensorId id) {
+  if (id != 0 && em.Refs(id) > 0) {
+    em.Unref(id);
+  } else {
+    em.Free(id);
+  }
+}
+
+// The token dispatcher's attributes (MoEAlltoAllTokenDispatcher / MoEAllGatherTokenDispatcher
+// in token_dispatcher.py) that the layer's forward binds and nothing clears: one dispatcher per
+// MoE layer, so they hold the last forward's tensors until the layer's next forward (the next
+// micro-batch, the recompute, or the next iteration) rebinds them, past the backward and the
+// optimizer step. Binding `next` drops the previous forward's, freeing those autograd no longer
+// holds (`saved` false); the others go when autograd releases them (ReleaseSaved).
+void RebindAttrs(Emitter& em, DispatcherAttrs* attrs, DispatcherAttrs next) {
+  for (const DispatcherAttr& at : *attrs) {
+    if (!at.saved) Release(em, at.id);
+  }
+  *attrs = std::move(next);
+}
+
+// Autograd's (or a no-grad forward's) release of a tensor that may be bound to a dispatcher
+// attribute of the layer: while the attribute holds it, it stays.
+void ReleaseSaved(Emitter& em, MoeSaved* a, TensorId id) {
+  if (id == 0) return;
+  for (DispatcherAttr& at : *a->attrs) {
+    if (at.id == id) {
+      at.saved = false;
+      return;
+    }
+  }
+  Release(em, id);
+}
+
 // router.py TopKRouter.forward on the norm output [n, h]: gating (router_gating_linear: logits
 // [n, E] in the input dtype), routing (topk over the logits, fp32 softmax of the top-k scores
 // cast back to the logits' dtype, scattered into dense probs [n, E] and a routing map [n, E]
@@ -106,10 +153,10 @@ TensorId RouterForward(ModuleContext& ctx, const Sizes& z, int l, bool nograd, M
   a->routing_map = Act(em, n * E, l, "moe.router.routing_map");
   em.Flops(2.0 * n * d.h * E);
   if (d.aux_loss) a->aux_scores = Act(em, 4 * n * E, l, "moe.router.aux_scores");
-  for (TensorId id : temps) em.Free(id);
+  for (TensorId id : temps) Release(em, id);
   if (nograd) {
     for (TensorId* id : {&a->top_indices, &a->topk_probs, &a->aux_scores}) {
-      em.Free(*id);
+      Release(em, *id);
       *id = 0;
     }
   }
@@ -125,7 +172,7 @@ TensorId EtpGather(ModuleContext& ctx, const Sizes& z, int l, TensorId in, std::
   const TensorId out = Tmp(ctx.em, z.Hidden(rows * ctx.d.etp), l, name);
   ctx.em.Collective(CommGroup::kEtp, ctx.d.etp, static_cast<double>(z.Hidden(rows * ctx.d.etp)),
                     Coll::kGather);
-  if (!keep_in) ctx.em.Free(in);
+  if (!keep_in) Release(ctx.em, in);
   return out;
 }
 
@@ -149,15 +196,21 @@ TensorId DispatchAllGather(ModuleContext& ctx, const Sizes& z, int l, TensorId p
   Emitter& em = ctx.em;
   const MoeTokens& t = z.tok;
   // token_dispatch: routing map and probs gathered over TP×EP (new tensors), the hidden states
-  // into the global "mpu" buffer (use_global_buffer).
+  // into the global "mpu" buffer (use_global_buffer). With TP×EP 1 it gathers nothing (`if
+  // self.tp_size > 1 or self.ep_size > 1`): the same map and probs under a second name.
   em.Begin("moe.dispatch_allgather", l);
   const std::int64_t g = std::int64_t{d.ep} * d.etp;
-  const TensorId map_all = Tmp(em, t.n * g * d.experts, l, "moe.routing_map_gathered");
-  const TensorId probs_all = Tmp(em, d.act_bytes * t.n * g * d.experts, l, "moe.probs_gathered");
-  ctx.k.MpuBuffer(z.Hidden(t.n * g));
-  em.Collective(CommGroup::kEp, static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)),
-                Coll::kGather);
-  em.Free(probs);
+  const TensorId map_all = g == 1 ? Alias(em, a->routing_map)
+                                  : Tmp(em, t.n * g * d.experts, l, "moe.routing_map_gathered");
+  const TensorId probs_all =
+      g == 1 ? Alias(em, probs)
+             : Tmp(em, d.act_bytes * t.n * g * d.experts, l, "moe.probs_gathered");
+  if (g > 1) {
+    ctx.k.MpuBuffer(z.Hidden(t.n * g));
+    em.Collective(CommGroup::kEp, static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)),
+                  Coll::kGather);
+  }
+  Release(em, probs);
   // dispatch_postprocess: local_map [n·g, El] (kept for unpermute), local probs masked to
   // [N], permute() of the gathered tokens into [N, h] with its sorted indices.
   em.Begin("moe.permute", l);
@@ -165,15 +218,19 @@ TensorId DispatchAllGather(ModuleContext& ctx, const Sizes& z, int l, TensorId p
   *expert_probs = Tmp(em, d.act_bytes * t.expert, l, "moe.local_probs");
   a->permutation_map = Act(em, 8 * t.expert, l, "moe.permutation_map");
   const TensorId out = Tmp(em, z.Hidden(t.expert), l, "moe.dispatched_tokens");
-  em.Free(map_all);
+  Release(em, map_all);
+  // dispatch_postprocess binds self.local_map, self.local_probs (core 0.13 on: the masked [N]
+  // probs the experts take; before 0.13 the unmasked [n·g, El] slice, which is larger, modelled
+  // as the [N] one) and self.reversed_local_input_permutation_mapping.
+  RebindAttrs(em, a->attrs, {{local_map, true}, {*expert_probs, true}, {a->permutation_map, true}});
   // The gathered probs: token_permutation's local before core 0.13; from 0.13 custom_forward's
   // `probs` (rebound by dispatch) until it returns.
   if (SplitForward(ctx.f)) {
     held->push_back(probs_all);
   } else {
-    em.Free(probs_all);
+    Release(em, probs_all);
   }
-  em.Free(a->routing_map);
+  Release(em, a->routing_map);
   a->routing_map = local_map;
   return out;
 }
@@ -202,21 +259,29 @@ TensorId Dispatch(ModuleContext& ctx, const Sizes& z, int l, TensorId probs, boo
     a->permute_map_t = Act(em, t.n * d.experts, l, "moe.permute_map_t");
     if (nograd) {
       for (TensorId* id : {&a->permute_probs_t, &a->permute_map_t}) {
-        em.Free(*id);
+        Release(em, *id);
         *id = 0;
       }
     }
   }
-  em.Free(probs);
+  // dispatch_preprocess (token_permutation before core 0.13) binds self.probs, the dense probs
+  // [n, E], and self.routing_map [n, E] bool, and permute's map to
+  // self.reversed_local_input_permutation_mapping. The probs' last other holder, the local,
+  // dies with the permute (their only one from then on).
+  RebindAttrs(em, a->attrs, {{probs, false}, {a->routing_map, true}, {a->permutation_map, true}});
   // token_dispatch: all_to_all over the EP group into new [R, h] and [R] tensors
   // (tensor_parallel/mappings.py _AllToAll, torch.empty of the output split sizes). The permuted
   // probs die when it returns; the permuted copies [S, h] stay referenced by custom_forward's
   // hidden_states from core 0.13 (held), by token_permutation's local before (freed below).
+  // With EP 1, _AllToAll.forward returns its input: the same tensors under a second name.
   em.Begin("moe.dispatch_alltoall", l);
-  const TensorId a2a = Tmp(em, z.Hidden(t.receive), l, "moe.received_tokens");
-  const TensorId a2a_probs = Tmp(em, d.act_bytes * t.receive, l, "moe.received_probs");
+  const bool one_rank = d.ep == 1;
+  const TensorId a2a =
+      one_rank ? Alias(em, sent) : Tmp(em, z.Hidden(t.receive), l, "moe.received_tokens");
+  const TensorId a2a_probs = one_rank ? Alias(em, sent_probs)
+                                      : Tmp(em, d.act_bytes * t.receive, l, "moe.received_probs");
   em.Collective(CommGroup::kEp, d.ep, static_cast<double>(z.Hidden(t.send)), Coll::kP2P);
-  em.Free(sent_probs);
+  Release(em, sent_probs);
   if (split) held->push_back(sent);
   // dispatch_postprocess: the expert-TP gather, then sort_chunks_by_idxs by local expert
   // (new tensors) when the rank holds more than one expert. Each rebinds its local; from core
@@ -224,7 +289,7 @@ TensorId Dispatch(ModuleContext& ctx, const Sizes& z, int l, TensorId probs, boo
   TensorId recv = EtpGather(ctx, z, l, a2a, t.receive, "moe.received_tokens_etp", split);
   TensorId recv_probs = a2a_probs;
   auto rebind_probs = [&](TensorId next) {
-    if (!(split && recv_probs == a2a_probs)) em.Free(recv_probs);
+    if (!(split && recv_probs == a2a_probs)) Release(em, recv_probs);
     recv_probs = next;
   };
   if (d.etp > 1) rebind_probs(Tmp(em, d.act_bytes * t.expert, l, "moe.received_probs_etp"));
@@ -232,7 +297,7 @@ TensorId Dispatch(ModuleContext& ctx, const Sizes& z, int l, TensorId probs, boo
     em.Begin("moe.sort_chunks", l);
     const TensorId sorted = Tmp(em, z.Hidden(t.expert), l, "moe.dispatched_tokens");
     rebind_probs(Tmp(em, d.act_bytes * t.expert, l, "moe.dispatched_probs"));
-    if (!(split && recv == a2a)) em.Free(recv);
+    if (!(split && recv == a2a)) Release(em, recv);
     recv = sorted;
   }
   if (split) {
@@ -240,7 +305,7 @@ TensorId Dispatch(ModuleContext& ctx, const Sizes& z, int l, TensorId probs, boo
     // The all-to-all output when it is not itself the experts' input (saved by fc1 with grad).
     if (recv != a2a || nograd) held->push_back(a2a);
   } else {
-    em.Free(sent);  // token_permutation returns
+    Release(em, sent);  // token_permutation returns
     // custom_forward's dispatched_input: the experts' input, saved by fc1 with grad.
     if (nograd) held->push_back(recv);
   }
@@ -271,33 +336,33 @@ TensorId ExpertsForward(ModuleContext& ctx, const Sizes& z, int l, TensorId in, 
     em.Flops(2.0 * n * d.h * d.gamma * z.Fe());
     em.Begin("moe.experts.act", l);
     a->act_out[i] = Act(em, d.act_bytes * n * z.Fe(), l, "moe.experts.act_out");
-    if (nograd) em.Free(a->fc1_out[i]);
+    if (nograd) Release(em, a->fc1_out[i]);
     em.Begin("moe.experts.fc2", l);
     outs[i] = Tmp(em, z.Hidden(n), l, "moe.experts.fc2_out");
     em.Flops(2.0 * n * z.Fe() * d.h);
     // moe_act recompute (CheckpointWithoutOutput.discard_output_and_register_recompute): the
     // activation's output is released once fc2 ran.
     if (nograd || ctx.selective.moe_act) {
-      em.Free(a->act_out[i]);
+      Release(em, a->act_out[i]);
       a->act_out[i] = 0;
     }
   }
-  if (nograd && !IsHeld(held, in)) em.Free(in);
+  if (nograd && !IsHeld(held, in)) Release(em, in);
   a->expert_probs = probs;
   if (nograd) {
-    if (!IsHeld(held, probs)) em.Free(probs);
+    if (!IsHeld(held, probs)) ReleaseSaved(em, a, probs);
     a->expert_probs = 0;
   }
   if (experts == 1) return outs[0];
   em.Begin("moe.experts.cat", l);
   const TensorId out = Tmp(em, z.Hidden(z.tok.expert), l, "moe.experts.output");
-  for (TensorId id : outs) em.Free(id);
+  for (TensorId id : outs) Release(em, id);
   return out;
 }
 
 void FreeMaps(Emitter& em, MoeSaved* a) {
-  em.Free(a->routing_map);
-  em.Free(a->permutation_map);
+  ReleaseSaved(em, a, a->routing_map);
+  ReleaseSaved(em, a, a->permutation_map);
   a->routing_map = a->permutation_map = 0;
 }
 
@@ -311,12 +376,17 @@ TensorId CombineAllGather(ModuleContext& ctx, const Sizes& z, int l, TensorId ou
   const std::int64_t g = std::int64_t{d.ep} * d.etp;
   em.Begin("moe.unpermute", l);
   const TensorId full = Tmp(em, z.Hidden(t.n * g), l, "moe.unpermuted_tokens");
-  em.Free(out);
+  Release(em, out);
+  // token_combine reduce-scatters only with TP×EP > 1.
+  if (g == 1) {
+    if (nograd) FreeMaps(em, a);
+    return full;
+  }
   em.Begin("moe.combine_reduce_scatter", l);
   const TensorId res = Tmp(em, z.Hidden(t.n), l, "moe.output");
   em.Collective(CommGroup::kEp, static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)),
                 Coll::kGather);
-  em.Free(full);
+  Release(em, full);
   if (nograd) FreeMaps(em, a);
   return res;
 }
@@ -340,11 +410,11 @@ TensorId Unpermute(ModuleContext& ctx, const Sizes& z, int l, TensorId back, boo
     }
     const TensorId weighted = Tmp(em, z.Hidden(t.send), l, "moe.weighted_tokens");
     const TensorId res = Tmp(em, z.Hidden(t.n), l, "moe.output");
-    em.Free(weighted);
+    Release(em, weighted);
     if (nograd) {
-      if (!keep_back) em.Free(back);
+      if (!keep_back) Release(em, back);
       for (TensorId* id : {&a->unpermute_probs_t, &a->unpermute_map_t}) {
-        em.Free(*id);
+        Release(em, *id);
         *id = 0;
       }
     } else {
@@ -353,7 +423,7 @@ TensorId Unpermute(ModuleContext& ctx, const Sizes& z, int l, TensorId back, boo
     return res;
   }
   const TensorId res = Tmp(em, z.Hidden(t.n), l, "moe.output");
-  if (!keep_back) em.Free(back);
+  if (!keep_back) Release(em, back);
   return res;
 }
 
@@ -372,7 +442,7 @@ TensorId Combine(ModuleContext& ctx, const Sizes& z, int l, TensorId out, bool n
   // tensor, except the experts' output, which the caller's local holds.
   const TensorId expert_out = out;
   auto rebind = [&](TensorId next) {
-    if (out != expert_out) em.Free(out);
+    if (out != expert_out) Release(em, out);
     out = next;
   };
   if (t.local_experts > 1) {
@@ -390,16 +460,18 @@ TensorId Combine(ModuleContext& ctx, const Sizes& z, int l, TensorId out, bool n
   if (locals == Locals::kTokenPermutation) {
     held->push_back(expert_out);
   } else if (out != expert_out) {
-    em.Free(expert_out);
+    Release(em, expert_out);
   }
   // token_combine: all_to_all back into [S, h]. Its input dies when combine returns (core 0.16
   // on); custom_forward's `output` holds it through combine, the unpermute and the shared add
   // included (0.13-0.15); token_unpermutation's local until it returns (before).
+  // (EP 1: _AllToAll.forward returns its input, a second reference to `out`.)
   em.Begin("moe.combine_alltoall", l);
-  const TensorId back = Tmp(em, z.Hidden(t.send), l, "moe.combined_tokens");
+  const TensorId back =
+      d.ep == 1 ? Alias(em, out) : Tmp(em, z.Hidden(t.send), l, "moe.combined_tokens");
   em.Collective(CommGroup::kEp, d.ep, static_cast<double>(z.Hidden(t.send)), Coll::kP2P);
   if (locals == Locals::kPostprocess) {
-    em.Free(out);
+    Release(em, out);
   } else if (locals == Locals::kCombineHoldsInput) {
     held->push_back(out);
   }
@@ -408,7 +480,7 @@ TensorId Combine(ModuleContext& ctx, const Sizes& z, int l, TensorId out, bool n
   const bool keep_back = locals == Locals::kPostprocess;
   const TensorId res = Unpermute(ctx, z, l, back, nograd, keep_back, a);
   if (keep_back) held->push_back(back);
-  if (locals == Locals::kTokenPermutation && out != expert_out) em.Free(out);
+  if (locals == Locals::kTokenPermutation && out != expert_out) Release(em, out);
   if (nograd) FreeMaps(em, a);
   return res;
 }
@@ -421,22 +493,22 @@ TensorId SharedForward(ModuleContext& ctx, const Sizes& z, int l, bool nograd, M
   em.Begin("moe.shared_experts.fc1", l);
   const TensorId g = ctx.k.SpGather(z.Hidden(d.T), LayerLabel(l, "moe.shared_fc1_gather"), false);
   a->shared_fc1_out = Act(em, d.act_bytes * d.T * d.gamma * z.Fs(), l, "moe.shared_fc1_out");
-  em.Free(g);
+  Release(em, g);
   em.Flops(2.0 * d.T * d.h * d.gamma * z.Fs());
   em.Begin("moe.shared_experts.act", l);
   a->shared_act_out = Act(em, d.act_bytes * d.T * z.Fs(), l, "moe.shared_act_out");
-  if (nograd) em.Free(a->shared_fc1_out);
+  if (nograd) Release(em, a->shared_fc1_out);
   em.Begin("moe.shared_experts.fc2", l);
   TensorId out = ctx.k.RowParallelOutput(z.Hidden(d.T), LayerLabel(l, "moe.shared_fc2_out"));
   em.Flops(2.0 * d.T * z.Fs() * d.h);
-  if (nograd) em.Free(a->shared_act_out);
+  if (nograd) Release(em, a->shared_act_out);
   if (d.shared_gate) {
     em.Begin("moe.shared_experts.gate", l);
     a->shared_gate = Act(em, d.act_bytes * z.tok.n, l, "moe.shared_gate");
     const TensorId gated = Tmp(em, z.Hidden(z.tok.n), l, "moe.shared_gated_out");
-    em.Free(out);
+    Release(em, out);
     out = gated;
-    if (nograd) em.Free(a->shared_gate);
+    if (nograd) Release(em, a->shared_gate);
   }
   return out;
 }
@@ -452,16 +524,20 @@ TensorId RoutedBranch(ModuleContext& ctx, const Sizes& z, int l, bool nograd, Mo
   const TensorId in = Dispatch(ctx, z, l, probs, nograd, a, &expert_probs, &held);
   const TensorId out = ExpertsForward(ctx, z, l, in, expert_probs, nograd, held, a);
   TensorId res = Combine(ctx, z, l, out, nograd, a, &held);
-  if (shared != 0) {
+  if (shared != 0 && ctx.f.moe_shared_add_in_place) {
+    // custom_forward's `output += ...` (core < 0.12): the sum is written into the output.
+    em.Begin("moe.add_shared", l);
+    Release(em, shared);
+  } else if (shared != 0) {
     // MoELayer.postprocess: output + shared_expert_output, a new tensor.
     em.Begin("moe.add_shared", l);
     const TensorId sum = Tmp(em, z.Hidden(z.tok.n), l, "moe.output_with_shared");
-    em.Free(res);
-    em.Free(shared);
+    Release(em, res);
+    Release(em, shared);
     res = sum;
   }
   // custom_forward returns: the tensors its locals (and the dispatcher's) still held go.
-  for (TensorId id : held) em.Free(id);
+  for (TensorId id : held) Release(em, id);
   return res;
 }
 
@@ -469,8 +545,8 @@ TensorId RoutedBranch(ModuleContext& ctx, const Sizes& z, int l, bool nograd, Mo
 TensorId SumGrads(ModuleContext& ctx, const Sizes& z, int l, TensorId a, TensorId b) {
   ctx.em.Begin("moe.d_ln2_out_sum", l);
   const TensorId sum = Tmp(ctx.em, z.Hidden(z.tok.n), l, "moe.d_ln2_out");
-  ctx.em.Free(a);
-  ctx.em.Free(b);
+  Release(ctx.em, a);
+  Release(ctx.em, b);
   return sum;
 }
 
@@ -483,38 +559,52 @@ TensorId CombineBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dy,
   Emitter& em = ctx.em;
   const MoeTokens& t = z.tok;
   auto drop_dy = [&] {
-    if (!keep_dy) em.Free(dy);
+    if (!keep_dy) Release(em, dy);
   };
   if (!d.alltoall) {
     // reduce-scatter's backward: all-gather [n·g, h]; unpermute's backward: index_select [N, h].
+    // With TP×EP 1 there was no reduce-scatter: the unpermute's backward reads dy itself.
     const std::int64_t g = std::int64_t{d.ep} * d.etp;
-    em.Begin("moe.combine_reduce_scatter_bwd", l);
-    const TensorId full = Tmp(em, z.Hidden(t.n * g), l, "moe.d_unpermuted_tokens");
-    em.Collective(CommGroup::kEp, static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)), Coll::kGather);
-    drop_dy();
+    TensorId full = dy;
+    if (g > 1) {
+      em.Begin("moe.combine_reduce_scatter_bwd", l);
+      full = Tmp(em, z.Hidden(t.n * g), l, "moe.d_unpermuted_tokens");
+      em.Collective(CommGroup::kEp, static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)),
+                    Coll::kGather);
+      drop_dy();
+    }
     em.Begin("moe.unpermute_bwd", l);
     const TensorId out = Tmp(em, z.Hidden(t.expert), l, "moe.d_expert_output");
-    em.Free(full);
+    if (g > 1) {
+      Release(em, full);
+    } else {
+      drop_dy();
+    }
     return out;
   }
   em.Begin("moe.unpermute_bwd", l);
   TensorId g = Tmp(em, z.Hidden(t.send), l, "moe.d_combined_tokens");
-  em.Free(a->combined_tokens);
+  Release(em, a->combined_tokens);
   if (a->unpermute_probs_t != 0) {
     // masked_select_backward: zeros like the saved [E, n] probs, masked_scatter_ of the grad.
     const TensorId dp = Tmp(em, d.act_bytes * t.n * d.experts, l, "moe.d_unpermute_probs_t");
-    for (TensorId id : {dp, a->unpermute_probs_t, a->unpermute_map_t}) em.Free(id);
+    for (TensorId id : {dp, a->unpermute_probs_t, a->unpermute_map_t}) Release(em, id);
   }
   drop_dy();
+  // The all-to-all's backward (_AllToAll.backward applies _AllToAll: the gradient itself with
+  // EP 1).
   em.Begin("moe.combine_alltoall_bwd", l);
-  TensorId r = Tmp(em, z.Hidden(t.receive), l, "moe.d_expert_output_ep");
-  em.Collective(CommGroup::kEp, d.ep, static_cast<double>(z.Hidden(t.send)), Coll::kP2P);
-  em.Free(g);
+  TensorId r = g;
+  if (d.ep > 1) {
+    r = Tmp(em, z.Hidden(t.receive), l, "moe.d_expert_output_ep");
+    em.Collective(CommGroup::kEp, d.ep, static_cast<double>(z.Hidden(t.send)), Coll::kP2P);
+    Release(em, g);
+  }
   r = EtpGather(ctx, z, l, r, t.receive, "moe.d_expert_output_etp");
   if (t.local_experts > 1) {
     em.Begin("moe.unsort_chunks_bwd", l);
     g = Tmp(em, z.Hidden(t.expert), l, "moe.d_expert_output");
-    em.Free(r);
+    Release(em, r);
     r = g;
   }
   return r;
@@ -545,12 +635,12 @@ TensorId ExpertsBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dy,
       ctx.k.WeightGradToAutograd(d.h, z.Fe(), ctx.f.te, LayerLabel(l, fmt::format("moe.fc2.wgrad{}", e)),
                                  LayerLabel(l, fmt::format("mlp.experts.{}.fc2.weight", e)));
     }
-    em.Free(a->act_out[i]);
+    Release(em, a->act_out[i]);
     em.Flops(4.0 * n * z.Fe() * d.h);
     em.Begin("moe.experts.act_bwd", l);
     const TensorId d_fc1 = Tmp(em, d.act_bytes * n * d.gamma * z.Fe(), l, "moe.experts.d_fc1_out");
-    em.Free(a->fc1_out[i]);
-    em.Free(d_act);
+    Release(em, a->fc1_out[i]);
+    Release(em, d_act);
     em.Begin("moe.experts.fc1_bwd", l);
     d_in[i] = Tmp(em, z.Hidden(n), l, "moe.experts.d_input");
     for (int e = d.grouped_gemm ? 0 : i; e < (d.grouped_gemm ? el : i + 1); ++e) {
@@ -558,20 +648,20 @@ TensorId ExpertsBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dy,
                                  LayerLabel(l, fmt::format("moe.fc1.wgrad{}", e)),
                                  LayerLabel(l, fmt::format("mlp.experts.{}.fc1.weight", e)));
     }
-    em.Free(d_fc1);
+    Release(em, d_fc1);
     em.Flops(4.0 * n * d.h * d.gamma * z.Fe());
   }
   // The probs' gradient from the weighted activation; SequentialMLP: torch.split's backward
   // concatenates the per-expert input grads into one [N, h].
   em.Begin("moe.experts.d_probs", l);
   *d_probs = Tmp(em, d.act_bytes * z.tok.expert, l, "moe.experts.d_probs");
-  em.Free(a->expert_in[0]);
-  em.Free(a->expert_probs);
-  em.Free(dy);
+  Release(em, a->expert_in[0]);
+  ReleaseSaved(em, a, a->expert_probs);
+  Release(em, dy);
   if (experts == 1) return d_in[0];
   em.Begin("moe.experts.cat_bwd", l);
   const TensorId out = Tmp(em, z.Hidden(z.tok.expert), l, "moe.experts.d_inputs");
-  for (TensorId id : d_in) em.Free(id);
+  for (TensorId id : d_in) Release(em, id);
   return out;
 }
 
@@ -589,14 +679,18 @@ TensorId DispatchBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dx
     em.Begin("moe.permute_bwd", l);
     const TensorId full = Tmp(em, z.Hidden(t.n * g), l, "moe.d_gathered_tokens");
     const TensorId probs = Tmp(em, d.act_bytes * t.n * g * d.experts, l, "moe.d_gathered_probs");
-    for (TensorId id : {dx, dp}) em.Free(id);
+    for (TensorId id : {dx, dp}) Release(em, id);
     FreeMaps(em, a);
+    if (g == 1) {  // no gathers to reverse (TP×EP 1)
+      *d_dense = probs;
+      return full;
+    }
     em.Begin("moe.dispatch_allgather_bwd", l);
     const TensorId out = Tmp(em, z.Hidden(t.n), l, "moe.d_routed_input");
     *d_dense = Tmp(em, d.act_bytes * t.n * d.experts, l, "moe.d_probs");
     em.Collective(CommGroup::kEp, static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)), Coll::kGather);
-    em.Free(full);
-    em.Free(probs);
+    Release(em, full);
+    Release(em, probs);
     return out;
   }
   std::int64_t rows = t.expert;
@@ -604,8 +698,8 @@ TensorId DispatchBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dx
     em.Begin("moe.sort_chunks_bwd", l);
     const TensorId x2 = Tmp(em, z.Hidden(rows), l, "moe.d_received_tokens");
     const TensorId p2 = Tmp(em, d.act_bytes * rows, l, "moe.d_received_probs");
-    em.Free(dx);
-    em.Free(dp);
+    Release(em, dx);
+    Release(em, dp);
     dx = x2;
     dp = p2;
   }
@@ -614,28 +708,31 @@ TensorId DispatchBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dx
     const TensorId x2 = Tmp(em, z.Hidden(t.receive), l, "moe.d_received_tokens_ep");
     const TensorId p2 = Tmp(em, d.act_bytes * t.receive, l, "moe.d_received_probs_ep");
     em.Collective(CommGroup::kEtp, d.etp, static_cast<double>(z.Hidden(rows)), Coll::kGather);
-    em.Free(dx);
-    em.Free(dp);
+    Release(em, dx);
+    Release(em, dp);
     dx = x2;
     dp = p2;
   }
   em.Begin("moe.dispatch_alltoall_bwd", l);
-  const TensorId sx = Tmp(em, z.Hidden(t.send), l, "moe.d_permuted_tokens");
-  const TensorId sp = Tmp(em, d.act_bytes * t.send, l, "moe.d_permuted_probs");
-  em.Collective(CommGroup::kEp, d.ep, static_cast<double>(z.Hidden(t.send)), Coll::kP2P);
-  em.Free(dx);
-  em.Free(dp);
+  TensorId sx = dx, sp = dp;  // EP 1: the gradients themselves (_AllToAll.backward)
+  if (d.ep > 1) {
+    sx = Tmp(em, z.Hidden(t.send), l, "moe.d_permuted_tokens");
+    sp = Tmp(em, d.act_bytes * t.send, l, "moe.d_permuted_probs");
+    em.Collective(CommGroup::kEp, d.ep, static_cast<double>(z.Hidden(t.send)), Coll::kP2P);
+    Release(em, dx);
+    Release(em, dp);
+  }
   // permute's backward: unpermute into zeros [n, h]; the probs' index_select backward into
   // zeros [n, E].
   em.Begin("moe.permute_bwd", l);
   const TensorId out = Tmp(em, z.Hidden(t.n), l, "moe.d_routed_input");
   *d_dense = Tmp(em, d.act_bytes * t.n * d.experts, l, "moe.d_probs");
-  em.Free(sx);
-  em.Free(sp);
+  Release(em, sx);
+  Release(em, sp);
   FreeMaps(em, a);
   // MaskedSelectBackward (core 0.13-0.16) releases what it saved.
   for (TensorId* id : {&a->permute_probs_t, &a->permute_map_t}) {
-    em.Free(*id);
+    Release(em, *id);
     *id = 0;
   }
   return out;
@@ -661,7 +758,7 @@ TensorId RouterBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId d_de
   em.Flops(4.0 * n * d.h * E);
   for (TensorId id : {d_topk, d_soft, d_logits, d_aux, d_dense, a->top_indices, a->topk_probs,
                       a->aux_scores}) {
-    em.Free(id);
+    Release(em, id);
   }
   return d_in;
 }
@@ -678,7 +775,7 @@ TensorId SharedBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dy, 
     d_gate_in = Tmp(em, z.Hidden(z.tok.n), l, "moe.shared.d_gate_input");
     ctx.k.SmallWeightGrad(d.h, LayerLabel(l, "moe.shared.gate_wgrad"),
                           LayerLabel(l, "mlp.shared_experts.gate_weight"));
-    em.Free(a->shared_gate);
+    Release(em, a->shared_gate);
   }
   em.Begin("moe.shared_experts.fc2_bwd", l);
   ctx.k.GemmWorkspace(false);
@@ -686,20 +783,20 @@ TensorId SharedBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dy, 
   const TensorId d_act = Tmp(em, d.act_bytes * d.T * z.Fs(), l, "moe.shared.d_act_out");
   ctx.k.WeightGradToAutograd(d.h, z.Fs(), ctx.f.te, LayerLabel(l, "moe.shared.fc2.wgrad"),
                              LayerLabel(l, "mlp.shared_experts.fc2.weight"));
-  em.Free(g);
-  em.Free(a->shared_act_out);
-  if (d_out != dy) em.Free(d_out);
+  Release(em, g);
+  Release(em, a->shared_act_out);
+  if (d_out != dy) Release(em, d_out);
   em.Begin("moe.shared_experts.act_bwd", l);
   const TensorId d_fc1 = Tmp(em, d.act_bytes * d.T * d.gamma * z.Fs(), l, "moe.shared.d_fc1_out");
-  em.Free(a->shared_fc1_out);
-  em.Free(d_act);
+  Release(em, a->shared_fc1_out);
+  Release(em, d_act);
   em.Begin("moe.shared_experts.fc1_bwd", l);
   g = ctx.k.SpGather(z.Hidden(d.T), LayerLabel(l, "moe.shared.fc1_input_gather"), false);
   TensorId d_in = ctx.k.ColumnParallelInputGrad(LayerLabel(l, "moe.shared.d_input"));
   ctx.k.WeightGradToAutograd(d.gamma * z.Fs(), d.h, ctx.f.te, LayerLabel(l, "moe.shared.fc1.wgrad"),
                              LayerLabel(l, "mlp.shared_experts.fc1.weight"));
-  em.Free(g);
-  em.Free(d_fc1);
+  Release(em, g);
+  Release(em, d_fc1);
   em.Flops(8.0 * d.T * d.h * d.gamma * z.Fs());
   if (d_gate_in != 0) d_in = SumGrads(ctx, z, l, d_in, d_gate_in);
   return d_in;
@@ -779,6 +876,7 @@ TensorId MoeModule::Forward(ModuleContext& ctx, int l, TensorId x, const Forward
   if (!ctx.d.IsMoeLayer(l)) return dense_.Forward(ctx, l, x, mode, saved);
   const Sizes z(ctx.d);
   MoeSaved a;
+  a.attrs = &dispatcher_attrs_[l];
   // pre_mlp_layernorm, outside the MoE layer: with selective recompute of "moe" its output is
   // the input tensor_parallel.checkpoint keeps; the layer itself runs under no_grad.
   ctx.em.Begin("moe.ln", l);
@@ -816,9 +914,9 @@ TensorId MoeModule::Backward(ModuleContext& ctx, int l, ModuleSaved& saved, Tens
   d_ln = SumGrads(ctx, z, l, d_ln, RouterBackward(ctx, z, l, d_dense_probs, &a));
   if (shared) {
     d_ln = SumGrads(ctx, z, l, d_ln, SharedBackward(ctx, z, l, dbranch, &a));
-    if (dbranch != dy) em.Free(dbranch);
+    if (dbranch != dy) Release(em, dbranch);
   }
-  em.Free(a.ln2.out);
+  Release(em, a.ln2.out);
   return NormAndResidualBackward(ctx, l, kNames, a.ln2, d_ln, x, free_x, dy, free_dy, recomputed);
 }
 

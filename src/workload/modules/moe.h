@@ -18,13 +18,18 @@
 // recomputes it before fc2's backward (experts.py, CheckpointWithoutOutput).
 // Not modelled: z-loss (moe_z_loss_coeff), input jitter, the flex / DeepEP dispatchers,
 // shared-expert overlap, fp8 padding, router fp32/fp64 dtype (moe_router_dtype), token-drop
-// policy differences (capacity without padding keeps min(n·k, E·capacity) tokens),
-// the dispatcher's attributes (self.probs, self.routing_map, the permutation map) kept until the
-// layer's next forward rebinds them. The forward's token tensors live as long as the Python locals
-// of MoELayer.forward hold them (FrameworkFacts::moe_forward_locals, moe.cc).
+// policy differences (capacity without padding keeps min(n·k, E·capacity) tokens), the
+// dispatchers' tiny per-rank split counts (input_splits, output_splits,
+// num_global_tokens_per_local_expert: [ep]- and [E]-sized, moved to the host). The forward's token
+// tensors live as long as the Python locals of MoELayer.forward hold them
+// (FrameworkFacts::moe_forward_locals, moe.cc); the dispatcher's attributes (self.probs,
+// self.routing_map, the permutation map; allgather's local map and probs) until the layer's next
+// forward rebinds them (MoeModule::dispatcher_attrs_).
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <vector>
 
 #include "workload/modules/mlp.h"
 #include "workload/modules/module.h"
@@ -42,6 +47,14 @@ struct MoeTokens {
 };
 MoeTokens ComputeMoeTokens(const ModelDims& d);
 
+// A tensor bound to a token dispatcher's attribute; `saved`: autograd (or a no-grad forward's
+// local) holds it too.
+struct DispatcherAttr {
+  TensorId id = 0;
+  bool saved = false;
+};
+using DispatcherAttrs = std::vector<DispatcherAttr>;
+
 class MoeModule final : public LayerModule {
  public:
   void AppendParams(const config::ModelConfig& model, const ModelDims& d, int chunk, int layer,
@@ -53,6 +66,12 @@ class MoeModule final : public LayerModule {
 
  private:
   MlpModule dense_;  // the layers that are not MoE layers
+  // Per MoE layer (global index): the tensors its token dispatcher's attributes hold after its
+  // last forward (token_dispatcher.py MoEAlltoAllTokenDispatcher: self.probs [n, E],
+  // self.routing_map [n, E] bool, self.reversed_local_input_permutation_mapping [S] int64;
+  // MoEAllGatherTokenDispatcher: self.local_map, self.local_probs and the mapping), freed when
+  // the layer's next forward rebinds them (moe.cc RebindAttrs).
+  std::map<int, DispatcherAttrs> dispatcher_attrs_;
 };
 
 }  // namespace memsim::workload
