@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -35,6 +36,22 @@ struct PlanArgs {
   std::string write_dir;
 };
 
+// Each KEY once over --fix and --vary: a second would silently replace the first's values.
+// REQUIRES: every text is KEY=VALUE (plan::ApplyFix / ApplyVary checked it).
+void RejectKeyGivenTwice(const PlanArgs& a) {
+  std::map<std::string, std::string> given;  // key -> "--fix KEY=VALUE"
+  const auto check = [&given](const std::string& flag, const std::string& text) {
+    const std::string key = text.substr(0, text.find('='));
+    const auto [it, added] = given.emplace(key, flag + " " + text);
+    if (!added) {
+      throw InputError(fmt::format("{} {}: {} is already given by {}; give each key once",
+                                   flag, text, key, it->second));
+    }
+  };
+  for (const std::string& f : a.fixes) check("--fix", f);
+  for (const std::string& v : a.varies) check("--vary", v);
+}
+
 // The request: the flags given, else the base config's world size, batch and sequence.
 plan::Request ToRequest(const PlanArgs& a, const config::Setup& base) {
   const config::TrainingConfig& t = base.training;
@@ -51,6 +68,7 @@ plan::Request ToRequest(const PlanArgs& a, const config::Setup& base) {
   r.space = plan::DefaultSpace(base);
   for (const std::string& f : a.fixes) plan::ApplyFix(f, &r.space);
   for (const std::string& v : a.varies) plan::ApplyVary(v, &r.space);
+  RejectKeyGivenTwice(a);
   return r;
 }
 

@@ -42,13 +42,15 @@ bool IsStage3Key(const std::string& key) {
 
 bool IsAuto(const Json* v) { return v != nullptr && v->is_string() && v->get<std::string>() == "auto"; }
 
-// A bucket size: a non-negative number of elements (DeepSpeed's pp_int accepts 5e8).
+// A bucket size: a non-negative number of elements (DeepSpeed's pp_int accepts 5e8). A bad value
+// is a field error (reported with the config's others) and reads as `fallback`.
 std::int64_t BucketSize(ObjectReader& z, std::string_view key, std::int64_t fallback) {
   const Json* v = z.Get(key);
   if (v == nullptr) return fallback;
   if (!v->is_number() || v->get<double>() < 0 || v->get<double>() > 1e15 ||
       std::floor(v->get<double>()) != v->get<double>()) {
-    Fail(z.At(key), fmt::format("expected a whole number of elements, got {}", Describe(*v)));
+    z.FieldError(key, fmt::format("expected a whole number of elements, got {}", Describe(*v)));
+    return fallback;
   }
   return static_cast<std::int64_t>(v->get<double>());
 }
@@ -106,7 +108,9 @@ void ReadZero(ObjectReader& ds, DeepSpeedZero& out, std::vector<std::string>* no
   static const Json kEmpty = Json::object();
   ObjectReader z(ds.source(), zj != nullptr ? *zj : kEmpty, ds.PointerOf("zero_optimization"));
   const std::string stage_at = z.At("stage");
-  out.stage = z.IntInRange("stage", 0, 3).value_or(0);
+  // A bad stage is a field error, thrown with the others once every key is read: the rest is
+  // read as at stage 2 meanwhile, so that its errors are found in the same run.
+  out.stage = z.IntInRange("stage", 0, 3).value_or(z.Has("stage") ? 2 : 0);
   if (out.stage == 0) {
     throw UnsupportedError(fmt::format(
         "{}: 0 (DeepSpeed without ZeRO: BF16_Optimizer, FP16_Optimizer or the bare optimizer "
@@ -156,7 +160,9 @@ void CheckBatchKeys(ObjectReader& ds, const TrainingConfig& c) {
   for (const auto& [key, trainer] : keys) {
     const Json* v = ds.Get(key);
     if (v == nullptr || IsAuto(v)) continue;
-    if (!v->is_number_integer() || v->get<std::int64_t>() != trainer) {
+    if (!v->is_number_integer()) {
+      ds.FieldError(key, fmt::format("expected \"auto\" or an integer, got {}", Describe(*v)));
+    } else if (v->get<std::int64_t>() != trainer) {
       Fail(ds.At(key), fmt::format("{} differs from the Trainer's {} (the Trainer refuses the "
                                    "mismatch; write \"auto\")",
                                    Describe(*v), trainer));
@@ -194,7 +200,7 @@ void ReadDeepSpeed(ObjectReader& t, const Document& config, TrainingConfig& c,
     const Document doc = FindReferencedDocument(v->get<std::string>(), t.At("deepspeed"), config,
                                                 "the DeepSpeed config (ds_config JSON)");
     json = ParseJson(doc.text, doc.label);
-    source = Source{doc.label, {}};
+    source = Source{doc.label, {}, t.source().field_errors};  // one run reports every error
     pointer = "";
   } else if (v->is_object()) {
     json = *v;

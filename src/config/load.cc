@@ -255,6 +255,18 @@ std::string ReproducingConfig(const Document& config, const Json& root, const Lo
     }
     training["training_args"] = std::move(args);
   }
+  // TrainingArguments `deepspeed` naming a ds_config file (relative to the config, in the block
+  // or in the training_args file): inline, as hf_deepspeed.cc ReadDeepSpeed reads an object.
+  for (Json* holder : {&training, training.contains("training_args") ? &training["training_args"]
+                                                                       : nullptr}) {
+    if (holder == nullptr || !holder->is_object() || !holder->contains("deepspeed")) continue;
+    Json& ds = (*holder)["deepspeed"];
+    if (!ds.is_string() || ds.get<std::string>().empty()) continue;
+    const std::string ref = ds.get<std::string>();
+    const Document d = internal::FindReferencedDocument(ref, ref, config,
+                                                        "the DeepSpeed config (ds_config JSON)");
+    ds = internal::ParseJson(d.text, d.label);
+  }
   return out.dump(1);
 }
 

@@ -114,12 +114,13 @@ class ObjectReader {
   std::string NearMiss(std::string_view key, const std::vector<std::string>& more = {}) const;
   // Marks `key` read without interpreting it.
   void Skip(std::string_view key) { read_.insert(std::string(key)); }
+  // A field error of `key` ("<file>: <pointer>: <what>"): recorded in Source::field_errors (the
+  // typed reads above then return std::nullopt, as for an absent key), or thrown as InputError
+  // when there is none. For a reader's own checks of one value (hf_deepspeed.cc bucket sizes).
+  void FieldError(std::string_view key, const std::string& what) const;
 
  private:
   const Json* Value(std::string_view key);  // non-null value, marked read
-  // A field error of `key`: recorded in Source::field_errors (the typed reads above then return
-  // std::nullopt, as for an absent key), or thrown as InputError when there is none.
-  void FieldError(std::string_view key, const std::string& what) const;
   const Source& source_;
   const Json& object_;
   std::string pointer_;

@@ -137,8 +137,8 @@ double EstimateStepSeconds(const config::Setup& plan) {
 PlanResult Plan(const config::Setup& base, const Request& request,
                 const std::function<void(int, int)>& progress) {
   if (!config::StackOf(base.training).Traits().model_parallel) {
-    throw InputError(fmt::format("memsim plan enumerates model-parallel layouts; framework \"{}\" "
-                                 "has none (plan a framework \"megatron\" config)",
+    throw InputError(fmt::format("framework \"{}\" has no model-parallel layouts to vary (plan "
+                                 "a framework \"megatron\" config)",
                                  base.training.framework));
   }
   PlanResult result;

@@ -141,13 +141,32 @@ std::string PlanJson(const PlanResult& r, int top) {
   return j.dump(1) + "\n";
 }
 
+namespace {
+
+// The plan's config with its own `_comment` first, in place of the base config's `_comment` /
+// `_about` (which described the base's model, device or layout, not this plan's).
+std::string WithPlanComment(const PlanResult& r, const Candidate& c, int number) {
+  const json config = json::parse(c.config_json);
+  json out = {{"_comment", fmt::format("memsim plan #{}: {} for {} on {} x {}, global batch {}, "
+                                       "sequence {}",
+                                       number, LayoutLabel(c.layout), r.model, r.devices,
+                                       r.device, r.global_batch_size, r.seq_length)}};
+  for (const auto& [key, value] : config.items()) {
+    if (key != "_comment" && key != "_about") out[key] = value;
+  }
+  return out.dump(1) + "\n";
+}
+
+}  // namespace
+
 std::vector<std::pair<std::string, std::string>> PlanConfigFiles(const PlanResult& r, int top) {
   std::vector<std::pair<std::string, std::string>> out;
   for (const Candidate& c : r.candidates) {
     if (c.verdict != Verdict::kFits || static_cast<int>(out.size()) == top) continue;
     std::string name = LayoutLabel(c.layout);
     std::replace(name.begin(), name.end(), ' ', '-');
-    out.emplace_back(fmt::format("plan-{:02}-{}.json", out.size() + 1, name), c.config_json + "\n");
+    const int number = static_cast<int>(out.size()) + 1;
+    out.emplace_back(fmt::format("plan-{:02}-{}.json", number, name), WithPlanComment(r, c, number));
   }
   return out;
 }

@@ -144,8 +144,9 @@ std::string FormatPlanTable(const PlanResult& result, int top);
 // verdict, reason, stage_peak_bytes, peak_bytes, usable_bytes, step_seconds], "rejected":
 // [{"verdict", "reason", "count"}]}.
 std::string PlanJson(const PlanResult& result, int top);
-// The files --write-config DIR writes: "plan-<rank>-tp<T>-pp<P>-....json" and the plan's config,
-// for the top `top` fitting plans.
+// The files --write-config DIR writes: "plan-<rank>-tp<T>-pp<P>-....json" and the plan's config
+// (its `_comment` naming the plan, the base config's `_comment` / `_about` dropped), for the top
+// `top` fitting plans.
 std::vector<std::pair<std::string, std::string>> PlanConfigFiles(const PlanResult& result,
                                                                   int top);
 // "tp2 pp1 cp1 ep1 dp4 mbs1 selective dist_opt"

@@ -40,6 +40,18 @@ std::vector<std::string_view> SplitList(std::string_view list) {
   }
 }
 
+// "--vary pp=1,2,1": a value listed twice would be simulated twice.
+void RejectRepeated(const std::vector<std::string_view>& values, std::string_view flag,
+                    std::string_view text) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (values[i] == values[j]) {
+        throw InputError(fmt::format("{} {}: '{}' listed twice", flag, text, values[i]));
+      }
+    }
+  }
+}
+
 // KEY's values in `space` replaced by the words of `values`.
 void SetKey(std::string_view key, const std::vector<std::string_view>& values,
             std::string_view flag, std::string_view text, Space* space) {
@@ -90,6 +102,7 @@ void Apply(std::string_view text, std::string_view flag, bool list, Space* space
     throw InputError(fmt::format("{} {}: one value (use --vary for a list)", flag, text));
   }
   SetKey(text.substr(0, eq), values, flag, text, space);
+  RejectRepeated(values, flag, text);
 }
 
 // Rules on the parallel sizes alone: the world, heads, layers and widths.

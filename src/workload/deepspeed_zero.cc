@@ -209,6 +209,9 @@ void DeepSpeedZeroWrapper::Prologue(Emitter& em) {
   if (ready_) return;
   ready_ = true;
   if (!z_.contiguous_gradients) return;
+  // reduce_bucket_size 0 (zero/config.py allows ge=0): torch.empty(0) takes no device memory,
+  // and every parameter is then larger than the bucket and keeps its own gradient (Bucket).
+  if (z_.reduce_bucket_size == 0) return;
   em.Begin("zero.backward_prologue");
   for (int k = 0; k < (z_.overlap_comm ? 2 : 1); ++k) {
     ipg_[k] = em.Alloc(z_.reduce_bucket_size * Elem(), Category::kGradients,

@@ -78,6 +78,52 @@ TEST_CASE("hf-trainer deepspeed: a ds_config beside the config, auto values and 
   CHECK_FALSE(d.offload_optimizer_cpu);
 }
 
+TEST_CASE("hf-trainer deepspeed: every wrong field of a ds_config is reported in one run",
+          "[config][hf][zero]") {
+  // Four wrong values in the file (stage a string, a bucket size a word, overlap_comm a number,
+  // a batch size a word): each named by the ds_config's file and pointer, in one error.
+  DsFile("many.ds.json",
+         "{\"train_micro_batch_size_per_gpu\": \"four\", \"zero_optimization\": {\"stage\": "
+         "\"2\", \"reduce_bucket_size\": \"x\", \"overlap_comm\": 3}}");
+  const std::string e = ErrorOf(DsConfig("many", "\"many.ds.json\""));
+  CHECK_THAT(e, Catch::Contains("4 problems in"));
+  CHECK_THAT(e, Catch::Contains("many.ds.json: /zero_optimization/stage: expected an integer"));
+  CHECK_THAT(e, Catch::Contains("many.ds.json: /zero_optimization/reduce_bucket_size: expected a "
+                                "whole number of elements"));
+  CHECK_THAT(e, Catch::Contains("many.ds.json: /zero_optimization/overlap_comm: expected true or "
+                                "false"));
+  CHECK_THAT(e, Catch::Contains("many.ds.json: /train_micro_batch_size_per_gpu: expected \"auto\" "
+                                "or an integer"));
+  // A bad stage is not also reported as the unsupported stage 0 or 3.
+  CHECK_THAT(e, !Catch::Contains("unsupported"));
+  // Inline, the pointers run from the training config's /training/deepspeed.
+  const std::string inl = ErrorOf(DsConfig(
+      "many-inline", "{\"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": -1, "
+                     "\"contiguous_gradients\": \"no\"}}"));
+  CHECK_THAT(inl, Catch::Contains("2 problems in"));
+  CHECK_THAT(inl, Catch::Contains("/training/deepspeed/zero_optimization/reduce_bucket_size"));
+  CHECK_THAT(inl, Catch::Contains("/training/deepspeed/zero_optimization/contiguous_gradients"));
+}
+
+TEST_CASE("hf-trainer deepspeed: the reproducing config holds the ds_config inline",
+          "[config][hf][zero]") {
+  // run --json's input_config must load from any directory: the ds_config file beside the
+  // config is written into it as the object, which reads as the file did.
+  DsFile("repro.ds.json", "{\"bf16\": {\"enabled\": \"auto\"}, \"zero_optimization\": "
+                          "{\"stage\": 1, \"reduce_bucket_size\": 1234, \"overlap_comm\": true}}");
+  const Setup s = LoadSetup(DsConfig("repro", "\"repro.ds.json\""), {});
+  CHECK(s.reproducing_config.find("repro.ds.json") == std::string::npos);
+  const auto elsewhere = DsDir() / "elsewhere";
+  std::filesystem::create_directories(elsewhere);
+  const std::string again = (elsewhere / "again.json").string();
+  std::ofstream(again) << s.reproducing_config;
+  const Setup r = LoadSetup(again, {});
+  const DeepSpeedZero& z = *HfTrainerOf(r.training).deepspeed;
+  CHECK(z.stage == 1);
+  CHECK(z.reduce_bucket_size == 1234);
+  CHECK(z.overlap_comm);
+}
+
 TEST_CASE("hf-trainer deepspeed: unknown keys are warnings naming each", "[config][hf][zero]") {
   const Setup s = LoadSetup(
       DsConfig("unknown", "{\"bf16\": {\"enabled\": \"auto\"}, \"zero_optimzation\": {}, "

@@ -115,6 +115,9 @@ TEST_CASE("plan: --fix and --vary replace a key's values; bad ones name the flag
   CHECK_THROWS_WITH(plan::ApplyFix("tp=2,4", &s), Catch::Contains("use --vary"));
   CHECK_THROWS_WITH(plan::ApplyVary("pp=1,x", &s), Catch::Contains("--vary pp=1,x: 'x'"));
   CHECK_THROWS_WITH(plan::ApplyVary("recompute=some", &s), Catch::Contains("recompute 'some'"));
+  // A value listed twice would be simulated twice.
+  CHECK_THROWS_WITH(plan::ApplyVary("pp=1,2,1", &s), Catch::Contains("--vary pp=1,2,1: '1' listed twice"));
+  CHECK_THROWS_WITH(plan::ApplyVary("dist_opt=true,true", &s), Catch::Contains("'true' listed twice"));
 }
 
 TEST_CASE("plan: the step-time estimate is Megatron's FLOPs at the preset's peak, with the "
@@ -204,6 +207,13 @@ TEST_CASE("memsim plan: the written config runs to the same peak, byte for byte;
   }
   std::sort(written.begin(), written.end());
   REQUIRE(written.size() == 2);
+  // Its comment names this plan, not the base config's (the embedded default's "Llama-2-7B on
+  // Ascend 910B ..." would describe another model and layout).
+  const nlohmann::json written0 = nlohmann::json::parse(ReadAll(written[0]));
+  const std::string comment = written0["_comment"];
+  CHECK(comment.find("memsim plan #1: ") == 0);
+  CHECK(comment.find("for qwen2.5-0.5b on 4 x ascend-910b-64g") != std::string::npos);
+  CHECK(comment.find("Llama-2") == std::string::npos);
   const auto r = RunMemsim(dir, "run '" + written[0].string() + "' --json r.json --no-chart");
   REQUIRE(r.exit_code == 0);
   const nlohmann::json run = nlohmann::json::parse(ReadAll(dir.path() / "r.json"));
@@ -229,6 +239,20 @@ TEST_CASE("memsim plan: bad flags exit 2 naming the flag", "[plan][cli]") {
   const auto many = RunMemsim(dir, "plan --max-candidates 10");
   CHECK(many.exit_code == 2);
   CHECK(many.err.find("more than --max-candidates 10") != std::string::npos);
+  // A framework without model parallelism: refused once, by the command's own prefix.
+  const auto hf = RunMemsim(
+      dir, std::string("plan '") + MEMSIM_SOURCE_DIR + "/configs/qwen2.5-7b-ddp8-h200.json'");
+  CHECK(hf.exit_code == 2);
+  CHECK(hf.err.find("memsim plan: framework \"hf-trainer\" has no model-parallel layouts") !=
+        std::string::npos);
+  // A key given twice, by --fix and --vary or twice by one of them: the second would replace
+  // the first's values without a word, so it is refused, naming both.
+  const auto both = RunMemsim(dir, "plan --vary tp=1,2 --fix tp=4 --json p.json");
+  CHECK(both.exit_code == 2);
+  CHECK(both.err.find("--vary tp=1,2: tp is already given by --fix tp=4") != std::string::npos);
+  const auto twice = RunMemsim(dir, "plan --fix pp=2 --fix pp=4");
+  CHECK(twice.exit_code == 2);
+  CHECK(twice.err.find("--fix pp=4: pp is already given by --fix pp=2") != std::string::npos);
   CHECK(std::filesystem::is_empty(dir.path()));
 }
 

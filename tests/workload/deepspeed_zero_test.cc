@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config/load.h"
+#include "engine/stages.h"
 #include "workload/build.h"
 #include "workload/deepspeed_zero.h"
 
@@ -123,6 +124,24 @@ TEST_CASE("ZeRO-2 at DP 4: flat bf16 buffer, fp32 partition, buckets, partition 
   CHECK(s.main_param_bytes == 4 * kPartition);
   CHECK(s.optimizer_state_bytes == 8 * kPartition);
   CHECK(s.gradient_bytes == 2 * kGradsInPartition);
+}
+
+TEST_CASE("ZeRO-2 with reduce_bucket_size 0: no ipg buffer, each gradient reduced on its own",
+          "[workload][zero]") {
+  // zero/config.py accepts reduce_bucket_size >= 0. backward_prologue's torch.empty(0) holds no
+  // device memory; every parameter is larger than the bucket (extra_large_param_to_reduce), so
+  // its gradient stays its own tensor until its one-parameter bucket is reduced; the partition's
+  // gradients still go to grads_in_partition, once a micro-batch as with any bucket size.
+  const config::Setup setup = ZeroSetup("z2b0", "{\"stage\": 2, \"reduce_bucket_size\": 0}");
+  const Program p = Build(setup, 0);
+  CHECK(ZeroAllocs(p, "zero.ipg_buffer").empty());
+  CHECK(ZeroAllocs(p, "zero.grads_in_partition", 1) ==
+        std::vector<Bytes>(2, 2 * kGradsInPartition));
+  // The whole run simulates (every tensor freed was allocated before).
+  const engine::RunResult run = engine::RunAllStages(setup, {});
+  REQUIRE(run.stages.size() == 1);
+  // At least the flat bf16 weights and the fp32 partition stay allocated.
+  CHECK(run.stages[0].peak_allocated_bytes >= 2 * kNumel + 4 * kPartition);
 }
 
 TEST_CASE("ZeRO-1 keeps full gradients until the accumulation boundary", "[workload][zero]") {
