@@ -126,6 +126,7 @@ Setup LoadRecipe(const Document& config, const LoadOptions& options) {
   s.recipe.push_back(fmt::format("{} recipe", r.tool()));
   s.recipe.insert(s.recipe.end(), r.assumed().begin(), r.assumed().end());
   s.warnings.insert(s.warnings.begin(), r.warnings().begin(), r.warnings().end());
+  s.not_modelled.insert(s.not_modelled.begin(), r.not_modelled().begin(), r.not_modelled().end());
   s.notes.insert(s.notes.begin(), r.notes().begin(), r.notes().end());
   return s;
 }
