@@ -98,7 +98,8 @@ void ReadOffload(ObjectReader& z, DeepSpeedZero& out, std::vector<std::string>* 
   out.offload_optimizer_cpu = device == "cpu";
   r.Bool("pin_memory");  // host memory only
   for (const std::string& key : r.Unread()) {
-    warnings->push_back(fmt::format("{}: not modelled, ignored", r.At(key)));
+    r.WarnNotModelled(key, fmt::format("{}: not modelled, ignored", r.At(key)),
+                      NotModelled::Direction::kEither, warnings);
   }
 }
 
@@ -132,10 +133,12 @@ void ReadZero(ObjectReader& ds, DeepSpeedZero& out, std::vector<std::string>* no
   out.contiguous_gradients = z.Bool("contiguous_gradients").value_or(true);
   ReadOffload(z, out, warnings);
   if (z.Bool("round_robin_gradients").value_or(false)) {
-    warnings->push_back(fmt::format("{}: true: not modelled (the reordering moves which "
-                                    "parameters fall in each rank's partition; sizes within "
-                                    "one parameter)",
-                                    z.At("round_robin_gradients")));
+    z.WarnNotModelled("round_robin_gradients",
+                      fmt::format("{}: true: not modelled (the reordering moves which "
+                                  "parameters fall in each rank's partition; sizes within "
+                                  "one parameter)",
+                                  z.At("round_robin_gradients")),
+                      NotModelled::Direction::kEither, warnings);
   }
   for (const std::string& key : z.Unread()) {
     if (kNoEffectZero.count(key) != 0) {
@@ -200,7 +203,8 @@ void ReadDeepSpeed(ObjectReader& t, const Document& config, TrainingConfig& c,
     const Document doc = FindReferencedDocument(v->get<std::string>(), t.At("deepspeed"), config,
                                                 "the DeepSpeed config (ds_config JSON)");
     json = ParseJson(doc.text, doc.label);
-    source = Source{doc.label, {}, t.source().field_errors};  // one run reports every error
+    source = Source{doc.label, {}, t.source().field_errors,  // one run reports every error
+                    t.source().not_modelled};
     pointer = "";
   } else if (v->is_object()) {
     json = *v;

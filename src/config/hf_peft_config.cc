@@ -258,9 +258,12 @@ void ReadUnmodelled(ObjectReader& a, std::vector<std::string>* warnings) {
   }
   for (const char* key : {"lora_bias", "trainable_token_indices"}) {
     if (set(key)) {
-      warnings->push_back(fmt::format("{}: not modelled (a trained bias of each lora_B, or "
-                                      "trained rows of the embedding: a few MiB at most), ignored",
-                                      a.At(key)));
+      // Trained parameters memsim leaves out: memsim errs low (a few MiB).
+      a.WarnNotModelled(key,
+                        fmt::format("{}: not modelled (a trained bias of each lora_B, or trained "
+                                    "rows of the embedding: a few MiB at most), ignored",
+                                    a.At(key)),
+                        NotModelled::Direction::kLow, warnings);
     }
   }
 }
@@ -632,7 +635,7 @@ void ReadPeft(ObjectReader& own, const Document& config, TrainingConfig& c,
                                                    config, "the adapter_config.json", "adapter_config.json");
       const Json json = ParseJson(doc.text, doc.label);
       if (!json.is_object()) Fail(doc.label, fmt::format("expected an object, got {}", Describe(json)));
-      Source source{doc.label, {}};
+      Source source{doc.label, {}, nullptr, own.source().not_modelled};
       ObjectReader a(source, json, "");
       ReadLora(a, c, notes, warnings, match);
     } else if (v->is_object()) {

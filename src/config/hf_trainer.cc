@@ -43,33 +43,42 @@ const std::vector<std::string> kModelled = {
 // default (null, false, "auto") in every trainer.args.to_json_string(): a warning each when set
 // to anything else (transformers/training_args.py for the defaults, transformers/trainer.py for
 // what the Trainer does with them).
+// `errs`: which way memsim's figures are off when the field is set (the out-of-memory verdict's
+// caveat, setup.h NotModelled): kHigh where the Trainer then holds less than memsim simulates,
+// kLow where more, kEither where it depends on the run.
 struct NotModelledField {
   std::string_view key;
   std::string_view default_string;  // a string default ("auto"); empty: null or false
   std::string_view what;
+  NotModelled::Direction errs;
 };
 constexpr NotModelledField kNotModelledFields[] = {
     {"torch_empty_cache_steps", "",
      "Trainer.training_step calls torch.cuda.empty_cache() every N steps, between the forward and "
-     "the backward: reserved drops there, while memsim keeps the cache"},
+     "the backward: reserved drops there, while memsim keeps the cache",
+     NotModelled::Direction::kHigh},
     {"auto_find_batch_size", "",
      "after an out-of-memory error the Trainer retries with half the batch "
      "(accelerate find_executable_batch_size in Trainer.train); memsim simulates "
-     "per_device_train_batch_size as given"},
+     "per_device_train_batch_size as given",
+     NotModelled::Direction::kHigh},
     {"use_liger_kernel", "",
      "Liger's kernels (a fused linear cross-entropy that never holds the whole logits, fused "
-     "RMSNorm, SwiGLU and RoPE) replace the model's ops; memsim is high"},
+     "RMSNorm, SwiGLU and RoPE) replace the model's ops; memsim is high",
+     NotModelled::Direction::kHigh},
     {"neftune_noise_alpha", "",
      "NEFTune's forward hook adds noise to the embedding output in training (one "
-     "embedding-output-sized tensor more)"},
+     "embedding-output-sized tensor more)",
+     NotModelled::Direction::kLow},
     {"include_inputs_for_metrics", "",
-     "the evaluation also gathers and keeps each batch's inputs on the device"},
-    {"batch_eval_metrics", "", "metrics computed after each evaluation batch"},
-    {"eval_on_start", "", "an evaluation before the first training step"},
-    {"half_precision_backend", "auto", "apex AMP instead of torch.autocast"},
+     "the evaluation also gathers and keeps each batch's inputs on the device", NotModelled::Direction::kLow},
+    {"batch_eval_metrics", "", "metrics computed after each evaluation batch", NotModelled::Direction::kEither},
+    {"eval_on_start", "", "an evaluation before the first training step", NotModelled::Direction::kLow},
+    {"half_precision_backend", "auto", "apex AMP instead of torch.autocast", NotModelled::Direction::kEither},
     {"fp16_backend", "auto", "apex AMP instead of torch.autocast (the deprecated name of "
-                             "half_precision_backend)"},
-    {"split_batches", "", "accelerate splits each batch over the processes"},
+                             "half_precision_backend)",
+     NotModelled::Direction::kEither},
+    {"split_batches", "", "accelerate splits each batch over the processes", NotModelled::Direction::kHigh},
 };
 
 // memsim's own keys of the block: what a Trainer run fixes outside TrainingArguments.
@@ -508,9 +517,11 @@ void ReadEval(const Readers& r, TrainingConfig& c, std::vector<std::string>* not
   const std::optional<int> batches = own.PositiveInt("eval_batches");
   hf.eval_steps = 0;
   if (strategy == "epoch") {
-    warnings->push_back(fmt::format("{}: \"epoch\": evaluation at epoch ends is not modelled "
-                                    "(memsim simulates max_steps steps and no epoch boundary)",
-                                    t.At(strategy_key)));
+    t.WarnNotModelled(strategy_key,
+                      fmt::format("{}: \"epoch\": evaluation at epoch ends is not modelled "
+                                  "(memsim simulates max_steps steps and no epoch boundary)",
+                                  t.At(strategy_key)),
+                      NotModelled::Direction::kLow, warnings);
   }
   if (strategy != "steps") {
     for (const char* key : {"eval_steps", "eval_batches"}) {
@@ -583,16 +594,20 @@ void WarnNotModelled(ObjectReader& t, std::vector<std::string>* warnings) {
     if (!f.default_string.empty() && v->is_string() && v->get<std::string>() == f.default_string) {
       continue;
     }
-    warnings->push_back(fmt::format("{}: {}: not modelled ({})", t.At(f.key),
-                                    Printable(v->dump()), f.what));
+    t.WarnNotModelled(f.key,
+                      fmt::format("{}: {}: not modelled ({})", t.At(f.key), Printable(v->dump()),
+                                  f.what),
+                      f.errs, warnings);
   }
   // accelerate's AcceleratorConfig: only split_batches changes what a process holds.
   if (const Json* v = t.Get("accelerator_config");
       v != nullptr && v->is_object() && v->contains("split_batches") &&
       IsSetValue((*v)["split_batches"])) {
-    warnings->push_back(fmt::format("{}/split_batches: true: not modelled (accelerate splits each "
-                                    "batch over the processes)",
-                                    t.At("accelerator_config")));
+    t.WarnNotModelled("accelerator_config",
+                      fmt::format("{}/split_batches: true: not modelled (accelerate splits each "
+                                  "batch over the processes)",
+                                  t.At("accelerator_config")),
+                      NotModelled::Direction::kHigh, warnings);
   }
 }
 
@@ -790,7 +805,8 @@ ArgsJson ReadArgsJson(ObjectReader& t, const Document& config) {
                                               "the TrainingArguments JSON");
   Json json = ParseJson(doc.text, doc.label);
   if (!json.is_object()) Fail(doc.label, fmt::format("expected an object, got {}", Describe(json)));
-  return {std::move(json), Source{doc.label, {}}, "", doc.label};
+  // Its keys warned not modelled join the config's (Source::not_modelled).
+  return {std::move(json), Source{doc.label, {}, nullptr, t.source().not_modelled}, "", doc.label};
 }
 
 }  // namespace

@@ -43,8 +43,41 @@ DevicePreset ReadDevice(const Document& doc) {
   return internal::ReadDevicePreset(s, internal::ParseJson(doc.text, doc.label), "");
 }
 
+// The field errors of one document, a config or a model file (reader.h Source::field_errors) and `stop`, the error that
+// stopped the reading if any, as one InputError: a single message as it is, else "N problems in
+// <file>:" and one per line. `stop` is left out when it may follow from a field error (a bad
+// value reads as absent, so "missing key" or a disagreement may follow from it); the keys after
+// it were not read, which a last line says.
+[[noreturn]] void ThrowFieldErrors(const std::vector<internal::KeyError>& errors, const std::string& label,
+                                   const InputError* stop) {
+  std::vector<std::string> all;
+  for (const internal::KeyError& e : errors) all.push_back(e.message);
+  // A stop that follows from a field error: at a key with one, or "missing key" of a key an
+  // unknown key's "did you mean" names (a misspelt key is reported as such, not as missing).
+  const auto follows_from = [&](const internal::KeyError& e) {
+    const std::string_view what = stop->what();
+    if (what.starts_with(e.location + ":")) return true;
+    const size_t mean = e.message.rfind("(did you mean '");
+    if (mean == std::string::npos) return false;
+    const std::string key = e.message.substr(mean + 15, e.message.size() - mean - 15 - 3);
+    return what.find("/" + key + ": missing key") != std::string_view::npos;
+  };
+  const bool follows = stop != nullptr && std::any_of(errors.begin(), errors.end(), follows_from);
+  if (stop != nullptr && !follows) all.push_back(stop->what());
+  if (all.size() == 1) throw InputError(all.front());
+  std::string text = fmt::format("{} problems in {}:", all.size(), label);
+  for (const std::string& e : all) text += "\n  " + e;
+  if (stop != nullptr) {
+    text += follows ? "\n  (reading stopped after these; the rest is checked once they are fixed)"
+                    : "\n  (reading stopped at the last; the rest is checked once it is fixed)";
+  }
+  throw InputError(text);
+}
+
+// A model file: every field error of it in one message (ThrowFieldErrors), as for a config.
 internal::LocatedModel ReadModelDocument(const Document& d, Setup* s) {
-  Source ms{d.label, {}};
+  std::vector<internal::KeyError> errors;
+  Source ms{d.label, {}, &errors, &s->not_modelled};
   s->model_path = d.label;
   const Json json = internal::ParseJson(d.text, d.label);
   if (json.is_object() && !json.contains("model_type") && json.contains("training")) {
@@ -53,7 +86,15 @@ internal::LocatedModel ReadModelDocument(const Document& d, Setup* s) {
         "config.json with \"model_type\"); give it as the CONFIG argument, not with --model",
         d.label));
   }
-  return internal::ReadHfModel(ms, json, "", &s->notes, &s->warnings);
+  std::optional<internal::LocatedModel> model;
+  try {
+    model = internal::ReadHfModel(ms, json, "", &s->notes, &s->warnings);
+  } catch (const InputError& e) {
+    if (errors.empty()) throw;
+    ThrowFieldErrors(errors, d.label, &e);
+  }
+  if (!errors.empty()) ThrowFieldErrors(errors, d.label, nullptr);
+  return *model;
 }
 
 // The model: --model, or the config's "model" (a path relative to the config, a shipped model
@@ -468,36 +509,6 @@ Origin ReadConfigKeys(const Document& config, const Json& root, const Source& so
   return origin;
 }
 
-// The field errors of one config (reader.h Source::field_errors) and `stop`, the error that
-// stopped the reading if any, as one InputError: a single message as it is, else "N problems in
-// <file>:" and one per line. `stop` is left out when it may follow from a field error (a bad
-// value reads as absent, so "missing key" or a disagreement may follow from it); the keys after
-// it were not read, which a last line says.
-[[noreturn]] void ThrowFieldErrors(const std::vector<KeyError>& errors, const std::string& label,
-                                   const InputError* stop) {
-  std::vector<std::string> all;
-  for (const KeyError& e : errors) all.push_back(e.message);
-  // A stop that follows from a field error: at a key with one, or "missing key" of a key an
-  // unknown key's "did you mean" names (a misspelt key is reported as such, not as missing).
-  const auto follows_from = [&](const KeyError& e) {
-    const std::string_view what = stop->what();
-    if (what.starts_with(e.location + ":")) return true;
-    const size_t mean = e.message.rfind("(did you mean '");
-    if (mean == std::string::npos) return false;
-    const std::string key = e.message.substr(mean + 15, e.message.size() - mean - 15 - 3);
-    return what.find("/" + key + ": missing key") != std::string_view::npos;
-  };
-  const bool follows = stop != nullptr && std::any_of(errors.begin(), errors.end(), follows_from);
-  if (stop != nullptr && !follows) all.push_back(stop->what());
-  if (all.size() == 1) throw InputError(all.front());
-  std::string text = fmt::format("{} problems in {}:", all.size(), label);
-  for (const std::string& e : all) text += "\n  " + e;
-  if (stop != nullptr) {
-    text += follows ? "\n  (reading stopped after these; the rest is checked once they are fixed)"
-                    : "\n  (reading stopped at the last; the rest is checked once it is fixed)";
-  }
-  throw InputError(text);
-}
 
 }  // namespace
 
@@ -508,9 +519,10 @@ Origin ReadConfigKeys(const Document& config, const Json& root, const Source& so
 Setup LoadParsedConfig(const Document& config, const Json& root, const Source& source,
                        const LoadOptions& options, FieldErrors mode) {
   std::vector<KeyError> field_errors;
+  Setup s;
   Source collecting = source;
   if (mode == FieldErrors::kAll) collecting.field_errors = &field_errors;
-  Setup s;
+  collecting.not_modelled = &s.not_modelled;
   std::optional<Origin> origin;
   try {
     origin = ReadConfigKeys(config, root, collecting, options, &s);

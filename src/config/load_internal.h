@@ -14,8 +14,9 @@ namespace memsim::config::internal {
 void ApplyCommandLine(const LoadOptions& options, Json* root, Source* source);
 
 // How LoadParsedConfig reports the field errors of a document (reader.h Source::field_errors):
-// all of them in one message (a JSON config the user wrote), or the first (a document memsim
-// built from a launch or a recipe, whose translator names the user's flag or key itself).
+// all of them in one message (a JSON config the user wrote, or one memsim built from a launch or
+// a recipe, whose Source labels name the user's flag or key), or the first (a config memsim
+// derived itself, config::LoadVariant).
 enum class FieldErrors { kFirst, kAll };
 
 // Reads, checks and derives a Setup from the parsed training config `root` of `config`, whose

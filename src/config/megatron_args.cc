@@ -669,18 +669,24 @@ void AttentionBackendDefault(const MegatronLaunch& launch, const LoadOptions& op
 }
 
 // The model: --model, else an inline GPT-2-type object (Megatron's defaults) sized by the
-// arguments, which the training block then overrides as for any config.
-Json ModelFromArguments(const MegatronLaunch& launch, const Translator& t, const LoadOptions& options) {
+// arguments, which the training block then overrides as for any config. Each model key is
+// labelled with the flag it came from (an error names --hidden-size, not /model/n_embd).
+Json ModelFromArguments(const MegatronLaunch& launch, Translator& t, const LoadOptions& options) {
   if (!options.model_path.empty()) return options.model_path;
   const Json& tr = t.training;
   Json m = {{"model_type", "gpt2"}};
+  const auto copy = [&](const std::string& key, const std::string& hf) {
+    m[hf] = tr[key];
+    const auto label = t.labels.find(internal::Child("/training", key));
+    if (label != t.labels.end()) t.labels[internal::Child("/model", hf)] = label->second;
+  };
   for (const auto& [key, hf] : std::map<std::string, std::string>{
            {"hidden_size", "n_embd"}, {"num_attention_heads", "n_head"},
            {"num_layers", "n_layer"}, {"vocab_size", "vocab_size"},
            {"max_position_embeddings", "n_positions"}}) {
-    if (tr.contains(key)) m[hf] = tr[key];
+    if (tr.contains(key)) copy(key, hf);
   }
-  if (!m.contains("n_positions") && tr.contains("seq_length")) m["n_positions"] = tr["seq_length"];
+  if (!m.contains("n_positions") && tr.contains("seq_length")) copy("seq_length", "n_positions");
   for (const char* need : {"n_embd", "n_head", "n_layer"}) {
     if (!m.contains(need)) {
       throw InputError(fmt::format("{}: the model is not in the arguments (--num-layers, "
@@ -813,27 +819,38 @@ namespace {
 // An error at "<label>:<line>: " gains the reader's warnings and hints about that line: a value the
 // reader could not evaluate (`$((1<<70))`, `$UNSET`) and took as 0 or empty is what the error
 // is about, and the warnings are not printed when loading fails. An error without a line (a
-// field of the model built from the arguments: "/model/n_layer") gains every such substitution
-// of the launch ("taken as ..."), at most three.
+// field of the model built from the arguments), or one at a line that has none about a value a
+// substitution gives (", got 0" or ", got \"\"": N=$((2+)) ... --num-layers $N), gains every
+// such substitution of the launch ("taken as ..."), at most three.
 std::string WithLineWarnings(const std::string& message, const MegatronLaunch& launch) {
   const std::string label = launch.label + ":";
   if (!message.starts_with(label)) return message;
   const size_t end = message.find(": ", label.size());
-  const bool has_line = end != std::string::npos && end > label.size() &&
-                        message.find_first_not_of("0123456789", label.size()) == end;
-  const std::string prefix = has_line ? message.substr(0, end + 2) : std::string();
-  std::string said;
-  int count = 0;
-  for (const std::vector<std::string>* list : {&launch.warnings, &launch.hints}) {
-    for (const std::string& w : *list) {
-      const bool about = has_line ? w.starts_with(prefix) : w.find("; taken as ") != std::string::npos;
-      if (!about || ++count > 3) continue;
-      said += (said.empty() ? "" : "; ") + (has_line ? w.substr(prefix.size()) : w);
+  const bool at_line = end != std::string::npos && end > label.size() &&
+                       message.find_first_not_of("0123456789", label.size()) == end;
+  const auto collect = [&](bool has_line) {
+    const std::string prefix = has_line ? message.substr(0, end + 2) : std::string();
+    std::string said;
+    int count = 0;
+    for (const std::vector<std::string>* list : {&launch.warnings, &launch.hints}) {
+      for (const std::string& w : *list) {
+        const bool about =
+            has_line ? w.starts_with(prefix) : w.find("; taken as ") != std::string::npos;
+        if (!about || ++count > 3) continue;
+        said += (said.empty() ? "" : "; ") + (has_line ? w.substr(prefix.size()) : w);
+      }
+    }
+    if (count > 3) said += fmt::format("; {} more", count - 3);
+    return said;
+  };
+  if (at_line) {
+    if (const std::string said = collect(true); !said.empty()) {
+      return message + " (on that line: " + said + ")";
     }
   }
-  if (count > 3) said += fmt::format("; {} more", count - 3);
-  if (said.empty()) return message;
-  return message + (has_line ? " (on that line: " : " (") + said + ")";
+  if (at_line && !message.ends_with(", got 0") && !message.ends_with(", got \"\"")) return message;
+  const std::string said = collect(false);
+  return said.empty() ? message : message + " (" + said + ")";
 }
 
 Setup TranslateAndLoad(const MegatronLaunch& launch, const LoadOptions& options,
@@ -870,7 +887,7 @@ Setup TranslateAndLoad(const MegatronLaunch& launch, const LoadOptions& options,
   }
   internal::Document doc{launch.label, "", false, ""};
   if (!options.model_path.empty()) rest.model_path = options.model_path;
-  Setup s = internal::LoadParsedConfig(doc, root, source, rest);
+  Setup s = internal::LoadParsedConfig(doc, root, source, rest, internal::FieldErrors::kAll);
   if (options.model_path.empty()) {
     // Built from the arguments (ModelFromArguments: Megatron's GPT with the architecture flags
     // given), not a Hugging Face model of its model_type.

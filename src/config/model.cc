@@ -232,8 +232,9 @@ void ReadSizes(ObjectReader& r, const Family& fam, LocatedModel& out,
 // read, and one warning per feature whose memory memsim does not model.
 void ReadFamilyExtras(ObjectReader& r, LocatedModel& out) {
   ModelConfig& m = out.model;
-  auto warn = [&](std::string_view key, const std::string& what) {
-    out.warnings.push_back(fmt::format("{}: {} not modelled", r.At(key), what));
+  auto warn = [&](std::string_view key, const std::string& what, NotModelled::Direction errs) {
+    r.WarnNotModelled(key, fmt::format("{}: {} not modelled", r.At(key), what), errs,
+                      &out.warnings);
   };
   const auto set = [&](std::string_view key) {
     const Json* v = r.Get(key);
@@ -242,15 +243,22 @@ void ReadFamilyExtras(ObjectReader& r, LocatedModel& out) {
   if (m.model_type == "gemma" || m.model_type == "gemma2") {
     // GemmaModel.forward scales the embeddings by sqrt(hidden_size) (one more [b, s, h]
     // tensor), and GemmaRMSNorm multiplies by (1 + weight) in fp32 before casting back.
-    out.warnings.push_back(fmt::format(
-        "{}: \"{}\": GemmaRMSNorm (its fp32 (1 + weight) product) is modelled as LlamaRMSNorm "
-        "and the embedding's sqrt(hidden_size) scaling is not modelled",
-        r.At("model_type"), m.model_type));
+    // Both hold one tensor more than memsim's Llama layers: memsim errs low.
+    r.WarnNotModelled(
+        "model_type",
+        fmt::format("{}: \"{}\": GemmaRMSNorm (its fp32 (1 + weight) product) is modelled as "
+                    "LlamaRMSNorm and the embedding's sqrt(hidden_size) scaling is not modelled",
+                    r.At("model_type"), m.model_type),
+        NotModelled::Direction::kLow, &out.warnings);
   }
   if (m.model_type == "gemma2") {
     m.sandwich_norms = true;
     for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
-      if (set(key)) warn(key, "soft-capping (a tanh over the attention scores or the logits):");
+      // The tanh's output is one more [b, heads, s, s] or [b, s, vocab] tensor: memsim low.
+      if (set(key)) {
+        warn(key, "soft-capping (a tanh over the attention scores or the logits):",
+             NotModelled::Direction::kLow);
+      }
     }
     (void)r.Get("sliding_window");  // no memory effect with sdpa / flash
     (void)r.Get("query_pre_attn_scalar");
@@ -265,7 +273,8 @@ void ReadFamilyExtras(ObjectReader& r, LocatedModel& out) {
     if (r.Bool("use_parallel_residual").value_or(true)) {  // GPTNeoXConfig's default
       warn("use_parallel_residual", "true (or absent: GPTNeoXConfig's default): the parallel "
                                     "residual x + attn(ln1(x)) + mlp(ln2(x)) (memsim runs the "
-                                    "sequential layer, with the same parameters):");
+                                    "sequential layer, with the same parameters):",
+           NotModelled::Direction::kEither);
     }
     (void)r.Number("rotary_pct", 0, 1, false, false);  // partial rotary: no saved tensor of its own
     m.hidden_dropout = r.Number("hidden_dropout", 0, 1, false, true).value_or(0.0);

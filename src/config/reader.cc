@@ -248,6 +248,17 @@ void ObjectReader::FieldError(std::string_view key, const std::string& what) con
   if (std::find(errors.begin(), errors.end(), error) == errors.end()) errors.push_back(error);
 }
 
+void ObjectReader::WarnNotModelled(std::string_view key, std::string message,
+                                   NotModelled::Direction direction,
+                                   std::vector<std::string>* warnings) const {
+  warnings->push_back(std::move(message));
+  if (source_.not_modelled == nullptr) return;
+  auto it = object_.find(std::string(key));
+  std::vector<std::string> values;
+  if (it != object_.end()) values.push_back(Describe(*it));
+  source_.not_modelled->push_back({At(key), PointerOf(key), std::move(values), direction, true});
+}
+
 const Json* ObjectReader::Value(std::string_view key) {
   read_.insert(std::string(key));
   auto it = object_.find(std::string(key));

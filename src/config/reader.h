@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/setup.h"
+
 namespace memsim::config::internal {
 
 using Json = nlohmann::json;
@@ -34,6 +36,10 @@ struct Source {
   // the wrong type or out of range, an unknown key) instead of throwing them, so that one run
   // reports them all (LoadParsedConfig, load_internal.h); nullptr = throw the first. Not owned.
   std::vector<KeyError>* field_errors = nullptr;
+  // Where an ObjectReader of this document records the keys it warns are not modelled
+  // (ObjectReader::WarnNotModelled), for the out-of-memory verdict's caveat (setup.h
+  // Setup::not_modelled); nullptr = the warning only. Not owned.
+  std::vector<NotModelled>* not_modelled = nullptr;
 
   // "<file>: <pointer>", or the --set label when the value at `pointer` came from --set.
   std::string At(const std::string& pointer) const;
@@ -118,6 +124,12 @@ class ObjectReader {
   // typed reads above then return std::nullopt, as for an absent key), or thrown as InputError
   // when there is none. For a reader's own checks of one value (hf_deepspeed.cc bucket sizes).
   void FieldError(std::string_view key, const std::string& what) const;
+  // A key whose effect on memory memsim does not model: `message` (which starts with At(key))
+  // goes to `warnings`, and the key, its value and which way memsim errs without it
+  // (`direction`: memsim predicts more, less, or either) to Source::not_modelled when the
+  // document has one.
+  void WarnNotModelled(std::string_view key, std::string message,
+                       NotModelled::Direction direction, std::vector<std::string>* warnings) const;
 
  private:
   const Json* Value(std::string_view key);  // non-null value, marked read

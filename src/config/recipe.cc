@@ -228,10 +228,12 @@ void RecipeReader::RejectStack(std::string_view key, std::string_view what) {
   throw UnsupportedError(fmt::format("{}: {} ({} {})", At(key), what, tool_, RecipeDescribe(*v)));
 }
 
-void RecipeReader::WarnIfSet(std::string_view key, std::string_view what) {
+void RecipeReader::WarnIfSet(std::string_view key, std::string_view what,
+                             NotModelled::Direction errs) {
   const Json* v = Get(key);
   if (v == nullptr || RecipeUnset(*v)) return;
   Warn(fmt::format("{}: {} {} {}: {}", At(key), tool_, key, RecipeDescribe(*v), what));
+  not_modelled_.push_back({At(key), std::string(key), {RecipeDescribe(*v)}, errs, true});
 }
 
 void RecipeReader::PassTrainingArguments() {

@@ -90,8 +90,9 @@ class RecipeReader {
   // null / false / empty.
   void RejectStack(std::string_view key, std::string_view what);
   // A key of the tool that changes memory in a way memsim does not model, set to other than
-  // null / false / empty: a warning "<at>: <tool> <key>: <what>".
-  void WarnIfSet(std::string_view key, std::string_view what);
+  // null / false / empty: a warning "<at>: <tool> <key>: <what>", and the key with which way
+  // memsim errs without it (`errs`) in not_modelled(), for the out-of-memory verdict's caveat.
+  void WarnIfSet(std::string_view key, std::string_view what, NotModelled::Direction errs);
 
   // Copies every unread key that is a TrainingArguments field memsim reads into the block
   // under the same name (LLaMA-Factory and TRL pass their TrainingArguments on unchanged).
@@ -107,6 +108,7 @@ class RecipeReader {
   std::vector<std::string>& assumed() { return assumed_; }
   std::vector<std::string>& warnings() { return warnings_; }
   std::vector<std::string>& notes() { return notes_; }
+  std::vector<NotModelled>& not_modelled() { return not_modelled_; }
 
  private:
   const Json* Lookup(std::string_view key) const;
@@ -117,6 +119,7 @@ class RecipeReader {
   Json training_ = Json::object();
   std::map<std::string, std::string> labels_;  // JSON pointer in the config -> label
   std::vector<std::string> assumed_, warnings_, notes_;
+  std::vector<NotModelled> not_modelled_;
 };
 
 // What a tool reader returns besides the block in the RecipeReader: the model reference and

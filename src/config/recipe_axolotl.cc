@@ -195,7 +195,8 @@ void AxolotlAttention(RecipeReader& r) {
       return;
     }
   }
-  r.WarnIfSet("xformers_attention", "xformers attention; memsim models sdpa's saved tensors");
+  r.WarnIfSet("xformers_attention", "xformers attention; memsim models sdpa's saved tensors",
+              NotModelled::Direction::kEither);
 }
 
 void AxolotlKernels(RecipeReader& r) {
@@ -203,18 +204,22 @@ void AxolotlKernels(RecipeReader& r) {
                           "liger_layer_norm", "liger_cross_entropy",
                           "liger_fused_linear_cross_entropy"}) {
     r.WarnIfSet(key, "a Liger kernel replaces the model's op (the fused linear cross-entropy never "
-                     "holds the whole logits); memsim models the unfused ops (memsim high)");
+                     "holds the whole logits); memsim models the unfused ops (memsim high)",
+                NotModelled::Direction::kHigh);
   }
   for (const char* key : {"unsloth_lora_mlp", "unsloth_lora_qkv", "unsloth_lora_o",
                           "unsloth_cross_entropy_loss", "unsloth_rms_norm", "unsloth_rope",
                           "lora_mlp_kernel", "lora_qkv_kernel", "lora_o_kernel"}) {
     r.WarnIfSet(key, "a fused kernel that saves fewer intermediates; memsim models the unfused "
-                     "ops (memsim high)");
+                     "ops (memsim high)",
+                NotModelled::Direction::kHigh);
   }
   r.WarnIfSet("activation_offloading", "saved activations offloaded to the CPU; memsim keeps them "
-                                       "on the device (memsim high)");
+                                       "on the device (memsim high)",
+              NotModelled::Direction::kHigh);
   r.WarnIfSet("tokens", "added tokens resize the embedding and the output layer; memsim takes "
-                        "the model's vocab_size");
+                        "the model's vocab_size",
+              NotModelled::Direction::kLow);
 }
 
 }  // namespace

@@ -151,7 +151,8 @@ void LlamaFactoryCheckpointing(RecipeReader& r) {
                        "disable_gradient_checkpointing), use_reentrant {}",
                        reentrant));
   r.WarnIfSet("use_unsloth_gc", "unsloth's checkpointing offloads each layer's saved input to the "
-                                "CPU; memsim keeps it on the device (memsim high)");
+                                "CPU; memsim keeps it on the device (memsim high)",
+              NotModelled::Direction::kHigh);
 }
 
 }  // namespace
@@ -200,11 +201,15 @@ RecipeModel ReadLlamaFactoryRecipe(RecipeReader& r, const ModelDtype& model_dtyp
   LlamaFactoryCheckpointing(r);
   r.WarnIfSet("enable_liger_kernel", "Liger's kernels (fused linear cross-entropy, RMSNorm, SwiGLU, "
                                      "RoPE) replace the model's ops and never hold the whole "
-                                     "logits; memsim models the unfused ops (memsim high)");
-  r.WarnIfSet("upcast_layernorm", "norm weights upcast to fp32 (a few MiB; memsim low)");
-  r.WarnIfSet("upcast_lmhead_output", "an fp32 copy of the logits ([b, s, vocab]); memsim low");
-  r.WarnIfSet("shift_attn", "LongLoRA's shifted sparse attention; not modelled");
-  r.WarnIfSet("rope_scaling", "no effect on memory modelled");
+                                     "logits; memsim models the unfused ops (memsim high)",
+              NotModelled::Direction::kHigh);
+  r.WarnIfSet("upcast_layernorm", "norm weights upcast to fp32 (a few MiB; memsim low)",
+              NotModelled::Direction::kLow);
+  r.WarnIfSet("upcast_lmhead_output", "an fp32 copy of the logits ([b, s, vocab]); memsim low",
+              NotModelled::Direction::kLow);
+  r.WarnIfSet("shift_attn", "LongLoRA's shifted sparse attention; not modelled",
+              NotModelled::Direction::kEither);
+  r.WarnIfSet("rope_scaling", "no effect on memory modelled", NotModelled::Direction::kEither);
   r.PassTrainingArguments();
   std::vector<std::string> vocabulary = LlamaFactoryKeyNames();
   vocabulary.insert(vocabulary.end(), TrainingArgumentsKeyNames().begin(), TrainingArgumentsKeyNames().end());

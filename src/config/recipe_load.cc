@@ -122,10 +122,11 @@ Setup LoadRecipe(const Document& config, const LoadOptions& options) {
   Json root = {{"training", r.training()}};
   Source source{config.label, r.labels()};
   ApplyCommandLine(rest, &root, &source);
-  Setup s = LoadParsedConfig(config, root, source, rest);
+  Setup s = LoadParsedConfig(config, root, source, rest, FieldErrors::kAll);
   s.recipe.push_back(fmt::format("{} recipe", r.tool()));
   s.recipe.insert(s.recipe.end(), r.assumed().begin(), r.assumed().end());
   s.warnings.insert(s.warnings.begin(), r.warnings().begin(), r.warnings().end());
+  s.not_modelled.insert(s.not_modelled.begin(), r.not_modelled().begin(), r.not_modelled().end());
   s.notes.insert(s.notes.begin(), r.notes().begin(), r.notes().end());
   return s;
 }

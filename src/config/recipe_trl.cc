@@ -129,8 +129,10 @@ RecipeModel ReadTrlRecipe(RecipeReader& r, const ModelDtype& model_dtype) {
     r.Assume("bf16: true (TRL's default when fp16 is not set)");
   }
   r.WarnIfSet("activation_offloading", "saved activations offloaded to the CPU; memsim keeps them on "
-                                       "the device (memsim high)");
-  r.WarnIfSet("model_init_kwargs", "from_pretrained arguments memsim does not read");
+                                       "the device (memsim high)",
+              NotModelled::Direction::kHigh);
+  r.WarnIfSet("model_init_kwargs", "from_pretrained arguments memsim does not read",
+              NotModelled::Direction::kEither);
   r.PassTrainingArguments();
   std::vector<std::string> vocabulary = TrlKeyNames();
   vocabulary.insert(vocabulary.end(), TrainingArgumentsKeyNames().begin(), TrainingArgumentsKeyNames().end());

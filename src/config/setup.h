@@ -461,15 +461,20 @@ struct DevicePreset {
   bool operator==(const DevicePreset&) const = default;
 };
 
-// A flag of a launch (or an exported variable) that was read but is not modelled: kept beside
-// its warning so that a verdict can say which way memsim errs because of it (issue 32, "What a
-// result must say"; workload/not_modelled.h estimates by how much).
+// A flag of a launch (or an exported variable), or a key of a config file (training config,
+// TrainingArguments JSON, model file, adapter_config, ds_config), that was read but is not
+// modelled: kept beside its warning so that a verdict can say which way memsim errs because of
+// it (issue 32, "What a result must say"; workload/not_modelled.h estimates by how much).
 struct NotModelled {
   enum class Direction { kHigh, kLow, kEither };  // memsim predicts more / less / it depends
-  std::string what;   // where and what: "train.sh:19: --reuse-fp32-param"
-  std::string flag;   // "--reuse-fp32-param", or "export NAME"; what the estimate is chosen by
-  std::vector<std::string> values;  // the flag's values as written ("8" for --x-num-layers 8)
+  // where and what: "train.sh:19: --reuse-fp32-param", "cfg.json: /training/eval_on_start"
+  std::string what;
+  // "--reuse-fp32-param", "export NAME", or a config key's JSON pointer ("/training/eval_on_start",
+  // config_key true); what the estimate is chosen by
+  std::string flag;
+  std::vector<std::string> values;  // as written ("8" for --x-num-layers 8; a key's JSON value)
   Direction direction = Direction::kEither;
+  bool config_key = false;  // a config file's key rather than a launch's flag
   bool operator==(const NotModelled&) const = default;
 };
 

@@ -542,6 +542,7 @@ json NotModelledJson(const config::Setup& setup, const engine::RunResult& run) {
   for (const workload::NotModelledEstimate& e : workload::EstimateNotModelled(setup, rank)) {
     out.push_back({{"what", e.flag.what},
                    {"flag", e.flag.flag},
+                   {"kind", e.flag.config_key ? "config key" : "flag"},
                    {"memsim_errs", DirectionName(e.flag.direction)},
                    {"about_bytes", e.about_bytes > 0 ? json(e.about_bytes) : json(nullptr)},
                    {"basis", e.basis},
@@ -677,12 +678,25 @@ std::vector<std::string> WarningsWithEstimates(const config::Setup& setup) {
   return out;
 }
 
+// "2 flags", "1 key", "1 flag and 2 keys": what setup.not_modelled holds.
+std::string FlagsAndKeys(const std::vector<config::NotModelled>& all) {
+  const auto keys = static_cast<size_t>(std::count_if(
+      all.begin(), all.end(), [](const config::NotModelled& n) { return n.config_key; }));
+  const size_t flags = all.size() - keys;
+  const auto count = [](size_t n, std::string_view what) {
+    return fmt::format("{} {}{}", n, what, n == 1 ? "" : "s");
+  };
+  if (keys == 0) return count(flags, "flag");
+  if (flags == 0) return count(keys, "key");
+  return count(flags, "flag") + " and " + count(keys, "key");
+}
+
 std::string FormatNotModelledCaveat(const engine::RunResult& run, const config::Setup& setup) {
   if (!run.first_oom || setup.not_modelled.empty()) return "";
   const int rank = run.first_oom->pipeline_rank;
   std::string out = fmt::format(
-      "*** Caveat: {} flag{} warned not modelled; so this verdict may be off (stage {}):\n",
-      setup.not_modelled.size(), setup.not_modelled.size() == 1 ? "" : "s", rank);
+      "*** Caveat: {} warned not modelled; so this verdict may be off (stage {}):\n",
+      FlagsAndKeys(setup.not_modelled), rank);
   Bytes high = 0, low = 0;
   int unknown = 0;
   for (const workload::NotModelledEstimate& e : workload::EstimateNotModelled(setup, rank)) {
@@ -698,11 +712,14 @@ std::string FormatNotModelledCaveat(const engine::RunResult& run, const config::
     out += fmt::format("***   {}: memsim errs {} by about {} ({})\n", e.flag.what, dir,
                        HumanBytes(e.about_bytes), e.basis);
   }
+  if (high == 0 && low == 0) {
+    out += "***   In all: no amount is estimated for any of them.\n";
+    return out;
+  }
   out += fmt::format("***   In all: memsim predicts up to about {} more and {} less than the run "
                      "would use{}.\n",
                      HumanBytes(high), HumanBytes(low),
-                     unknown > 0 ? fmt::format(", {} flag{} not estimated", unknown, unknown == 1 ? "" : "s")
-                                 : std::string());
+                     unknown > 0 ? fmt::format(", {} not estimated", unknown) : std::string());
   return out;
 }
 

@@ -39,6 +39,22 @@ TEST_CASE("every field error of one config is reported in one message", "[config
                              path + ": /training/tensor_model_parallel_size: expected a positive integer, got 0");
 }
 
+TEST_CASE("every field error of a model file is reported in one message", "[config]") {
+  // Two bad sizes in the model file the config names: both, each with the model file and its
+  // JSON pointer, in the order ReadSizes reads them (hidden_size, then num_hidden_layers).
+  const std::string model = testing::WriteTemp(
+      "field_errors_model.json",
+      R"({"model_type": "llama", "hidden_size": "x", "num_hidden_layers": -1,
+          "num_attention_heads": 4, "intermediate_size": 256, "vocab_size": 1000})");
+  const std::string path = testing::WriteTemp(
+      "field_errors_model_config.json",
+      R"({"model": "field_errors_model.json", "device": "a100-80g", "training": {"seq_length": 128,
+          "micro_batch_size": 1, "global_batch_size": 8}})");
+  CHECK(ErrorOf(path) == "2 problems in " + model + ":\n  " + model +
+                             ": /hidden_size: expected a positive integer, got \"x\"\n  " + model +
+                             ": /num_hidden_layers: expected a positive integer, got -1");
+}
+
 TEST_CASE("a bad required value is one error, not also a missing key", "[config]") {
   // seq_length is required: a bad one is reported as such, not again as "missing key".
   const std::string path = testing::WriteTemp(

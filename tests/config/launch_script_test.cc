@@ -261,6 +261,30 @@ TEST_CASE("launch script: an error about a flag's missing value gives the hint",
         "expanded to nothing (NL is empty))");
 }
 
+TEST_CASE("launch script: every out-of-range flag value is reported in one run, by flag",
+          "[launch]") {
+  // Three values the loader refuses (a positive integer is required): all three in one message,
+  // each named by the script's line and flag (the hidden size is the model's n_embd inside
+  // memsim, which the message does not name), in the order the loader reads them.
+  const MegatronLaunch l = ReadLaunchScript(
+      "t.sh",
+      "python pretrain_gpt.py --num-layers 2 --hidden-size -5 --num-attention-heads 4 "
+      "--seq-length 128 --vocab-size 1000 --micro-batch-size 0 --tensor-model-parallel-size 0\n");
+  LoadOptions o;
+  o.device = "h100-80g";
+  std::string error;
+  try {
+    LoadSetupFromMegatron(l, o, {});
+  } catch (const InputError& e) {
+    error = e.what();
+  }
+  CHECK(error ==
+        "3 problems in t.sh:\n"
+        "  t.sh:1: --hidden-size: expected a positive integer, got -5\n"
+        "  t.sh:1: --micro-batch-size: expected a positive integer, got 0\n"
+        "  t.sh:1: --tensor-model-parallel-size: expected a positive integer, got 0");
+}
+
 TEST_CASE("launch script: arithmetic wraps at 64 bits as bash's does", "[launch]") {
   // expr.c: INT64_MIN / -1 gives INT64_MIN and INT64_MIN % -1 gives 0 (no SIGFPE); + and *
   // wrap modulo 2^64: INT64_MAX + 1 = INT64_MIN, INT64_MAX * 2 = -2; -INT64_MIN = INT64_MIN.

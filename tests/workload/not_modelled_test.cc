@@ -154,3 +154,70 @@ TEST_CASE("host memory that MindSpeed's optimizer swap keeps is reported on its 
 
 }  // namespace
 }  // namespace memsim::workload
+
+namespace memsim::workload {
+namespace {
+
+// The shipped LoRA config (Llama-3 8B, bf16 weights: 8.03 G parameters x 2 bytes = 16 GB) on
+// 8 GiB runs out of memory while loading the weights, with two TrainingArguments fields memsim
+// does not model (hf_trainer.cc kNotModelledFields): torch_empty_cache_steps (the Trainer
+// empties the cache between forward and backward, so reserved is lower than memsim's: memsim
+// high) and neftune_noise_alpha (one embedding-output-sized tensor more: memsim low).
+TEST_CASE("an out-of-memory verdict lists the config keys warned not modelled, with their direction",
+          "[workload][not_modelled]") {
+  config::LoadOptions load;
+  load.overrides = {"training.neftune_noise_alpha=5", "training.torch_empty_cache_steps=1",
+                    "training.max_steps=1"};
+  const config::Setup s =
+      config::LoadSetup(std::string(MEMSIM_SOURCE_DIR) + "/configs/llama3-8b-lora-rtx4090.json", load);
+  REQUIRE(s.not_modelled.size() == 2);
+  // In the table's order; the location is the --set text the value came from.
+  CHECK(s.not_modelled[0] == NotModelled{"--set training.torch_empty_cache_steps=1",
+                                         "/training/torch_empty_cache_steps", {"1"},
+                                         NotModelled::Direction::kHigh, true});
+  CHECK(s.not_modelled[1] == NotModelled{"--set training.neftune_noise_alpha=5",
+                                         "/training/neftune_noise_alpha", {"5"},
+                                         NotModelled::Direction::kLow, true});
+  engine::RunOptions options;
+  options.usable_memory_bytes = Bytes{8} << 30;
+  options.keep_timeline = false;
+  const engine::RunResult run = engine::RunAllStages(s, options);
+  REQUIRE(run.first_oom);
+  CHECK(report::FormatNotModelledCaveat(run, s) ==
+        "*** Caveat: 2 keys warned not modelled; so this verdict may be off (stage 0):\n"
+        "***   --set training.torch_empty_cache_steps=1: memsim errs high, by an amount not "
+        "estimated\n"
+        "***   --set training.neftune_noise_alpha=5: memsim errs low, by an amount not "
+        "estimated\n"
+        "***   In all: no amount is estimated for any of them.\n");
+  const nlohmann::json j = nlohmann::json::parse(report::RunReportJson(run, s));
+  REQUIRE(j["not_modelled"].size() == 2);
+  CHECK(j["not_modelled"][1]["flag"] == "/training/neftune_noise_alpha");
+  CHECK(j["not_modelled"][1]["kind"] == "config key");
+  CHECK(j["not_modelled"][1]["memsim_errs"] == "low");
+  CHECK(j["not_modelled"][1]["about_bytes"].is_null());
+}
+
+// A Megatron launch's flags and a config key together: the header counts both, the flags first.
+TEST_CASE("the caveat counts the launch's flags and the config's keys apart",
+          "[workload][not_modelled]") {
+  config::Setup s = MindSpeedScript({"training.global_batch_size=2"});
+  REQUIRE(s.not_modelled.size() == 1);
+  s.not_modelled.push_back({"c.json: /training/x", "/training/x", {"1"},
+                            NotModelled::Direction::kEither, true});
+  engine::RunOptions options;
+  options.usable_memory_bytes = Bytes{20} << 30;  // as the OOM test above
+  options.keep_timeline = false;
+  const engine::RunResult run = engine::RunAllStages(s, options);
+  REQUIRE(run.first_oom);
+  const std::string caveat = report::FormatNotModelledCaveat(run, s);
+  CHECK(caveat.starts_with("*** Caveat: 1 flag and 1 key warned not modelled; so this verdict "
+                           "may be off (stage 0):\n"));
+  CHECK(caveat.find("***   c.json: /training/x: memsim errs either way, by an amount not "
+                    "estimated\n") != std::string::npos);
+  CHECK(caveat.ends_with("***   In all: memsim predicts up to about 2.34 GiB more and 0 B less "
+                         "than the run would use, 1 not estimated.\n"));
+}
+
+}  // namespace
+}  // namespace memsim::workload
