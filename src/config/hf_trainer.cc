@@ -85,7 +85,8 @@ constexpr NotModelledField kNotModelledFields[] = {
 const std::vector<std::string> kOwnKeys = {
     "framework",     "training_args",  "max_seq_length",     "torch_dtype",
     "attn_implementation", "world_size", "adapter_config", "quantization_config",
-    "torch_version", "eval_batches", "compute_metrics", "skipped_iterations"};
+    "torch_version", "transformers_version", "eval_batches", "compute_metrics",
+    "skipped_iterations"};
 
 // TrainingArguments fields without an effect on device memory in a Trainer run on one device
 // (schedules, logging, saving, seeds, the data loader's host side): accepted with a note.
@@ -611,6 +612,22 @@ void WarnNotModelled(ObjectReader& t, std::vector<std::string>* warnings) {
   }
 }
 
+// A release "MAJOR.MINOR" (more dot-separated numbers allowed) at `key`, if given; exits 2 naming
+// the key otherwise.
+std::optional<std::pair<int, int>> MajorMinor(ObjectReader& o, const char* key,
+                                              const char* example) {
+  std::optional<std::string> v = o.String(key);
+  if (!v) return std::nullopt;
+  const int major = std::atoi(v->c_str());
+  const std::size_t dot = v->find('.');
+  if (major < 1 || dot == std::string::npos || dot + 1 == v->size() ||
+      v->find_first_not_of("0123456789.") != std::string::npos) {
+    Fail(o.At(key),
+         fmt::format("expected a version such as \"{}\", got \"{}\"", example, Printable(*v)));
+  }
+  return std::pair<int, int>(major, std::atoi(v->c_str() + dot + 1));
+}
+
 void ReadRest(const Readers& r, TrainingConfig& c, std::vector<std::string>* notes,
               std::vector<std::string>* warnings) {
   HfTrainerOptions& hf = *c.hf_trainer();  // ReadFromArgs set it
@@ -629,17 +646,14 @@ void ReadRest(const Readers& r, TrainingConfig& c, std::vector<std::string>* not
   // zeroed in place and stay allocated. torch_version "MAJOR.MINOR" says which; absent: 2.x.
   // Before 1.11 softmax's autograd node also saves its input (setup.h softmax_saves_input).
   hf.zero_grad_set_to_none = true;
-  if (std::optional<std::string> v = r.own.String("torch_version")) {
-    const int major = std::atoi(v->c_str());
-    const std::size_t dot = v->find('.');
-    if (major < 1 || dot == std::string::npos || dot + 1 == v->size() ||
-        v->find_first_not_of("0123456789.") != std::string::npos) {
-      Fail(r.own.At("torch_version"),
-           fmt::format("expected a version such as \"2.5\", got \"{}\"", Printable(*v)));
-    }
-    const int minor = std::atoi(v->c_str() + dot + 1);
-    hf.zero_grad_set_to_none = major >= 2;
-    hf.softmax_saves_input = major == 1 && minor < 11;
+  if (std::optional<std::pair<int, int>> v = MajorMinor(r.own, "torch_version", "2.5")) {
+    hf.zero_grad_set_to_none = v->first >= 2;
+    hf.softmax_saves_input = v->first == 1 && v->second < 11;
+  }
+  // transformers_version "MAJOR.MINOR": before 4.49 the causal-LM loss copies the shifted
+  // logits (setup.h loss_shift_copy); absent: a current release.
+  if (std::optional<std::pair<int, int>> v = MajorMinor(r.own, "transformers_version", "4.48")) {
+    hf.loss_shift_copy = *v < std::pair<int, int>(4, 49);
   }
   if (const Json* v = t.Get("fsdp"); v != nullptr && IsSetValue(*v)) {
     throw UnsupportedError(fmt::format("{}: FSDP under the Trainer (not modelled)", t.At("fsdp")));

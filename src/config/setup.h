@@ -189,6 +189,12 @@ struct HfTrainerOptions : PyTorchOptions {
   // the input as well as the output; from 1.11 only its dtype (pytorch/pytorch#65242, relanded
   // as #66018). Used by the eager attention paths.
   bool softmax_saves_input = false;
+  // Transformers before 4.49 (transformers_version): the causal-LM loss shifts the logits by
+  // `shift_logits = logits[..., :-1, :].contiguous()`, an fp32 [b, s - 1, V] copy alive until the
+  // loss returns (loss/loss_utils.py ForCausalLMLoss from 4.46, modeling_llama.py
+  // LlamaForCausalLM.forward before); 4.49 pads the labels instead and takes the logits as they
+  // are (huggingface/transformers#35646, opened 2025-01-13, after v4.48.0). Absent: current.
+  bool loss_shift_copy = false;
   // The evaluation pass inside training (workload/evaluation.h). After optimizer step k
   // (global_step k) with k % eval_steps == 0 and k >= eval_delay, Trainer.evaluate runs
   // eval_batches forward passes of eval_batch_size samples (TrainingArguments eval_strategy

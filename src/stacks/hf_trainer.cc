@@ -82,6 +82,10 @@ class HfTrainerStack final : public PyTorchLoopStack {
                 workload::FrameworkFacts* f) const override {
     f->hf = true;
     f->softmax_saves_input = config::HfTrainerOf(setup.training).softmax_saves_input;
+    f->hf_loss_shift_copy = config::HfTrainerOf(setup.training).loss_shift_copy;
+    // Trainer gradient_checkpointing: gradient_checkpointing_enable sets the decoder model's
+    // gradient_checkpointing, which turns use_cache off in training (facts.h hf_kv_cache).
+    f->hf_kv_cache = setup.training.recompute_granularity == config::RecomputeGranularity::kNone;
     f->zero_grad_after_step = true;  // Trainer._inner_training_loop (facts.h)
     f->hf_native_amp = setup.training.precision != config::Precision::kFp32 &&
                        !config::HfTrainerOf(setup.training).deepspeed;

@@ -51,14 +51,16 @@ Program Generate(const config::Setup& setup, int pipeline_rank, const BuildParts
                                          : NewDataParallel(setup, pipeline_rank, d, params);
   Kernels kernels(em, d, f, *dp);
   if (peft.Active()) kernels.SetPeft(&peft);
-  ModuleContext ctx{setup.model, d, f, em, kernels, SelectiveModules(setup.training, f.te)};
+  std::vector<TensorId> output_held;
+  ModuleContext ctx{setup.model, d,      f, em, kernels, SelectiveModules(setup.training, f.te),
+                    &output_held};
   PipelineExchange exchange(em, d);
   StageRunner runner(ctx, setup.training, pipeline_rank, layer, *dp, exchange);
   const std::vector<ScheduleStep> steps = PipelineSchedule(d.p, pipeline_rank, d.m, d.v);
   LoopParts loop_parts{setup, d, f, params, em, *dp, runner, exchange, steps};
   // The Trainer's evaluation pass (evaluation.h): the same model and kernels on eval batches.
   const ModelDims eval_dims = EvalDims(d, setup.training);
-  ModuleContext eval_ctx{setup.model, eval_dims, f, em, kernels, ctx.selective};
+  ModuleContext eval_ctx{setup.model, eval_dims, f, em, kernels, ctx.selective, nullptr};
   // Only a stack that reads the evaluation keys sets them (hf-trainer).
   const config::HfTrainerOptions* trainer = setup.training.hf_trainer();
   if (trainer != nullptr && trainer->eval_steps > 0 && trainer->eval_batches > 0) {

@@ -33,6 +33,21 @@ struct FrameworkFacts {
   // (accelerate accelerator.py Accelerator.prepare_model, `if self.native_amp`, at 16cb6eb80d).
   // Read by the causal-LM loss (modules/output_loss.cc) and PEFT's LoRA forward (kernels.cc).
   bool hf_native_amp = false;
+  // Transformers before 4.49 (config::HfTrainerOptions::loss_shift_copy, transformers_version):
+  // the causal-LM loss makes `logits[..., :-1, :].contiguous()`, an fp32 [b, s - 1, V] copy
+  // (modules/output_loss.cc). Set by src/stacks/hf_trainer.cc.
+  bool hf_loss_shift_copy = false;
+  // The Transformers decoder's DynamicCache in a training forward: LlamaModel.forward makes one
+  // when use_cache (config.use_cache, true by default in LlamaConfig and the configs derived from
+  // it) and no cache is passed, and turns use_cache off only `if self.gradient_checkpointing and
+  // self.training` (transformers v4.47.1 models/llama/modeling_llama.py LlamaModel.forward; 4.36
+  // at 0864dd3b the same with a legacy tuple per layer). LlamaAttention.forward's
+  // `past_key_value.update` appends key_states after RoPE and value_states before repeat_kv (no
+  // copy: cache_utils.py DynamicCache.update), and the output object returns the cache, so both
+  // live until the caller drops the output (Trainer.compute_loss's return). Set by
+  // src/stacks/hf_trainer.cc: gradient checkpointing off. The model's config.use_cache is
+  // assumed true (model.json does not carry it).
+  bool hf_kv_cache = false;
   bool flash = true;       // flash/fused attention; false = Megatron unfused DotProductAttention
   bool te = true;          // transformer_impl == "transformer_engine"
   bool npu = false;        // Ascend (torch_npu) backend

@@ -153,6 +153,25 @@ TEST_CASE("hf-trainer: torch_version decides zero_grad and softmax's saved input
         std::string::npos);
 }
 
+TEST_CASE("hf-trainer: transformers_version decides the loss's shifted-logits copy",
+          "[config][hf]") {
+  auto load = [](const std::string& name, const std::string& version) {
+    return HfTrainerOf(
+        LoadSetup(Config(name, kBase + ", \"transformers_version\": \"" + version + "\""), {})
+            .training);
+  };
+  // ForCausalLMLoss copies `logits[..., :-1, :]` up to v4.48.x; 4.49 pads the labels instead
+  // (huggingface/transformers#35646). A patch number is allowed.
+  CHECK(load("t1.json", "4.36").loss_shift_copy);
+  CHECK(load("t2.json", "4.48.1").loss_shift_copy);
+  CHECK_FALSE(load("t3.json", "4.49").loss_shift_copy);
+  CHECK_FALSE(load("t4.json", "5.0").loss_shift_copy);
+  CHECK_FALSE(HfTrainerOf(LoadSetup(Config("t5.json", kBase), {}).training).loss_shift_copy);
+  CHECK(ErrorOf(Config("t6.json", kBase + ", \"transformers_version\": \"latest\""))
+            .find("/training/transformers_version: expected a version such as \"4.48\", got "
+                  "\"latest\"") != std::string::npos);
+}
+
 TEST_CASE("hf-trainer: a key of another framework names the right one", "[config][hf]") {
   CHECK(ErrorOf(Config("f1.json", kBase + ", \"micro_batch_size\": 2")) ==
         Config("f1.json", kBase + ", \"micro_batch_size\": 2") +

@@ -134,7 +134,11 @@ TEST_CASE("hf-trainer Llama layer, sdpa, bf16 autocast over fp32 weights: saved 
           "[workload][hf][hf_decoder]") {
   const Program p = Build(TinyHfLlama(config::Precision::kFp32, false), 0);
   const std::map<TensorId, Bytes> saved = Saved(p, Phase::kForward);
-  CHECK(Sum(saved) == kAutocastSaved);
+  // Without gradient checkpointing use_cache stays on (LlamaModel.forward): the DynamicCache
+  // holds RoPE's fp32 k (4·T·kv = 4096), which sdpa's bf16 cast would otherwise free, until
+  // Trainer.compute_loss drops the output: alive when the layer's forward ends, freed before
+  // its backward. v is sdpa's own saved tensor anyway.
+  CHECK(Sum(saved) == kAutocastSaved + 4096);
   CHECK(kAutocastSaved == 172800);
   // Backward, in the autograd engine's order (latest node first). The highest point is flash's
   // backward (flash_api.cpp mha_bwd). Alive when it starts: the MLP's input grad (fp32 T·h,
@@ -148,7 +152,7 @@ TEST_CASE("hf-trainer Llama layer, sdpa, bf16 autocast over fp32 weights: saved 
   CHECK(b.peak == 96256);
   CHECK(b.end == 8192);  // the layer input's fp32 grad
   // Every saved tensor is freed by the layer's backward but the layer output, which is layer
-  // 1's input and freed by layer 1's backward.
+  // 1's input and freed by layer 1's backward (and the cached k, freed before).
   CHECK(b.freed_saved == kAutocastSaved - 8192);
 }
 
@@ -204,6 +208,44 @@ TEST_CASE("hf-trainer Llama layer, sdpa, bf16 weights, gradient checkpointing",
   CHECK(b.peak == 92160);
   CHECK(b.end == 4096);
   CHECK(b.freed_saved == kBf16Saved);  // the recomputed output too
+}
+
+// The op that frees layer 0's tensor `label` (LayerLabel) of iteration 1, micro-batch 0.
+std::string FreedIn(const Program& p, const std::string& label) {
+  TensorId id = 0;
+  for (const Op& op : p.ops) {
+    if (op.iteration != 1 || op.micro_batch != 0) continue;
+    for (const TensorAlloc& a : op.allocs) {
+      if (id == 0 && a.label == label) id = a.id;
+    }
+    if (id != 0 && std::find(op.frees.begin(), op.frees.end(), id) != op.frees.end()) {
+      return op.name;
+    }
+  }
+  return "";
+}
+
+// Eager attention with GQA (bf16 weights): repeat_kv copies k and v for the matmuls, which save
+// the copies; key_states after RoPE and value_states (v_proj's output), 2·T·kv = 2048 each,
+// have no other reader. Transformers v4.47.1 LlamaModel.forward: use_cache (config default
+// true) makes a DynamicCache unless `self.gradient_checkpointing and self.training`;
+// LlamaAttention.forward's past_key_value.update appends both before repeat_kv, and the output
+// returns the cache: they live until Trainer.compute_loss drops `outputs`. Under gradient
+// checkpointing no cache: repeat_kv's rebinding drops them (eager_attention_forward's locals
+// `key_states`, `value_states` are the repeated ones).
+TEST_CASE("hf-trainer Llama eager attention: the DynamicCache keeps k after RoPE and v until the "
+          "Trainer drops the output, unless gradient checkpointing turns use_cache off",
+          "[workload][hf][hf_decoder]") {
+  for (bool ckpt : {false, true}) {
+    config::Setup s = TinyHfLlama(config::Precision::kBf16, ckpt);
+    s.training.use_flash_attn = false;  // attn_implementation "eager"
+    const Program p = Build(s, 0);
+    INFO("gradient checkpointing " << ckpt);
+    const std::string end = ckpt ? "self_attn.repeat_kv" : "loss.compute_loss_return";
+    CHECK(FreedIn(p, "layer0.self_attn.k_embed") == end);
+    CHECK(FreedIn(p, "layer0.self_attn.v_proj.out") == end);
+    CHECK(FreedIn(p, "layer1.self_attn.k_embed") == end);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -130,7 +130,9 @@ ModuleHarness::ModuleHarness(const config::Setup& setup)
       ledger_(std::make_unique<Ledger>()),
       em_(setup_, /*pipeline_rank=*/0, /*num_iterations=*/1, ledger_.get()),
       kernels_(em_, dims_, facts_, wrapper_),
-      ctx_{setup_.model, dims_, facts_, em_, kernels_, SelectiveModules(setup_.training, facts_.te)} {}
+      ctx_{setup_.model, dims_,   facts_,
+           em_,          kernels_, SelectiveModules(setup_.training, facts_.te),
+           nullptr} {}
 
 ModuleHarness::~ModuleHarness() = default;
 

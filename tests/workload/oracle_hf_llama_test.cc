@@ -26,6 +26,8 @@ config::Setup OracleLlama(const std::string& variant) {
   config::Setup s = testing::TinyHfLlama(config::Precision::kFp32);
   s.training.precision = config::Precision::kFp32;
   s.training.use_flash_attn = false;  // attn_implementation "eager" (sdpa needs torch >= 2.1.1)
+  // transformers_version "4.36": the loss's shifted logits copy (setup.h loss_shift_copy).
+  std::get<config::HfTrainerOptions>(s.training.stack).loss_shift_copy = true;
   if (variant == "ckpt") {
     s.training.recompute_granularity = config::RecomputeGranularity::kFull;
     s.training.recompute_method = config::RecomputeMethod::kUniform;
@@ -47,10 +49,14 @@ bool OracleStartsWith(const std::string& s, const std::string& prefix) {
 }
 
 // The ops of each Transformers module of the log: LlamaForCausalLM ("model": all but the data
-// loader's), the embedding, a decoder layer (by layer index), its submodules (by op-name prefix;
+// loader's and the caller's dropping of the output object, memsim's loss.compute_loss_return,
+// which comes after the model's forward hook), the embedding, a decoder layer (by layer index), its submodules (by op-name prefix;
 // the residual adds are the decoder layer's own), the final norm and lm_head.
 bool OracleLlamaModuleOps(const std::string& module, const Op& op) {
-  if (module == "model") return op.name != "data.get_batch" && op.name != "zero_grad";
+  if (module == "model") {
+    return op.name != "data.get_batch" && op.name != "zero_grad" &&
+           op.name != "loss.compute_loss_return";
+  }
   if (module == "embed_tokens") return OracleStartsWith(op.name, "embedding.");
   if (module == "norm") return op.name == "final_norm";
   if (module == "lm_head") return op.name == "output_layer";
@@ -101,8 +107,10 @@ void OracleModelRows(std::vector<GapRow>& t, const std::string& last_model_bound
   // memsim's data loader (embedding.cc data.get_batch): tokens 256, position_ids 256, labels 256
   // (int64 [1, 32]), loss_mask 128 (fp32); the recorder makes input_ids before the step and
   // passes them as labels too, and 4.36 computes the loss without a mask.
-  t.push_back({"setup: memsim's position_ids and labels, freed by its loss_func", GapReason::kSetup,
-               -512, model_pre, "fwd lm_head post"});
+  // memsim frees them in its loss.compute_loss_return op, after the model's forward hook.
+  t.push_back({"setup: memsim's position_ids and labels, freed after the loss", GapReason::kSetup,
+               -512, model_pre,
+               model_pre == "fwd model pre" ? "fwd model post" : "fwd lm_head post"});
   t.push_back({"setup: memsim's loss_mask, freed by its loss_bwd", GapReason::kSetup, -128,
                model_pre, "step loss post"});
   t.push_back({"setup: memsim's tokens, freed by its embedding.wgrad", GapReason::kSetup, -256,
@@ -120,10 +128,10 @@ void OracleModelRows(std::vector<GapRow>& t, const std::string& last_model_bound
 }
 
 // Rows of one decoder layer's forward with grad (full fine-tune), fp32 eager; `phase` "fwd", or
-// "recompute" for a checkpointed layer's re-run (no cache then: cache_end empty); `end` the last
-// compared boundary before the layer's backward frees what it saved.
-void OracleLayerRows(std::vector<GapRow>& t, int l, const std::string& cache_end,
-                     const std::string& phase = "fwd", const std::string& end = "step loss post") {
+// "recompute" for a checkpointed layer's re-run; `end` the last compared boundary before the
+// layer's backward frees what it saved.
+void OracleLayerRows(std::vector<GapRow>& t, int l, const std::string& phase = "fwd",
+                     const std::string& end = "step loss post") {
   const std::string tag = phase + " layer " + std::to_string(l);
   // LlamaRMSNorm.forward: variance = hidden_states.pow(2).mean(-1, keepdim=True). PyTorch 1.13's
   // MeanBackward1 saves its input (grad_fn._saved_self; the formula reads self.numel()), so the
@@ -134,15 +142,10 @@ void OracleLayerRows(std::vector<GapRow>& t, int l, const std::string& cache_end
                OracleL(l, "input_layernorm post", phase), end});
   t.push_back({tag + " post_attention_layernorm: pow output saved by 1.13's mean",
                GapReason::kVersion, 8192, OracleL(l, "post_attention_layernorm post", phase), end});
-  // LlamaModel.forward with use_cache (the config default; only gradient checkpointing turns it
-  // off) hands each layer a DynamicCache; LlamaAttention.forward's past_key_value.update keeps
-  // key_states after RoPE and value_states (before repeat_kv): 2 · T·kv·4 = 8192 a layer, alive
-  // until the caller drops the model output. With GQA eager attention nothing else holds them.
-  // 4.48 does the same (LlamaModel.forward: past_key_values = DynamicCache() when use_cache).
-  if (!cache_end.empty()) {
-    t.push_back({tag + " DynamicCache k and v (use_cache default)", GapReason::kMemsimShorter, 8192,
-                 OracleL(l, "self_attn post", phase), cache_end});
-  }
+  // use_cache (the config default; gradient checkpointing turns it off): 4.36's
+  // LlamaAttention.forward returns `past_key_value = (key_states, value_states)`, k after RoPE
+  // and v before repeat_kv, 2 · T·kv·4 = 8192 a layer, which the output object keeps until the
+  // caller drops it: memsim's DynamicCache (hf_decoder.cc CacheKv), no row.
   // 4.36 LlamaAttention.forward: self.rotary_emb per layer, then cos[position_ids] and
   // sin[position_ids] ([1, 1, 32, 16] fp32, 2048 each), saved by the rotary muls. Current
   // transformers computes cos / sin once per forward (LlamaRotaryEmbedding at model level),
@@ -160,23 +163,13 @@ void OracleLayerRows(std::vector<GapRow>& t, int l, const std::string& cache_end
 }
 
 // LlamaForCausalLM.forward's loss (4.36): logits.float() (a no-op in fp32), shift_logits =
-// logits[..., :-1, :].contiguous() (freed at return), CrossEntropyLoss: log_softmax fp32
-// [31, 256] = 31744 (saved by NllLossBackward0), the loss and total_weight (4 B each). memsim:
-// Megatron-style cross entropy (output_loss.cc) keeping target_mask 32, masked_target 256 and
-// the loss 8 until backward. Then the caller keeps only .loss: the output object (logits, cache)
-// goes; memsim keeps the logits until output_layer_bwd.
+// logits[..., :-1, :].contiguous() and the labels' shift (views: with b = 1 both slices are
+// contiguous), CrossEntropyLoss: log_softmax fp32 [31, 256] = 31744 (saved by
+// NllLossBackward0), the loss and total_weight (4 B each): memsim's loss with
+// transformers_version 4.36 (output_loss.cc HfCausalLmLossForward), no row. The output object
+// (logits, cache) lives until the caller takes .loss and drops it: memsim's
+// loss.compute_loss_return, after the model's forward hook, no row.
 void OracleLossRows(std::vector<GapRow>& t, const std::string& after_norm) {
-  t.push_back({"4.36 loss: log_softmax output, loss, total_weight", GapReason::kVersion, 31752,
-               "fwd model post", "step loss post"});
-  t.push_back({"memsim's HF causal-LM loss: log_probs [32, 256] fp32 (unshifted: T rows), "
-               "shift_labels int64 [32], loss (output_loss.cc HfCausalLmLossForward)",
-               GapReason::kVersion, -(32768 + 256 + 8), "fwd model post", "step loss post"});
-  // The output object (logits) lives until the caller takes .loss and drops it; memsim frees the
-  // logits when its loss forward is done, which comes before the boundary at the model's return
-  // (nothing else is allocated in between in the Trainer's compute_loss).
-  t.push_back({"the logits, held by the output object until the caller drops it; memsim frees "
-               "them at its loss", GapReason::kMemsimShorter, 32768, "fwd model post",
-               "fwd model post"});
   // The final LlamaRMSNorm as the layers' (pow saved by 1.13's mean); x·rsqrt, saved by the
   // trained weight's mul, is memsim's final_norm.normed_fp32 (output_loss.cc HfFinalNormSaves).
   t.push_back({"final norm: pow output saved by 1.13's mean", GapReason::kVersion, 8192, after_norm,
@@ -221,8 +214,6 @@ void OracleLoraLayerRows(std::vector<GapRow>& t, int l) {
   t.push_back({tag + " post_attention_layernorm: pow output saved by 1.13's mean",
                GapReason::kVersion, 8192, OracleL(l, "post_attention_layernorm post"),
                "step loss post"});
-  t.push_back({tag + " DynamicCache k and v (use_cache default)", GapReason::kMemsimShorter, 8192,
-               OracleL(l, "self_attn post"), "fwd lm_head post"});
   t.push_back({tag + " per-layer rotary cos/sin (4.36)", GapReason::kVersion, 4096,
                OracleL(l, "self_attn post"), "step loss post"});
   t.push_back({tag + " 0-dim scale saved by DivBackward0 (4.36)", GapReason::kVersion, 8,
@@ -253,11 +244,6 @@ void OracleLoraLayerRows(std::vector<GapRow>& t, int l) {
 // The loss rows of a full fine-tune (OracleLossRows) less the final norm's, and AdamW's step
 // counters for the 28 LoRA matrices.
 void OracleLoraLossRows(std::vector<GapRow>& t) {
-  t.push_back({"4.36 loss: log_softmax output, loss, total_weight", GapReason::kVersion, 31752,
-               "step loss post", "step loss post"});
-  t.push_back({"memsim's HF causal-LM loss: log_probs [32, 256] fp32 (unshifted: T rows), "
-               "shift_labels int64 [32], loss (output_loss.cc HfCausalLmLossForward)",
-               GapReason::kVersion, -(32768 + 256 + 8), "step loss post", "step loss post"});
   // lm_head is frozen, so its matmul saves no input: the final norm's output goes with the
   // output object; memsim keeps it to output_layer_bwd.
   t.push_back({"final norm output: frozen lm_head saves nothing; memsim keeps it",
@@ -275,7 +261,7 @@ TEST_CASE("oracle: Llama full fine-tune, eager fp32, module boundaries match the
           "[workload][oracle]") {
   std::vector<GapRow> t;
   OracleModelRows(t, "fwd norm post", "step loss post");
-  for (int l = 0; l < 2; ++l) OracleLayerRows(t, l, "fwd model post");
+  for (int l = 0; l < 2; ++l) OracleLayerRows(t, l);
   OracleLossRows(t, "fwd norm post");
   OracleCompare("llama", OracleLlama(""), t);
 }
@@ -303,7 +289,7 @@ TEST_CASE("oracle: Llama with gradient checkpointing, module boundaries match th
                  "recompute layers." + n + " post"});
     // Under no_grad the norm outputs live until self_attn / mlp return (the decoder layer's local
     // `hidden_states` is rebound then): memsim's "<norm>_out.rebind" ops, no row.
-    OracleLayerRows(t, l, "", "recompute", "recompute layers." + n + " post");
+    OracleLayerRows(t, l, "recompute", "recompute layers." + n + " post");
   }
   OracleLossRows(t, "fwd norm post");
   // record.py's step keeps `loss` (4 B) until backward returns, and the engine the root

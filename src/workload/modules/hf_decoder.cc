@@ -288,6 +288,27 @@ struct HfAttnSaved final : ModuleSaved {
   TensorId probs32 = 0, probs = 0, dmask = 0, ctx_out = 0;
 };
 
+// The DynamicCache's hold on key_states after RoPE and value_states (FrameworkFacts::hf_kv_cache):
+// a second reference each, kept in ModuleContext::output_held until the loss releases the output
+// object; the attention's own goes through DropKv.
+void CacheKv(ModuleContext& ctx, const HfAttnSaved& a) {
+  if (!ctx.f.hf_kv_cache || ctx.output_held == nullptr) return;
+  for (TensorId id : {a.k, a.v}) {
+    ctx.em.Ref(id);  // the attention's (its saved tensor or local)
+    ctx.em.Ref(id);  // the cache's
+    ctx.output_held->push_back(id);
+  }
+}
+
+// Drops the attention's reference to k or v: freed now unless the cache still holds it.
+void DropKv(Emitter& em, TensorId id) {
+  if (em.Refs(id) > 0) {
+    em.Unref(id);
+  } else {
+    em.Free(id);
+  }
+}
+
 std::int64_t Widths(const ModelDims& d, int i, bool in) {
   const std::array<std::int64_t, 4> outs = {d.q, d.kv, d.kv, d.h};
   const std::array<std::int64_t, 4> ins = {d.h, d.h, d.h, d.q};
@@ -441,7 +462,9 @@ std::array<TensorId, 3> SdpaBackward(ModuleContext& ctx, int l, HfAttnSaved& a, 
     dk_exp = tmp(d.act_bytes * d.T * d.q, "self_attn.dk_expanded");
     dv_exp = tmp(d.act_bytes * d.T * d.q, "self_attn.dv_expanded");
   }
-  FreeAll(em, {acc, delta, dk_exp, dv_exp, dout, a.q, a.k, a.v, a.out, a.lse});
+  FreeAll(em, {acc, delta, dk_exp, dv_exp, dout, a.q, a.out, a.lse});
+  DropKv(em, a.k);
+  DropKv(em, a.v);
   em.Flops(5.0 * d.b * d.s * d.s * d.q);
   return g;
 }
@@ -459,7 +482,8 @@ void EagerForward(ModuleContext& ctx, int l, bool nograd, HfAttnSaved* a) {
     em.Begin("self_attn.repeat_kv", l);
     const TensorId k = em.Alloc(em.SizeOf(a->k) * (d.a / d.g), Category::kActivations, LayerLabel(l, "self_attn.key_repeated"));
     const TensorId v = em.Alloc(c * d.T * d.q, Category::kActivations, LayerLabel(l, "self_attn.value_repeated"));
-    FreeAll(em, {a->k, a->v});
+    DropKv(em, a->k);
+    DropKv(em, a->v);
     a->k = k;
     a->v = v;
   }
@@ -468,7 +492,8 @@ void EagerForward(ModuleContext& ctx, int l, bool nograd, HfAttnSaved* a) {
   if (d.cast_inputs) {  // matmul under autocast: fresh C copies of the wide rotary outputs
     const TensorId q = em.Alloc(c * d.T * d.q, Category::kActivations, LayerLabel(l, "self_attn.query_cast"));
     const TensorId k = em.Alloc(c * d.T * d.q, Category::kActivations, LayerLabel(l, "self_attn.key_cast"));
-    FreeAll(em, {a->q, a->k});
+    em.Free(a->q);
+    DropKv(em, a->k);
     a->q = q;
     a->k = k;
   }
@@ -525,7 +550,8 @@ std::array<TensorId, 3> EagerBackward(ModuleContext& ctx, int l, HfAttnSaved& a,
   ctx.k.GemmWorkspace(true);
   TensorId dp = em.Alloc(c * s2, Category::kTemporaries, LayerLabel(l, "self_attn.d_probs"));
   TensorId dv = em.Alloc(c * d.T * d.q, Category::kTemporaries, LayerLabel(l, "self_attn.d_value_repeated"));
-  FreeAll(em, {dout, a.out, a.probs, a.v});
+  FreeAll(em, {dout, a.out, a.probs});
+  DropKv(em, a.v);
   if (d.attention_dropout) dp = chain(dp, "dropout_bwd", c, {a.dmask});
   dp = chain(dp, "probs_to_bwd", 4, {});
   dp = chain(dp, "softmax_bwd", d.wide_bytes, {a.probs32});
@@ -535,7 +561,8 @@ std::array<TensorId, 3> EagerBackward(ModuleContext& ctx, int l, HfAttnSaved& a,
   std::array<TensorId, 3> g{};
   g[0] = em.Alloc(c * d.T * d.q, Category::kTemporaries, LayerLabel(l, "self_attn.d_query"));
   g[1] = em.Alloc(c * d.T * d.q, Category::kTemporaries, LayerLabel(l, "self_attn.d_key_repeated"));
-  FreeAll(em, {dp, a.q, a.k});
+  FreeAll(em, {dp, a.q});
+  DropKv(em, a.k);
   if (d.cast_inputs) {  // ToCopyBackward of the matmul's autocast copies, to the rotary dtype
     const Bytes r = DtypesOf(d).r;
     em.Begin("self_attn.scores_bwd.cast", l);
@@ -566,7 +593,8 @@ void SdpaCasts(ModuleContext& ctx, int l, HfAttnSaved* a) {
   em.Begin("self_attn.sdpa_cast", l);
   const TensorId q = em.Alloc(d.act_bytes * d.T * d.q, Category::kActivations, LayerLabel(l, "self_attn.query_cast"));
   const TensorId k = em.Alloc(d.act_bytes * d.T * d.kv, Category::kActivations, LayerLabel(l, "self_attn.key_cast"));
-  FreeAll(em, {a->q, a->k});
+  em.Free(a->q);
+  DropKv(em, a->k);
   a->q = q;
   a->k = k;
 }
@@ -658,6 +686,7 @@ TensorId HfAttentionModule::Forward(ModuleContext& ctx, int l, TensorId x, const
   const TensorId y = RmsNormForward(ctx, l, "input_layernorm", d.T, d.h, d.wide_bytes, d.wide_bytes,
                                     mode.nograd, &a.ln);
   ProjectQkv(ctx, l, y, mode.nograd, &a);
+  if (!mode.nograd) CacheKv(ctx, a);
   if (ctx.f.flash) {
     SdpaCasts(ctx, l, &a);
     SdpaForward(ctx, l, mode.nograd, &a);

@@ -49,6 +49,12 @@ struct ModuleContext {
   Emitter& em;
   Kernels& k;
   SelectiveRecompute selective;
+  // What the model's output object holds until the caller drops it (Trainer.compute_loss returns,
+  // modules/output_loss.cc): each tensor with one Emitter reference for this list, released by
+  // the loss. nullptr: nothing is kept there (the evaluation pass; the module harness unless a
+  // test asks). Filled by HfAttentionModule with the DynamicCache's k and v
+  // (FrameworkFacts::hf_kv_cache).
+  std::vector<TensorId>* output_held = nullptr;
 };
 
 struct ForwardMode {

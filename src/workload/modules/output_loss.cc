@@ -6,6 +6,14 @@ namespace memsim::workload {
 
 namespace {
 
+// What the model's output object held besides the logits (ModuleContext::output_held: the
+// DynamicCache's k and v), released when Trainer.compute_loss drops `outputs`.
+void ReleaseOutputHeld(ModuleContext& ctx) {
+  if (ctx.output_held == nullptr) return;
+  for (TensorId id : *ctx.output_held) ctx.em.Unref(id);
+  ctx.output_held->clear();
+}
+
 // Transformers' causal-LM loss after the lm_head (the logits [b, s, V] in the autocast dtype C):
 // LlamaForCausalLM.forward calls self.loss_function, ForCausalLMLoss (transformers
 // src/transformers/loss/loss_utils.py at 0114da07ec; the releases with the pad-based label shift):
@@ -15,54 +23,84 @@ namespace {
 //   labels = pad(labels, (0, 1)); shift_labels = labels[..., 1:].contiguous()   int64 [T]
 //   fixed_cross_entropy: F.cross_entropy = log_softmax (fp32 [T, V], saved by LogSoftmaxBackward
 //                                      and NllLossBackward) + nll_loss (saves the labels)
+// Before 4.49 (FrameworkFacts::hf_loss_shift_copy; ForCausalLMLoss at v4.47.1, and
+// LlamaForCausalLM.forward itself before 4.46, e.g. 4.36 at 0864dd3b) the logits are shifted:
+//   shift_logits = logits[..., :-1, :].contiguous()   a new fp32 [b (s - 1), V], a local until
+//                                      the loss returns
+//   shift_labels = labels[..., 1:].contiguous()       int64 [b (s - 1)]
+// and log_softmax and nll_loss run on b (s - 1) rows. With b = 1 both slices are contiguous
+// already (a size-1 dimension's stride does not count: c10 TensorImpl compute_contiguous), so
+// `.contiguous()` returns the view and nothing is copied. (Before 4.46 the fp32 `logits` was the
+// output object's and lived until the caller dropped it: not modelled, memsim frees it at the
+// loss's return as from 4.46.)
 // The 16-bit logits are held by the model's output object. Under the Trainer's mixed precision
 // (FrameworkFacts::hf_native_amp) convert_outputs_to_fp32 (accelerate utils/operations.py
 // convert_to_fp32, at 16cb6eb80d) rebuilds the output with `logits.float()`, a second fp32
 // [T, V], and the 16-bit logits go with the old output object. The logits left go when
-// Trainer.compute_loss returns (its local `outputs`), before backward. Releases 4.46-4.47 also made `shift_logits = logits[..., :-1, :].contiguous()`, a
-// third fp32 copy: not modelled.
+// Trainer.compute_loss returns (its local `outputs`), before backward.
 TensorId HfCausalLmLossForward(ModuleContext& ctx, TensorId logits, HeadSaved* u) {
   const ModelDims& d = ctx.d;
   Emitter& em = ctx.em;
-  const Bytes tv = d.T * (d.V / d.t);
+  const Bytes vocab = d.V / d.t;
+  const Bytes tv = d.T * vocab;
+  const std::int64_t rows = ctx.f.hf_loss_shift_copy ? d.T - d.b : d.T;
   const bool widen = d.act_bytes != 4;
   em.Begin("loss.logits_float");
   const TensorId logits32 =
       widen ? em.Alloc(4 * tv, Category::kTemporaries, "loss.logits_fp32") : logits;
-  u->masked_target = em.Alloc(8 * d.T, Category::kActivations, "loss.shift_labels");
+  TensorId shifted = 0;
+  const bool view = ctx.f.hf_loss_shift_copy && d.b == 1;  // the shifted slices are contiguous
+  if (ctx.f.hf_loss_shift_copy && !view) {
+    em.Begin("loss.shift_logits");
+    shifted = em.Alloc(4 * rows * vocab, Category::kTemporaries, "loss.shift_logits");
+  }
+  u->masked_target =
+      view ? 0 : em.Alloc(8 * rows, Category::kActivations, "loss.shift_labels");
   em.Begin("cross_entropy");
-  u->log_probs = em.Alloc(4 * tv, Category::kActivations, "loss.log_probs");
+  u->log_probs = em.Alloc(4 * rows * vocab, Category::kActivations, "loss.log_probs");
   u->loss = em.Alloc(8, Category::kActivations, "loss.output");  // loss and total_weight
   const TensorId report = em.Alloc(8, Category::kOther, "loss.report");  // loss / num_items
-  if (widen) em.Free(logits32);  // `return loss`: ForCausalLMLoss's locals go
+  em.Free(shifted);               // `return loss`: the loss's locals go
+  if (widen) em.Free(logits32);
   if (ctx.f.hf_native_amp && widen) {
     em.Begin("loss.outputs_to_fp32");
     const TensorId converted = em.Alloc(4 * tv, Category::kTemporaries, "loss.outputs_logits_fp32");
     em.Free(logits);
     em.Begin("loss.compute_loss_return");
     em.Free(converted);
+    ReleaseOutputHeld(ctx);
   } else {
     em.Begin("loss.compute_loss_return");
     em.Free(logits);
+    ReleaseOutputHeld(ctx);
   }
   return report;
 }
 
 // Its backward (loss.backward(), torch/csrc/autograd/engine.cpp releases a node's saved tensors
-// after it runs): NllLossBackward makes the fp32 [T, V] grad (zeros scattered), then releases the
-// labels; LogSoftmaxBackward (_log_softmax_backward_data) a new fp32 [T, V] grad while the first
-// and the saved log-probabilities are alive, then both go; ToCopyBackward of `.float()` a C grad
-// [T, V]. Returns the logits' grad.
+// after it runs): NllLossBackward makes the fp32 [rows, V] grad (zeros scattered), then releases
+// the labels; LogSoftmaxBackward (_log_softmax_backward_data) a new fp32 [rows, V] grad while the
+// first and the saved log-probabilities are alive, then both go; with the shift copy,
+// CloneBackward of `.contiguous()` passes the grad on and SliceBackward (slice_backward) writes it
+// into a new zero fp32 [T, V]; ToCopyBackward of `.float()` a C grad [T, V]. Returns the logits'
+// grad.
 TensorId HfCausalLmLossBackward(ModuleContext& ctx, const Batch& batch, const HeadSaved& u) {
   const ModelDims& d = ctx.d;
   Emitter& em = ctx.em;
   const Bytes tv = d.T * (d.V / d.t);
+  const Bytes rows_v = (ctx.f.hf_loss_shift_copy ? d.T - d.b : d.T) * (d.V / d.t);
   em.Begin("loss_bwd");
-  const TensorId g = em.Alloc(4 * tv, Category::kTemporaries, "loss.d_log_probs");
+  const TensorId g = em.Alloc(4 * rows_v, Category::kTemporaries, "loss.d_log_probs");
   for (TensorId id : {u.loss, batch.loss_mask, u.masked_target}) em.Free(id);
   em.Begin("log_softmax_bwd");
-  TensorId dlogits = em.Alloc(4 * tv, Category::kTemporaries, "loss.d_logits_fp32");
+  TensorId dlogits = em.Alloc(4 * rows_v, Category::kTemporaries, "loss.d_logits_fp32");
   for (TensorId id : {g, u.log_probs}) em.Free(id);
+  if (ctx.f.hf_loss_shift_copy) {
+    em.Begin("shift_logits_bwd");
+    const TensorId full = em.Alloc(4 * tv, Category::kTemporaries, "loss.d_logits_unshifted");
+    em.Free(dlogits);
+    dlogits = full;
+  }
   if (d.act_bytes != 4) {
     em.Begin("logits_float_bwd");
     const TensorId narrow =

@@ -112,4 +112,83 @@ TEST_CASE("Transformers' causal-LM loss in fp32 makes no copies of the logits",
   CHECK(h.problems().empty());
 }
 
+TEST_CASE("Transformers before 4.49 shift the fp32 logits into a copy that the loss holds until "
+          "it returns, and its backward widens the shifted grad back to all positions",
+          "[workload][modules][output_loss][lifetimes]") {
+  // Micro-batch 2 (T = 64 tokens): with b = 1 `logits[..., :-1, :]` is contiguous already and
+  // `.contiguous()` copies nothing (the next test).
+  config::Setup s = testing::TinyHfLlama(config::Precision::kBf16);
+  std::get<config::HfTrainerOptions>(s.training.stack).loss_shift_copy = true;
+  s.training.micro_batch_size = 2;
+  ModuleHarness h(s);
+  constexpr Bytes kT2 = 64, kTV2 = 64 * 256;
+  const std::string weight = OutputAndLoss::OutputWeight(h.dims(), true);
+  const TensorId x = h.MakeTensor(2 * kT2 * kH, "harness.last_output");
+  HeadSaved head;
+  TensorId report = 0;
+  h.Run(Phase::kForward,
+        [&](ModuleContext& ctx) { report = OutputAndLoss::Forward(ctx, x, weight, &head); });
+  // transformers v4.47.1 loss/loss_utils.py ForCausalLMLoss: `logits.float()` (4·T·V), then
+  // `shift_logits = logits[..., :-1, :].contiguous()`: b (s - 1) = 62 rows, 4·62·V fp32;
+  // `shift_labels = labels[..., 1:].contiguous()` int64, 8·62; cross_entropy's log_softmax on
+  // the 62 rows (4·62·V), saved; the copy and the fp32 logits are locals until the return.
+  constexpr Bytes kRowsV = 62 * 256;
+  CHECK(h.AliveDuring("cross_entropy") == SeenTensors{
+                                              {"final_norm.rstd", 4 * kT2},
+                                              {"final_norm.input_fp32", 4 * kT2 * kH},
+                                              {"final_norm.normed", 2 * kT2 * kH},
+                                              {"final_norm.out", 2 * kT2 * kH},
+                                              {"output_layer.logits", 2 * kTV2},
+                                              {"loss.logits_fp32", 4 * kTV2},
+                                              {"loss.shift_logits", 4 * kRowsV},
+                                              {"loss.shift_labels", 8 * 62},
+                                              {"loss.log_probs", 4 * kRowsV},
+                                              {"loss.output", 8},
+                                              {"loss.report", 8},
+                                          });
+  CHECK(h.FreedIn("loss.shift_logits") == "cross_entropy");
+  TensorId dx = 0;
+  h.Run(Phase::kBackward, [&](ModuleContext& ctx) {
+    dx = OutputAndLoss::Backward(ctx, Batch{}, head, weight);
+  });
+  // LogSoftmaxBackward's grad of the 62 rows (4·62·V); CloneBackward of `.contiguous()` passes
+  // it on; SliceBackward's slice_backward writes it into a zero fp32 [2, 32, V] (4·T·V).
+  CHECK(h.AliveDuring("shift_logits_bwd") == SeenTensors{
+                                                 {"final_norm.rstd", 4 * kT2},
+                                                 {"final_norm.input_fp32", 4 * kT2 * kH},
+                                                 {"final_norm.normed", 2 * kT2 * kH},
+                                                 {"final_norm.out", 2 * kT2 * kH},
+                                                 {"loss.report", 8},
+                                                 {"loss.d_logits_fp32", 4 * kRowsV},
+                                                 {"loss.d_logits_unshifted", 4 * kTV2},
+                                             });
+  CHECK(h.FreedIn("loss.d_logits_unshifted") == "logits_float_bwd");
+  h.Release({dx, report});
+  CHECK(h.Leaked().empty());
+  CHECK(h.problems().empty());
+}
+
+TEST_CASE("Transformers before 4.49 with micro-batch 1: the shifted slices are views, no copy",
+          "[workload][modules][output_loss][lifetimes]") {
+  // [1, s, V] sliced to [1, s - 1, V] keeps strides (s·V, V, 1): contiguous, since a size-1
+  // dimension's stride is not checked, so `.contiguous()` returns the view; likewise the labels.
+  // The loss still runs on s - 1 = 31 rows: log_softmax 4·31·V.
+  config::Setup s = testing::TinyHfLlama(config::Precision::kBf16);
+  std::get<config::HfTrainerOptions>(s.training.stack).loss_shift_copy = true;
+  ModuleHarness h(s);
+  const std::string weight = OutputAndLoss::OutputWeight(h.dims(), true);
+  const TensorId x = h.MakeTensor(2 * kT * kH, "harness.last_output");
+  HeadSaved head;
+  TensorId report = 0;
+  h.Run(Phase::kForward,
+        [&](ModuleContext& ctx) { report = OutputAndLoss::Forward(ctx, x, weight, &head); });
+  const SeenTensors made = h.Allocated(Phase::kForward);
+  CHECK(std::none_of(made.begin(), made.end(), [](const testing::SeenTensor& t) {
+    return t.label == "loss.shift_logits" || t.label == "loss.shift_labels";
+  }));
+  CHECK(std::count(made.begin(), made.end(), testing::SeenTensor{"loss.log_probs", 4 * 31 * 256}) == 1);
+  h.Release({report, x});
+  CHECK(h.problems().empty());
+}
+
 }  // namespace memsim::workload::output_loss_module_test
