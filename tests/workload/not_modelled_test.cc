@@ -69,7 +69,7 @@ TEST_CASE("a feature's estimate follows the run: full recompute, a layer count",
   CHECK(EstimateNotModelled(some, 0)[0].about_bytes == 8LL * 2 * 8192 * 640 * 2);
 }
 
-TEST_CASE("--swap-attention: the layers MindSpeed swaps, --recompute-method block's count",
+TEST_CASE("MindSpeed swap-attention: the layers it swaps, --recompute-method block's count",
           "[workload][not_modelled]") {
   config::Setup s = MindSpeedScript();
   // solve_prefetch_policy: with --recompute-method block only the first --recompute-num-layers
@@ -79,7 +79,7 @@ TEST_CASE("--swap-attention: the layers MindSpeed swaps, --recompute-method bloc
   CHECK(EstimateNotModelled(s, 0)[0].about_bytes == 3LL * 55'050'240);
 }
 
-TEST_CASE("--swap-attention in MindSpeed-LLM's Qwen2-57B-A14B script: the amount at hand",
+TEST_CASE("MindSpeed swap-attention in MindSpeed-LLM's Qwen2-57B-A14B script: the amount at hand",
           "[workload][not_modelled]") {
   config::LoadOptions options;
   options.device = "ascend-910b-64g";
@@ -101,7 +101,7 @@ TEST_CASE("--swap-attention in MindSpeed-LLM's Qwen2-57B-A14B script: the amount
   CHECK(e->about_bytes == 27LL * 25'952'256);
 }
 
-TEST_CASE("--moe-zero-memory: MindSpeed's share of the MoE MLP's activations, by level",
+TEST_CASE("MindSpeed moe-zero-memory: its share of the MoE MLP's activations, by level",
           "[workload][not_modelled]") {
   config::LoadOptions options;
   options.device = "ascend-910b-64g";
@@ -132,7 +132,7 @@ TEST_CASE("--moe-zero-memory: MindSpeed's share of the MoE MLP's activations, by
   CHECK(EstimateNotModelled(s, 0)[0].about_bytes == 288LL * 444'596'224 / 10);
 }
 
-TEST_CASE("--recompute-in-bubble and --recompute-in-advance: a chunk's activations",
+TEST_CASE("MindSpeed recompute-in-bubble and recompute-in-advance: a chunk's activations",
           "[workload][not_modelled]") {
   // 8 layers (h 1024, 8 heads, SwiGLU ffn 2816, no dropout, flash attention, bf16, seq 1024,
   // micro-batch 1) over PP 2 with 2 layers a virtual stage: v = 2 chunks of Lc = 2 layers a
