@@ -125,6 +125,9 @@ constexpr Modelled kModelled[] = {
     {"--moe-token-dispatcher-type", "moe_token_dispatcher_type", Kind::kString},
     {"--moe-aux-loss-coeff", "moe_aux_loss_coeff", Kind::kNumber},
     {"--moe-permute-fusion", "moe_permute_fusion", Kind::kTrue},
+    // MindSpeed's alias: FusedMoEPermuteFeature.validate_args sets moe_permute_fusion from it
+    // (mindspeed/features_manager/fusions/fused_moe_permute.py at 028de58).
+    {"--use-fused-moe-token-permute-and-unpermute", "moe_permute_fusion", Kind::kTrue},
     {"--moe-expert-capacity-factor", "moe_expert_capacity_factor", Kind::kNumber},
     {"--moe-pad-expert-input-to-capacity", "moe_pad_expert_input_to_capacity", Kind::kTrue},
     {"--moe-grouped-gemm", "moe_grouped_gemm", Kind::kTrue},

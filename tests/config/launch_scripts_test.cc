@@ -187,5 +187,34 @@ TEST_CASE("Megatron-LM's Llama-3 8B H100 example in bf16: parameters as Megatron
   CHECK(ParametersOnStage(s, 0) == 8030261248);
 }
 
+// Pai-Megatron-Patch's run_mcore_qwen3.sh takes its settings as 27 positional arguments and runs
+// `eval ${run_cmd}`; the same arguments as launch_script_test.cc's reading of it (Qwen3-30B-A3B,
+// bf16, TP 1, PP 1, CP 1, EP 4, distributed optimizer, flash attention, selective recompute).
+TEST_CASE("Pai-Megatron-Patch's Qwen3-30B-A3B launch: parameters per rank as Megatron builds them",
+          "[launch_scripts]") {
+  const std::vector<std::string> args = {
+      "dsw", "A3B",   "1",      "8",  "1e-5", "1e-6", "1024",        "1024",  "bf16",
+      "1",   "1",     "1",      "1",  "4",    "true", "true",        "true",  "false",
+      "sel", "false", "100000", "/d", "/v",   "none", "10000000000", "10000", "/o"};
+  LoadOptions o;
+  o.device = "h100-80g";
+  // GPUS_PER_NODE comes from `python -c "...device_count()"`, which the reader does not run:
+  // the world size of one 8-GPU node is given as DP 8 (8 / (TP 1 × PP 1 × CP 1)).
+  o.overrides = {"training.data_parallel_size=8"};
+  const Setup s = LoadSetupFromMegatron(
+      ReadMegatronArgsFile(LaunchScriptPath("eval_pai_run_mcore_qwen3.sh"), args), o,
+      MegatronOptions{});
+  // The A3B branch: h 2048, 48 layers, 32 heads × --kv-channels 128 (q 4096), 4 query groups
+  // (k and v 512 each), --qk-layernorm (RMSNorm over the 128 channels of q and of k), no
+  // biases, 128 experts of width 768 over EP 4 = 32 local, every layer MoE ('([1]*48)'),
+  // --padded-vocab-size 151936, untied. A layer: linear_qkv (4096 + 2·512) × 2048 =
+  // 10,485,760 and its fused norm 2,048; q/k norms 256; proj 2048 × 4096 = 8,388,608;
+  // pre-MLP norm 2,048; router 128 × 2048 = 262,144; 32 experts × (2·768 + 768) × 2048 =
+  // 150,994,944: 170,135,808; 48 layers 8,166,518,784. Embedding and output layer 151936 ×
+  // 2048 = 311,164,928 each, final norm 2,048: 8,788,850,688.
+  CHECK(s.training.data_parallel_size == 8);
+  CHECK(ParametersOnStage(s, 0) == 8788850688);
+}
+
 }  // namespace
 }  // namespace memsim::config

@@ -703,5 +703,19 @@ TEST_CASE("a model built from the arguments is named by its launch and its confi
   CHECK(again.allocator == s.allocator);
 }
 
+TEST_CASE("MindSpeed's --use-fused-moe-token-permute-and-unpermute is --moe-permute-fusion",
+          "[config]") {
+  // FusedMoEPermuteFeature.validate_args (MindSpeed 028de58,
+  // mindspeed/features_manager/fusions/fused_moe_permute.py) sets moe_permute_fusion when the
+  // MindSpeed flag is given: the same fused permutation, no warning.
+  const std::vector<std::string> words = {
+      "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length",
+      "128", "--vocab-size", "1000", "--num-experts", "4", "--moe-router-topk", "2",
+      "--moe-token-dispatcher-type", "alltoall", "--use-fused-moe-token-permute-and-unpermute"};
+  const Setup s = LoadSetupFromMegatron(ReadCommandLineArguments(words), OnDevice("h100-80g"), {});
+  CHECK(s.training.moe_permute_fusion);
+  CHECK(s.not_modelled.empty());
+}
+
 }  // namespace
 }  // namespace memsim::config

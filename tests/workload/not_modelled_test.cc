@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -41,9 +42,13 @@ TEST_CASE("a MindSpeed feature memsim does not model: its direction and amount, 
   const std::string path = config::testing::Data("launch/mindspeed_reuse_swap.sh");
   CHECK(e[0].flag.what == path + ":20: --swap-attention");
   CHECK(e[0].flag.direction == NotModelled::Direction::kHigh);
-  // Up to the attention block's saved activations: 40 layers × 1 micro-batch in flight (PP 1)
-  // × T = 4096·2 tokens × (2h/t + (2q + 2kv)/t = 1280 + 2560 = 3840) × 2 bytes.
-  CHECK(e[0].about_bytes == 40LL * 8192 * 3840 * 2);
+  // What SwapPrefetch.pack_hook moves to the host inside `self_attention` (MindSpeed 028de58
+  // swap_attention/prefetch.py), a layer: T = 4096·2 = 8192 tokens; the norm output [T, h/σ =
+  // 640], q, k, v and the attention output [T, 5120/8 = 640] each, bf16: 5 × 10,485,760; the
+  // two softmax statistics of npu_fusion_attention [b, a/t = 5, s, 8] fp32: 2 × 1,310,720; all
+  // of 512 KiB or more: 55,050,240 bytes. 40 layers × 1 micro-batch in flight (PP 1), less the
+  // one layer prefetched back at a time: 39 sets.
+  CHECK(e[0].about_bytes == 39LL * 55'050'240);
 }
 
 TEST_CASE("a feature's estimate follows the run: full recompute, a layer count",
@@ -64,16 +69,116 @@ TEST_CASE("a feature's estimate follows the run: full recompute, a layer count",
   CHECK(EstimateNotModelled(some, 0)[0].about_bytes == 8LL * 2 * 8192 * 640 * 2);
 }
 
+TEST_CASE("MindSpeed swap-attention: the layers it swaps, --recompute-method block's count",
+          "[workload][not_modelled]") {
+  config::Setup s = MindSpeedScript();
+  // solve_prefetch_policy: with --recompute-method block only the first --recompute-num-layers
+  // layers of a stage are swapped: 4 layers, less the one prefetched, × 55,050,240 bytes.
+  s.training.recompute_method = config::RecomputeMethod::kBlock;
+  s.training.recompute_num_layers = 4;
+  CHECK(EstimateNotModelled(s, 0)[0].about_bytes == 3LL * 55'050'240);
+}
+
+TEST_CASE("MindSpeed swap-attention in MindSpeed-LLM's Qwen2-57B-A14B script: the amount at hand",
+          "[workload][not_modelled]") {
+  config::LoadOptions options;
+  options.device = "ascend-910b-64g";
+  const config::Setup s = config::LoadSetupFromMegatron(
+      config::ReadMegatronArgsFile(std::string(MEMSIM_SOURCE_DIR) +
+                                   "/tests/data/launch_scripts/"
+                                   "mindspeed_llm_pretrain_qwen2_57b_a14b_4k_ptd.sh"),
+      options, {});
+  const std::vector<NotModelledEstimate> all = EstimateNotModelled(s, 0);
+  const auto e = std::find_if(all.begin(), all.end(), [](const NotModelledEstimate& x) {
+    return x.flag.flag == "--swap-attention";
+  });
+  REQUIRE(e != all.end());
+  // Seq 4096 over CP 4, micro-batch 1: T = 1024; TP 1; h 3584, 28 heads × 128, 4 groups. A
+  // layer: norm output, q and attention output 1024 × 3584 × 2 = 7,340,032 each; k and v 1024
+  // × 512 × 2 = 1,048,576 each; softmax max and sum 32 × 1024 × 28 = 917,504 each: 25,952,256
+  // bytes. Stage 0 of PP 4 holds 7 layers of min(4, 64 / (1 · DP 4) = 16) = 4 micro-batches:
+  // 28 sets, less the one prefetched.
+  CHECK(e->about_bytes == 27LL * 25'952'256);
+}
+
+TEST_CASE("MindSpeed moe-zero-memory: its share of the MoE MLP's activations, by level",
+          "[workload][not_modelled]") {
+  config::LoadOptions options;
+  options.device = "ascend-910b-64g";
+  options.overrides = {"model.vocab_size=32000"};
+  config::Setup s = config::LoadSetupFromMegatron(
+      config::ReadMegatronArgsFile(std::string(MEMSIM_SOURCE_DIR) +
+                                   "/tests/data/launch_scripts/"
+                                   "mindspeed_llm_pretrain_mixtral_8x7b_ptd.sh"),
+      options, {});
+  // MindSpeed-LLM's Mixtral script: seq 32768 over CP 4, micro-batch 1: T = 8192; TP 8 with
+  // sequence parallelism (σ 8), EP 1, expert TP 8; top-2 of 8 experts of width 14336 (SwiGLU);
+  // 32 MoE layers, PP 1 (one micro-batch in flight). A rank's experts take R = 2 · 8192/8 · 8
+  // = 16,384 token copies; recomputing the MoE MLP would save fc1's input and fc2's output
+  // [R, 4096] and fc1's and the activation's outputs [R, 2·1792] and [R, 1792]: 16,384 ×
+  // 13,568 × 2 bytes = 444,596,224 bytes a layer.
+  s.not_modelled = {{"x:1: --moe-zero-memory", "--moe-zero-memory", {"level0"},
+                     NotModelled::Direction::kHigh}};
+  // level0: 70% of it on all 32 layers: 22.4 × 444,596,224 = 9,958,955,417 (rounded down).
+  CHECK(EstimateNotModelled(s, 0)[0].about_bytes == 9'958'955'417LL);
+  // level1 on 8 layers (--moe-zero-memory-num-layers 8), level0's share on the other 24:
+  // (0.9 · 8 + 0.7 · 24) × 444,596,224 = 24 × 444,596,224.
+  s.not_modelled = {{"x:1: --moe-zero-memory", "--moe-zero-memory", {"level1"},
+                     NotModelled::Direction::kHigh},
+                    {"x:2: --moe-zero-memory-num-layers", "--moe-zero-memory-num-layers", {"8"},
+                     NotModelled::Direction::kHigh}};
+  CHECK(EstimateNotModelled(s, 0)[0].about_bytes == 24LL * 444'596'224);
+  s.not_modelled.resize(1);  // level1 alone: all 32 layers at 90%
+  CHECK(EstimateNotModelled(s, 0)[0].about_bytes == 288LL * 444'596'224 / 10);
+}
+
+TEST_CASE("MindSpeed recompute-in-bubble and recompute-in-advance: a chunk's activations",
+          "[workload][not_modelled]") {
+  // 8 layers (h 1024, 8 heads, SwiGLU ffn 2816, no dropout, flash attention, bf16, seq 1024,
+  // micro-batch 1) over PP 2 with 2 layers a virtual stage: v = 2 chunks of Lc = 2 layers a
+  // rank; 16 micro-batches (DP 1).
+  std::vector<std::string> words = {
+      "--num-layers", "8", "--hidden-size", "1024", "--num-attention-heads", "8",
+      "--ffn-hidden-size", "2816", "--swiglu", "--seq-length", "1024",
+      "--max-position-embeddings", "1024", "--micro-batch-size", "1", "--global-batch-size",
+      "16", "--vocab-size", "32000", "--bf16", "--use-flash-attn", "--hidden-dropout", "0",
+      "--attention-dropout", "0", "--pipeline-model-parallel-size", "2",
+      "--num-layers-per-virtual-pipeline-stage", "2", "--recompute-in-bubble"};
+  config::LoadOptions options;
+  options.device = "ascend-910b-64g";
+  options.overrides = {"training.data_parallel_size=1"};
+  const config::Setup bubble =
+      config::LoadSetupFromMegatron(config::ReadCommandLineArguments(words), options, {});
+  REQUIRE(bubble.not_modelled.size() == 1);
+  // Korthikanti's per-layer activations without SP, t = 1: s·b·h · (8 + 8 + 6·2816/1024 =
+  // 16.5) = 1,048,576 × 32.5 = 34,078,720 bytes (closed_form.cc). Interleaved 1F1B holds
+  // warmup + 1 = 2·(2 - r - 1) + (2 - 1)·2 + 1 chunks: 5 on rank 0, 3 on rank 1; in the bubble
+  // MindSpeed keeps p·v = 4: rank 0 one chunk (2 layers) fewer, rank 1 none.
+  CHECK(EstimateNotModelled(bubble, 0)[0].about_bytes == 2 * 34'078'720LL);
+  CHECK(EstimateNotModelled(bubble, 1)[0].about_bytes == 0);
+  // --recompute-in-advance (with full recompute, block, 1 layer): either way by about one
+  // chunk's activations without recompute: 2 × 34,078,720.
+  words.back() = "--recompute-in-advance";
+  words.insert(words.end(), {"--recompute-granularity", "full", "--recompute-method", "block",
+                             "--recompute-num-layers", "1"});
+  const config::Setup advance =
+      config::LoadSetupFromMegatron(config::ReadCommandLineArguments(words), options, {});
+  REQUIRE(advance.not_modelled.size() == 1);
+  CHECK(advance.not_modelled[0].direction == NotModelled::Direction::kEither);
+  CHECK(EstimateNotModelled(advance, 0)[0].about_bytes == 2 * 34'078'720LL);
+}
+
 TEST_CASE("the warnings of not-modelled flags end in their amount", "[workload][not_modelled]") {
   const config::Setup s = MindSpeedScript();
   const std::vector<std::string> w = report::WarningsWithEstimates(s);
   REQUIRE(w.size() == s.warnings.size());
   const std::string path = config::testing::Data("launch/mindspeed_reuse_swap.sh");
-  // 40 × 8192 × 3840 × 2 bytes = 2,516,582,400 bytes = 2.34 GiB.
+  // 39 × 55,050,240 bytes = 2,146,959,360 bytes = 1.9995 GiB.
   CHECK(w[1] == s.warnings[1] +
-                    "; by about 2.34 GiB: up to 40 layers x 1 micro-batches in flight x [8192 "
-                    "tokens, 3840] x 2 bytes (the attention block's saved activations, less the "
-                    "layers MindSpeed keeps prefetched)");
+                    "; by about 2.00 GiB: 40 layers x 1 micro-batches in flight, less the one "
+                    "layer prefetched, x 55050240 bytes a layer (the norm output, q, k, v, the "
+                    "attention output and its softmax statistics of 512 KiB or more) go to "
+                    "pinned host memory");
   CHECK(w[1].starts_with(path + ":20: --swap-attention: not modelled (MindSpeed moves"));
 }
 
@@ -93,14 +198,14 @@ TEST_CASE("an out-of-memory verdict says which way the flags not modelled make m
   CHECK(caveat.starts_with("*** Caveat: 1 flag warned not modelled; so this verdict may be off "
                            "(stage 0):\n"));
   CHECK(caveat.find("***   " + path + ":20: --swap-attention: memsim errs high by about "
-                    "2.34 GiB (") != std::string::npos);
-  CHECK(caveat.ends_with("***   In all: memsim predicts up to about 2.34 GiB more and 0 B less "
+                    "2.00 GiB (") != std::string::npos);
+  CHECK(caveat.ends_with("***   In all: memsim predicts up to about 2.00 GiB more and 0 B less "
                          "than the run would use.\n"));
   const nlohmann::json j = nlohmann::json::parse(report::RunReportJson(run, s));
   REQUIRE(j["not_modelled"].size() == 1);
   CHECK(j["not_modelled"][0]["flag"] == "--swap-attention");
   CHECK(j["not_modelled"][0]["memsim_errs"] == "high");
-  CHECK(j["not_modelled"][0]["about_bytes"] == 2'516'582'400LL);
+  CHECK(j["not_modelled"][0]["about_bytes"] == 2'146'959'360LL);
   // Without an out-of-memory verdict there is no caveat to print.
   engine::RunOptions roomy = options;
   roomy.usable_memory_bytes = Bytes{60} << 30;
