@@ -213,6 +213,64 @@ TEST_CASE("memsim plan: the written config runs to the same peak, byte for byte;
   }
 }
 
+TEST_CASE("plan: the estimate ranks to the digits the table shows; ties go to the lower peak",
+          "[plan]") {
+  // At least 3 significant digits, no exponent: 38.3812 -> 38.4; 1234.7 -> 1235; 0.012345 ->
+  // 0.0123 (2 - floor(log10 s) decimals: 1, 0 and 4).
+  CHECK(plan::StepSecondsText(38.3812) == "38.4");
+  CHECK(plan::StepSecondsText(1234.7) == "1235");
+  CHECK(plan::StepSecondsText(0.012345) == "0.0123");
+  CHECK(plan::StepSecondsText(0) == "-");
+  CHECK(plan::RankedStepSeconds(38.3812) == plan::RankedStepSeconds(38.4049));
+  CHECK(plan::RankedStepSeconds(38.3812) < plan::RankedStepSeconds(38.4501));
+  // Two layouts that differ only in the distributed optimizer have the same estimate (it counts
+  // no optimizer step), so the one with the lower peak, the sharded optimizer, ranks first; a
+  // second Plan of the same request gives the same order whatever the thread count.
+  const config::Setup base = Base("qwen2.5-0.5b");
+  plan::Request r = SmallRequest(base);
+  plan::ApplyFix("tp=1", &r.space);
+  plan::ApplyFix("pp=1", &r.space);
+  plan::ApplyVary("dist_opt=false,true", &r.space);
+  r.threads = 2;
+  const plan::PlanResult two = plan::Plan(base, r, nullptr);
+  REQUIRE(two.fitting == 2);
+  CHECK(two.candidates[0].layout.distributed_optimizer);
+  CHECK(two.candidates[0].peak_bytes < two.candidates[1].peak_bytes);
+  r.threads = 1;
+  const plan::PlanResult one = plan::Plan(base, r, nullptr);
+  CHECK(one.candidates[0].layout == two.candidates[0].layout);
+}
+
+TEST_CASE("memsim plan: --nodes x --per-node devices; TP is kept within a node; not-allowed "
+          "rows are grouped by rule; --require gates on fitting plans", "[plan][cli]") {
+  // Qwen2.5-0.5B (14 heads) on 2 nodes of 2: TP 4 spans nodes (the rule checked before the
+  // heads), TP 8 does not divide the 4 devices; TP 1 and 2 are simulated.
+  ScratchDir dir("plan-nodes");
+  const auto p = RunMemsim(dir, "plan --model qwen2.5-0.5b --nodes 2 --per-node 2 "
+                                "--global-batch-size 8 --seq-length 1024 --vary tp=1,2,4,8 "
+                                "--fix pp=1 --fix mbs=1 --fix recompute=none --fix dist_opt=true");
+  INFO(p.out << p.err);
+  REQUIRE(p.exit_code == 0);
+  CHECK(p.out.find("on 4 × ascend-910b-64g") != std::string::npos);
+  CHECK(p.out.find("not allowed (2), by rule:") != std::string::npos);
+  CHECK(p.out.find("1 × TP stays within a node (--per-node); e.g. tp4 pp1") != std::string::npos);
+  CHECK(p.out.find("1 × TP × PP × CP divides the devices; e.g. tp8 pp1") != std::string::npos);
+  // The gate: 2 layouts fit (TP 1 and 2), so --require 3 exits 1 and says so.
+  const auto gate = RunMemsim(dir, "plan --model qwen2.5-0.5b --nodes 2 --per-node 2 "
+                                   "--global-batch-size 8 --seq-length 1024 --vary tp=1,2,4,8 "
+                                   "--fix pp=1 --fix mbs=1 --fix recompute=none "
+                                   "--fix dist_opt=true --require 3");
+  CHECK(gate.exit_code == 1);
+  CHECK(gate.err.find("2 layouts fit, fewer than --require 3") != std::string::npos);
+  const auto alone = RunMemsim(dir, "plan --nodes 2");
+  CHECK(alone.exit_code == 2);
+  CHECK(alone.err.find("--nodes 2: give --per-node too") != std::string::npos);
+  const auto both = RunMemsim(dir, "plan --nodes 2 --per-node 4 --devices 16");
+  CHECK(both.exit_code == 2);
+  CHECK(both.err.find("--devices 16 disagrees with --nodes 2 × --per-node 4 = 8") !=
+        std::string::npos);
+}
+
 TEST_CASE("memsim plan: bad flags exit 2 naming the flag", "[plan][cli]") {
   ScratchDir dir("plan-bad");
   const auto fix = RunMemsim(dir, "plan --fix tq=2");
