@@ -271,6 +271,61 @@ TEST_CASE("memsim plan: --nodes x --per-node devices; TP is kept within a node; 
         std::string::npos);
 }
 
+TEST_CASE("plan: a layout the closed-form estimate calls fitting runs out of memory in "
+          "iteration 2, and the reason says so", "[plan]") {
+  // Llama-3-8B on 8 H100, global batch 256, sequence 8192: TP 2, DP 4, micro batch 2, no
+  // recompute, distributed optimizer.
+  config::LoadOptions o;
+  o.model_path = "llama3-8b";
+  o.device = "h100-80g";
+  o.iterations = 2;
+  const config::Setup base = config::LoadSetup("", o);
+  const config::ModelConfig& m = base.model;
+  // The closed form (the usual back-of-envelope):
+  // - parameters a TP rank: the embedding and the untied output layer (vocab × h each) and
+  //   every layer's projections (q and o: h × heads × head dim; k and v: h × groups × head
+  //   dim) and gated MLP (3 × h × FFN) split over TP 2, the layer norms (2h a layer, h at the
+  //   end) whole. Llama-3-8B: 2 × 128256 × 4096 + 32 × (2 × 4096² + 2 × 4096 × 1024 + 3 × 4096 ×
+  //   14336) = 8,029,995,008 split, 266,240 whole: 4,015,263,744 a rank.
+  // - bytes a parameter under Megatron's distributed optimizer with bf16 parameters and fp32
+  //   gradients: 6 + 12 / DP (Megatron-LM docs/source/api-guide/dist_optimizer.md, its table of
+  //   bytes a parameter) = 9 at DP 4.
+  // - activations with sequence parallelism and flash attention (Korthikanti et al. 2022,
+  //   arXiv:2205.05198, table 2, the 5as/h score term dropped): 34 s b h / t bytes a layer:
+  //   34 × 8192 × 2 × 4096 / 2 × 32 layers; plus the fp32 logits, 4 s b v / t.
+  const double head_dim = static_cast<double>(m.hidden_size) / m.num_attention_heads;
+  const double split = 2.0 * m.vocab_size * m.hidden_size +
+                       m.num_hidden_layers * (2.0 * m.hidden_size * m.num_attention_heads * head_dim +
+                                              2.0 * m.hidden_size * m.num_key_value_heads * head_dim +
+                                              3.0 * m.hidden_size * m.intermediate_size);
+  const double whole = (2.0 * m.num_hidden_layers + 1) * m.hidden_size;
+  REQUIRE(split == 8029995008.0);
+  const double params = split / 2 + whole;
+  const double s = 8192, b = 2, h = m.hidden_size, t = 2;
+  const double closed_form = params * (6 + 12.0 / 4) + 34 * s * b * h / t * m.num_hidden_layers +
+                             4 * s * b * m.vocab_size / t;
+  const double line = static_cast<double>(base.device.usable_memory_bytes) * 0.95;
+  CHECK(closed_form < line);  // about 71.6 GiB against 75.2 GiB: "fits"
+  plan::Request r;
+  r.devices = 8;
+  r.global_batch_size = 256;
+  r.seq_length = 8192;
+  r.space = plan::DefaultSpace(base);
+  plan::ApplyFix("tp=2", &r.space);
+  plan::ApplyFix("pp=1", &r.space);
+  plan::ApplyFix("mbs=2", &r.space);
+  plan::ApplyFix("recompute=none", &r.space);
+  plan::ApplyFix("dist_opt=true", &r.space);
+  const plan::PlanResult result = plan::Plan(base, r, nullptr);
+  REQUIRE(result.candidates.size() == 1);
+  const plan::Candidate& c = result.candidates.front();
+  // The simulation: the first iteration fits; in the second the optimizer states (created by
+  // the first optimizer step) sit under the activations, and the forward runs out of memory.
+  CHECK(c.verdict == plan::Verdict::kDoesNotFit);
+  CHECK(c.check_verdict == "oom");
+  CHECK(c.reason.find("stage 0: out of memory in iteration 2 forward") == 0);
+}
+
 TEST_CASE("memsim plan: bad flags exit 2 naming the flag", "[plan][cli]") {
   ScratchDir dir("plan-bad");
   const auto fix = RunMemsim(dir, "plan --fix tq=2");
