@@ -41,7 +41,8 @@ struct PlanArgs {
 int Devices(const PlanArgs& a, const config::TrainingConfig& t) {
   if (a.nodes != kNotGiven) {
     if (a.per_node == kNotGiven) {
-      throw InputError(fmt::format("--nodes {}: give --per-node too (the devices a node)", a.nodes));
+      throw InputError(
+          fmt::format("--nodes {}: give --per-node too (the devices a node)", a.nodes));
     }
     const long long world = 1LL * a.nodes * a.per_node;
     if (world > (1 << 20)) {

@@ -135,8 +135,9 @@ double EstimateStepSeconds(const config::Setup& plan);
 
 // The estimate as the table prints it: at least 3 significant digits, no exponent ("38.4",
 // "1235", "0.0123"; "-" when 0, no peak FLOPs). RankedStepSeconds is that text's value: the
-// ranking compares what the table shows. Plans whose estimates differ by less (layouts that differ only in what
-// the estimate does not count, or in the vocabulary padding) tie, and the lower peak goes first.
+// ranking compares what the table shows. Plans whose estimates differ by less (layouts that differ
+// only in what the estimate does not count, or in the vocabulary padding) tie, and the lower peak
+// goes first.
 std::string StepSecondsText(double seconds);
 double RankedStepSeconds(double seconds);
 

@@ -106,29 +106,35 @@ RuleBreak ParallelRule(const config::ModelConfig& m, const Request& r, const Lay
   // tp × pp × cp × dp ranks, data_parallel_size = world / (tp × pp × cp).
   const int model = l.tp * l.pp * l.cp;
   if (r.devices % model != 0) {
-    return {"TP × PP × CP divides the devices", fmt::format("TP {} × PP {} × CP {} = {} does not divide the {} devices "
-                       "(parallel_state.initialize_model_parallel)",
-                       l.tp, l.pp, l.cp, model, r.devices)};
+    return {"TP × PP × CP divides the devices",
+            fmt::format("TP {} × PP {} × CP {} = {} does not divide the {} devices "
+                        "(parallel_state.initialize_model_parallel)",
+                        l.tp, l.pp, l.cp, model, r.devices)};
   }
   if (r.per_node > 0 && l.tp > r.per_node) {
-    return {"TP stays within a node (--per-node)", fmt::format("TP {} spans nodes of {} devices (--per-node; TP's all-reduces need "
-                       "the node's links)", l.tp, r.per_node)};
+    return {"TP stays within a node (--per-node)",
+            fmt::format("TP {} spans nodes of {} devices (--per-node; TP's all-reduces need "
+                        "the node's links)",
+                        l.tp, r.per_node)};
   }
   // Megatron TransformerConfig / memsim config/rules.h: heads, query groups and FFN width
   // divisible by TP.
   if (m.num_attention_heads % l.tp != 0 || m.num_key_value_heads % l.tp != 0) {
-    return {"TP divides the attention heads and query groups", fmt::format("TP {} does not divide the {} attention heads and {} query groups "
-                       "(Megatron TransformerConfig)",
-                       l.tp, m.num_attention_heads, m.num_key_value_heads)};
+    return {"TP divides the attention heads and query groups",
+            fmt::format("TP {} does not divide the {} attention heads and {} query groups "
+                        "(Megatron TransformerConfig)",
+                        l.tp, m.num_attention_heads, m.num_key_value_heads)};
   }
   if (m.intermediate_size % l.tp != 0) {
-    return {"TP divides the FFN width", fmt::format("TP {} does not divide the FFN width {} (ColumnParallelLinear)", l.tp,
-                       m.intermediate_size)};
+    return {"TP divides the FFN width",
+            fmt::format("TP {} does not divide the FFN width {} (ColumnParallelLinear)", l.tp,
+                        m.intermediate_size)};
   }
   if (m.num_hidden_layers % l.pp != 0) {
-    return {"PP divides the layers", fmt::format("PP {} does not divide the {} layers (Megatron arguments.py: layers "
-                       "divisible by the pipeline size)",
-                       l.pp, m.num_hidden_layers)};
+    return {"PP divides the layers",
+            fmt::format("PP {} does not divide the {} layers (Megatron arguments.py: layers "
+                        "divisible by the pipeline size)",
+                        l.pp, m.num_hidden_layers)};
   }
   return {};
 }
@@ -138,29 +144,37 @@ RuleBreak BatchAndExpertRule(const config::Setup& base, const Request& r, const 
   const config::ModelConfig& m = base.model;
   // megatron/core/num_microbatches_calculator.py: global batch divisible by micro batch × DP.
   if (r.global_batch_size % (l.mbs * l.dp) != 0) {
-    return {"micro batch × DP divides the global batch", fmt::format("global batch {} is not divisible by micro batch {} × DP {} "
-                       "(num_microbatches_calculator.py)",
-                       r.global_batch_size, l.mbs, l.dp)};
+    return {"micro batch × DP divides the global batch",
+            fmt::format("global batch {} is not divisible by micro batch {} × DP {} "
+                        "(num_microbatches_calculator.py)",
+                        r.global_batch_size, l.mbs, l.dp)};
   }
   // Sequence parallelism (on with TP > 1) splits the sequence over TP; context parallelism
   // splits it in 2 × CP chunks (memsim config/rules.cc, after Megatron's get_batch_on_this_cp_rank).
   if (l.tp > 1 && r.seq_length % l.tp != 0) {
-    return {"TP divides the sequence length (sequence parallelism)", fmt::format("TP {} does not divide the sequence length {} (sequence parallelism)",
-                       l.tp, r.seq_length)};
+    return {"TP divides the sequence length (sequence parallelism)",
+            fmt::format("TP {} does not divide the sequence length {} (sequence parallelism)", l.tp,
+                        r.seq_length)};
   }
   if (l.cp > 1 && r.seq_length % (2 * l.cp) != 0) {
-    return {"2 × CP divides the sequence length", fmt::format("2 × CP {} does not divide the sequence length {} (context parallelism's "
-                       "load-balanced chunks)", l.cp, r.seq_length)};
+    return {"2 × CP divides the sequence length",
+            fmt::format("2 × CP {} does not divide the sequence length {} (context parallelism's "
+                        "load-balanced chunks)",
+                        l.cp, r.seq_length)};
   }
   if (l.ep == 1) return {};
   // megatron/training/arguments.py validate_args, 'Expert parallelism check'.
-  if (m.num_experts <= 1) return {"EP > 1 needs a mixture of experts", fmt::format("EP {} needs a mixture-of-experts model", l.ep)};
+  if (m.num_experts <= 1)
+    return {"EP > 1 needs a mixture of experts",
+            fmt::format("EP {} needs a mixture-of-experts model", l.ep)};
   if (m.num_experts % l.ep != 0) {
-    return {"EP divides the experts", fmt::format("EP {} does not divide the {} experts (arguments.py validate_args)",
-                       l.ep, m.num_experts)};
+    return {"EP divides the experts",
+            fmt::format("EP {} does not divide the {} experts (arguments.py validate_args)", l.ep,
+                        m.num_experts)};
   }
   if (base.training.precision == config::Precision::kFp16) {
-    return {"EP > 1 is not allowed with fp16", "expert parallelism with fp16 (arguments.py validate_args)"};
+    return {"EP > 1 is not allowed with fp16",
+            "expert parallelism with fp16 (arguments.py validate_args)"};
   }
   // parallel_state.initialize_model_parallel: the expert grid ETP × EP × expert-DP fills the
   // TP × DP × CP ranks of a stage.
@@ -168,9 +182,10 @@ RuleBreak BatchAndExpertRule(const config::Setup& base, const Request& r, const 
                       ? base.training.expert_tensor_parallel_size
                       : l.tp;
   if ((l.tp * l.dp * l.cp) % (l.ep * etp) != 0) {
-    return {"EP × ETP divides TP × DP × CP", fmt::format("EP {} × ETP {} does not divide TP × DP × CP = {} "
-                       "(parallel_state.initialize_model_parallel)",
-                       l.ep, etp, l.tp * l.dp * l.cp)};
+    return {"EP × ETP divides TP × DP × CP",
+            fmt::format("EP {} × ETP {} does not divide TP × DP × CP = {} "
+                        "(parallel_state.initialize_model_parallel)",
+                        l.ep, etp, l.tp * l.dp * l.cp)};
   }
   return {};
 }
