@@ -25,12 +25,14 @@ struct PlanArgs {
   std::vector<std::string> trailing;
   int devices = kNotGiven;
   int per_node = kNotGiven;
+  int nodes = kNotGiven;
   int global_batch_size = kNotGiven;
   int seq_length = kNotGiven;
   std::string headroom = "5";
   std::vector<std::string> fixes;
   std::vector<std::string> varies;
   int top = 10;
+  int require = 1;
   int max_candidates = 200;
   std::string json_path;
   std::string write_dir;
@@ -52,14 +54,34 @@ void RejectKeyGivenTwice(const PlanArgs& a) {
   for (const std::string& v : a.varies) check("--vary", v);
 }
 
+// The device count: --devices, or --nodes × --per-node, else the base config's world size.
+int Devices(const PlanArgs& a, const config::TrainingConfig& t) {
+  if (a.nodes != kNotGiven) {
+    if (a.per_node == kNotGiven) {
+      throw InputError(
+          fmt::format("--nodes {}: give --per-node too (the devices a node)", a.nodes));
+    }
+    const long long world = 1LL * a.nodes * a.per_node;
+    if (world > (1 << 20)) {
+      throw InputError(fmt::format("--nodes {} --per-node {}: {} devices, more than {}", a.nodes,
+                                   a.per_node, world, 1 << 20));
+    }
+    if (a.devices != kNotGiven && a.devices != world) {
+      throw InputError(fmt::format("--devices {} disagrees with --nodes {} × --per-node {} = {}",
+                                   a.devices, a.nodes, a.per_node, world));
+    }
+    return static_cast<int>(world);
+  }
+  if (a.devices != kNotGiven) return a.devices;
+  return t.tensor_model_parallel_size * t.pipeline_model_parallel_size * t.data_parallel_size *
+         t.context_parallel_size;
+}
+
 // The request: the flags given, else the base config's world size, batch and sequence.
 plan::Request ToRequest(const PlanArgs& a, const config::Setup& base) {
   const config::TrainingConfig& t = base.training;
   plan::Request r;
-  r.devices = a.devices != kNotGiven ? a.devices
-                                     : t.tensor_model_parallel_size *
-                                           t.pipeline_model_parallel_size *
-                                           t.data_parallel_size * t.context_parallel_size;
+  r.devices = Devices(a, t);
   r.per_node = a.per_node != kNotGiven ? a.per_node : 0;
   r.global_batch_size = a.global_batch_size != kNotGiven ? a.global_batch_size : t.global_batch_size;
   r.seq_length = a.seq_length != kNotGiven ? a.seq_length : t.seq_length;
@@ -104,6 +126,13 @@ int Plan(const PlanArgs& a) {
   }
   report::WriteFilesAtomically(files);
   std::fputs(plan::FormatPlanTable(result, a.top).c_str(), stdout);
+  // The gate (docs/plan.md, 'In CI'): exit 1 when fewer than --require plans fit, as `check`
+  // exits 1 when a config does not fit.
+  if (result.fitting < a.require) {
+    std::fprintf(stderr, "memsim plan: %d layouts fit, fewer than --require %d\n", result.fitting,
+                 a.require);
+    return 1;
+  }
   return 0;
 }
 
@@ -117,6 +146,8 @@ Action AddPlanCommand(CLI::App& sub) {
   sub.add_option("--devices", a->devices, "devices in all (default: the config's world size)")
       ->check(PositiveInt);
   sub.add_option("--per-node", a->per_node, "devices a node: TP stays within one node")
+      ->check(PositiveInt);
+  sub.add_option("--nodes", a->nodes, "nodes, with --per-node: --devices is nodes × per-node")
       ->check(PositiveInt);
   sub.add_option("--global-batch-size", a->global_batch_size,
                  "samples a step (default: the config's)")->check(PositiveInt);
@@ -134,6 +165,9 @@ Action AddPlanCommand(CLI::App& sub) {
       ->check(KeyValue);
   sub.add_option("--top", a->top, "fitting plans shown, written and put in --json (default 10)")
       ->check(PositiveInt);
+  sub.add_option("--require", a->require,
+                 "exit 1 when fewer than N layouts fit (default 1: a plan exists)")
+      ->check(CLI::NonNegativeNumber);
   sub.add_option("--max-candidates", a->max_candidates,
                  "most layouts simulated; more is an error (default 200)")->check(PositiveInt);
   sub.add_option("--json", a->json_path, "write the plans as JSON to FILE")->check(NonEmpty);

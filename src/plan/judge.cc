@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,7 @@ void Judge(const config::Setup& base, const Request& request, Candidate* c) {
     // A rule of the loader (config/rules.h) the planner's own rules do not repeat.
     c->verdict = Verdict::kNotAllowed;
     c->reason = e.what();
+    c->rule = "the config loader's rules (config/rules.h)";
     return;
   }
   engine::RunOptions options;
@@ -102,7 +104,32 @@ void Judge(const config::Setup& base, const Request& request, Candidate* c) {
 
 int Rank(Verdict v) { return v == Verdict::kFits ? 0 : v == Verdict::kDoesNotFit ? 1 : 2; }
 
+// The order of the result (docs/plan.md, 'Ranking'): fitting plans first, by the step-time
+// estimate to the 3 significant digits the table shows (RankedStepSeconds), ties by the lower
+// peak; then the plans that do not fit, by peak; then the not-allowed layouts. What is still
+// tied keeps the enumeration order (a stable sort), so the order never depends on threads.
+bool RankedBefore(const Candidate& a, const Candidate& b) {
+  if (Rank(a.verdict) != Rank(b.verdict)) return Rank(a.verdict) < Rank(b.verdict);
+  if (a.verdict == Verdict::kNotAllowed) return false;
+  if (a.verdict == Verdict::kFits) {
+    const double sa = RankedStepSeconds(a.step_seconds);
+    const double sb = RankedStepSeconds(b.step_seconds);
+    if (sa != sb) return sa < sb;
+  }
+  return a.peak_bytes < b.peak_bytes;
+}
+
 }  // namespace
+
+std::string StepSecondsText(double seconds) {
+  if (!(seconds > 0)) return "-";
+  const int decimals = std::max(0, 2 - static_cast<int>(std::floor(std::log10(seconds))));
+  return fmt::format("{:.{}f}", seconds, decimals);
+}
+
+double RankedStepSeconds(double seconds) {
+  return seconds > 0 ? std::stod(StepSecondsText(seconds)) : 0;
+}
 
 double EstimateStepSeconds(const config::Setup& plan) {
   const double peak = PeakFlops(plan) * kAssumedEfficiency;
@@ -170,13 +197,7 @@ PlanResult Plan(const config::Setup& base, const Request& request,
     result.simulated += !c.stage_peak_bytes.empty();
     result.fitting += c.verdict == Verdict::kFits;
   }
-  std::stable_sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {
-    if (Rank(a.verdict) != Rank(b.verdict)) return Rank(a.verdict) < Rank(b.verdict);
-    if (a.verdict == Verdict::kFits && a.step_seconds != b.step_seconds) {
-      return a.step_seconds < b.step_seconds;
-    }
-    return a.verdict != Verdict::kNotAllowed && a.peak_bytes < b.peak_bytes;
-  });
+  std::stable_sort(all.begin(), all.end(), RankedBefore);
   result.candidates = std::move(all);
   return result;
 }

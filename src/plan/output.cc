@@ -26,22 +26,42 @@ int Count(const PlanResult& r, Verdict v) {
                                         [v](const Candidate& c) { return c.verdict == v; }));
 }
 
-// The reasons of the candidates with verdict `v`, most common first (ties: first seen).
-std::vector<std::pair<std::string, int>> Reasons(const PlanResult& r, Verdict v) {
-  std::vector<std::pair<std::string, int>> out;
+// The reasons (by_rule: the rules) of the candidates with verdict `v`, with their counts and the
+// first candidate of each, most common first (ties: first seen).
+struct Group {
+  std::string key;
+  int count = 0;
+  const Candidate* first = nullptr;
+};
+
+std::vector<Group> Groups(const PlanResult& r, Verdict v, bool by_rule) {
+  std::vector<Group> out;
   std::map<std::string, size_t> index;
   for (const Candidate& c : r.candidates) {
     if (c.verdict != v) continue;
-    const auto [it, added] = index.emplace(c.reason, out.size());
-    if (added) out.emplace_back(c.reason, 0);
-    ++out[it->second].second;
+    const std::string& key = by_rule ? c.rule : c.reason;
+    const auto [it, added] = index.emplace(key, out.size());
+    if (added) out.push_back({key, 0, &c});
+    ++out[it->second].count;
   }
   std::stable_sort(out.begin(), out.end(),
-                   [](const auto& a, const auto& b) { return a.second > b.second; });
+                   [](const Group& a, const Group& b) { return a.count > b.count; });
   return out;
 }
 
-std::string Seconds(double s) { return s > 0 ? fmt::format("{:.2f} s", s) : "-"; }
+// "not allowed (108), by rule:" and one line a rule, with the first layout's own message.
+std::string NotAllowed(const PlanResult& r) {
+  const std::vector<Group> rules = Groups(r, Verdict::kNotAllowed, /*by_rule=*/true);
+  if (rules.empty()) return "";
+  std::string out = fmt::format("\nnot allowed ({}), by rule:\n", Count(r, Verdict::kNotAllowed));
+  for (const Group& g : rules) {
+    out += fmt::format("  {:>5} × {}; e.g. {}: {}\n", g.count, g.key, LayoutLabel(g.first->layout),
+                       g.first->reason);
+  }
+  return out;
+}
+
+std::string Seconds(double s) { return s > 0 ? StepSecondsText(s) + " s" : "-"; }
 
 std::string FittingRows(const PlanResult& r, int top) {
   std::string out = fmt::format("{:>3}  {:<40} {:>12} {:>12} {:>11} {:>11}\n", "#", "layout",
@@ -95,12 +115,7 @@ std::string FormatPlanTable(const PlanResult& r, int top) {
     out += "no layout fits\n";
   }
   out += NotFitting(r);
-  const auto rules = Reasons(r, Verdict::kNotAllowed);
-  if (!rules.empty()) out += fmt::format("\nnot allowed ({}), by rule:\n", Count(r, Verdict::kNotAllowed));
-  for (size_t i = 0; i < rules.size() && i < 5; ++i) {
-    out += fmt::format("  {:>5} × {}\n", rules[i].second, rules[i].first);
-  }
-  if (rules.size() > 5) out += fmt::format("  and {} other rules (--json lists them)\n", rules.size() - 5);
+  out += NotAllowed(r);
   return out;
 }
 
@@ -128,8 +143,10 @@ std::string PlanJson(const PlanResult& r, int top) {
   }
   json rejected = json::array();
   for (const Verdict v : {Verdict::kDoesNotFit, Verdict::kNotAllowed}) {
-    for (const auto& [reason, count] : Reasons(r, v)) {
-      rejected.push_back({{"verdict", VerdictName(v)}, {"reason", reason}, {"count", count}});
+    for (const Group& g : Groups(r, v, /*by_rule=*/false)) {
+      json row = {{"verdict", VerdictName(v)}, {"reason", g.key}, {"count", g.count}};
+      if (v == Verdict::kNotAllowed) row["rule"] = g.first->rule;
+      rejected.push_back(std::move(row));
     }
   }
   json j = {{"schema", 1},          {"model", r.model},

@@ -62,7 +62,7 @@ void ApplyVary(std::string_view text, Space* space);
 
 struct Request {
   int devices = 1;             // world size
-  int per_node = 0;            // devices a node; 0 = not known (no TP bound)
+  int per_node = 0;            // devices a node (--per-node); 0 = not known (no TP bound)
   int global_batch_size = 0;   // samples a step
   int seq_length = 0;          // tokens a sample
   double headroom_pct = 5.0;   // fits when peak <= usable × (1 - headroom / 100)
@@ -79,6 +79,10 @@ struct Candidate {
   // kNotAllowed: the rule ("TP 3 does not divide num_attention_heads 32 (...)"); kDoesNotFit: the
   // worst stage's check message ("peak 81.2 GiB exceeds ..."); kFits: that stage's message.
   std::string reason;
+  // kNotAllowed: the rule broken, in the same words for every layout that breaks it ("TP × PP ×
+  // CP divides the devices"; "the config loader's rules" for a LoadVariant error); the table
+  // groups the not-allowed layouts by it. "" otherwise.
+  std::string rule;
   // Simulated candidates: the deciding stage's `memsim check` verdict ("ok", "oom", "over",
   // "margin"; report/check.h).
   std::string check_verdict;
@@ -91,7 +95,8 @@ struct Candidate {
 };
 
 struct PlanResult {
-  std::vector<Candidate> candidates;  // fitting first, by step time; then the others
+  std::vector<Candidate> candidates;  // fitting first (RankedStepSeconds, then lower peak); then
+                                      // the rest by peak; then not allowed (docs/plan.md)
   int enumerated = 0;                 // layouts of the space
   int simulated = 0;                  // those that passed the rules and were simulated
   int fitting = 0;
@@ -127,6 +132,14 @@ std::vector<std::string> Overrides(const Layout& layout, const Request& request)
 // aid: communication is not counted. 0 when the preset has no peak FLOPs.
 inline constexpr double kAssumedEfficiency = 0.4;
 double EstimateStepSeconds(const config::Setup& plan);
+
+// The estimate as the table prints it: at least 3 significant digits, no exponent ("38.4",
+// "1235", "0.0123"; "-" when 0, no peak FLOPs). RankedStepSeconds is that text's value: the
+// ranking compares what the table shows. Plans whose estimates differ by less (layouts that differ
+// only in what the estimate does not count, or in the vocabulary padding) tie, and the lower peak
+// goes first.
+std::string StepSecondsText(double seconds);
+double RankedStepSeconds(double seconds);
 
 // Enumerates, prunes, loads and simulates (threads: request.threads candidates at once with
 // core RunInOrder, each one's stages on its own thread), judges and ranks. `progress(done, all)`

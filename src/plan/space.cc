@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/stack.h"
@@ -14,6 +15,13 @@ namespace memsim::plan {
 namespace {
 
 using config::RecomputeGranularity;
+
+// A broken rule: the rule itself (the same words for every layout that breaks it, by which the
+// table groups them) and the layout's own numbers.
+struct RuleBreak {
+  std::string rule;
+  std::string message;
+};
 
 const char* RecomputeName(RecomputeGranularity g) {
   return g == RecomputeGranularity::kFull        ? "full"
@@ -106,66 +114,80 @@ void Apply(std::string_view text, std::string_view flag, bool list, Space* space
 }
 
 // Rules on the parallel sizes alone: the world, heads, layers and widths.
-std::string ParallelRule(const config::ModelConfig& m, const Request& r, const Layout& l) {
+RuleBreak ParallelRule(const config::ModelConfig& m, const Request& r, const Layout& l) {
   // megatron/core/parallel_state.py initialize_model_parallel: the world is
   // tp × pp × cp × dp ranks, data_parallel_size = world / (tp × pp × cp).
   const int model = l.tp * l.pp * l.cp;
   if (r.devices % model != 0) {
-    return fmt::format("TP {} × PP {} × CP {} = {} does not divide the {} devices "
-                       "(parallel_state.initialize_model_parallel)",
-                       l.tp, l.pp, l.cp, model, r.devices);
+    return {"TP × PP × CP divides the devices",
+            fmt::format("TP {} × PP {} × CP {} = {} does not divide the {} devices "
+                        "(parallel_state.initialize_model_parallel)",
+                        l.tp, l.pp, l.cp, model, r.devices)};
   }
   if (r.per_node > 0 && l.tp > r.per_node) {
-    return fmt::format("TP {} spans nodes of {} devices (--per-node; TP's all-reduces need "
-                       "the node's links)", l.tp, r.per_node);
+    return {"TP stays within a node (--per-node)",
+            fmt::format("TP {} spans nodes of {} devices (--per-node; TP's all-reduces need "
+                        "the node's links)",
+                        l.tp, r.per_node)};
   }
   // Megatron TransformerConfig / memsim config/rules.h: heads, query groups and FFN width
   // divisible by TP.
   if (m.num_attention_heads % l.tp != 0 || m.num_key_value_heads % l.tp != 0) {
-    return fmt::format("TP {} does not divide the {} attention heads and {} query groups "
-                       "(Megatron TransformerConfig)",
-                       l.tp, m.num_attention_heads, m.num_key_value_heads);
+    return {"TP divides the attention heads and query groups",
+            fmt::format("TP {} does not divide the {} attention heads and {} query groups "
+                        "(Megatron TransformerConfig)",
+                        l.tp, m.num_attention_heads, m.num_key_value_heads)};
   }
   if (m.intermediate_size % l.tp != 0) {
-    return fmt::format("TP {} does not divide the FFN width {} (ColumnParallelLinear)", l.tp,
-                       m.intermediate_size);
+    return {"TP divides the FFN width",
+            fmt::format("TP {} does not divide the FFN width {} (ColumnParallelLinear)", l.tp,
+                        m.intermediate_size)};
   }
   if (m.num_hidden_layers % l.pp != 0) {
-    return fmt::format("PP {} does not divide the {} layers (Megatron arguments.py: layers "
-                       "divisible by the pipeline size)",
-                       l.pp, m.num_hidden_layers);
+    return {"PP divides the layers",
+            fmt::format("PP {} does not divide the {} layers (Megatron arguments.py: layers "
+                        "divisible by the pipeline size)",
+                        l.pp, m.num_hidden_layers)};
   }
-  return "";
+  return {};
 }
 
 // Rules on the batch, sequence and experts.
-std::string BatchAndExpertRule(const config::Setup& base, const Request& r, const Layout& l) {
+RuleBreak BatchAndExpertRule(const config::Setup& base, const Request& r, const Layout& l) {
   const config::ModelConfig& m = base.model;
   // megatron/core/num_microbatches_calculator.py: global batch divisible by micro batch × DP.
   if (r.global_batch_size % (l.mbs * l.dp) != 0) {
-    return fmt::format("global batch {} is not divisible by micro batch {} × DP {} "
-                       "(num_microbatches_calculator.py)",
-                       r.global_batch_size, l.mbs, l.dp);
+    return {"micro batch × DP divides the global batch",
+            fmt::format("global batch {} is not divisible by micro batch {} × DP {} "
+                        "(num_microbatches_calculator.py)",
+                        r.global_batch_size, l.mbs, l.dp)};
   }
   // Sequence parallelism (on with TP > 1) splits the sequence over TP; context parallelism
   // splits it in 2 × CP chunks (memsim config/rules.cc, after Megatron's get_batch_on_this_cp_rank).
   if (l.tp > 1 && r.seq_length % l.tp != 0) {
-    return fmt::format("TP {} does not divide the sequence length {} (sequence parallelism)",
-                       l.tp, r.seq_length);
+    return {"TP divides the sequence length (sequence parallelism)",
+            fmt::format("TP {} does not divide the sequence length {} (sequence parallelism)", l.tp,
+                        r.seq_length)};
   }
   if (l.cp > 1 && r.seq_length % (2 * l.cp) != 0) {
-    return fmt::format("2 × CP {} does not divide the sequence length {} (context parallelism's "
-                       "load-balanced chunks)", l.cp, r.seq_length);
+    return {"2 × CP divides the sequence length",
+            fmt::format("2 × CP {} does not divide the sequence length {} (context parallelism's "
+                        "load-balanced chunks)",
+                        l.cp, r.seq_length)};
   }
-  if (l.ep == 1) return "";
+  if (l.ep == 1) return {};
   // megatron/training/arguments.py validate_args, 'Expert parallelism check'.
-  if (m.num_experts <= 1) return fmt::format("EP {} needs a mixture-of-experts model", l.ep);
+  if (m.num_experts <= 1)
+    return {"EP > 1 needs a mixture of experts",
+            fmt::format("EP {} needs a mixture-of-experts model", l.ep)};
   if (m.num_experts % l.ep != 0) {
-    return fmt::format("EP {} does not divide the {} experts (arguments.py validate_args)",
-                       l.ep, m.num_experts);
+    return {"EP divides the experts",
+            fmt::format("EP {} does not divide the {} experts (arguments.py validate_args)", l.ep,
+                        m.num_experts)};
   }
   if (base.training.precision == config::Precision::kFp16) {
-    return "expert parallelism with fp16 (arguments.py validate_args)";
+    return {"EP > 1 is not allowed with fp16",
+            "expert parallelism with fp16 (arguments.py validate_args)"};
   }
   // parallel_state.initialize_model_parallel: the expert grid ETP × EP × expert-DP fills the
   // TP × DP × CP ranks of a stage.
@@ -173,11 +195,12 @@ std::string BatchAndExpertRule(const config::Setup& base, const Request& r, cons
                       ? base.training.expert_tensor_parallel_size
                       : l.tp;
   if ((l.tp * l.dp * l.cp) % (l.ep * etp) != 0) {
-    return fmt::format("EP {} × ETP {} does not divide TP × DP × CP = {} "
-                       "(parallel_state.initialize_model_parallel)",
-                       l.ep, etp, l.tp * l.dp * l.cp);
+    return {"EP × ETP divides TP × DP × CP",
+            fmt::format("EP {} × ETP {} does not divide TP × DP × CP = {} "
+                        "(parallel_state.initialize_model_parallel)",
+                        l.ep, etp, l.tp * l.dp * l.cp)};
   }
-  return "";
+  return {};
 }
 
 }  // namespace
@@ -200,13 +223,21 @@ Space DefaultSpace(const config::Setup& base) {
 void ApplyFix(std::string_view text, Space* space) { Apply(text, "--fix", false, space); }
 void ApplyVary(std::string_view text, Space* space) { Apply(text, "--vary", true, space); }
 
-std::string RuleViolated(const config::Setup& base, const Request& request, const Layout& layout) {
+namespace {
+
+RuleBreak FirstRuleBroken(const config::Setup& base, const Request& request, const Layout& layout) {
   Layout l = layout;
   const int model = l.tp * l.pp * l.cp;
   l.dp = request.devices % model == 0 ? request.devices / model : 1;
-  std::string rule = ParallelRule(base.model, request, l);
-  if (rule.empty()) rule = BatchAndExpertRule(base, request, l);
-  return rule;
+  RuleBreak broken = ParallelRule(base.model, request, l);
+  if (broken.message.empty()) broken = BatchAndExpertRule(base, request, l);
+  return broken;
+}
+
+}  // namespace
+
+std::string RuleViolated(const config::Setup& base, const Request& request, const Layout& layout) {
+  return FirstRuleBroken(base, request, layout).message;
 }
 
 std::vector<Candidate> Enumerate(const config::Setup& base, const Request& r) {
@@ -225,7 +256,9 @@ std::vector<Candidate> Enumerate(const config::Setup& base, const Request& r) {
     c.layout = {tp, pp, cp, ep, 1, mbs, g, d};
     const int model = tp * pp * cp;
     c.layout.dp = r.devices % model == 0 ? r.devices / model : 0;
-    c.reason = RuleViolated(base, r, c.layout);
+    RuleBreak broken = FirstRuleBroken(base, r, c.layout);
+    c.reason = std::move(broken.message);
+    c.rule = std::move(broken.rule);
     c.verdict = c.reason.empty() ? Verdict::kDoesNotFit : Verdict::kNotAllowed;
     out.push_back(std::move(c));
   }
@@ -256,8 +289,10 @@ std::vector<std::string> Overrides(const Layout& l, const Request& r) {
 }
 
 std::string LayoutLabel(const Layout& l) {
-  return fmt::format("tp{} pp{} cp{} ep{} dp{} mbs{} {}{}", l.tp, l.pp, l.cp, l.ep, l.dp, l.mbs,
-                     RecomputeName(l.recompute), l.distributed_optimizer ? " dist_opt" : "");
+  // dp "-": TP × PP × CP does not divide the devices, so there is no data-parallel size.
+  return fmt::format("tp{} pp{} cp{} ep{} dp{} mbs{} {}{}", l.tp, l.pp, l.cp, l.ep,
+                     l.dp > 0 ? std::to_string(l.dp) : "-", l.mbs, RecomputeName(l.recompute),
+                     l.distributed_optimizer ? " dist_opt" : "");
 }
 
 }  // namespace memsim::plan

@@ -223,6 +223,119 @@ TEST_CASE("memsim plan: the written config runs to the same peak, byte for byte;
   }
 }
 
+TEST_CASE("plan: the estimate ranks to the digits the table shows; ties go to the lower peak",
+          "[plan]") {
+  // At least 3 significant digits, no exponent: 38.3812 -> 38.4; 1234.7 -> 1235; 0.012345 ->
+  // 0.0123 (2 - floor(log10 s) decimals: 1, 0 and 4).
+  CHECK(plan::StepSecondsText(38.3812) == "38.4");
+  CHECK(plan::StepSecondsText(1234.7) == "1235");
+  CHECK(plan::StepSecondsText(0.012345) == "0.0123");
+  CHECK(plan::StepSecondsText(0) == "-");
+  CHECK(plan::RankedStepSeconds(38.3812) == plan::RankedStepSeconds(38.4049));
+  CHECK(plan::RankedStepSeconds(38.3812) < plan::RankedStepSeconds(38.4501));
+  // Two layouts that differ only in the distributed optimizer have the same estimate (it counts
+  // no optimizer step), so the one with the lower peak, the sharded optimizer, ranks first; a
+  // second Plan of the same request gives the same order whatever the thread count.
+  const config::Setup base = Base("qwen2.5-0.5b");
+  plan::Request r = SmallRequest(base);
+  plan::ApplyFix("tp=1", &r.space);
+  plan::ApplyFix("pp=1", &r.space);
+  plan::ApplyVary("dist_opt=false,true", &r.space);
+  r.threads = 2;
+  const plan::PlanResult two = plan::Plan(base, r, nullptr);
+  REQUIRE(two.fitting == 2);
+  CHECK(two.candidates[0].layout.distributed_optimizer);
+  CHECK(two.candidates[0].peak_bytes < two.candidates[1].peak_bytes);
+  r.threads = 1;
+  const plan::PlanResult one = plan::Plan(base, r, nullptr);
+  CHECK(one.candidates[0].layout == two.candidates[0].layout);
+}
+
+TEST_CASE("memsim plan: --nodes x --per-node devices; TP is kept within a node; not-allowed "
+          "rows are grouped by rule; --require gates on fitting plans", "[plan][cli]") {
+  // Qwen2.5-0.5B (14 heads) on 2 nodes of 2: TP 4 spans nodes (the rule checked before the
+  // heads), TP 8 does not divide the 4 devices; TP 1 and 2 are simulated.
+  ScratchDir dir("plan-nodes");
+  const auto p = RunMemsim(dir, "plan --model qwen2.5-0.5b --nodes 2 --per-node 2 "
+                                "--global-batch-size 8 --seq-length 1024 --vary tp=1,2,4,8 "
+                                "--fix pp=1 --fix mbs=1 --fix recompute=none --fix dist_opt=true");
+  INFO(p.out << p.err);
+  REQUIRE(p.exit_code == 0);
+  CHECK(p.out.find("on 4 × ascend-910b-64g") != std::string::npos);
+  CHECK(p.out.find("not allowed (2), by rule:") != std::string::npos);
+  CHECK(p.out.find("1 × TP stays within a node (--per-node); e.g. tp4 pp1") != std::string::npos);
+  CHECK(p.out.find("1 × TP × PP × CP divides the devices; e.g. tp8 pp1") != std::string::npos);
+  // The gate: 2 layouts fit (TP 1 and 2), so --require 3 exits 1 and says so.
+  const auto gate = RunMemsim(dir, "plan --model qwen2.5-0.5b --nodes 2 --per-node 2 "
+                                   "--global-batch-size 8 --seq-length 1024 --vary tp=1,2,4,8 "
+                                   "--fix pp=1 --fix mbs=1 --fix recompute=none "
+                                   "--fix dist_opt=true --require 3");
+  CHECK(gate.exit_code == 1);
+  CHECK(gate.err.find("2 layouts fit, fewer than --require 3") != std::string::npos);
+  const auto alone = RunMemsim(dir, "plan --nodes 2");
+  CHECK(alone.exit_code == 2);
+  CHECK(alone.err.find("--nodes 2: give --per-node too") != std::string::npos);
+  const auto both = RunMemsim(dir, "plan --nodes 2 --per-node 4 --devices 16");
+  CHECK(both.exit_code == 2);
+  CHECK(both.err.find("--devices 16 disagrees with --nodes 2 × --per-node 4 = 8") !=
+        std::string::npos);
+}
+
+TEST_CASE("plan: a layout the closed-form estimate calls fitting runs out of memory in "
+          "iteration 2, and the reason says so", "[plan]") {
+  // Llama-3-8B on 8 H100, global batch 256, sequence 8192: TP 2, DP 4, micro batch 2, no
+  // recompute, distributed optimizer.
+  config::LoadOptions o;
+  o.model_path = "llama3-8b";
+  o.device = "h100-80g";
+  o.iterations = 2;
+  const config::Setup base = config::LoadSetup("", o);
+  const config::ModelConfig& m = base.model;
+  // The closed form (the usual back-of-envelope):
+  // - parameters a TP rank: the embedding and the untied output layer (vocab × h each) and
+  //   every layer's projections (q and o: h × heads × head dim; k and v: h × groups × head
+  //   dim) and gated MLP (3 × h × FFN) split over TP 2, the layer norms (2h a layer, h at the
+  //   end) whole. Llama-3-8B: 2 × 128256 × 4096 + 32 × (2 × 4096² + 2 × 4096 × 1024 + 3 × 4096 ×
+  //   14336) = 8,029,995,008 split, 266,240 whole: 4,015,263,744 a rank.
+  // - bytes a parameter under Megatron's distributed optimizer with bf16 parameters and fp32
+  //   gradients: 6 + 12 / DP (Megatron-LM docs/source/api-guide/dist_optimizer.md, its table of
+  //   bytes a parameter) = 9 at DP 4.
+  // - activations with sequence parallelism and flash attention (Korthikanti et al. 2022,
+  //   arXiv:2205.05198, table 2, the 5as/h score term dropped): 34 s b h / t bytes a layer:
+  //   34 × 8192 × 2 × 4096 / 2 × 32 layers; plus the fp32 logits, 4 s b v / t.
+  const double head_dim = static_cast<double>(m.hidden_size) / m.num_attention_heads;
+  const double split = 2.0 * m.vocab_size * m.hidden_size +
+                       m.num_hidden_layers * (2.0 * m.hidden_size * m.num_attention_heads * head_dim +
+                                              2.0 * m.hidden_size * m.num_key_value_heads * head_dim +
+                                              3.0 * m.hidden_size * m.intermediate_size);
+  const double whole = (2.0 * m.num_hidden_layers + 1) * m.hidden_size;
+  REQUIRE(split == 8029995008.0);
+  const double params = split / 2 + whole;
+  const double s = 8192, b = 2, h = m.hidden_size, t = 2;
+  const double closed_form = params * (6 + 12.0 / 4) + 34 * s * b * h / t * m.num_hidden_layers +
+                             4 * s * b * m.vocab_size / t;
+  const double line = static_cast<double>(base.device.usable_memory_bytes) * 0.95;
+  CHECK(closed_form < line);  // about 71.6 GiB against 75.2 GiB: "fits"
+  plan::Request r;
+  r.devices = 8;
+  r.global_batch_size = 256;
+  r.seq_length = 8192;
+  r.space = plan::DefaultSpace(base);
+  plan::ApplyFix("tp=2", &r.space);
+  plan::ApplyFix("pp=1", &r.space);
+  plan::ApplyFix("mbs=2", &r.space);
+  plan::ApplyFix("recompute=none", &r.space);
+  plan::ApplyFix("dist_opt=true", &r.space);
+  const plan::PlanResult result = plan::Plan(base, r, nullptr);
+  REQUIRE(result.candidates.size() == 1);
+  const plan::Candidate& c = result.candidates.front();
+  // The simulation: the first iteration fits; in the second the optimizer states (created by
+  // the first optimizer step) sit under the activations, and the forward runs out of memory.
+  CHECK(c.verdict == plan::Verdict::kDoesNotFit);
+  CHECK(c.check_verdict == "oom");
+  CHECK(c.reason.find("stage 0: out of memory in iteration 2 forward") == 0);
+}
+
 TEST_CASE("memsim plan: bad flags exit 2 naming the flag", "[plan][cli]") {
   ScratchDir dir("plan-bad");
   const auto fix = RunMemsim(dir, "plan --fix tq=2");
