@@ -96,7 +96,8 @@ void ReadOffload(ObjectReader& z, DeepSpeedZero& out, std::vector<std::string>* 
                                        r.At("device")));
   }
   out.offload_optimizer_cpu = device == "cpu";
-  r.Bool("pin_memory");  // host memory only
+  const bool pin = r.Bool("pin_memory").value_or(false);  // which host memory is page-locked
+  out.offload_pin_memory = out.offload_optimizer_cpu && pin;
   for (const std::string& key : r.Unread()) {
     r.WarnNotModelled(key, fmt::format("{}: not modelled, ignored", r.At(key)),
                       NotModelled::Direction::kEither, warnings);
@@ -132,6 +133,8 @@ void ReadZero(ObjectReader& ds, DeepSpeedZero& out, std::vector<std::string>* no
   out.overlap_comm = z.Bool("overlap_comm").value_or(false);
   out.contiguous_gradients = z.Bool("contiguous_gradients").value_or(true);
   ReadOffload(z, out, warnings);
+  // stage_1_and_2.py __init__: contiguous_gradients = contiguous_gradients or cpu_offload.
+  out.contiguous_gradients = out.contiguous_gradients || out.offload_optimizer_cpu;
   if (z.Bool("round_robin_gradients").value_or(false)) {
     z.WarnNotModelled("round_robin_gradients",
                       fmt::format("{}: true: not modelled (the reordering moves which "
@@ -173,7 +176,12 @@ void CheckBatchKeys(ObjectReader& ds, const TrainingConfig& c) {
   }
 }
 
-void ReadOptimizerSection(ObjectReader& ds, std::vector<std::string>* notes) {
+// The ds_config's own optimizer (the Trainer then passes DummyOptim, transformers
+// integrations/deepspeed.py deepspeed_optim_sched), built by engine.py _configure_basic_optimizer:
+// Adam / AdamW as FusedAdam (ops/adam/fused_adam.py: multi_tensor_adam updates in place, no
+// per-step temporaries), DeepSpeedCPUAdam with offload, torch.optim's with params.torch_adam.
+void ReadOptimizerSection(ObjectReader& ds, TrainingConfig& c, bool offload,
+                          std::vector<std::string>* notes) {
   const Json* o = ds.Get("optimizer");
   if (o == nullptr) return;
   ObjectReader r(ds.source(), *o, ds.PointerOf("optimizer"));
@@ -184,7 +192,13 @@ void ReadOptimizerSection(ObjectReader& ds, std::vector<std::string>* notes) {
     throw UnsupportedError(fmt::format("{}: {}: only DeepSpeed's Adam / AdamW is modelled",
                                        r.At("type"), Describe(type ? Json(*type) : Json())));
   }
-  r.Skip("params");
+  bool torch_adam = false;
+  if (const Json* p = r.Get("params"); p != nullptr && p->is_object()) {
+    const auto it = p->find("torch_adam");
+    torch_adam = it != p->end() && it->is_boolean() && it->get<bool>();
+  }
+  c.optimizer = OptimizerKind::kAdam;
+  if (!offload) c.optimizer_impl = torch_adam ? OptimizerImpl::kForeach : OptimizerImpl::kFused;
   notes->push_back(fmt::format("{}: DeepSpeed builds its own {} (FusedAdam, or DeepSpeedCPUAdam "
                                "with offload): fp32 exp_avg and exp_avg_sq as torch.optim's",
                                r.At("type"), *type));
@@ -231,7 +245,7 @@ void ReadDeepSpeed(ObjectReader& t, const Document& config, TrainingConfig& c,
   DeepSpeedZero zero;
   ReadZero(ds, zero, notes, warnings);
   CheckBatchKeys(ds, c);
-  ReadOptimizerSection(ds, notes);
+  ReadOptimizerSection(ds, c, zero.offload_optimizer_cpu, notes);
   if (ds.Has("activation_checkpointing")) {
     warnings->push_back(fmt::format("{}: DeepSpeed's activation checkpointing is for "
                                     "Megatron-DeepSpeed models, not the Trainer's; ignored "

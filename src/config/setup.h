@@ -178,6 +178,9 @@ struct DeepSpeedZero {
   // zero_optimization.offload_optimizer.device "cpu": the fp32 partition, its gradient and the
   // optimizer state on the host (stage_1_and_2.py cpu_offload).
   bool offload_optimizer_cpu = false;
+  // offload_optimizer.pin_memory (offload_config.py, default false): the fp32 partition's
+  // gradient and the host gradient buffers are page-locked too (the fp32 partition always is).
+  bool offload_pin_memory = false;
   bool operator==(const DeepSpeedZero&) const = default;
 };
 

@@ -271,14 +271,24 @@ std::string SkippedStepsLines(const config::TrainingConfig& t) {
       t.skipped_iterations);
 }
 
-// Host memory the rank keeps besides the device's (workload::StaticSizes::host_pinned_bytes), on
-// its own line; "" when none.
+// Host memory the rank keeps besides the device's (workload::StaticSizes host_pinned_bytes,
+// host_pageable_bytes), each kind on its own line; "" when none.
 std::string HostMemoryLine(const workload::StaticSizes& sizes) {
-  if (sizes.host_pinned_bytes == 0) return "";
+  if (sizes.host == workload::HostMemory::kSwapOptimizer) {
+    return fmt::format(
+        "  host memory (pinned, per rank): {} GiB: the fp32 main parameters and Adam moments of "
+        "{} elements, off the device between steps (MindSpeed --swap-optimizer)\n",
+        GiB(sizes.host_pinned_bytes), ParameterCount(sizes.main_param_count));
+  }
+  if (sizes.host != workload::HostMemory::kZeroOffload) return "";
+  const char* buffers = ", its fp32 gradient and the host gradient buffers";
   return fmt::format(
-      "  host memory (pinned, per rank): {} GiB: the fp32 main parameters and Adam moments of "
-      "{} elements, off the device between steps (MindSpeed --swap-optimizer)\n",
-      GiB(sizes.host_pinned_bytes), ParameterCount(sizes.main_param_count));
+      "  host memory (pinned, per rank): {} GiB: DeepSpeed offload_optimizer cpu: the fp32 "
+      "partition of {} elements{}\n"
+      "  host memory (pageable, per rank): {} GiB: the optimizer's state over the partition{}\n",
+      GiB(sizes.host_pinned_bytes), ParameterCount(sizes.host_optimizer_count),
+      sizes.host_buffers_pinned ? buffers : "", GiB(sizes.host_pageable_bytes),
+      sizes.host_buffers_pinned ? "" : buffers);
 }
 
 }  // namespace
@@ -563,9 +573,20 @@ void AddStaticJson(const engine::StageResult& stage, const config::Setup& setup,
                     {"main_param_bytes", cat(Category::kMainParameters)},
                     {"optimizer_state_bytes", cat(Category::kOptimizerStates)}};
   const workload::StaticSizes sizes = workload::ComputeStaticSizes(setup, stage.pipeline_rank);
-  if (sizes.host_pinned_bytes > 0) {
+  if (sizes.host == workload::HostMemory::kSwapOptimizer) {
     (*j)["host"] = {{"pinned_bytes", sizes.host_pinned_bytes},
+                    {"pageable_bytes", sizes.host_pageable_bytes},
                     {"what", "fp32 main parameters and Adam moments (MindSpeed --swap-optimizer)"}};
+  } else if (sizes.host == workload::HostMemory::kZeroOffload) {
+    (*j)["host"] = {{"pinned_bytes", sizes.host_pinned_bytes},
+                    {"pageable_bytes", sizes.host_pageable_bytes},
+                    {"what", sizes.host_buffers_pinned
+                                 ? "pinned: fp32 partition, its fp32 gradient, host gradient "
+                                   "buffers; pageable: optimizer state (DeepSpeed "
+                                   "offload_optimizer cpu, pin_memory true)"
+                                 : "pinned: fp32 partition; pageable: its fp32 gradient, host "
+                                   "gradient buffers, optimizer state (DeepSpeed "
+                                   "offload_optimizer cpu)"}};
   }
 }
 

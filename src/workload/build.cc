@@ -87,6 +87,31 @@ void BuildInto(const config::Setup& setup, int pipeline_rank, OpSink& sink) {
   Generate(setup, pipeline_rank, BuildParts{}, &sink);
 }
 
+namespace {
+
+// The state of an optimizer stepping on the host over the flat `host` slices (DeepSpeed's
+// offload_optimizer): pageable host memory, torch.optim's and DeepSpeedCPUAdam's zeros_like of a
+// host tensor. Adam: exp_avg and exp_avg_sq; SGD: the momentum; Adafactor: a 1-D slice's
+// exp_avg_sq (AdafactorStateBytes).
+Bytes HostOptimizerStateBytes(const config::Setup& setup, const std::vector<ShardSlice>& host,
+                              const StateLayout& layout) {
+  Bytes sum = 0;
+  for (const ShardSlice& s : host) {
+    if (setup.training.optimizer == config::OptimizerKind::kAdam) {
+      sum += s.numel * (layout.exp_avg + layout.exp_avg_sq);
+    } else if (setup.training.optimizer == config::OptimizerKind::kAdafactor) {
+      ParamTensor flat;
+      flat.numel = s.numel;
+      sum += AdafactorStateBytes(flat);
+    } else if (setup.training.sgd_momentum > 0.0) {
+      sum += s.numel * layout.exp_avg;
+    }
+  }
+  return sum;
+}
+
+}  // namespace
+
 StaticSizes ComputeStaticSizes(const config::Setup& setup, int pipeline_rank) {
   const ModelDims d = ComputeDims(setup);
   PeftKernels peft;
@@ -149,6 +174,15 @@ StaticSizes ComputeStaticSizes(const config::Setup& setup, int pipeline_rank) {
     out.host_pinned_bytes = out.main_param_bytes + out.optimizer_state_bytes;
     out.main_param_bytes = 0;
     out.optimizer_state_bytes = 0;
+    out.host = HostMemory::kSwapOptimizer;
+  }
+  const std::vector<ShardSlice> host = dp->HostOptimizerSlices();
+  if (!host.empty()) {  // DeepSpeed offload_optimizer cpu (build.h host_pageable_bytes)
+    out.host_pinned_bytes += w.host_pinned_bytes;
+    out.host_pageable_bytes += w.host_pageable_bytes + HostOptimizerStateBytes(setup, host, layout);
+    for (const ShardSlice& s : host) out.host_optimizer_count += s.numel;
+    out.host = HostMemory::kZeroOffload;
+    out.host_buffers_pinned = w.host_buffers_pinned;
   }
   return out;
 }

@@ -65,6 +65,9 @@ void BuildInto(const config::Setup& setup, int pipeline_rank, OpSink& sink);
 // (docs/training-memory.md, 'Precision and bytes per parameter';
 // Megatron docs/source/distrib_optimizer.md): bf16 18 B non-distributed, 6 + 12/d distributed
 // (plus the buffer padding), fp32 16 B (8 + 8/d distributed).
+// Which mechanism keeps memory on the host (StaticSizes::host).
+enum class HostMemory { kNone, kSwapOptimizer, kZeroOffload };
+
 struct StaticSizes {
   std::int64_t parameter_count = 0;   // Ψ: parameters held by this rank (unpadded)
   std::int64_t main_param_count = 0;  // elements the optimizer updates (Ψ or its 1/d shard)
@@ -88,6 +91,14 @@ struct StaticSizes {
   // pin_memory=True, device='cpu')` for the parameter, exp_avg and exp_avg_sq). Their device
   // copies exist only during the step, so main_param_bytes and optimizer_state_bytes are 0.
   Bytes host_pinned_bytes = 0;
+  // DeepSpeed ZeRO's offload_optimizer cpu (deepspeed_zero.cc StaticSizes): the fp32 partition
+  // (pinned), its fp32 gradient and the host gradient buffers (pinned with pin_memory, else
+  // pageable), and the optimizer's state over the partition (pageable: zeros_like of a host
+  // tensor), host_optimizer_count elements.
+  Bytes host_pageable_bytes = 0;
+  std::int64_t host_optimizer_count = 0;
+  bool host_buffers_pinned = false;  // offload_optimizer.pin_memory: gradient and buffers pinned
+  HostMemory host = HostMemory::kNone;  // what the host bytes are, for the report
   Bytes total_bytes() const {
     return parameter_bytes + gradient_bytes + main_param_bytes + optimizer_state_bytes +
            main_grad_copy_bytes;

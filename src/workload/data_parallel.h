@@ -42,6 +42,11 @@ struct WrapperSizes {
   Bytes parameter_bytes = 0;   // model parameters (the padded buffer where params live in one)
   Bytes gradient_bytes = 0;    // gradient buffers or .grad tensors
   Bytes main_param_bytes = 0;  // fp32 main weights the wrapper holds (Megatron-FSDP); 0 else
+  // Host memory the wrapper keeps (DeepSpeed's offload_optimizer), page-locked or pageable; the
+  // optimizer state of HostOptimizerSlices() is added by the caller (build.cc).
+  Bytes host_pinned_bytes = 0;
+  Bytes host_pageable_bytes = 0;
+  bool host_buffers_pinned = false;  // beyond the fp32 partition (offload_optimizer.pin_memory)
 };
 
 class DataParallel : public GradSink {
@@ -55,6 +60,9 @@ class DataParallel : public GradSink {
   // The slices of each parameter this rank's optimizer updates, in param-group order: the
   // whole parameter, or its shard of a bucket (distributed optimizer).
   virtual std::vector<ShardSlice> OptimizerSlices() const = 0;
+  // The slices whose optimizer runs on the host (DeepSpeed offload_optimizer cpu): their state
+  // lives in host memory, none of it on the device. Empty by default.
+  virtual std::vector<ShardSlice> HostOptimizerSlices() const { return {}; }
   // Whether the optimizer state is sharded over the data-parallel group (it then reduces the
   // grad norm over tp·dp·cp rather than over the model-parallel group).
   virtual bool ShardsOptimizer() const = 0;

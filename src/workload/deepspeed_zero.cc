@@ -34,8 +34,10 @@
 //   runs on the host and `fp32_partition.to(device)` is a transient fp32 copy on the device.
 // Not modelled: the several-group interleaving of step (each group's fp32 gradient is freed
 // before the next group's is made; here all groups' live together: high by one group's at most),
-// the one-element norm and overflow tensors, host memory (offload's partition, gradient and
-// state: docs/config.md).
+// the one-element norm and overflow tensors. With offload the host memory (StaticSizes: the
+// fp32 partition, its gradient, the host gradient buffers; build.cc adds the optimizer state)
+// is reported on its own line, and at the boundary each gradient of the partition passes
+// through device transients on its way to the host (OffloadBoundaryCopy).
 #include "workload/deepspeed_zero.h"
 
 #include <fmt/format.h>
@@ -80,15 +82,19 @@ class DeepSpeedZeroWrapper final : public DataParallel {
  public:
   DeepSpeedZeroWrapper(const ModelDims& d, const RankParams& params, const config::DeepSpeedZero& z)
       : d_(d), params_(params), z_(z), own_(params.params.size(), 0),
-        in_part_(params.params.size(), false) {
+        in_part_(params.params.size(), false), slice_(params.params.size(), 0) {
     for (int i = 0; i < static_cast<int>(params.params.size()); ++i) {
       index_[params.params[i].name] = i;
     }
     for (const std::vector<int>& g : params.groups) {
       groups_.push_back(LayoutZeroGroup(params.params, g, d.d, 0));
       const ZeroGroupLayout& l = groups_.back();
+      std::int64_t at = 0;  // rank 0's partition is [0, l.partition)
       for (std::size_t k = 0; k < l.params.size(); ++k) {
         in_part_[l.params[k]] = l.in_partition[k];
+        slice_[l.params[k]] = std::clamp<std::int64_t>(l.partition - at, 0,
+                                                       params.params[l.params[k]].numel);
+        at += params.params[l.params[k]].numel;
         gip_numel_ += l.in_partition[k] ? params.params[l.params[k]].numel : 0;
         largest_ = std::max(largest_, params.params[l.params[k]].numel);
       }
@@ -105,6 +111,13 @@ class DeepSpeedZeroWrapper final : public DataParallel {
     return out;
   }
   bool ShardsOptimizer() const override { return true; }
+  std::vector<ShardSlice> HostOptimizerSlices() const override {
+    std::vector<ShardSlice> out;  // offload: the optimizer steps over the host partition
+    for (const ZeroGroupLayout& l : groups_) {
+      if (z_.offload_optimizer_cpu && !l.params.empty()) out.push_back({l.params[0], l.partition});
+    }
+    return out;
+  }
 
   void TakeParamGrad(Emitter& em, TensorId grad, const std::string& param) override {
     const auto it = index_.find(param);
@@ -136,6 +149,7 @@ class DeepSpeedZeroWrapper final : public DataParallel {
   void ReduceIpg(Emitter& em);
   void FlushReductions(Emitter& em);
   void CopyToPartition(Emitter& em, int i);
+  void OffloadBoundaryCopy(Emitter& em, int i);
   void Epilogue(Emitter& em);
   void DropGrads(Emitter& em) {
     for (TensorId& id : own_) {
@@ -155,6 +169,7 @@ class DeepSpeedZeroWrapper final : public DataParallel {
   std::map<std::string, int> index_;
   std::vector<TensorId> own_;     // .grad as a tensor of its own (0: None or a view)
   std::vector<bool> in_part_;     // is_param_in_current_partition
+  std::vector<std::int64_t> slice_;  // elements of each parameter inside rank 0's partition
   std::int64_t gip_numel_ = 0;    // grads_in_partition's elements (all groups)
   std::int64_t largest_ = 0;      // largest_param_numel
   TensorId ipg_[2] = {0, 0};
@@ -237,11 +252,43 @@ void DeepSpeedZeroWrapper::Bucket(Emitter& em, int i) {
 }
 
 void DeepSpeedZeroWrapper::CopyToPartition(Emitter& em, int i) {
-  if (z_.offload_optimizer_cpu) return;  // copied to the host's fp32 gradient
+  if (z_.offload_optimizer_cpu) {  // accumulated on the host; at the boundary copied there
+    if (Boundary()) OffloadBoundaryCopy(em, i);
+    return;
+  }
   if (gip_ == 0) {
     gip_ = em.Alloc(gip_numel_ * Elem(), Category::kGradients, "zero.grads_in_partition");
   }
   if (own_[i] != 0) {  // grad_reduc.data = the new view
+    em.Free(own_[i]);
+    own_[i] = 0;
+  }
+}
+
+// copy_grads_in_partition with cpu_offload at the accumulation boundary, one parameter of the
+// partition: set_norm_for_param_grad_in_gpu (`.double()` of its slice, then a norm), then
+// update_overflow_tracker_for_param_grad on the whole gradient (_has_inf_or_nan: x.float(),
+// isnan, isinf, logical_or, .float(), all locals until it returns), then
+// async_inplace_copy_grad_to_fp32_buffer_from_gpu (`.float()` of the slice, copied to the host's
+// fp32 gradient; param.grad = None). Each a device transient, one op each (the hook runs inside
+// the backward op or the epilogue; what that op frees later lands in the last of these ops, in
+// the same order); the 0-dim norms are not modelled.
+void DeepSpeedZeroWrapper::OffloadBoundaryCopy(Emitter& em, int i) {
+  const std::int64_t n = params_.params[i].numel;
+  const std::int64_t k = slice_[i];
+  em.Begin("zero.offload.grad_norm");
+  em.Free(em.Alloc(k * 8, Category::kTemporaries, "zero.offload.grad_norm_fp64"));
+  em.Begin("zero.offload.has_inf_or_nan");
+  std::vector<TensorId> check = {
+      em.Alloc(n * 4, Category::kTemporaries, "zero.offload.inf_nan_float"),
+      em.Alloc(n, Category::kTemporaries, "zero.offload.isnan"),
+      em.Alloc(n, Category::kTemporaries, "zero.offload.isinf"),
+      em.Alloc(n, Category::kTemporaries, "zero.offload.inf_or_nan"),
+      em.Alloc(n * 4, Category::kTemporaries, "zero.offload.inf_or_nan_float")};
+  FreeAll(em, &check);
+  em.Begin("zero.offload.copy_grad_to_host");
+  em.Free(em.Alloc(k * 4, Category::kTemporaries, "zero.offload.grad_fp32_slice"));
+  if (own_[i] != 0) {  // a parameter larger than the bucket kept its own gradient
     em.Free(own_[i]);
     own_[i] = 0;
   }
@@ -384,12 +431,26 @@ WrapperSizes DeepSpeedZeroWrapper::StaticSizes() const {
   for (const ParamTensor& pt : params_.params) {
     if (pt.frozen) s.parameter_bytes += pt.storage_bytes > 0 ? pt.storage_bytes : pt.numel * Elem();
   }
+  std::int64_t partition = 0;
   for (const ZeroGroupLayout& l : groups_) {
     s.parameter_bytes += l.padded * Elem();
-    if (!z_.offload_optimizer_cpu) s.main_param_bytes += l.partition * 4;
+    partition += l.partition;
   }
-  // After a step's backward: the partition's gradients (on the host with offload).
-  s.gradient_bytes = z_.offload_optimizer_cpu ? 0 : gip_numel_ * Elem();
+  if (!z_.offload_optimizer_cpu) {
+    s.main_param_bytes = partition * 4;
+    s.gradient_bytes = gip_numel_ * Elem();  // after a step's backward: the partition's grads
+    return s;
+  }
+  // Offload, on the host: the fp32 partition, always pinned (__init__: pin_memory of
+  // weights_partition); its fp32 .grad (initialize_optimizer_states, kept with offload),
+  // temp_grad_buffer_for_cpu_offload (the largest parameter, 16-bit) and, with gradient
+  // accumulation, accumulated_grads_in_cpu (each parameter of the partition whole, 16-bit,
+  // made in the first micro-batch and kept: async_accumulate_grad_in_cpu_via_gpu), pinned only
+  // with pin_memory. The optimizer's state over the partition: build.cc (HostOptimizerSlices).
+  s.host_pinned_bytes = partition * 4;
+  const Bytes rest = partition * 4 + largest_ * Elem() + (d_.m > 1 ? gip_numel_ * Elem() : 0);
+  (z_.offload_pin_memory ? s.host_pinned_bytes : s.host_pageable_bytes) += rest;
+  s.host_buffers_pinned = z_.offload_pin_memory;
   return s;
 }
 

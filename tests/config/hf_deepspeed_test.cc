@@ -64,6 +64,7 @@ TEST_CASE("hf-trainer deepspeed: a ds_config beside the config, auto values and 
   CHECK(z.overlap_comm);
   CHECK(z.contiguous_gradients);  // DeepSpeedZeroConfig default
   CHECK(z.offload_optimizer_cpu);
+  CHECK(z.offload_pin_memory);
   CHECK(s.training.precision == Precision::kBf16);  // bf16.enabled "auto" = the Trainer's bf16
   CHECK(std::holds_alternative<DeepSpeedZero>(DataParallelOf(s.training)));
   // Inline, with DeepSpeed's defaults: reduce_bucket_size 5e8, overlap_comm false at stage 1.
@@ -76,6 +77,36 @@ TEST_CASE("hf-trainer deepspeed: a ds_config beside the config, auto values and 
   CHECK(d.reduce_bucket_size == 500'000'000);
   CHECK_FALSE(d.overlap_comm);
   CHECK_FALSE(d.offload_optimizer_cpu);
+  CHECK_FALSE(d.offload_pin_memory);
+  // Offload forces contiguous gradients (stage_1_and_2.py: contiguous_gradients or
+  // cpu_offload); pin_memory defaults to false (offload_config.py).
+  const Setup off = LoadSetup(
+      DsConfig("offload", "{\"zero_optimization\": {\"stage\": 2, \"contiguous_gradients\": "
+                          "false, \"offload_optimizer\": {\"device\": \"cpu\"}}}"),
+      {});
+  const DeepSpeedZero& o = *HfTrainerOf(off.training).deepspeed;
+  CHECK(o.contiguous_gradients);
+  CHECK_FALSE(o.offload_pin_memory);
+}
+
+TEST_CASE("hf-trainer deepspeed: the ds_config's own Adam replaces the Trainer's optim",
+          "[config][hf][zero]") {
+  // Without an optimizer section the Trainer's optim (adamw_torch: torch.optim's foreach) is used.
+  const Setup plain = LoadSetup(DsConfig("opt0", "{\"zero_optimization\": {\"stage\": 2}}"), {});
+  CHECK(plain.training.optimizer_impl == OptimizerImpl::kForeach);
+  // engine.py _configure_basic_optimizer: AdamW becomes DeepSpeed's FusedAdam (in place) ...
+  const Setup fused = LoadSetup(
+      DsConfig("opt1", "{\"zero_optimization\": {\"stage\": 2}, \"optimizer\": {\"type\": "
+                       "\"AdamW\", \"params\": {\"lr\": \"auto\"}}}"),
+      {});
+  CHECK(fused.training.optimizer == OptimizerKind::kAdam);
+  CHECK(fused.training.optimizer_impl == OptimizerImpl::kFused);
+  // ... and torch.optim.AdamW with params.torch_adam.
+  const Setup torch_adam = LoadSetup(
+      DsConfig("opt2", "{\"zero_optimization\": {\"stage\": 2}, \"optimizer\": {\"type\": "
+                       "\"AdamW\", \"params\": {\"torch_adam\": true}}}"),
+      {});
+  CHECK(torch_adam.training.optimizer_impl == OptimizerImpl::kForeach);
 }
 
 TEST_CASE("hf-trainer deepspeed: every wrong field of a ds_config is reported in one run",

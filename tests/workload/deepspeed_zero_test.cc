@@ -1,7 +1,9 @@
 // DeepSpeed ZeRO-1 / ZeRO-2 under the Trainer (deepspeed_zero.cc): the partition layout of
 // DeepSpeedZeroOptimizer.__init__ (deepspeed/runtime/zero/stage_1_and_2.py v0.16.9) and the
 // device bytes of a small Llama at DP 4, each derived below from that code.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -10,6 +12,7 @@
 
 #include "config/load.h"
 #include "engine/stages.h"
+#include "report/run_report.h"
 #include "workload/build.h"
 #include "workload/deepspeed_zero.h"
 
@@ -166,6 +169,83 @@ TEST_CASE("ZeRO-2 with offload_optimizer cpu: no fp32 partition or state on the 
   // bf16; each step's fp32_partition.to(device) before the copy into the bf16 partition.
   CHECK(ZeroAllocs(p, "zero.temp_grad_buffer_for_gpu_offload") == std::vector<Bytes>{2 * 16384});
   CHECK(ZeroAllocs(p, "zero.fp32_partition_on_device", 1) == std::vector<Bytes>{4 * kPartition});
+}
+
+TEST_CASE("ZeRO-2 offload: host memory by kind, pinned or pageable as pin_memory says",
+          "[workload][zero]") {
+  // Host bytes of rank 0 (stage_1_and_2.py v0.16.9 with cpu_offload), the small Llama above:
+  // the fp32 partition, always pinned (__init__: pin_memory(weights_partition)): 4 · 28752;
+  // its fp32 .grad (initialize_optimizer_states, kept with offload): 4 · 28752;
+  // temp_grad_buffer_for_cpu_offload, the largest parameter in bf16: 2 · 16384;
+  // accumulated_grads_in_cpu (gradient accumulation 2 > 1), each parameter of the partition
+  // whole in bf16: 2 · 32832; Adam's exp_avg and exp_avg_sq over the host partition, pageable
+  // (torch.optim / DeepSpeedCPUAdam zeros_like of a host tensor): 8 · 28752.
+  constexpr Bytes kFp32 = 4 * kPartition;                          // 115008
+  constexpr Bytes kBuffers = kFp32 + 2 * 16384 + 2 * kGradsInPartition;  // 213440
+  constexpr Bytes kAdam = 8 * kPartition;                          // 230016
+  const StaticSizes unpinned = ComputeStaticSizes(
+      ZeroSetup("z2h", "{\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}}"), 0);
+  CHECK(unpinned.host == HostMemory::kZeroOffload);
+  CHECK(unpinned.host_pinned_bytes == kFp32);
+  CHECK(unpinned.host_pageable_bytes == kBuffers + kAdam);
+  CHECK(unpinned.host_optimizer_count == kPartition);
+  // None of it on the device: no fp32 partition, no state, no gradients after the step.
+  CHECK(unpinned.main_param_bytes == 0);
+  CHECK(unpinned.optimizer_state_bytes == 0);
+  CHECK(unpinned.gradient_bytes == 0);
+  CHECK(unpinned.parameter_bytes == 2 * kNumel);
+  const StaticSizes pinned = ComputeStaticSizes(
+      ZeroSetup("z2hp", "{\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\", "
+                        "\"pin_memory\": true}}"),
+      0);
+  CHECK(pinned.host_pinned_bytes == kFp32 + kBuffers);
+  CHECK(pinned.host_pageable_bytes == kAdam);
+  // Without offload nothing is on the host.
+  const StaticSizes none = ComputeStaticSizes(ZeroSetup("z2n", "{\"stage\": 2}"), 0);
+  CHECK(none.host == HostMemory::kNone);
+  CHECK(none.host_pinned_bytes + none.host_pageable_bytes == 0);
+}
+
+TEST_CASE("ZeRO-2 offload: the host memory lines of run and its JSON", "[workload][zero]") {
+  const config::Setup s =
+      ZeroSetup("z2r", "{\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}}");
+  engine::RunOptions options;
+  options.keep_timeline = false;
+  const engine::RunResult run = engine::RunAllStages(s, options);
+  // The byte counts of the test above: 115008 pinned, 443456 pageable.
+  const std::string header = report::FormatRunHeader(run, s);
+  CHECK(header.find("\n  host memory (pinned, per rank): 0.00 GiB: DeepSpeed offload_optimizer "
+                    "cpu: the fp32 partition of 28752") != std::string::npos);
+  CHECK(header.find("\n  host memory (pageable, per rank): 0.00 GiB: the optimizer's state over "
+                    "the partition, its fp32 gradient and the host gradient buffers\n") !=
+        std::string::npos);
+  const nlohmann::json j = nlohmann::json::parse(report::RunReportJson(run, s));
+  CHECK(j["host"]["pinned_bytes"] == 115008);
+  CHECK(j["host"]["pageable_bytes"] == 443456);
+}
+
+TEST_CASE("ZeRO-2 offload: each partition gradient's device transients at the boundary",
+          "[workload][zero]") {
+  const Program p = Build(
+      ZeroSetup("z2t", "{\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}}"), 0);
+  // copy_grads_in_partition at the boundary micro-batch only (the second of two), per
+  // parameter of the partition: embed_tokens 16384, input_layernorm 64, q, k, v 4096 and
+  // o_proj 4096 of which 16 in the partition (slices as the norm test above).
+  const auto sorted = [](std::vector<Bytes> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  // set_norm_for_param_grad_in_gpu: `.double()` of the slice.
+  CHECK(sorted(ZeroAllocs(p, "zero.offload.grad_norm_fp64", 1)) ==
+        std::vector<Bytes>{8 * 16, 8 * 64, 8 * 4096, 8 * 4096, 8 * 4096, 8 * 16384});
+  // _has_inf_or_nan over the whole gradient: x.float() (4 B), isnan, isinf, logical_or (1 B
+  // each), .float() (4 B), alive together.
+  CHECK(sorted(ZeroAllocs(p, "zero.offload.inf_nan_float", 1)) ==
+        std::vector<Bytes>{4 * 64, 4 * 4096, 4 * 4096, 4 * 4096, 4 * 4096, 4 * 16384});
+  CHECK(ZeroAllocs(p, "zero.offload.isnan", 1).size() == 6);
+  // async_inplace_copy_grad_to_fp32_buffer_from_gpu: `.float()` of the slice.
+  CHECK(sorted(ZeroAllocs(p, "zero.offload.grad_fp32_slice", 1)) ==
+        std::vector<Bytes>{4 * 16, 4 * 64, 4 * 4096, 4 * 4096, 4 * 4096, 4 * 16384});
 }
 
 }  // namespace
