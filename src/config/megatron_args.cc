@@ -132,8 +132,6 @@ constexpr Modelled kModelled[] = {
     {"--moe-pad-expert-input-to-capacity", "moe_pad_expert_input_to_capacity", Kind::kTrue},
     {"--moe-grouped-gemm", "moe_grouped_gemm", Kind::kTrue},
     {"--moe-router-pre-softmax", "moe_router_pre_softmax", Kind::kTrue},
-    {"--fp8-format", "fp8_format", Kind::kString},
-    {"--enable-cuda-graph", "enable_cuda_graph", Kind::kTrue},
     {"--cuda-graph-impl", "cuda_graph_impl", Kind::kString},
     {"--tp-comm-overlap", "tp_comm_overlap", Kind::kTrue},
     {"--log-params-norm", "log_params_norm", Kind::kTrue},

@@ -187,6 +187,29 @@ TEST_CASE("Megatron-LM's Llama-3 8B H100 example in bf16: parameters as Megatron
   CHECK(ParametersOnStage(s, 0) == 8030261248);
 }
 
+// Unedited, the script runs its FP8 branch (DTYPE="fp8", line 39): the first refusal names
+// --fp8-format with the other FP8 flags, all of them unsupported, so --allow-unsupported runs
+// the bf16 rest of the script (memsim models no FP8: src/config/training.cc refuses fp8_format).
+TEST_CASE("Megatron-LM's Llama-3 8B FP8 example: every FP8 flag is refused at once, then dropped",
+          "[launch_scripts]") {
+  LoadOptions o;
+  o.device = "h100-80g";
+  const MegatronLaunch launch =
+      ReadMegatronArgsFile(LaunchScriptPath("megatron_train_llama3_8b_h100_fp8.sh"), {});
+  std::string message;
+  try {
+    LoadSetupFromMegatron(launch, o, MegatronOptions{});
+  } catch (const UnsupportedError& e) {
+    message = e.what();
+  }
+  CHECK(message.find("--fp8-format") != std::string::npos);
+  CHECK(message.find("--fp8-param-gather") != std::string::npos);
+  MegatronOptions allow;
+  allow.allow_unsupported = true;
+  const Setup s = LoadSetupFromMegatron(launch, o, allow);
+  CHECK(ParametersOnStage(s, 0) == 8030261248);  // as the bf16 test above derives it
+}
+
 // Pai-Megatron-Patch's run_mcore_qwen3.sh takes its settings as 27 positional arguments and runs
 // `eval ${run_cmd}`; the same arguments as launch_script_test.cc's reading of it (Qwen3-30B-A3B,
 // bf16, TP 1, PP 1, CP 1, EP 4, distributed optimizer, flash attention, selective recompute).
