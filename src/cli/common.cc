@@ -131,6 +131,37 @@ bool LooksLikeConfigFile(const std::string& word) {
   return false;
 }
 
+// The reader's warnings about --script-var (where a pinned variable's own assignments were
+// skipped, or that the script never uses it), one line each, for a refusal of the launch: a
+// misspelt NAME, which changes nothing, is often why the script was refused.
+std::string ScriptVarNotes(const config::MegatronLaunch& launch) {
+  std::string notes;
+  for (const std::string& w : launch.warnings) {
+    if (w.find(": --script-var ") != std::string::npos) notes += "\n  note: " + w;
+  }
+  return notes;
+}
+
+// config::LoadSetupFromMegatron, its refusals carrying ScriptVarNotes.
+config::Setup LoadLaunchTellingScriptVars(const config::MegatronLaunch& launch,
+                                          const config::LoadOptions& load,
+                                          bool allow_unsupported) {
+  try {
+    return config::LoadSetupFromMegatron(launch, load, {allow_unsupported});
+  } catch (const UnsupportedError& e) {
+    const std::string notes = ScriptVarNotes(launch);
+    if (notes.empty()) throw;
+    constexpr std::string_view kPrefix = "unsupported: ";  // UnsupportedError adds it again
+    std::string what = e.what();
+    if (what.starts_with(kPrefix)) what.erase(0, kPrefix.size());
+    throw UnsupportedError(what + notes);
+  } catch (const InputError& e) {
+    const std::string notes = ScriptVarNotes(launch);
+    if (notes.empty()) throw;
+    throw InputError(e.what() + notes);
+  }
+}
+
 }  // namespace
 
 config::Setup LoadMegatronLaunch(const MegatronArgs& args, const std::vector<std::string>& words,
@@ -158,7 +189,7 @@ config::Setup LoadMegatronLaunch(const MegatronArgs& args, const std::vector<std
     }
     launch = config::ReadCommandLineArguments(words);
   }
-  config::Setup setup = config::LoadSetupFromMegatron(launch, load, {args.allow_unsupported});
+  config::Setup setup = LoadLaunchTellingScriptVars(launch, load, args.allow_unsupported);
   if (!args.file.empty() && !words.empty()) {
     setup.warnings.push_back(fmt::format("{}: read with the script arguments '{}' ($1 to ${})",
                                          args.file, fmt::join(words, " "), words.size()));

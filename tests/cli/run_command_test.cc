@@ -227,5 +227,19 @@ TEST_CASE("memsim run: --script-var sets a launch script's variable without edit
   CHECK(alone.err.find("--script-var") != std::string::npos);
 }
 
+// A misspelt --script-var changes nothing; when the launch is then refused (here for the FP8
+// flags of the branch the script's own DTYPE="fp8" takes), the refusal says the name was unused.
+TEST_CASE("memsim run: a refused launch says which --script-var the script never used", "[cli]") {
+  testing::ScratchDir dir("run-script-var-typo");
+  const std::string script = std::string(MEMSIM_SOURCE_DIR) +
+                             "/tests/data/launch_scripts/megatron_train_llama3_8b_h100_fp8.sh";
+  const auto r = testing::RunMemsim(dir, "run --megatron-args " + script +
+                                             " --script-var DTPYE=bf16 --device h100-80g --no-chart");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--fp8-format") != std::string::npos);
+  CHECK(r.err.find("note: " + script + ": --script-var DTPYE=bf16: the script neither sets nor "
+                   "reads $DTPYE; it changes nothing") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace memsim
