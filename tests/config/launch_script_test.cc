@@ -33,6 +33,18 @@ std::string LaunchError(const std::string& text) {
   return "";
 }
 
+// The message of loading `l` as a Megatron launch on an H100 ("" when it loads).
+std::string LaunchLoadError(const MegatronLaunch& l) {
+  LoadOptions o;
+  o.device = "h100-80g";
+  try {
+    LoadSetupFromMegatron(l, o, {});
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // The value of `--v` after `text` (a script without its training command).
 std::string V(const std::string& text, const std::vector<std::string>& args = {}) {
   const MegatronLaunch l =
@@ -248,15 +260,7 @@ TEST_CASE("launch script: an error about a flag's missing value gives the hint",
       "t.sh",
       "NL=\npython pretrain_gpt.py --num-layers $NL --hidden-size 64 --num-attention-heads 4 "
       "--seq-length 128 --max-position-embeddings 128 --micro-batch-size 1 --vocab-size 1000\n");
-  LoadOptions o;
-  o.device = "h100-80g";
-  std::string error;
-  try {
-    LoadSetupFromMegatron(l, o, {});
-  } catch (const InputError& e) {
-    error = e.what();
-  }
-  CHECK(error ==
+  CHECK(LaunchLoadError(l) ==
         "t.sh:2: --num-layers: expected a value (on that line: --num-layers: its value $NL "
         "expanded to nothing (NL is empty))");
 }
@@ -270,15 +274,7 @@ TEST_CASE("launch script: every out-of-range flag value is reported in one run, 
       "t.sh",
       "python pretrain_gpt.py --num-layers 2 --hidden-size -5 --num-attention-heads 4 "
       "--seq-length 128 --vocab-size 1000 --micro-batch-size 0 --tensor-model-parallel-size 0\n");
-  LoadOptions o;
-  o.device = "h100-80g";
-  std::string error;
-  try {
-    LoadSetupFromMegatron(l, o, {});
-  } catch (const InputError& e) {
-    error = e.what();
-  }
-  CHECK(error ==
+  CHECK(LaunchLoadError(l) ==
         "3 problems in t.sh:\n"
         "  t.sh:1: --hidden-size: expected a positive integer, got -5\n"
         "  t.sh:1: --micro-batch-size: expected a positive integer, got 0\n"
