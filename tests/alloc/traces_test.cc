@@ -188,7 +188,7 @@ TEST_CASE("expandable: a hole left by empty_cache is mapped again", "[alloc]") {
   CHECK(f.Reserved() == 0);
 }
 
-TEST_CASE("expandable: capacity stops the mapping; stats unchanged by the OOM", "[alloc]") {
+TEST_CASE("expandable: capacity stops the mapping, stats unchanged by the OOM", "[alloc]") {
   AllocFixture f(Conf("expandable_segments:True", Backend::kCuda, 40 * MiB));
   f.Run("malloc a 30MiB");
   // Two pages (40 MiB) mapped, a 10 MiB free tail.

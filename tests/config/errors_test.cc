@@ -231,7 +231,7 @@ TEST_CASE("duplicate keys are errors, not last-one-wins", "[config]") {
 
 
 // Tryout 7 finding 9: the messages say why and what was meant.
-TEST_CASE("did you mean for dtype spellings and sections; Megatron argument names in JSON",
+TEST_CASE("did you mean for dtype spellings and sections, Megatron argument names in JSON",
           "[config]") {
   auto error_of = [](std::vector<std::string> sets) {
     LoadOptions o;

@@ -298,7 +298,7 @@ TEST_CASE("Megatron's --grad-reduce-in-bf16 halves the gradient buffer") {
   CHECK(2 * a.gradient_bytes == b.gradient_bytes);
 }
 
-TEST_CASE("the NVIDIA Llama-3-8B H200 recipe fits; fused attention peaks as flash") {
+TEST_CASE("the NVIDIA Llama-3-8B H200 recipe fits, fused attention peaks as flash") {
   // --attention-backend fused (cuDNN) keeps no s x s scores, like flash: the two configs are one
   // Setup, so the fused peak is within 5% of flash (here: equal), and it fits the H200's
   // usable memory with no out-of-memory event. Two iterations: the second holds the optimizer
@@ -345,7 +345,7 @@ TEST_CASE("a wrong value names the script, its line and the flag") {
         "tensor_model_parallel_size 3");
 }
 
-TEST_CASE("an unknown flag warns and runs; an unsupported one exits unless allowed") {
+TEST_CASE("an unknown flag warns and runs, an unsupported one exits unless allowed") {
   const std::vector<std::string> base = {"--num-layers", "2", "--hidden-size", "64",
                                          "--num-attention-heads", "4", "--seq-length", "128"};
   std::vector<std::string> words = base;

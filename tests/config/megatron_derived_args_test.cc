@@ -123,7 +123,7 @@ TEST_CASE("position embeddings: learned by default, none with RoPE, RoPE kept by
         128 * 256);
 }
 
-TEST_CASE("data-parallel size: world size / (TP × PP × CP); --set overrides the world size") {
+TEST_CASE("data-parallel size: world size / (TP × PP × CP), --set overrides the world size") {
   // arguments.py:442-448.
   const Setup s = DeriveFrom({"--nproc_per_node", "8", "--nnodes", "2",
                               "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size",

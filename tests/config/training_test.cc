@@ -219,7 +219,7 @@ TEST_CASE("the data-parallel wrapper of each Megatron setup", "[config]") {
   CHECK(DataParallelOf(s.training) == DataParallelWrapper{MegatronFsdp{FsdpSharding::kOptim}});
 }
 
-TEST_CASE("recompute_modules: Megatron's names; shared_experts and MLA ones unsupported",
+TEST_CASE("recompute_modules: Megatron's names, shared_experts and MLA ones unsupported",
           "[config]") {
   const std::string selective = "\"seq_length\": 512, \"recompute_granularity\": \"selective\"";
   Setup s = LoadSetup(

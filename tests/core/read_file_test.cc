@@ -31,7 +31,7 @@ TEST_CASE("ReadBoundedFile: the whole text up to the bound, an error one byte ab
                     "b.txt: larger than memsim's limit of 1024 bytes (0 MiB) for a test file");
 }
 
-TEST_CASE("ReadBoundedFile: a NUL in the first 4096 bytes is binary data; later, text", "[core]") {
+TEST_CASE("ReadBoundedFile: a NUL in the first 4096 bytes is binary data, later, text", "[core]") {
   const std::string early = WriteScratch("c.bin", std::string(4095, 'x') + '\0');
   CHECK_THROWS_WITH(ReadBoundedFile(early, "c.bin", 1 << 20, "a test file"),
                     "c.bin: binary data (a NUL byte at byte 4095), not a test file");

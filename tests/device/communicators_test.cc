@@ -122,7 +122,7 @@ bool Warns(const config::Setup& s, const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("hccl_group_buffer: a known group's size reaches its communicator; other names warn "
+TEST_CASE("hccl_group_buffer: a known group's size reaches its communicator, other names warn "
           "and change nothing",
           "[device][hccl]") {
   // Every group of the table: "<name>:300" makes that group's HCCL communicator 2 x 300 MiB

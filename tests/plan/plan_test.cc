@@ -63,7 +63,7 @@ TEST_CASE("plan: TP must divide heads and query groups, TP x PP the devices", "[
   CHECK(plan::RuleViolated(base, r, l).empty());
 }
 
-TEST_CASE("plan: the global batch must divide by micro batch x DP; PP must divide the layers",
+TEST_CASE("plan: the global batch must divide by micro batch x DP, PP must divide the layers",
           "[plan]") {
   const config::Setup base = Base("qwen2.5-0.5b");
   plan::Request r = SmallRequest(base);
@@ -103,7 +103,7 @@ TEST_CASE("plan: EP must divide the experts and TP x DP x CP by EP x ETP", "[pla
         std::string::npos);
 }
 
-TEST_CASE("plan: --fix and --vary replace a key's values; bad ones name the flag", "[plan]") {
+TEST_CASE("plan: --fix and --vary replace a key's values, bad ones name the flag", "[plan]") {
   plan::Space s = plan::DefaultSpace(Base("qwen2.5-0.5b"));
   plan::ApplyVary("tp=1,2", &s);
   plan::ApplyFix("recompute=full", &s);
@@ -181,7 +181,7 @@ TEST_CASE("plan: a plan's verdict and stage peaks are those of a direct run of i
   CHECK(again.training.data_parallel_size == best.layout.dp);
 }
 
-TEST_CASE("memsim plan: the written config runs to the same peak, byte for byte; JSON shape",
+TEST_CASE("memsim plan: the written config runs to the same peak, byte for byte, JSON shape",
           "[plan][cli]") {
   ScratchDir dir("plan-cli");
   const auto p = RunMemsim(dir, "plan --model qwen2.5-0.5b --devices 4 --global-batch-size 8 "
@@ -223,7 +223,7 @@ TEST_CASE("memsim plan: the written config runs to the same peak, byte for byte;
   }
 }
 
-TEST_CASE("plan: the estimate ranks to the digits the table shows; ties go to the lower peak",
+TEST_CASE("plan: the estimate ranks to the digits the table shows, ties go to the lower peak",
           "[plan]") {
   // At least 3 significant digits, no exponent: 38.3812 -> 38.4; 1234.7 -> 1235; 0.012345 ->
   // 0.0123 (2 - floor(log10 s) decimals: 1, 0 and 4).
@@ -251,8 +251,8 @@ TEST_CASE("plan: the estimate ranks to the digits the table shows; ties go to th
   CHECK(one.candidates[0].layout == two.candidates[0].layout);
 }
 
-TEST_CASE("memsim plan: --nodes x --per-node devices; TP is kept within a node; not-allowed "
-          "rows are grouped by rule; --require gates on fitting plans", "[plan][cli]") {
+TEST_CASE("memsim plan: --nodes x --per-node devices, TP is kept within a node, not-allowed "
+          "rows are grouped by rule, --require gates on fitting plans", "[plan][cli]") {
   // Qwen2.5-0.5B (14 heads) on 2 nodes of 2: TP 4 spans nodes (the rule checked before the
   // heads), TP 8 does not divide the 4 devices; TP 1 and 2 are simulated.
   ScratchDir dir("plan-nodes");

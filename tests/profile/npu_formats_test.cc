@@ -114,7 +114,7 @@ TEST_CASE("npu errors", "[profile]") {
                     bad_mem + ":2: timestamp(us): expected microseconds, got 'noon'");
 }
 
-TEST_CASE("round trip: operator_memory.csv in an ascend folder within 0.5%; a 10% iteration",
+TEST_CASE("round trip: operator_memory.csv in an ascend folder within 0.5%, a 10% iteration",
           "[profile][compare]") {
   // The folder has operator_memory.csv but no memory_record.csv, so the allocator totals come
   // from the operator rows (the cann:: row is skipped) and the iterations from trace_view.json.
@@ -138,7 +138,7 @@ TEST_CASE("round trip: operator_memory.csv in an ascend folder within 0.5%; a 10
   }
 }
 
-TEST_CASE("round trip: ascend folder and npu_mem within 0.5%; a 10% iteration", "[profile][compare]") {
+TEST_CASE("round trip: ascend folder and npu_mem within 0.5%, a 10% iteration", "[profile][compare]") {
   const timeline::Timeline sim = testing::KnownTimeline(4);
   const std::string dir = testing::TempPath("rt_ascend_pt");
   testing::WriteAscendFolder(sim, dir);

@@ -68,7 +68,7 @@ TEST_CASE("a referenced tensor is freed by its last holder's Unref, in the op th
   CHECK(op("second_holder_done").frees.size() == 1);
 }
 
-TEST_CASE("a collective names its group and size; a group of one rank makes none",
+TEST_CASE("a collective names its group and size, a group of one rank makes none",
           "[workload][emitter]") {
   Emitter em(testing::TinyLlama(), 0, 1);
   em.Begin("single");

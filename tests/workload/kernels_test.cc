@@ -13,7 +13,7 @@ using testing::ModuleHarness;
 using testing::SeenTensors;
 
 TEST_CASE(
-    "the first GEMM on each thread makes its cuBLAS workspace once; Transformer Engine keeps "
+    "the first GEMM on each thread makes its cuBLAS workspace once, Transformer Engine keeps "
     "one module-level workspace",
     "[workload][kernels]") {
   // PyTorch CublasHandlePool.cpp getChosenWorkspaceSize: ":4096:2:16:8" = 2·4 MiB + 8·16 KiB,

@@ -410,7 +410,7 @@ TEST_CASE("MoE forward: custom_forward's locals keep the dispatch's tokens until
   CHECK(f.at("layer0.moe.unsorted_tokens") == "moe.unpermute");
 }
 
-TEST_CASE("core 0.10-0.11 add the shared experts' output in place; 0.12 on into a new tensor",
+TEST_CASE("core 0.10-0.11 add the shared experts' output in place, 0.12 on into a new tensor",
           "[workload][moe]") {
   // SmallMoe with a shared expert of width 32. core_v0.10.0 / core_v0.11.0 moe_layer.py
   // custom_forward: `output += self.shared_experts(hidden_states)`: no new tensor, the shared

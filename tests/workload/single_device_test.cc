@@ -287,7 +287,7 @@ TEST_CASE("hf-trainer paged_adamw: states of 1e5 elements or more in unified mem
 // kernels.cc Int8MatmulForward) under a LoRA adapter on q_proj, bf16 weights and autocast, one
 // micro-batch of T = 32 tokens, one iteration, no checkpointing: each linear runs forward and
 // backward once.
-TEST_CASE("hf-trainer load_in_8bit: int8 weights with row scales; each GEMM quantises its input",
+TEST_CASE("hf-trainer load_in_8bit: int8 weights with row scales, each GEMM quantises its input",
           "[workload][hf][peft]") {
   config::Setup s = TinyPyTorch(true);
   s.training.framework = "hf-trainer";

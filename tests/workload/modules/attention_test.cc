@@ -52,7 +52,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "attention backward frees all it saved; with wgrad fusion only the norm's grad reaches "
+    "attention backward frees all it saved, with wgrad fusion only the norm's grad reaches "
     "the wrapper",
     "[workload][modules][attention]") {
   ModuleHarness h(testing::TinyLlama());
@@ -89,7 +89,7 @@ TEST_CASE(
                                            {"layer0.ln1.weight", 2 * kH}});
 }
 
-TEST_CASE("selective core_attn recompute keeps no softmax statistics; backward re-runs the kernel",
+TEST_CASE("selective core_attn recompute keeps no softmax statistics, backward re-runs the kernel",
           "[workload][modules][attention]") {
   config::Setup s = testing::TinyLlama();
   s.training.recompute_granularity = config::RecomputeGranularity::kSelective;  // {"core_attn"}
