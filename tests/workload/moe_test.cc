@@ -2,6 +2,7 @@
 // derived by hand from Megatron-core's code (megatron/core/transformer/moe/).
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -330,10 +331,10 @@ TEST_CASE("core 0.10-0.12: unpermute's masked_select saves the transposed probs 
   const PhaseBytes f = MoeLayerBytes(Build(s, 0), Phase::kForward);
   CHECK(f.alive.at("layer0.moe.unpermute_probs_t") == 256);
   CHECK(f.alive.at("layer0.moe.unpermute_map_t") == 128);
-  // Both freed by the unpermute's backward.
+  // Both freed by masked_select's backward, right after the prob weighting's.
   const std::map<std::string, std::string> freed_by = FreedBy(Build(s, 0));
-  CHECK(freed_by.at("layer0.moe.unpermute_probs_t") == "moe.unpermute_bwd");
-  CHECK(freed_by.at("layer0.moe.unpermute_map_t") == "moe.unpermute_bwd");
+  CHECK(freed_by.at("layer0.moe.unpermute_probs_t") == "moe.unpermute_probs_bwd");
+  CHECK(freed_by.at("layer0.moe.unpermute_map_t") == "moe.unpermute_probs_bwd");
   // Padding to capacity: 0.10 still takes masked_select, 0.11 and 0.12 index_select (whose
   // backward keeps only the index).
   s.training.moe_expert_capacity_factor = 1.0;
@@ -456,9 +457,11 @@ TEST_CASE("MoE allgather layer frees everything but the dispatcher's attributes 
           "[workload][moe]") {
   // The allgather dispatcher at EP 1 (no gathers: one map and one probs tensor under two names)
   // and EP 2, with grad and under selective moe recompute, in each release's forward. What
-  // stays is what dispatch_postprocess binds: self.local_map [n·ep, El] bool, self.local_probs
-  // [N] bf16 and the mapping int64 [N], with N = n·ep·k·El/E = 64 at both EP sizes (El = E/ep):
-  // local map 32·ep·(4/ep) = 128 B, probs 2·64 = 128 B, mapping 8·64 = 512 B.
+  // stays is what dispatch_postprocess (token_permutation before 0.13) binds: self.local_map
+  // [n·ep, El] bool, self.local_probs and the mapping int64 [N], with N = n·ep·k·El/E = 64 at
+  // both EP sizes (El = E/ep): local map 32·ep·(4/ep) = 128 B, mapping 8·64 = 512 B; the local
+  // probs are the masked [N] bf16 from core 0.13 (2·64 = 128 B), the unmasked [n·ep, El] slice
+  // before (2·32·ep·(4/ep) = 256 B).
   for (const std::vector<int>& v : std::vector<std::vector<int>>{{0, 12}, {0, 13}, {}}) {
     for (int ep : {1, 2}) {
       for (bool recompute : {false, true}) {
@@ -476,8 +479,9 @@ TEST_CASE("MoE allgather layer frees everything but the dispatcher's attributes 
         MoeModule m;
         h.Forward(m);
         h.Backward();
+        const Bytes local_probs = v == std::vector<int>{0, 12} ? 256 : 128;
         CHECK(h.Leaked() == testing::SeenTensors{{"layer0.moe.local_map", 128},
-                                                 {"layer0.moe.local_probs", 128},
+                                                 {"layer0.moe.local_probs", local_probs},
                                                  {"layer0.moe.permutation_map", 512}});
         CHECK(h.problems().empty());
       }
@@ -548,6 +552,132 @@ TEST_CASE("core 0.13-0.16: permute's masked_select saves the transposed probs an
   CHECK(testing::FactsOf(s).permute_masked_select);
   s.training.moe_permute_fusion = true;
   CHECK_FALSE(testing::FactsOf(s).permute_masked_select);
+}
+
+// The position of the first op of layer 0, iteration 1, `phase`, named `name` (-1: none).
+int OpIndex(const Program& p, Phase phase, const std::string& name) {
+  int i = 0;
+  for (const Op& op : p.ops) {
+    if (op.iteration == 1 && op.layer == 0 && op.phase == phase) {
+      if (op.name == name) return i;
+      ++i;
+    }
+  }
+  return -1;
+}
+
+TEST_CASE(
+    "core 0.10-0.12 alltoall: no probs travel with the tokens; unpermute saves the permuted probs",
+    "[workload][moe][peak]") {
+  // core_v0.10.0-v0.12.0 token_dispatcher.py MoEAlltoAllTokenDispatcher.token_permutation calls
+  // moe_utils.py permute(hidden_states, routing_map, num_out_tokens=...) without probs, and the
+  // experts take none (experts.py forward(permuted_local_hidden_states, tokens_per_expert)); the
+  // probs stay in self.probs until token_unpermutation's unpermute: masked_select gives the
+  // permuted probs [S] bf16 = 2·64 = 128 B, which MulBackward saves with the combined tokens.
+  config::Setup s = SmallMoe(1.0);
+  s.training.megatron_core_version = {0, 12};
+  const Program p = Build(s, 0);
+  const PhaseBytes f = MoeLayerBytes(p, Phase::kForward);
+  for (const char* label : {"layer0.moe.permuted_probs", "layer0.moe.received_probs",
+                            "layer0.moe.dispatched_probs"}) {
+    CHECK(f.allocated.count(label) == 0);
+  }
+  CHECK(f.alive.at("layer0.moe.unpermute_probs") == 128);
+  // Saved after the forward (n 32, h 64, E 4, k 2, S = N = 64, Fe 32, bf16):
+  //   ln2 rstd fp32 [n] 128 + output [n, h] 4096                                  = 4224
+  //   router: top-k indices int64 [n, k] 512, fp32 top-k softmax [n, k] 256, routing map
+  //     bool [n, E] 128; self.probs [n, E] 256                                      = 1152
+  //   permute's sorted indices int64 [S]                                           = 512
+  //   experts: input [N, h] 8192, fc1 output [N, 2·Fe] 8192, activation [N, Fe] 4096 = 20480
+  //   unpermute: combined tokens [S, h] 8192, probs.T [E, n] 256, map.T bool 128, permuted
+  //     probs [S] 128                                                               = 8704
+  //   total 35,072 B (the current release: 26,496, test above).
+  CHECK(Sum(f.alive) == 35'072);
+  // Backward: ScatterAddBackward's gather [S, h] and MulBackward0's two [S, h] grads (the probs'
+  // one summed to [S] 128 B while the node's input is alive): 3·8192 + 128.
+  const PhaseBytes b = MoeLayerBytes(p, Phase::kBackward);
+  CHECK(b.allocated.count("layer0.moe.experts.d_probs") == 0);
+  CHECK(b.allocated.count("layer0.moe.d_permuted_probs") == 0);
+  testing::ModuleHarness h(s);
+  MoeModule m;
+  h.Forward(m);
+  h.Backward();
+  Bytes in_op = 0;
+  for (const Op& op : h.ops()) {
+    if (op.name != "moe.unpermute_bwd") continue;
+    for (const TensorAlloc& a : op.allocs) in_op += a.size_bytes;
+  }
+  CHECK(in_op == 3 * 8192 + 128);
+  // masked_select's backward gives the dense probs' grad [E, n] bf16 (256 B, a transposed view
+  // for the router), which waits through the experts' and the dispatch's backward.
+  CHECK(b.allocated.at("layer0.moe.d_probs") == 256);
+  CHECK(FreedBy(p).at("layer0.moe.d_probs") == "moe.router_bwd");
+  CHECK(h.problems().empty());
+}
+
+TEST_CASE("core 0.10-0.12 allgather: unpermute weights the experts' output by the local probs",
+          "[workload][moe][peak]") {
+  // core_v0.10.0-v0.12.0 MoEAllGatherTokenDispatcher, EP 2 (g = TP×EP = 2, El = 2, n·g = 64,
+  // N = 64): token_permutation binds self.local_probs, `probs[:, local].contiguous()` [n·g, El]
+  // bf16 = 2·64·2 = 256 B (not saved); token_unpermutation masks it,
+  // `self.local_probs.T.contiguous().masked_select(self.local_map.T.contiguous())` (both copies
+  // saved: 256 B and 128 B bool) into the permuted probs [N] 128 B, and `hidden_states *
+  // permuted_probs.unsqueeze(-1)` saves the experts' output [N, h] 8192 B and those probs.
+  config::Setup s = SmallMoe(1.0);
+  s.training.moe_token_dispatcher_type = "allgather";
+  s.training.megatron_core_version = {0, 12};
+  const Program p = Build(s, 0);
+  const PhaseBytes f = MoeLayerBytes(p, Phase::kForward);
+  CHECK(f.alive.at("layer0.moe.local_probs") == 256);
+  CHECK(f.alive.at("layer0.moe.unpermute_probs_t") == 256);
+  CHECK(f.alive.at("layer0.moe.unpermute_map_t") == 128);
+  CHECK(f.alive.at("layer0.moe.unpermute_probs") == 128);
+  CHECK(f.alive.at("layer0.moe.experts.fc2_out") == 8192);
+  // The weighted tokens [N, h] live until token_unpermutation returns, after the reduce-scatter.
+  CHECK(ForwardFreedBy(p).at("layer0.moe.weighted_tokens") == "moe.combine_reduce_scatter");
+  const std::map<std::string, std::string> freed_by = FreedBy(p);
+  CHECK(freed_by.at("layer0.moe.experts.fc2_out") == "moe.unpermute_bwd");
+  // The local probs' grad [El, n·g] 256 B waits for the slice's backward in the dispatch's.
+  CHECK(MoeLayerBytes(p, Phase::kBackward).allocated.at("layer0.moe.d_local_probs") == 256);
+  CHECK(freed_by.at("layer0.moe.d_local_probs") == "moe.permute_bwd");
+  // From core 0.13 the experts take the masked probs and nothing weights their output.
+  s.training.megatron_core_version = {0, 13};
+  CHECK(MoeLayerBytes(Build(s, 0), Phase::kForward).alive.count("layer0.moe.experts.fc2_out") == 0);
+}
+
+TEST_CASE("core 0.10-0.12 run the shared experts after the unpermute, and backward them first",
+          "[workload][moe]") {
+  // core_v0.10.0-v0.12.0 moe_layer.py custom_forward (no --moe-shared-expert-overlap):
+  // router, token_permutation, experts, token_unpermutation, then self.shared_experts(
+  // hidden_states); autograd's engine runs the ready node of the highest sequence number first,
+  // so the shared experts' backward runs before the routed path's. From core 0.13 memsim runs
+  // them before the router (experts_compute calls them after the dispatch) and last in backward.
+  config::Setup s = SmallMoe(1.0);
+  s.model.moe_shared_expert_intermediate_size = 32;
+  s.training.megatron_core_version = {0, 12};
+  Program p = Build(s, 0);
+  CHECK(OpIndex(p, Phase::kForward, "moe.shared_experts.fc1") >
+        OpIndex(p, Phase::kForward, "moe.unpermute"));
+  CHECK(OpIndex(p, Phase::kBackward, "moe.shared_experts.fc1_bwd") <
+        OpIndex(p, Phase::kBackward, "moe.unpermute_bwd"));
+  // So the shared experts' activations are not alive during the unpermute: fc1 output
+  // [n, 2·32] bf16 4096 B and the activation [n, 32] 2048 B.
+  testing::ModuleHarness h(s);
+  MoeModule m;
+  h.Forward(m);
+  const auto during = [](const testing::SeenTensors& seen, const std::string& label) {
+    return std::count_if(seen.begin(), seen.end(),
+                         [&](const testing::SeenTensor& t) { return t.label == label; });
+  };
+  CHECK(during(h.AliveDuring("moe.unpermute", 0), "layer0.moe.shared_fc1_out") == 0);
+  h.Backward();
+  CHECK(h.problems().empty());
+  s.training.megatron_core_version = {0, 13};
+  p = Build(s, 0);
+  CHECK(OpIndex(p, Phase::kForward, "moe.shared_experts.fc1") <
+        OpIndex(p, Phase::kForward, "moe.router"));
+  CHECK(OpIndex(p, Phase::kBackward, "moe.shared_experts.fc1_bwd") >
+        OpIndex(p, Phase::kBackward, "moe.unpermute_bwd"));
 }
 
 TEST_CASE("expert parameters: own DDP buffers, optimizer shards over the expert-DP group",

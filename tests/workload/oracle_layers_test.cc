@@ -14,6 +14,8 @@
 #include <map>
 
 #include "workload/build.h"
+#include "workload/module_harness.h"
+#include "workload/modules/moe.h"
 #include "workload/oracle_log.h"
 #include "workload/test_setups.h"
 
@@ -203,6 +205,120 @@ TEST_CASE("oracle: Megatron-core style core attention, the highest point inside 
   };
   INFO("real " << real << " memsim " << memsim);
   CHECK(real - memsim == OracleSum(table));
+}
+
+// (3) tests/data/oracle/megatron_moe.log: tools/oracle/megatron_moe.py, Megatron-core 0.10's MoE
+// layer (core_v0.10.0 moe_utils.py unmodified; MoELayer, TopKRouter without aux loss, the alltoall
+// dispatcher at EP 1 and SequentialMLP re-enacted) against memsim's MoE module at core 0.10.
+// Shape: n = 32 tokens, h 64, E 4 experts, top-2, expert ffn 32 (gated SiLU), fp32: S = N =
+// n·k = 64 routed tokens, [S, h] = 16384 B, [n, h] = 8192 B, [n, E] = [E, n] = 512 B (bool 128).
+config::Setup OracleMoe() {
+  config::Setup s = testing::TinyLlama();
+  s.model.num_experts = 4;
+  s.model.moe_router_topk = 2;
+  s.model.moe_ffn_hidden_size = 32;
+  s.training.micro_batch_size = 1;
+  s.training.global_batch_size = 1;
+  s.training.moe_token_dispatcher_type = "alltoall";
+  s.training.moe_grouped_gemm = false;
+  s.training.precision = config::Precision::kFp32;
+  s.training.megatron_core_version = {0, 10};
+  return s;
+}
+
+// memsim's MoE tensors (layer0.moe.*) among `seen`, bytes summed by label.
+std::map<std::string, Bytes> MoeTensors(const testing::SeenTensors& seen) {
+  std::map<std::string, Bytes> out;
+  for (const testing::SeenTensor& t : seen) {
+    if (t.label.rfind("layer0.moe.", 0) == 0) out[t.label] += t.size_bytes;
+  }
+  return out;
+}
+
+TEST_CASE("oracle: Megatron-core 0.10 MoE layer, tensor by tensor, what the forward leaves alive",
+          "[workload][oracle][moe]") {
+  const auto log = testing::ReadOracleLog("megatron_moe");
+  const Bytes real = OracleLayerDelta(log, "fwd moe pre", "fwd moe post");
+  // Real (trace), what MoELayer.forward leaves alive:
+  //   router: scatter's index, the top-k indices int64 [n, k] 512; SoftmaxBackward's output
+  //     fp32 [n, k] 256; the dense probs [n, E] 512 (self.probs) and routing map bool 128
+  //     (self.routing_map)                                                          = 1408
+  //   preprocess: the tokens-per-expert count int64 [E] 32 (self.num_global_tokens_per_local_
+  //     expert_cpu, a view of it)                                                   = 32
+  //   permute's sorted indices int64 [S] 512 (self.reversed_local_input_permutation_mapping,
+  //     saved by index_select and scatter_add_)                                     = 512
+  //   the sorted tokens [N, h] 16384 (the experts' input; fc1 saves its split views) = 16384
+  //   per expert (16 tokens each under balanced routing; 64 in all): fc1's output [·, 2·Fe]
+  //     (SiLU and the product save views of it), SiLU's output [·, Fe] (saved by the product),
+  //     the product [·, Fe] (fc2's input): 64·(256 + 128 + 128)                    = 32768
+  //   unpermute (probs given): the sorted-back tokens [S, h] 16384 saved by the product's
+  //     MulBackward with the permuted probs [S] 256; masked_select's [E, n] copies 512 + 128
+  //                                                                                 = 17280
+  //   the output [n, h]                                                             = 8192
+  CHECK(real == 1408 + 32 + 512 + 16384 + 32768 + 17280 + 8192);
+  testing::ModuleHarness h(OracleMoe());
+  MoeModule m;
+  h.Forward(m);
+  // memsim, per tensor: the same, less the two rows below.
+  const std::map<std::string, Bytes> expected = {
+      {"layer0.moe.router.topk_indices", 512}, {"layer0.moe.router.topk_probs_fp32", 256},
+      {"layer0.moe.router.probs", 512},        {"layer0.moe.router.routing_map", 128},
+      {"layer0.moe.permutation_map", 512},     {"layer0.moe.dispatched_tokens", 16384},
+      {"layer0.moe.experts.fc1_out", 16384},   {"layer0.moe.experts.act_out", 8192},
+      {"layer0.moe.unsorted_tokens", 16384},   {"layer0.moe.unpermute_probs", 256},
+      {"layer0.moe.unpermute_probs_t", 512},   {"layer0.moe.unpermute_map_t", 128}};
+  CHECK(MoeTensors(h.Saved()) == expected);
+  Bytes memsim = 8192;  // the output, which the harness releases
+  for (const auto& [label, bytes] : expected) memsim += bytes;
+  const std::vector<GapRow> table = {
+      // The recorder's experts run the local MLP's unfused glu (silu(x[0]) * x[1]), whose product
+      // saves SiLU's output; memsim models the fused bias_swiglu_impl, which saves its input only.
+      {"unfused gated SiLU: SiLU's output [N, Fe] saved", GapReason::kSetup, 64 * 32 * 4,
+       "fwd moe post", "fwd moe post"},
+      // preprocess's `.to(torch.device("cpu"))`: on CUDA the count is a host tensor.
+      {"the tokens-per-expert count, on the host under CUDA", GapReason::kSetup, 32,
+       "fwd moe post", "fwd moe post"},
+  };
+  INFO("real " << real << " memsim " << memsim);
+  CHECK(real - memsim == OracleSum(table));
+}
+
+TEST_CASE(
+    "oracle: Megatron-core 0.10 MoE unpermute, the highest points of its forward and backward",
+    "[workload][oracle][moe]") {
+  const auto log = testing::ReadOracleLog("megatron_moe");
+  Bytes after_experts = -1, fwd_peak = -1, bwd_pre = -1, bwd_peak = -1;
+  for (const auto& b : log) {
+    if (b.label == "fwd experts post") after_experts = b.alive;
+    if (b.label == "fwd moe post") fwd_peak = b.peak - after_experts;
+    if (b.label == "bwd moe pre") bwd_pre = b.alive;
+    if (b.label == "bwd experts pre") bwd_peak = b.peak - bwd_pre;
+  }
+  // Forward (trace): token_unpermutation's sort back [S, h] 16384, unpermute's [E, n] copies
+  // 512 + 128, the permuted probs [S] 256, the weighted tokens [S, h] 16384 and the zeros output
+  // [n, h] 8192: nothing freed before the scatter_add_.
+  CHECK(fwd_peak == 16384 + 512 + 128 + 256 + 16384 + 8192);
+  // Backward, from the output's grad to the experts': ScatterAddBackward's gather [S, h], then
+  // MulBackward0's two grads [S, h] each and the engine's sum of the probs' one to [S, 1] (256),
+  // all while the node's input is alive.
+  CHECK(bwd_peak == 3 * 16384 + 256);
+  testing::ModuleHarness h(OracleMoe());
+  MoeModule m;
+  h.Forward(m);
+  h.Backward();
+  // memsim: what the ops allocate (an op's allocations count before its frees).
+  auto allocated = [&](Phase phase, std::initializer_list<const char*> names) {
+    Bytes sum = 0;
+    for (const Op& op : h.ops()) {
+      if (op.phase != phase || std::find(names.begin(), names.end(), op.name) == names.end()) {
+        continue;
+      }
+      for (const TensorAlloc& a : op.allocs) sum += a.size_bytes;
+    }
+    return sum;
+  };
+  CHECK(allocated(Phase::kForward, {"moe.unsort_chunks", "moe.unpermute"}) == fwd_peak);
+  CHECK(allocated(Phase::kBackward, {"moe.unpermute_bwd"}) == bwd_peak);
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 # Versions (all compatible with Debian 12's python3-torch 1.13, CPU):
 #   transformers 0864dd3beb238b7bec3528a3d1d6c17a28f51a51 (upstream main, 4.36.0.dev0, 2023-11-28)
 #   peft v0.7.1, huggingface_hub v0.19.4, accelerate v0.25.0
+#   Megatron-LM core_v0.10.0: megatron/core/transformer/moe/moe_utils.py only, into
+#   DEST/megatron_core_v0_10/ (snapshot github:NVIDIA/Megatron-LM; megatron_moe.py loads it)
 # safetensors (Rust) is replaced by a stub: the recorder never loads or saves weights.
 # Debian packages the imports need: python3-regex python3-filelock python3-tqdm python3-packaging
 # python3-fsspec python3-yaml python3-numpy python3-requests python3-psutil python3-torch.
@@ -32,6 +34,10 @@ extract F4biian+transformers-v4.47.1-and-internal-states \
 extract huggingface+peft v0.7.1 src peft 0.7.1
 extract huggingface+huggingface_hub v0.19.4 src huggingface_hub 0.19.4 huggingface-hub
 extract huggingface+accelerate v0.25.0 src accelerate 0.25.0
+
+mkdir -p "$DEST/megatron_core_v0_10"
+git --git-dir="$MIRROR/NVIDIA+Megatron-LM/repo" show \
+  core_v0.10.0:megatron/core/transformer/moe/moe_utils.py >"$DEST/megatron_core_v0_10/moe_utils.py"
 
 # The safetensors stub: the names transformers, peft and accelerate import at module level.
 mkdir -p "$DEST/safetensors" "$DEST/safetensors-0.4.1.dist-info"

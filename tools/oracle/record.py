@@ -6,7 +6,7 @@ and free goes through it).
 
 Usage (README.md): tools/oracle/prepare_sources.sh /tmp/src
   PYTHONPATH=/tmp/src /usr/bin/python3 tools/oracle/record.py CONFIG OUT_DIR
-CONFIG: llama, llama_ckpt, llama_lora, bert, megatron (or "all").
+CONFIG: llama, llama_ckpt, llama_lora, bert, megatron, megatron_moe (or "all").
 
 Writes OUT_DIR/CONFIG.log: '#' header lines (versions, shapes), then one line per boundary,
   <phase> <module> <pre|post> <alive bytes> <peak bytes since the previous line>
@@ -202,6 +202,24 @@ def record(config, out_dir, lib):
 
         def run():
             return model(x).sum()
+    elif config == "megatron_moe":
+        sys.path.insert(0, HERE)
+        from megatron_moe import MoELayer
+        src = next(os.path.join(d, "megatron_core_v0_10", "moe_utils.py") for d in sys.path
+                   if os.path.exists(os.path.join(d, "megatron_core_v0_10", "moe_utils.py")))
+        model = MoELayer(src, hidden=64, ffn=32, experts=4, topk=2)
+        model.train()
+        rec.watch("moe", model)
+        rec.watch("router", model.router)
+        rec.watch("experts", model.experts)
+        header.append("megatron_moe.py: core_v0.10.0 moe_utils.py unmodified, MoELayer.forward, "
+                      "TopKRouter (no aux loss), alltoall dispatcher at EP 1, SequentialMLP "
+                      "re-enacted")
+        header.append("megatron_moe h 64 experts 4 top-2 ffn 32 gated silu seq 32 [s, b, h]")
+        x = torch.randn(32, 1, 64, requires_grad=True)
+
+        def run():
+            return model(x)[0].sum()
     else:
         raise SystemExit(f"unknown config {config}")
     step(rec, model, run)
@@ -220,7 +238,8 @@ def main():
     os.makedirs(out_dir, exist_ok=True)
     torch.set_num_threads(1)
     lib = load_counter()
-    configs = ["llama", "llama_ckpt", "llama_lora", "bert", "megatron"] if config == "all" else [config]
+    configs = (["llama", "llama_ckpt", "llama_lora", "bert", "megatron", "megatron_moe"]
+               if config == "all" else [config])
     for c in configs:
         record(c, out_dir, lib)
 

@@ -32,6 +32,10 @@ struct MoeSaved final : ModuleSaved {
   // Core 0.10-0.12 unpermute's masked_select operands (FrameworkFacts::unpermute_masked_select):
   // probs.T.contiguous() [E, n] and routing_map.T.contiguous() [E, n] bool.
   TensorId unpermute_probs_t = 0, unpermute_map_t = 0;
+  // Core 0.10-0.12: the permuted probs ([S] alltoall, [N] allgather) that the prob weighting's
+  // MulBackward saves, and with drop_and_pad (0.11-0.12 alltoall) the int64 [S] index of
+  // unpermute's index_select (IndexSelectBackward keeps it).
+  TensorId unpermute_probs = 0, unpermute_index = 0;
   // Core 0.13-0.16 permute's masked_select operands (FrameworkFacts::permute_masked_select):
   // probs.T.contiguous() [E, n] and permute's routing_map.bool().T.contiguous() [E, n] bool.
   TensorId permute_probs_t = 0, permute_map_t = 0;
@@ -187,6 +191,10 @@ bool IsHeld(const Held& held, TensorId id) {
 bool SplitForward(const FrameworkFacts& f) {
   return f.moe_forward_locals != FrameworkFacts::MoeForwardLocals::kTokenPermutation;
 }
+// Core 0.10-0.12 moe_layer.py custom_forward without --moe-shared-expert-overlap:
+// `output += self.shared_experts(hidden_states)` (0.12: `output = output + ...`) after
+// token_unpermutation returns; from 0.13 experts_compute calls them before the routed experts.
+bool SharedAfterRouted(const FrameworkFacts& f) { return !SplitForward(f); }
 
 // MoEAllGatherTokenDispatcher: from the norm output and dense probs to the tokens of the local
 // experts [N, h] and their probs [N]. Frees the dense probs.
@@ -214,25 +222,47 @@ TensorId DispatchAllGather(ModuleContext& ctx, const Sizes& z, int l, TensorId p
   // dispatch_postprocess: local_map [n·g, El] (kept for unpermute), local probs masked to
   // [N], permute() of the gathered tokens into [N, h] with its sorted indices.
   em.Begin("moe.permute", l);
+  const bool split = SplitForward(ctx.f);
   const TensorId local_map = Act(em, t.n * g * t.local_experts, l, "moe.local_map");
-  *expert_probs = Tmp(em, d.act_bytes * t.expert, l, "moe.local_probs");
+  // self.local_probs: from core 0.13 the masked [N] probs the experts take (saved by their
+  // weighted activation); before, token_permutation's `probs[:, local experts].contiguous()`,
+  // the unmasked [n·g, El] slice, which token_unpermutation masks (CombineAllGather) and
+  // autograd does not save (CloneBackward keeps nothing).
+  const TensorId local_probs =
+      Tmp(em, d.act_bytes * (split ? t.expert : t.n * g * t.local_experts), l, "moe.local_probs");
+  *expert_probs = split ? local_probs : 0;
   a->permutation_map = Act(em, 8 * t.expert, l, "moe.permutation_map");
   const TensorId out = Tmp(em, z.Hidden(t.expert), l, "moe.dispatched_tokens");
   Release(em, map_all);
-  // dispatch_postprocess binds self.local_map, self.local_probs (core 0.13 on: the masked [N]
-  // probs the experts take; before 0.13 the unmasked [n·g, El] slice, which is larger, modelled
-  // as the [N] one) and self.reversed_local_input_permutation_mapping.
-  RebindAttrs(em, a->attrs, {{local_map, true}, {*expert_probs, true}, {a->permutation_map, true}});
+  // dispatch_postprocess (token_permutation before 0.13) binds self.local_map, self.local_probs
+  // and self.reversed_local_input_permutation_mapping. Before 0.13 nothing saves the local map
+  // itself (permute and unpermute's masked_select keep transposed copies).
+  RebindAttrs(em, a->attrs,
+              {{local_map, split}, {local_probs, split}, {a->permutation_map, true}});
   // The gathered probs: token_permutation's local before core 0.13; from 0.13 custom_forward's
   // `probs` (rebound by dispatch) until it returns.
-  if (SplitForward(ctx.f)) {
+  if (split) {
     held->push_back(probs_all);
   } else {
     Release(em, probs_all);
   }
   Release(em, a->routing_map);
-  a->routing_map = local_map;
+  a->routing_map = split ? local_map : 0;
   return out;
+}
+
+// Core 0.13-0.16 permute's `probs.T.contiguous().masked_select(routing_map)`:
+// MaskedSelectBackward saves the [E, n] copy and permute's [E, n] bool map
+// (FrameworkFacts::permute_masked_select); under no_grad both go at once.
+void PermuteMaskedSelect(ModuleContext& ctx, const Sizes& z, int l, bool nograd, MoeSaved* a) {
+  const std::int64_t cols = z.tok.n * ctx.d.experts;
+  a->permute_probs_t = Act(ctx.em, ctx.d.act_bytes * cols, l, "moe.permute_probs_t");
+  a->permute_map_t = Act(ctx.em, cols, l, "moe.permute_map_t");
+  if (!nograd) return;
+  for (TensorId* id : {&a->permute_probs_t, &a->permute_map_t}) {
+    Release(ctx.em, *id);
+    *id = 0;
+  }
 }
 
 // Dispatch (token_dispatcher.py): from the norm output and dense probs to the tokens of the
@@ -247,23 +277,15 @@ TensorId Dispatch(ModuleContext& ctx, const Sizes& z, int l, TensorId probs, boo
   const bool split = SplitForward(ctx.f);
   // MoEAlltoAllTokenDispatcher.dispatch_preprocess -> moe_utils.py permute: the permuted copies
   // [S, h] and probs [S]; sorted indices int64 [S] (fused: TE's row_id_map, int32 [n, E]).
+  // Before core 0.13 token_permutation's permute() takes no probs (core_v0.10.0-v0.12.0
+  // moe_utils.py permute(tokens, routing_map, ...)): the probs stay dense in self.probs until
+  // token_unpermutation's unpermute weights the tokens (Unpermute), so no probs travel.
   em.Begin("moe.permute", l);
   const TensorId sent = Tmp(em, z.Hidden(t.send), l, "moe.permuted_tokens");
-  const TensorId sent_probs = Tmp(em, d.act_bytes * t.send, l, "moe.permuted_probs");
+  const TensorId sent_probs = split ? Tmp(em, d.act_bytes * t.send, l, "moe.permuted_probs") : 0;
   a->permutation_map = Act(em, d.permute_fusion ? 4 * t.n * d.experts : 8 * t.send, l,
                            "moe.permutation_map");
-  if (ctx.f.permute_masked_select) {
-    // `probs.T.contiguous().masked_select(routing_map)`: MaskedSelectBackward saves the [E, n]
-    // copy and permute's [E, n] bool map (FrameworkFacts::permute_masked_select).
-    a->permute_probs_t = Act(em, d.act_bytes * t.n * d.experts, l, "moe.permute_probs_t");
-    a->permute_map_t = Act(em, t.n * d.experts, l, "moe.permute_map_t");
-    if (nograd) {
-      for (TensorId* id : {&a->permute_probs_t, &a->permute_map_t}) {
-        Release(em, *id);
-        *id = 0;
-      }
-    }
-  }
+  if (ctx.f.permute_masked_select) PermuteMaskedSelect(ctx, z, l, nograd, a);
   // dispatch_preprocess (token_permutation before core 0.13) binds self.probs, the dense probs
   // [n, E], and self.routing_map [n, E] bool, and permute's map to
   // self.reversed_local_input_permutation_mapping. The probs' last other holder, the local,
@@ -278,25 +300,30 @@ TensorId Dispatch(ModuleContext& ctx, const Sizes& z, int l, TensorId probs, boo
   const bool one_rank = d.ep == 1;
   const TensorId a2a =
       one_rank ? Alias(em, sent) : Tmp(em, z.Hidden(t.receive), l, "moe.received_tokens");
-  const TensorId a2a_probs = one_rank ? Alias(em, sent_probs)
-                                      : Tmp(em, d.act_bytes * t.receive, l, "moe.received_probs");
+  const TensorId a2a_probs = !split    ? 0
+                             : one_rank ? Alias(em, sent_probs)
+                                        : Tmp(em, d.act_bytes * t.receive, l, "moe.received_probs");
   em.Collective(CommGroup::kEp, d.ep, static_cast<double>(z.Hidden(t.send)), Coll::kP2P);
-  Release(em, sent_probs);
-  if (split) held->push_back(sent);
+  if (split) {
+    Release(em, sent_probs);
+    held->push_back(sent);
+  }
   // dispatch_postprocess: the expert-TP gather, then sort_chunks_by_idxs by local expert
   // (new tensors) when the rank holds more than one expert. Each rebinds its local; from core
   // 0.13 custom_forward's dispatched_input and probs still hold the all-to-all's outputs.
   TensorId recv = EtpGather(ctx, z, l, a2a, t.receive, "moe.received_tokens_etp", split);
   TensorId recv_probs = a2a_probs;
-  auto rebind_probs = [&](TensorId next) {
-    if (!(split && recv_probs == a2a_probs)) Release(em, recv_probs);
+  auto rebind_probs = [&](const char* name) {  // from core 0.13 only (the probs travel)
+    if (!split) return;
+    const TensorId next = Tmp(em, d.act_bytes * t.expert, l, name);
+    if (recv_probs != a2a_probs) Release(em, recv_probs);
     recv_probs = next;
   };
-  if (d.etp > 1) rebind_probs(Tmp(em, d.act_bytes * t.expert, l, "moe.received_probs_etp"));
+  if (d.etp > 1) rebind_probs("moe.received_probs_etp");
   if (t.local_experts > 1) {
     em.Begin("moe.sort_chunks", l);
     const TensorId sorted = Tmp(em, z.Hidden(t.expert), l, "moe.dispatched_tokens");
-    rebind_probs(Tmp(em, d.act_bytes * t.expert, l, "moe.dispatched_probs"));
+    rebind_probs("moe.dispatched_probs");
     if (!(split && recv == a2a)) Release(em, recv);
     recv = sorted;
   }
@@ -366,27 +393,59 @@ void FreeMaps(Emitter& em, MoeSaved* a) {
   a->routing_map = a->permutation_map = 0;
 }
 
+// Core 0.10-0.12 MoEAllGatherTokenDispatcher.token_unpermutation weights the experts' output
+// `out` [N, h] by the probs before the unpermute: `self.local_probs.T.contiguous()
+// .masked_select(self.local_map.T.contiguous())` (MaskedSelectBackward saves both [El, n·g]
+// copies) gives the permuted probs [N], and `hidden_states * permuted_probs.unsqueeze(-1)` a new
+// [N, h] (returned; token_unpermutation's local holds it until it returns) whose MulBackward
+// saves `out` and the probs [N]. Under no_grad the saved tensors go at once and `out` stays with
+// custom_forward's expert_output (held).
+TensorId WeightByLocalProbs(ModuleContext& ctx, const Sizes& z, int l, TensorId out, bool nograd,
+                            MoeSaved* a, Held* held) {
+  const ModelDims& d = ctx.d;
+  Emitter& em = ctx.em;
+  const std::int64_t cols = z.tok.n * d.ep * d.etp * z.tok.local_experts;  // [El, n·g]
+  a->unpermute_probs_t = Act(em, d.act_bytes * cols, l, "moe.unpermute_probs_t");
+  a->unpermute_map_t = Act(em, cols, l, "moe.unpermute_map_t");
+  a->unpermute_probs = Act(em, d.act_bytes * z.tok.expert, l, "moe.unpermute_probs");
+  const TensorId weighted = Tmp(em, z.Hidden(z.tok.expert), l, "moe.weighted_tokens");
+  if (nograd) {
+    for (TensorId* id : {&a->unpermute_probs_t, &a->unpermute_map_t, &a->unpermute_probs}) {
+      Release(em, *id);
+      *id = 0;
+    }
+    held->push_back(out);
+  } else {
+    a->combined_tokens = out;
+  }
+  return weighted;
+}
+
 // MoEAllGatherTokenDispatcher's combine: combine_preprocess unpermutes into zeros [n·g, h];
-// token_combine reduce-scatters over TP×EP into a new [n, h]. Frees `out`.
+// token_combine reduce-scatters over TP×EP into a new [n, h]. Frees `out` (core 0.13 on; before,
+// WeightByLocalProbs keeps it).
 TensorId CombineAllGather(ModuleContext& ctx, const Sizes& z, int l, TensorId out, bool nograd,
-                          MoeSaved* a) {
+                          MoeSaved* a, Held* held) {
   const ModelDims& d = ctx.d;
   Emitter& em = ctx.em;
   const MoeTokens& t = z.tok;
   const std::int64_t g = std::int64_t{d.ep} * d.etp;
   em.Begin("moe.unpermute", l);
+  const TensorId weighted =
+      SplitForward(ctx.f) ? 0 : WeightByLocalProbs(ctx, z, l, out, nograd, a, held);
   const TensorId full = Tmp(em, z.Hidden(t.n * g), l, "moe.unpermuted_tokens");
-  Release(em, out);
-  // token_combine reduce-scatters only with TP×EP > 1.
-  if (g == 1) {
-    if (nograd) FreeMaps(em, a);
-    return full;
+  if (weighted == 0) Release(em, out);
+  // token_combine reduce-scatters only with TP×EP > 1. token_unpermutation's locals (the
+  // weighted tokens, the unpermuted [n·g, h]) die when it returns (before core 0.13).
+  TensorId res = full;
+  if (g > 1) {
+    em.Begin("moe.combine_reduce_scatter", l);
+    res = Tmp(em, z.Hidden(t.n), l, "moe.output");
+    em.Collective(CommGroup::kEp, static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)),
+                  Coll::kGather);
+    Release(em, full);
   }
-  em.Begin("moe.combine_reduce_scatter", l);
-  const TensorId res = Tmp(em, z.Hidden(t.n), l, "moe.output");
-  em.Collective(CommGroup::kEp, static_cast<int>(g), static_cast<double>(z.Hidden(t.n * g)),
-                Coll::kGather);
-  Release(em, full);
+  if (weighted != 0) Release(em, weighted);
   if (nograd) FreeMaps(em, a);
   return res;
 }
@@ -403,17 +462,27 @@ TensorId Unpermute(ModuleContext& ctx, const Sizes& z, int l, TensorId back, boo
     // moe_utils.py unpermute (core 0.10-0.12): `permuted_tokens * permuted_probs.unsqueeze(-1)`
     // is a new [S, h] tensor, and MulBackward saves both factors (both need grad), so the
     // combined tokens stay saved; the product dies after scatter_add_ (whose backward needs the
-    // index only). Core 0.10-0.12's masked_select of the probs keeps both transposed copies.
+    // index only). The permuted probs [S]: masked_select keeps both transposed copies (core
+    // 0.10; 0.11-0.12 without drop_and_pad); with drop_and_pad (0.11-0.12) `probs.T.contiguous()
+    // .view(-1)` [E·n] is a local dropped when unpermute returns and index_select keeps its
+    // int64 index [S] (indices_1D). MulBackward saves the permuted probs [S] too.
+    TensorId probs_1d = 0;
     if (ctx.f.unpermute_masked_select) {
       a->unpermute_probs_t = Act(em, d.act_bytes * t.n * d.experts, l, "moe.unpermute_probs_t");
       a->unpermute_map_t = Act(em, t.n * d.experts, l, "moe.unpermute_map_t");
+    } else {
+      probs_1d = Tmp(em, d.act_bytes * t.n * d.experts, l, "moe.unpermute_probs_t");
+      a->unpermute_index = Act(em, 8 * t.send, l, "moe.unpermute_index");
     }
+    a->unpermute_probs = Act(em, d.act_bytes * t.send, l, "moe.unpermute_probs");
     const TensorId weighted = Tmp(em, z.Hidden(t.send), l, "moe.weighted_tokens");
     const TensorId res = Tmp(em, z.Hidden(t.n), l, "moe.output");
     Release(em, weighted);
+    if (probs_1d != 0) Release(em, probs_1d);
     if (nograd) {
       if (!keep_back) Release(em, back);
-      for (TensorId* id : {&a->unpermute_probs_t, &a->unpermute_map_t}) {
+      for (TensorId* id : {&a->unpermute_probs_t, &a->unpermute_map_t, &a->unpermute_probs,
+                           &a->unpermute_index}) {
         Release(em, *id);
         *id = 0;
       }
@@ -434,7 +503,7 @@ TensorId Combine(ModuleContext& ctx, const Sizes& z, int l, TensorId out, bool n
   const ModelDims& d = ctx.d;
   Emitter& em = ctx.em;
   const MoeTokens& t = z.tok;
-  if (!d.alltoall) return CombineAllGather(ctx, z, l, out, nograd, a);
+  if (!d.alltoall) return CombineAllGather(ctx, z, l, out, nograd, a, held);
   using Locals = FrameworkFacts::MoeForwardLocals;
   const Locals locals = ctx.f.moe_forward_locals;
   // combine_preprocess (token_unpermutation's first half before core 0.13): the sort back by
@@ -514,16 +583,22 @@ TensorId SharedForward(ModuleContext& ctx, const Sizes& z, int l, bool nograd, M
 }
 
 // The branch after the norm: shared experts, router, dispatch, experts, combine, the shared
-// experts' sum (moe_layer.py MoELayer.forward). Returns the branch output [n, h].
+// experts' sum (moe_layer.py MoELayer.forward). Returns the branch output [n, h]. Before core
+// 0.13 the shared experts run after the combine (SharedAfterRouted), while custom_forward's
+// locals still hold the experts' output; from 0.13 experts_compute runs them after the dispatch,
+// modelled before the router (their output alive through the routed path, erring high).
 TensorId RoutedBranch(ModuleContext& ctx, const Sizes& z, int l, bool nograd, MoeSaved* a) {
   Emitter& em = ctx.em;
-  const TensorId shared = z.d.ffn_shared > 0 ? SharedForward(ctx, z, l, nograd, a) : 0;
+  const bool has_shared = z.d.ffn_shared > 0;
+  const bool after = SharedAfterRouted(ctx.f);
+  TensorId shared = has_shared && !after ? SharedForward(ctx, z, l, nograd, a) : 0;
   const TensorId probs = RouterForward(ctx, z, l, nograd, a);
   TensorId expert_probs = 0;
   Held held;
   const TensorId in = Dispatch(ctx, z, l, probs, nograd, a, &expert_probs, &held);
   const TensorId out = ExpertsForward(ctx, z, l, in, expert_probs, nograd, held, a);
   TensorId res = Combine(ctx, z, l, out, nograd, a, &held);
+  if (has_shared && after) shared = SharedForward(ctx, z, l, nograd, a);
   if (shared != 0 && ctx.f.moe_shared_add_in_place) {
     // custom_forward's `output += ...` (core < 0.12): the sum is written into the output.
     em.Begin("moe.add_shared", l);
@@ -550,11 +625,41 @@ TensorId SumGrads(ModuleContext& ctx, const Sizes& z, int l, TensorId a, TensorI
   return sum;
 }
 
+// The backward of core 0.10-0.12's prob weighting (Unpermute, WeightByLocalProbs) from
+// `gathered` [rows, h], ScatterAddBackward's `grad.gather(0, index)` of the unpermute's input:
+// MulBackward0 (derivatives.yaml mul: self `grad * other`, other `grad * self`) makes the tokens'
+// grad [rows, h] (returned) and the probs' [rows, h], which the engine sums to [rows, 1]
+// (validate_outputs) while call_function still holds the node's input; then the input and the
+// node's saved factors go. The probs' grad runs on through masked_select_backward (zeros like
+// the saved [cols] copy, masked_scatter_; index_select_backward with drop_and_pad: zeros,
+// index_add_): *d_probs, the grad of the router's (or local) probs as a transposed view, which
+// waits for the dispatch's or router's backward; the saved copies go.
+TensorId WeightedBackward(ModuleContext& ctx, const Sizes& z, int l, std::int64_t rows,
+                          std::int64_t cols, TensorId gathered, MoeSaved* a, TensorId* d_probs,
+                          const char* probs_label) {
+  Emitter& em = ctx.em;
+  const Bytes b = ctx.d.act_bytes;
+  const TensorId d_tokens = Tmp(em, z.Hidden(rows), l, "moe.d_combined_tokens");
+  const TensorId d_full = Tmp(em, z.Hidden(rows), l, "moe.d_weighted_probs");
+  const TensorId d_permuted = Tmp(em, b * rows, l, "moe.d_unpermute_probs");
+  for (TensorId id : {d_full, gathered, a->combined_tokens, a->unpermute_probs}) Release(em, id);
+  em.Begin("moe.unpermute_probs_bwd", l);
+  *d_probs = Tmp(em, b * cols, l, probs_label);
+  for (TensorId id :
+       {d_permuted, a->unpermute_probs_t, a->unpermute_map_t, a->unpermute_index}) {
+    Release(em, id);
+  }
+  a->combined_tokens = a->unpermute_probs = 0;
+  a->unpermute_probs_t = a->unpermute_map_t = a->unpermute_index = 0;
+  return d_tokens;
+}
+
 // Backward of the combine: the gradient of the output [n, h] back to the experts' output order
-// [N, h]. Frees dy unless keep_dy (the shared experts still need it), and `saved_tokens` (what
-// the unpermute saved, or 0) at the unpermute's backward.
+// [N, h]. Frees dy unless keep_dy (the shared experts still need it), and what the unpermute
+// saved. Before core 0.13 the probs' grad starts here (*d_probs: alltoall the dense [n, E],
+// allgather the local [El, n·g]); from 0.13 it comes from the experts (0 here).
 TensorId CombineBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dy, bool keep_dy,
-                         MoeSaved* a) {
+                         MoeSaved* a, TensorId* d_probs) {
   const ModelDims& d = ctx.d;
   Emitter& em = ctx.em;
   const MoeTokens& t = z.tok;
@@ -574,23 +679,33 @@ TensorId CombineBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dy,
       drop_dy();
     }
     em.Begin("moe.unpermute_bwd", l);
-    const TensorId out = Tmp(em, z.Hidden(t.expert), l, "moe.d_expert_output");
+    const bool weighted = !SplitForward(ctx.f);  // core < 0.13: WeightByLocalProbs
+    TensorId out = Tmp(em, z.Hidden(t.expert),
+                       l, weighted ? "moe.d_weighted_tokens" : "moe.d_expert_output");
     if (g > 1) {
       Release(em, full);
     } else {
       drop_dy();
     }
+    if (weighted) {
+      out = WeightedBackward(ctx, z, l, t.expert, t.n * g * t.local_experts, out, a, d_probs,
+                             "moe.d_local_probs");
+    }
     return out;
   }
   em.Begin("moe.unpermute_bwd", l);
-  TensorId g = Tmp(em, z.Hidden(t.send), l, "moe.d_combined_tokens");
-  Release(em, a->combined_tokens);
-  if (a->unpermute_probs_t != 0) {
-    // masked_select_backward: zeros like the saved [E, n] probs, masked_scatter_ of the grad.
-    const TensorId dp = Tmp(em, d.act_bytes * t.n * d.experts, l, "moe.d_unpermute_probs_t");
-    for (TensorId id : {dp, a->unpermute_probs_t, a->unpermute_map_t}) Release(em, id);
+  TensorId g = 0;
+  if (ctx.f.moe_probs_at_unpermute) {
+    g = Tmp(em, z.Hidden(t.send), l, "moe.d_weighted_tokens");
+    drop_dy();
+    g = WeightedBackward(ctx, z, l, t.send, t.n * d.experts, g, a, d_probs, "moe.d_probs");
+  } else {
+    g = Tmp(em, z.Hidden(t.send), l, "moe.d_combined_tokens");
+    drop_dy();
+    // Core 0.11-0.12 with TE's fused unpermute (moe_permute_fusion): its backward returns the
+    // dense probs' grad [n, E] (the probs did not travel with the tokens).
+    if (!SplitForward(ctx.f)) *d_probs = Tmp(em, d.act_bytes * t.n * d.experts, l, "moe.d_probs");
   }
-  drop_dy();
   // The all-to-all's backward (_AllToAll.backward applies _AllToAll: the gradient itself with
   // EP 1).
   em.Begin("moe.combine_alltoall_bwd", l);
@@ -651,10 +766,13 @@ TensorId ExpertsBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dy,
     Release(em, d_fc1);
     em.Flops(4.0 * n * d.h * d.gamma * z.Fe());
   }
-  // The probs' gradient from the weighted activation; SequentialMLP: torch.split's backward
-  // concatenates the per-expert input grads into one [N, h].
+  // The probs' gradient from the weighted activation (core 0.13 on; before, the experts take
+  // no probs: experts.py forward(permuted_local_hidden_states, tokens_per_expert));
+  // SequentialMLP: torch.split's backward concatenates the per-expert input grads into one
+  // [N, h].
   em.Begin("moe.experts.d_probs", l);
-  *d_probs = Tmp(em, d.act_bytes * z.tok.expert, l, "moe.experts.d_probs");
+  *d_probs = a->expert_probs != 0 ? Tmp(em, d.act_bytes * z.tok.expert, l, "moe.experts.d_probs")
+                                  : 0;
   Release(em, a->expert_in[0]);
   ReleaseSaved(em, a, a->expert_probs);
   Release(em, dy);
@@ -693,11 +811,16 @@ TensorId DispatchBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dx
     Release(em, probs);
     return out;
   }
+  // Before core 0.13 no probs travelled with the tokens (dp 0): their grad came from the
+  // unpermute's backward.
+  auto probs_grad = [&](Bytes bytes, const char* name) {
+    return dp != 0 ? Tmp(em, bytes, l, name) : 0;
+  };
   std::int64_t rows = t.expert;
   if (t.local_experts > 1) {
     em.Begin("moe.sort_chunks_bwd", l);
     const TensorId x2 = Tmp(em, z.Hidden(rows), l, "moe.d_received_tokens");
-    const TensorId p2 = Tmp(em, d.act_bytes * rows, l, "moe.d_received_probs");
+    const TensorId p2 = probs_grad(d.act_bytes * rows, "moe.d_received_probs");
     Release(em, dx);
     Release(em, dp);
     dx = x2;
@@ -706,7 +829,7 @@ TensorId DispatchBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dx
   if (d.etp > 1) {
     em.Begin("moe.etp_gather_bwd", l);
     const TensorId x2 = Tmp(em, z.Hidden(t.receive), l, "moe.d_received_tokens_ep");
-    const TensorId p2 = Tmp(em, d.act_bytes * t.receive, l, "moe.d_received_probs_ep");
+    const TensorId p2 = probs_grad(d.act_bytes * t.receive, "moe.d_received_probs_ep");
     em.Collective(CommGroup::kEtp, d.etp, static_cast<double>(z.Hidden(rows)), Coll::kGather);
     Release(em, dx);
     Release(em, dp);
@@ -717,7 +840,7 @@ TensorId DispatchBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dx
   TensorId sx = dx, sp = dp;  // EP 1: the gradients themselves (_AllToAll.backward)
   if (d.ep > 1) {
     sx = Tmp(em, z.Hidden(t.send), l, "moe.d_permuted_tokens");
-    sp = Tmp(em, d.act_bytes * t.send, l, "moe.d_permuted_probs");
+    sp = probs_grad(d.act_bytes * t.send, "moe.d_permuted_probs");
     em.Collective(CommGroup::kEp, d.ep, static_cast<double>(z.Hidden(t.send)), Coll::kP2P);
     Release(em, dx);
     Release(em, dp);
@@ -726,7 +849,7 @@ TensorId DispatchBackward(ModuleContext& ctx, const Sizes& z, int l, TensorId dx
   // zeros [n, E].
   em.Begin("moe.permute_bwd", l);
   const TensorId out = Tmp(em, z.Hidden(t.n), l, "moe.d_routed_input");
-  *d_dense = Tmp(em, d.act_bytes * t.n * d.experts, l, "moe.d_probs");
+  if (sp != 0) *d_dense = Tmp(em, d.act_bytes * t.n * d.experts, l, "moe.d_probs");
   Release(em, sx);
   Release(em, sp);
   FreeMaps(em, a);
@@ -903,16 +1026,27 @@ TensorId MoeModule::Backward(ModuleContext& ctx, int l, ModuleSaved& saved, Tens
     recomputed = RoutedBranch(ctx, z, l, false, &a);
     em.SetPrefix("");
   }
-  // The branch grad feeds the routed path and the shared experts' (MoELayer.postprocess's add).
+  // The branch grad feeds the routed path and the shared experts' (the shared add). Autograd's
+  // engine runs the ready node of the highest sequence number first: before core 0.13 the shared
+  // experts ran last in the forward (SharedAfterRouted), so their whole backward runs first and
+  // their input grad [n, h] waits for the routed path's; memsim runs them last otherwise.
   const bool shared = ctx.d.ffn_shared > 0;
-  const TensorId d_routed =
-      CombineBackward(ctx, z, l, dbranch, shared || dbranch == dy, &a);
+  const bool shared_first = shared && SharedAfterRouted(ctx.f);
+  const TensorId d_shared_in = shared_first ? SharedBackward(ctx, z, l, dbranch, &a) : 0;
+  TensorId d_unpermute_probs = 0;  // before core 0.13 (CombineBackward)
+  const TensorId d_routed = CombineBackward(
+      ctx, z, l, dbranch, (shared && !shared_first) || dbranch == dy, &a, &d_unpermute_probs);
   TensorId d_probs = 0;
   const TensorId d_tokens = ExpertsBackward(ctx, z, l, d_routed, &a, &d_probs);
-  TensorId d_dense_probs = 0;
+  // Alltoall before 0.13: the dense probs' grad came from the unpermute; allgather: the local
+  // probs' grad goes through the slice's and the gathers' backward (DispatchBackward).
+  TensorId d_dense_probs = ctx.d.alltoall ? d_unpermute_probs : 0;
+  if (!ctx.d.alltoall && d_probs == 0) d_probs = d_unpermute_probs;
   TensorId d_ln = DispatchBackward(ctx, z, l, d_tokens, d_probs, &a, &d_dense_probs);
   d_ln = SumGrads(ctx, z, l, d_ln, RouterBackward(ctx, z, l, d_dense_probs, &a));
-  if (shared) {
+  if (shared_first) {
+    d_ln = SumGrads(ctx, z, l, d_ln, d_shared_in);
+  } else if (shared) {
     d_ln = SumGrads(ctx, z, l, d_ln, SharedBackward(ctx, z, l, dbranch, &a));
     if (dbranch != dy) Release(em, dbranch);
   }

@@ -24,7 +24,10 @@
 // tensors live as long as the Python locals of MoELayer.forward hold them
 // (FrameworkFacts::moe_forward_locals, moe.cc); the dispatcher's attributes (self.probs,
 // self.routing_map, the permutation map; allgather's local map and probs) until the layer's next
-// forward rebinds them (MoeModule::dispatcher_attrs_).
+// forward rebinds them (MoeModule::dispatcher_attrs_). Before core 0.13 the probs weight the
+// experts' output in token_unpermutation (no probs travel with the tokens; the weighting saves
+// its factors) and the shared experts run after the unpermute and backward first (moe.cc
+// SharedAfterRouted); from 0.13 memsim runs them before the router and backward last.
 #pragma once
 
 #include <cstdint>
