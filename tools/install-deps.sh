@@ -6,7 +6,7 @@
 # .ci/run's CI-only passes use (tools/sanitize, tools/fuzz, tools/check-function-size): one
 # apt transaction instead of one per tool (docs/ci.md, "Build time").
 set -e
-pkgs="cmake g++ make libcli11-dev nlohmann-json3-dev libfmt-dev catch2 zlib1g-dev libtinyxml2-dev libyaml-cpp-dev"
+pkgs="cmake g++ make libcli11-dev nlohmann-json3-dev libfmt-dev catch2 zlib1g-dev libtinyxml2-dev libyaml-cpp-dev libtomlplusplus-dev"
 for arg in "$@"; do
   case "$arg" in
     --with-browser) pkgs="$pkgs chromium" ;;

@@ -21,6 +21,7 @@
 #include "config/origin.h"
 #include "config/parts.h"
 #include "config/recipe.h"
+#include "config/torchtitan_toml.h"
 #include "config/reader.h"
 #include "config/rules.h"
 #include "config/stack.h"
@@ -311,39 +312,8 @@ std::string ReproducingConfig(const Document& config, const Json& root, const Lo
   return out.dump(1);
 }
 
-// The first line that is neither blank nor a '#' comment, trimmed.
-std::string_view FirstStatement(std::string_view text) {
-  while (!text.empty()) {
-    const size_t end = std::min(text.find('\n'), text.size());
-    std::string_view line = text.substr(0, end);
-    text.remove_prefix(std::min(end + 1, text.size()));
-    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.front()))) line.remove_prefix(1);
-    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.remove_suffix(1);
-    if (!line.empty() && line.front() != '#') return line;
-  }
-  return {};
-}
-
-// A TOML file (torchtitan's job configs: "[job]", "[parallelism]", ...) where memsim's JSON
-// training config is expected: named .toml, or opening with a "[section]" table header (a JSON
-// array cannot start with a letter).
-void RejectToml(const Document& config) {
-  const std::string_view first = FirstStatement(config.text);
-  const bool table = first.size() > 2 && first.front() == '[' && first.back() == ']' &&
-                     std::isalpha(static_cast<unsigned char>(first[1]));
-  const bool named = config.label.size() > 5 &&
-                     config.label.compare(config.label.size() - 5, 5, ".toml") == 0;
-  if (!table && !named) return;
-  throw InputError(fmt::format(
-      "{}: a TOML file (a torchtitan job config?), not a memsim training config: memsim reads "
-      "JSON (docs/config.md) and does not model torchtitan's FSDP2 (it models frameworks "
-      "\"megatron\", \"pytorch\" and \"hf-trainer\")",
-      config.label));
-}
-
 // The parsed training config with --set and --iterations applied, and its Source.
 Json ParseConfig(const Document& config, const LoadOptions& options, Source* source) {
-  RejectToml(config);
   Json root = internal::ParseJson(config.text, config.label);
   if (!root.is_object()) Fail(source->At(""), fmt::format("expected an object, got {}", Describe(root)));
   internal::ApplyCommandLine(options, &root, source);
@@ -354,6 +324,8 @@ Setup LoadSetupUnguarded(const std::string& config_path, const LoadOptions& opti
   const Document config = internal::ReadConfigDocument(config_path, options.use_embedded_default);
   // A LLaMA-Factory, axolotl or TRL recipe (*.yaml, *.yml) is translated first (recipe.h).
   if (internal::IsYamlRecipe(config)) return internal::LoadRecipe(config, options);
+  // A torchtitan job config (*.toml) likewise (torchtitan_toml.h).
+  if (internal::IsToml(config)) return internal::LoadTorchtitanToml(config, options);
   Source source{config.label, {}};
   const Json root = ParseConfig(config, options, &source);
   return internal::LoadParsedConfig(config, root, source, options, internal::FieldErrors::kAll);

@@ -11,6 +11,7 @@ namespace memsim::config {
 
 const PyTorchOptions* TrainingConfig::pytorch() const {
   if (const auto* hf = std::get_if<HfTrainerOptions>(&stack)) return hf;
+  if (const auto* titan = std::get_if<TorchtitanOptions>(&stack)) return titan;
   return std::get_if<PyTorchOptions>(&stack);
 }
 PyTorchOptions* TrainingConfig::pytorch() {

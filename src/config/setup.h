@@ -251,7 +251,18 @@ struct HfTrainerOptions : PyTorchOptions {
   bool operator==(const HfTrainerOptions&) const = default;
 };
 
-using StackOptions = std::variant<MegatronCoreOptions, PyTorchOptions, HfTrainerOptions>;
+// framework "torchtitan" (stacks/torchtitan.cc): plain PyTorch's members (torch_dtype is the
+// parameters' own dtype, fp32; precision is MixedPrecisionPolicy.param_dtype) and FSDP2's.
+struct TorchtitanOptions : PyTorchOptions {
+  // [training] mixed_precision_reduce: MixedPrecisionPolicy.reduce_dtype (fp32 or bf16).
+  Precision reduce_dtype = Precision::kFp32;
+  // [parallelism] fsdp_reshard_after_forward "default" / "always" (true) or "never" (false).
+  bool reshard_after_forward = true;
+  bool operator==(const TorchtitanOptions&) const = default;
+};
+
+using StackOptions =
+    std::variant<MegatronCoreOptions, PyTorchOptions, HfTrainerOptions, TorchtitanOptions>;
 
 struct TrainingConfig {
   // The training stack, by the name it is registered under (config/stack.h; the training block's
@@ -416,10 +427,24 @@ struct TorchDdp {
   bool gradient_as_bucket_view = false;
   bool operator==(const TorchDdp&) const = default;
 };
+// PyTorch FSDP2 (torch.distributed.fsdp.fully_shard, workload/fsdp2.cc) over the
+// data_parallel_size ranks of one shard mesh, with MixedPrecisionPolicy(param_dtype = the
+// activations' dtype, reduce_dtype below); the sharded parameters keep their fp32 dtype.
+struct TorchFsdp2 {
+  Precision reduce_dtype = Precision::kFp32;  // MixedPrecisionPolicy.reduce_dtype
+  // fully_shard(reshard_after_forward=...) of the embedding and each transformer block; the
+  // [norm, output] unit is never resharded after forward (torchtitan apply_fsdp, below).
+  bool reshard_after_forward = true;
+  // Units all-gathered ahead in forward (FSDPModule.set_modules_to_forward_prefetch); 0: none,
+  // torchtitan's default.
+  int forward_prefetch = 0;
+  bool zero_grad_set_to_none = true;
+  bool operator==(const TorchFsdp2&) const = default;
+};
 // framework "hf-trainer" with a ZeRO-1 / ZeRO-2 ds_config: DeepSpeedZeroOptimizer
 // (workload/deepspeed_zero.cc), the DeepSpeedZero above.
 using DataParallelWrapper =
-    std::variant<MegatronDdp, MegatronFsdp, SingleDevice, TorchDdp, DeepSpeedZero>;
+    std::variant<MegatronDdp, MegatronFsdp, SingleDevice, TorchDdp, DeepSpeedZero, TorchFsdp2>;
 
 // The block a stack requires of `c`: c.pytorch() / c.hf_trainer(). REQUIRES: `c` holds it (every
 // stack's reader sets its own; a Setup built without it is a bug, MEMSIM_CHECK).

@@ -887,10 +887,12 @@ const Stack& StackOfBlock(ObjectReader& t) {
   return *stack;
 }
 
-void CheckMegatronNamedKeys(ObjectReader& t, std::string_view framework, BlockReader reader) {
+void CheckMegatronNamedKeys(ObjectReader& t, std::string_view framework, BlockReader reader,
+                            const std::vector<std::string>& stack_keys) {
   RejectUnsupported(t, reader);
   RejectHfTrainerKeys(t, framework);
   std::vector<std::string> known = TrainingKeys();
+  known.insert(known.end(), stack_keys.begin(), stack_keys.end());
   for (const std::vector<std::string>* more :
        {&MegatronArchitectureKeys(), &MegatronMoeArchitectureKeys(), &MoeTrainingKeys()}) {
     known.insert(known.end(), more->begin(), more->end());

@@ -35,8 +35,10 @@ void RejectUnsupported(ObjectReader& t, BlockReader reader);
 // Before the model is read, for a stack that reads the Megatron-named block: RejectUnsupported,
 // then keys of another stack's set (hf_trainer.h RejectHfTrainerKeys), Megatron launch-script
 // arguments memsim does not read (said as --megatron-args says them) and unknown keys, each an
-// error naming the key.
-void CheckMegatronNamedKeys(ObjectReader& t, std::string_view framework, BlockReader reader);
+// error naming the key. `stack_keys`: the stack's own keys beside the Megatron-named ones (it
+// reads them itself).
+void CheckMegatronNamedKeys(ObjectReader& t, std::string_view framework, BlockReader reader,
+                            const std::vector<std::string>& stack_keys = {});
 
 // The keys the training block may hold, besides MegatronArchitectureKeys() (parts.h).
 const std::vector<std::string>& TrainingKeys();

@@ -340,6 +340,11 @@ std::string StackLine(const config::TrainingConfig& t, const config::StackTraits
                                          ? config::PyTorchOf(t).torch_dtype
                                          : t.precision));
   }
+  if (const auto* fsdp = std::get_if<config::TorchFsdp2>(&w)) {
+    return fmt::format("{} + FSDP2, {} weights gathered in {}, reduce-scatter in {}, no autocast",
+                       stack.label, PrecisionName(config::PyTorchOf(t).torch_dtype),
+                       PrecisionName(t.precision), PrecisionName(fsdp->reduce_dtype));
+  }
   return fmt::format("{}, {} weights, {}", stack.label,
                      PrecisionName(config::PyTorchOf(t).torch_dtype),
                      t.precision == config::Precision::kFp32

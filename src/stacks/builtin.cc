@@ -9,6 +9,7 @@ std::vector<std::unique_ptr<const Stack>> BuiltinStacks() {
   out.push_back(stacks::NewMegatronStack());
   out.push_back(stacks::NewPyTorchStack());
   out.push_back(stacks::NewHfTrainerStack());
+  out.push_back(stacks::NewTorchtitanStack());
   return out;
 }
 

@@ -18,6 +18,8 @@ std::unique_ptr<const config::Stack> NewMegatronStack();
 std::unique_ptr<const config::Stack> NewPyTorchStack();
 // The Hugging Face Trainer with PEFT (hf_trainer.cc).
 std::unique_ptr<const config::Stack> NewHfTrainerStack();
+// torchtitan's trainer over PyTorch FSDP2 (torchtitan.cc).
+std::unique_ptr<const config::Stack> NewTorchtitanStack();
 
 // The reading of a stack whose training block holds Megatron-LM's argument names
 // (config/training.h), under `kReader`'s rules: the keys checked before the model is read, the

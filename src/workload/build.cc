@@ -169,7 +169,8 @@ StaticSizes ComputeStaticSizes(const config::Setup& setup, int pipeline_rank) {
   } else if (setup.training.sgd_momentum > 0.0) {
     out.optimizer_state_bytes = state_of(layout.exp_avg);
   }
-  out.main_grad_copy_bytes = d.mixed && d.grad_bytes == 2 && !aware ? 4 * out.main_param_count : 0;
+  out.main_grad_copy_bytes =
+      d.mixed && d.grad_bytes == 2 && !aware && !w.fp32_optimizer_grads ? 4 * out.main_param_count : 0;
   if (setup.training.swap_optimizer) {  // host between steps (build.h host_pinned_bytes)
     out.host_pinned_bytes = out.main_param_bytes + out.optimizer_state_bytes;
     out.main_param_bytes = 0;

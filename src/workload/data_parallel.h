@@ -5,9 +5,9 @@
 // finalize_model_grads waits for, zero_grad, after the optimizer step; plus the static sizes it
 // holds and the parameter shard the optimizer updates. (GradSite names the forward sites too.)
 // Implementations, one file each: Megatron-core DDP (ddp.cc), Megatron-FSDP (megatron_fsdp.cc),
-// PyTorch DistributedDataParallel (torch_ddp.cc), DeepSpeed ZeRO-1 / ZeRO-2 (deepspeed_zero.cc)
-// and no wrapper on one device (single_device.cc). They do not include each other; NewDataParallel
-// picks one from the Setup's config::DataParallelWrapper.
+// PyTorch DistributedDataParallel (torch_ddp.cc), DeepSpeed ZeRO-1 / ZeRO-2 (deepspeed_zero.cc),
+// PyTorch FSDP2 fully_shard (fsdp2.cc) and no wrapper on one device (single_device.cc). They do
+// not include each other; NewDataParallel picks one from the Setup's config::DataParallelWrapper.
 //
 // Hooks emit through the Emitter they are given and must not change the emitter's context.
 // Sizes in bytes, counts in elements.
@@ -47,12 +47,19 @@ struct WrapperSizes {
   Bytes host_pinned_bytes = 0;
   Bytes host_pageable_bytes = 0;
   bool host_buffers_pinned = false;  // beyond the fp32 partition (offload_optimizer.pin_memory)
+  // The optimizer steps fp32 gradients the wrapper holds (FSDP2's sharded grads): no fp32
+  // copies of 16-bit gradients at the step (StaticSizes::main_grad_copy_bytes 0).
+  bool fp32_optimizer_grads = false;
 };
 
 class DataParallel : public GradSink {
  public:
   ~DataParallel() override = default;
 
+  // The bytes parameter `param` takes when the model is built (`whole`: its full storage in
+  // the model's dtype): a wrapper whose parameters are born sharded gives its shard (FSDP2 under
+  // torchtitan's meta-device initialisation, fsdp2.cc).
+  virtual Bytes MaterializedParamBytes(int /*param*/, Bytes whole) const { return whole; }
   // After the model's parameters exist (param_ids[i] holds params[i]): the wrapper's buffers.
   virtual void Setup(Emitter& em, const std::vector<TensorId>& param_ids) = 0;
   // Whether the wrapper holds the fp32 main weights itself (else the optimizer clones them).
@@ -104,7 +111,7 @@ std::unique_ptr<DataParallel> NewDataParallel(const config::Setup& setup, int ra
                                               const ModelDims& d, const RankParams& params);
 
 // The wrappers' constructors (ddp.cc, megatron_fsdp.cc, single_device.cc, torch_ddp.cc,
-// deepspeed_zero.cc).
+// deepspeed_zero.cc, fsdp2.cc).
 std::unique_ptr<DataParallel> NewMegatronDdp(const config::Setup& setup, int rank,
                                              const ModelDims& d, const RankParams& params,
                                              const config::MegatronDdp& ddp);
@@ -117,6 +124,8 @@ std::unique_ptr<DataParallel> NewTorchDdp(const ModelDims& d, const RankParams& 
                                           const config::TorchDdp& ddp);
 std::unique_ptr<DataParallel> NewDeepSpeedZero(const ModelDims& d, const RankParams& params,
                                                const config::DeepSpeedZero& zero);
+std::unique_ptr<DataParallel> NewTorchFsdp2(const ModelDims& d, const RankParams& params,
+                                            const config::TorchFsdp2& fsdp);
 
 // The all-gather of every bucket of `buffers` into the parameters, in place, on the
 // communication stream (a sharded optimizer's updated shards; Megatron-core

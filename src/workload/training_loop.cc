@@ -19,8 +19,9 @@ std::vector<TensorId> TrainingLoop::BuildModel() {
       em.Begin(name, pt.layer);
       prev_layer = pt.layer;
     }
-    const Bytes bytes = pt.storage_bytes > 0 ? pt.storage_bytes : pt.numel * p_.d.param_bytes;
-    ids[i] = em.Alloc(bytes, Category::kParameters, pt.name);
+    const Bytes whole = pt.storage_bytes > 0 ? pt.storage_bytes : pt.numel * p_.d.param_bytes;
+    ids[i] = em.Alloc(p_.dp.MaterializedParamBytes(static_cast<int>(i), whole),
+                      Category::kParameters, pt.name);
   }
   return ids;
 }

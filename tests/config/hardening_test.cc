@@ -248,7 +248,7 @@ TEST_CASE("invalid UTF-8 and long values are echoed safely", "[config]") {
   const std::string x(100, 'x');
   CHECK(ErrorOf(Data("good.json"), Set({"training.framework=" + x})) ==
         "unsupported: --set training.framework=" + x.substr(0, 77) + "...: framework '" +
-            x.substr(0, 77) + "...' (memsim models \"megatron\", \"pytorch\" and \"hf-trainer\")");
+            x.substr(0, 77) + "...' (memsim models \"megatron\", \"pytorch\", \"hf-trainer\" and \"torchtitan\")");
   // Through the binary (printf writes the two bytes; /bin/sh has no $'...').
   const Result r = Run("validate " + Data("good.json") +
                        " --set \"$(printf 'training.precision=\\377\\376')\"");

@@ -462,8 +462,8 @@ TEST_CASE("unsupported: recognised but not modelled", "[config]") {
                                             "\"moe_grouped_gemm\": true, \"zero_stage\": 1"));
   const std::string path = InlineConfig("u12.json", llama, base + ", \"framework\": \"deepspeed\"");
   CHECK(ErrorOf(path) == "unsupported: " + path +
-                             ": /training/framework: framework 'deepspeed' (memsim models \"megatron\", \"pytorch\" and "
-            "\"hf-trainer\")");
+                             ": /training/framework: framework 'deepspeed' (memsim models "
+                             "\"megatron\", \"pytorch\", \"hf-trainer\" and \"torchtitan\")");
 }
 
 TEST_CASE("keys without effect on this setup are noted, not dropped", "[config]") {
@@ -691,14 +691,13 @@ TEST_CASE("a DeepSpeed config, a TOML file or a training config as --model say w
                            "engine (it models frameworks \"megatron\", \"pytorch\" and "
                            "\"hf-trainer\"; ZeRO-1 as Megatron's distributed optimizer): write a "
                            "training config (docs/config.md)");
-  // torchtitan's job config: TOML tables, found by the header even without the .toml name.
+  // torchtitan's job config: TOML tables, found by the header even without the .toml name,
+  // and read as one (config/torchtitan_toml.h), which needs a device.
   const std::string toml =
       TempFile("titan.txt", "# torchtitan\n\n[job]\ndump_folder = \"./outputs\"\n");
-  CHECK(ErrorOf(toml) == toml +
-                             ": a TOML file (a torchtitan job config?), not a memsim training "
-                             "config: memsim reads JSON (docs/config.md) and does not model "
-                             "torchtitan's FSDP2 (it models frameworks \"megatron\", \"pytorch\" "
-                             "and \"hf-trainer\")");
+  CHECK(ErrorOf(toml).rfind(toml + ": a torchtitan job config does not name its device; give "
+                                   "--device NAME (",
+                            0) == 0);
   // A training config given with --model.
   const std::string training =
       TempFile("as_model.json", R"({"model": "llama2-7b", "training": {"seq_length": 128}})");

@@ -127,14 +127,15 @@ TEST_CASE("a stack's name is unknown until it is registered", "[stacks]") {
     FAIL("no error");
   } catch (const UnsupportedError& e) {
     CHECK(std::string(e.what()).find("/training/framework: framework 'toy' (memsim models "
-                                     "\"megatron\", \"pytorch\" and \"hf-trainer\")") !=
+                                     "\"megatron\", \"pytorch\", \"hf-trainer\" and \"torchtitan\")") !=
           std::string::npos);
   }
 }
 
 TEST_CASE("a stack registered from outside src/ runs end to end", "[stacks]") {
   ScopedToyStack toy;
-  CHECK(config::QuotedStackNames() == "\"megatron\", \"pytorch\", \"hf-trainer\" and \"toy\"");
+  CHECK(config::QuotedStackNames() ==
+        "\"megatron\", \"pytorch\", \"hf-trainer\", \"torchtitan\" and \"toy\"");
   const config::Setup s = config::LoadSetup(ToyConfig(), {});
   CHECK(s.training.framework == "toy");
   CHECK(&config::StackOf(s.training) == config::FindStack("toy"));

@@ -28,7 +28,6 @@ TEST_CASE("validation: unmodelled cases are reported unsupported, the rest run",
       "alcf-polaris-llama7b-tp2-zero2-dp4",                // DeepSpeed ZeRO-2
       "dgxc-llama3.1-8b-bf16-8gpu-mbs4-seq8192-ckptload",  // CUDA graphs + checkpoint resume
       "mcore-doc-dsv3proxy-14L-pp4-ep16-baseline",  // MoE with the flex (DeepEP) dispatcher
-      "torchtitan-llama3.1-8b-fsdp8-h100-lbs2",  // torchtitan FSDP2
       // torchtune's recipes (its own loop, torchao NF4, torch.compile): framework "torchtune"
       "torchtune-llama3.1-8b-rtx4090-lora-r8-qv-bs2-packed2k-compile",
       "torchtune-llama3.1-8b-rtx4090-qlora-r8-attn-mlp-bs2-packed2k-compile",
@@ -54,7 +53,9 @@ TEST_CASE("validation: acceptance thresholds", "[validation]") {
   const Summary s = Summarize(Results());
   // 11 dense cases + the two sseo MoE cases (issue 12) + the three hf-bert cases (issue 13) +
   // the three fms-acceleration Mistral-7B fine-tunes (issue 29) + the four DeepSpeed ZeRO-2
-  // runs under the Trainer (issue 33: chenyaofo Llama-7B x 3, ms-swift Qwen2.5-14B).
+  // runs under the Trainer (issue 33: chenyaofo Llama-7B x 3, ms-swift Qwen2.5-14B). torchtitan's
+  // Llama 3.1 8B under FSDP2 (issue 34) reads max_reserved only, which is not a primary metric:
+  // it counts in the peak metric.
   CHECK(s.supported_measured == 23);
   CHECK(s.worst_paper_subtotal_error_pct <= 2.0);
   CHECK(s.median_abs_error_pct < s.median_abs_closed_form_error_pct);
