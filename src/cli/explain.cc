@@ -58,6 +58,7 @@ int Explain(const ExplainArgs& a) {
   report::ExplainFacts facts =
       report::CollectExplainFacts(engine::SimulatedSetup(setup, run), rank, options);
   facts.long_run = report::FormatLongRun(run);
+  facts.stages = report::FormatStageComparison(setup, run);
   out += report::FormatExplanation(setup, facts, width);
   std::fputs(out.c_str(), stdout);
   return 0;

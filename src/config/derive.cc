@@ -14,7 +14,7 @@ void Derive(Setup* s, const Origin& origin) {
   if (const std::optional<int> vstages = origin.virtual_stages_per_pipeline_rank) {
     c.num_layers_per_virtual_pipeline_stage = *vstages > 1 ? layers_per_stage / *vstages : 0;
   }
-  if (c.num_layers_per_virtual_pipeline_stage == layers_per_stage) {
+  if (c.num_layers_per_virtual_pipeline_stage == layers_per_stage && !UnevenPipeline(c)) {
     c.num_layers_per_virtual_pipeline_stage = 0;  // one chunk per stage: not interleaved
   }
   c.num_micro_batches = static_cast<int>(

@@ -6,6 +6,7 @@
 
 #include <fmt/core.h>
 
+#include "config/mla.h"
 #include "config/moe.h"
 #include "config/parts.h"
 #include "core/error.h"
@@ -104,6 +105,15 @@ constexpr Family kFamilies[] = {
     // same parameters.
     {"roberta", 50265, 768, 3072, 12, 12, 0, 0, 514, true, "gelu", false, true, true, false, false,
      true, 0.1, 0.1, false},
+    // DeepseekV3Config (configuration_deepseek_v3.py at 001f85b3): vocab 129280, hidden 7168,
+    // intermediate 18432 (the dense layers' MLP), 61 layers, 128 heads, max_position_embeddings
+    // 4096, untied, silu; the attention and MoE keys are read by ReadHfDeepseek (mla.h).
+    {"deepseek_v3", 129280, 7168, 18432, 61, 128, 128, 0, 4096, false, "silu", true, false, false,
+     false, false, false, 0.0, 0.0, false},
+    // DeepseekV2Config (configuration_deepseek_v2.py at 008e5743): vocab 32000, hidden 4096,
+    // intermediate 11008, 32 layers, 32 heads, max_position_embeddings 2048, untied, silu.
+    {"deepseek_v2", 32000, 4096, 11008, 32, 32, 0, 0, 2048, false, "silu", true, false, false,
+     false, false, false, 0.0, 0.0, false},
 };
 
 // Model types memsim recognises but does not model.
@@ -112,8 +122,6 @@ struct Unmodelled {
   std::string_view why;
 };
 constexpr Unmodelled kUnmodelled[] = {
-    {"deepseek_v2", "model_type 'deepseek_v2' (mixture of experts, multi-head latent attention)"},
-    {"deepseek_v3", "model_type 'deepseek_v3' (mixture of experts, multi-head latent attention)"},
     {"t5", "encoder-decoder model_type 't5'"},
 };
 
@@ -142,11 +150,12 @@ std::string Known() {
 const Family& FindFamily(ObjectReader& r) {
   const std::optional<std::string> declared = r.String("model_type");
   for (std::string_view key : kExpertKeys) {
-    if (declared && IsMoeModelType(*declared)) break;
+    if (declared && (IsMoeModelType(*declared) || IsDeepseekModelType(*declared))) break;
     if (const Json* v = r.Get(key); v != nullptr && v->is_number() && v->get<double>() > 1) {
       throw UnsupportedError(fmt::format("{}: mixture of experts ({} experts) in a model_type "
                                          "'{}' file; memsim reads the experts of 'mixtral', "
-                                         "'qwen2_moe' and 'qwen3_moe' files",
+                                         "'qwen2_moe', 'qwen3_moe', 'deepseek_v2' and "
+                                         "'deepseek_v3' files",
                                          r.At(key), Describe(*v), Printable(declared.value_or(""))));
     }
   }
@@ -329,6 +338,7 @@ void ReadArchitecture(ObjectReader& r, const Family& fam, LocatedModel& out,
   }
   m.num_experts = 0;
   if (IsMoeModelType(m.model_type)) ReadHfMoe(r, out, notes);
+  if (IsDeepseekModelType(m.model_type)) ReadHfDeepseek(r, out, notes);
   ReadFamilyExtras(r, out);
 }
 
@@ -475,6 +485,7 @@ void ApplyMegatronArchitecture(ObjectReader& t, LocatedModel* located,
   if (std::optional<double> d = t.Number("attention_dropout", 0, 1, false, true)) {
     m.attention_dropout = *d;
   }
+  ApplyMegatronMla(t, located, notes);
   ApplyMegatronMoe(t, located, notes);
 }
 

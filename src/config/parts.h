@@ -25,8 +25,8 @@ struct LocatedModel {
 // Reads a Hugging Face config.json object (at `pointer` of `source`). Keys absent take the
 // default of the model_type; unused keys are appended to `notes`, or to `warnings` with "did you
 // mean" when one is a near miss of a key memsim reads (a typo would silently take the default).
-// UnsupportedError for what memsim recognises and does not model, among them the model types
-// deepseek_v2 and deepseek_v3 (multi-head latent attention) and t5 (encoder-decoder), an expert
+// UnsupportedError for what memsim recognises and does not model, among them the model type t5
+// (encoder-decoder), an expert
 // count in a dense model_type's file, an encoder head other than *ForSequenceClassification.
 LocatedModel ReadHfModel(const Source& source, const Json& object, const std::string& pointer,
                          std::vector<std::string>* notes, std::vector<std::string>* warnings);

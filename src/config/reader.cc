@@ -238,6 +238,11 @@ bool ObjectReader::Has(std::string_view key) const {
   return it != object_.end() && !it->is_null();
 }
 
+bool ObjectReader::IsNull(std::string_view key) const {
+  auto it = object_.find(std::string(key));
+  return it != object_.end() && it->is_null();
+}
+
 const Json* ObjectReader::Get(std::string_view key) { return Value(key); }
 
 void ObjectReader::FieldError(std::string_view key, const std::string& what) const {

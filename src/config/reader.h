@@ -88,6 +88,8 @@ class ObjectReader {
 
   // True iff `key` is present with a non-null value. Does not mark it read.
   bool Has(std::string_view key) const;
+  // Whether `key` is present with the value null (Hugging Face writes None as null).
+  bool IsNull(std::string_view key) const;
   // The value, or nullptr when absent or null. Marks the key read.
   const Json* Get(std::string_view key);
 

@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "config/iterations.h"
+#include "config/mla.h"
 #include "config/moe.h"
 #include "config/stack.h"
 
@@ -67,6 +68,39 @@ std::string FlashAttentionHint(const Origin& origin) {
                                  : fmt::format(", or set {} to \"sdpa\" or \"flash_attention_2\"", key);
 }
 
+// --decoder-first/last-pipeline-num-layers (transformer_config.py __post_init__ at
+// core_v0.13.0, 'Uneven PP'): each given count positive, the layers left divisible by the middle
+// stages. memsim also refuses what Megatron would build as another model or not at all: PP 1, a
+// stage without layers, counts not adding up to num_layers when there is no middle stage; and,
+// unsupported, the interleaved schedule with an uneven split.
+void CheckUnevenPipeline(const Setup& s, const Origin& origin) {
+  const TrainingConfig& c = s.training;
+  const int first = c.decoder_first_pipeline_num_layers, last = c.decoder_last_pipeline_num_layers;
+  const std::string at = origin.Training(first > 0 ? "decoder_first_pipeline_num_layers"
+                                                   : "decoder_last_pipeline_num_layers");
+  const int pp = c.pipeline_model_parallel_size;
+  if (pp < 2) Fail(at, "needs pipeline_model_parallel_size > 1");
+  if (c.num_layers_per_virtual_pipeline_stage > 0 ||
+      origin.virtual_stages_per_pipeline_rank.value_or(1) > 1) {
+    throw UnsupportedError(fmt::format("{}: an uneven pipeline split with the interleaved "
+                                       "schedule",
+                                       at));
+  }
+  const int layers = s.model.num_hidden_layers;
+  const int middle_stages = pp - (first > 0 ? 1 : 0) - (last > 0 ? 1 : 0);
+  const int middle_layers = layers - first - last;
+  if (middle_layers < 0 || (middle_stages == 0 && middle_layers != 0)) {
+    Fail(at, fmt::format("first {} + last {} layers do not fit the model's {} layers over {} "
+                         "pipeline stages",
+                         first, last, layers, pp));
+  }
+  if (middle_stages > 0 && (middle_layers % middle_stages != 0 || middle_layers == 0)) {
+    Fail(at, fmt::format("the {} layers left are not divisible over the {} middle pipeline "
+                         "stages (each must get at least one)",
+                         middle_layers, middle_stages));
+  }
+}
+
 // Megatron core: divide(num_attention_heads, TP) and divide(num_query_groups, TP) in
 // attention.py (ensure_divisibility); the MLP's ColumnParallelLinear (fc1) and RowParallelLinear
 // (fc2) in tensor_parallel/layers.py take divide(ffn_hidden_size, TP) columns / rows per rank;
@@ -99,7 +133,9 @@ void CheckShape(const Setup& s, const Origin& origin) {
                      m.intermediate_size, tp,
                      AlsoTraining(s, origin, "intermediate_size", "tensor_model_parallel_size")));
   }
-  if (m.num_hidden_layers % pp != 0) {
+  if (UnevenPipeline(s.training)) {
+    CheckUnevenPipeline(s, origin);
+  } else if (m.num_hidden_layers % pp != 0) {
     Fail(origin.Model("num_hidden_layers"),
          fmt::format("{} layers are not divisible by pipeline_model_parallel_size {}{}",
                      m.num_hidden_layers, pp,
@@ -112,6 +148,7 @@ void CheckShape(const Setup& s, const Origin& origin) {
 // megatron/training/arguments.py: (num_layers // PP) % num_layers_per_virtual_pipeline_stage == 0.
 void CheckVirtualStages(const Setup& s, const Origin& origin) {
   const TrainingConfig& c = s.training;
+  if (UnevenPipeline(c)) return;  // CheckUnevenPipeline refuses interleaving with it
   const int pp = c.pipeline_model_parallel_size;
   const int layers_per_stage = s.model.num_hidden_layers / pp;
   const std::optional<int> vstages = origin.virtual_stages_per_pipeline_rank;
@@ -179,7 +216,8 @@ void CheckSequence(const Setup& s, const Origin& origin) {
                      c.seq_length, m.max_position_embeddings,
                      AlsoModel(origin, "max_position_embeddings")));
   }
-  const int layers_per_stage = m.num_hidden_layers / c.pipeline_model_parallel_size;
+  const std::vector<int> stages = StageLayerCounts(m, c);
+  const int layers_per_stage = *std::max_element(stages.begin(), stages.end());
   if (c.recompute_granularity == RecomputeGranularity::kFull &&
       c.recompute_num_layers > layers_per_stage) {
     Fail(origin.Training("recompute_num_layers"),
@@ -321,7 +359,8 @@ RankParameters EstimateRankParameters(const Setup& s) {
   const Widths w = WidthsOf(s);
   const double tp = w.tp, h = w.h, ffn = w.ffn, q = w.q, kv = w.kv, gamma = w.gamma;
   RankParameters p;
-  p.layers_per_stage = m.num_hidden_layers / c.pipeline_model_parallel_size;
+  const std::vector<int> stages = StageLayerCounts(m, c);
+  p.layers_per_stage = *std::max_element(stages.begin(), stages.end());
   p.per_layer = (h * (q + 2 * kv) + q * h + (gamma + 1) * h * ffn + 4 * h) / tp;
   p.embedding = 2 * static_cast<double>(m.padded_vocab_size) * h / tp +
                 (m.position_embedding_type == PositionEmbedding::kLearnedAbsolute
@@ -336,6 +375,7 @@ void CheckWritten(const Setup& s, const Origin& origin) {
   CheckVirtualStages(s, origin);
   CheckBatch(s, origin);
   CheckMoe(s, origin);
+  CheckMla(s, origin);
 }
 
 void CheckDerived(const Setup& s, const Origin& origin) {

@@ -35,6 +35,23 @@ const HfTrainerOptions& HfTrainerOf(const TrainingConfig& c) {
 
 DataParallelWrapper DataParallelOf(const TrainingConfig& c) { return StackOf(c).Wrapper(c); }
 
+bool UnevenPipeline(const TrainingConfig& c) {
+  return c.decoder_first_pipeline_num_layers > 0 || c.decoder_last_pipeline_num_layers > 0;
+}
+
+std::vector<int> StageLayerCounts(const ModelConfig& m, const TrainingConfig& c) {
+  const int pp = c.pipeline_model_parallel_size;
+  const int first = c.decoder_first_pipeline_num_layers, last = c.decoder_last_pipeline_num_layers;
+  const int middle_stages = pp - (first > 0 ? 1 : 0) - (last > 0 ? 1 : 0);
+  const int middle = middle_stages > 0
+                         ? (m.num_hidden_layers - first - last) / middle_stages
+                         : 0;
+  std::vector<int> out(static_cast<std::size_t>(pp), UnevenPipeline(c) ? middle : m.num_hidden_layers / pp);
+  if (first > 0) out.front() = first;
+  if (last > 0) out.back() = last;
+  return out;
+}
+
 std::int64_t PaddedVocabSize(const ModelConfig& m, const TrainingConfig& c) {
   if (!StackOf(c).Traits().pads_vocab) return m.vocab_size;
   const std::int64_t multiple =

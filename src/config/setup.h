@@ -82,6 +82,21 @@ struct ModelConfig {
   // BertEmbeddings: token_type_embeddings [type_vocab_size, h] and a LayerNorm after the sum;
   // 0 for decoder models (no token types, no embedding norm).
   int type_vocab_size = 0;
+  // Multi-latent attention (Megatron-core MLASelfAttention, megatron/core/transformer/
+  // multi_latent_attention.py at core_v0.13.0; Hugging Face deepseek_v2 / deepseek_v3): the query
+  // through a q_lora_rank-wide down-projection (0: one linear_q_proj, DeepSeek-V2-Lite), keys and
+  // values through one kv_lora_rank-wide latent, each head's query and key qk_head_dim +
+  // qk_pos_emb_head_dim wide (the decoupled RoPE part), its value v_head_dim wide. HF names:
+  // q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim; Megatron:
+  // --multi-latent-attention, --q-lora-rank, --kv-lora-rank, --qk-head-dim,
+  // --qk-pos-emb-head-dim, --v-head-dim. head_dim is v_head_dim then (the output projection's
+  // input is heads × v_head_dim).
+  bool multi_latent_attention = false;
+  int q_lora_rank = 0;
+  int kv_lora_rank = 0;
+  int qk_head_dim = 0;
+  int qk_pos_emb_head_dim = 0;
+  int v_head_dim = 0;
   int make_vocab_size_divisible_by = 128;
   // The rows of the embedding and output layer: PaddedVocabSize (below), stored by LoadSetup.
   std::int64_t padded_vocab_size = 0;
@@ -299,6 +314,12 @@ struct TrainingConfig {
   double moe_imbalance_factor = 1.0;
   // Megatron num_layers_per_virtual_pipeline_stage; 0 = no interleaving.
   int num_layers_per_virtual_pipeline_stage = 0;
+  // Megatron --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers
+  // (TransformerConfig num_layers_in_first/last_pipeline_stage): the layers of the first / last
+  // pipeline stage, the rest split evenly over the middle stages (transformer_block.py
+  // get_num_layers_to_build at core_v0.13.0); 0 = not given (an even split).
+  int decoder_first_pipeline_num_layers = 0;
+  int decoder_last_pipeline_num_layers = 0;
   bool sequence_parallel = false;
   // megatron: the parameters' training dtype (Megatron --fp16 / --bf16). pytorch: the dtype of
   // torch.autocast over the weights' own dtype (torch_dtype); kFp32 = no autocast.
@@ -463,6 +484,15 @@ DataParallelWrapper DataParallelOf(const TrainingConfig& c);
 // Hugging Face model keeps config.vocab_size rows). int64: the product can pass 2^31
 // (config/rules.h bounds it at 2^27).
 std::int64_t PaddedVocabSize(const ModelConfig& m, const TrainingConfig& c);
+
+// Whether the training block asks for an uneven pipeline split
+// (decoder_first_pipeline_num_layers / decoder_last_pipeline_num_layers).
+bool UnevenPipeline(const TrainingConfig& c);
+// The transformer layers each pipeline stage builds, in stage order (megatron/core/transformer/
+// transformer_block.py get_num_layers_to_build at core_v0.13.0): num_layers / PP each, or the
+// given first / last counts with the rest split evenly over the middle stages. REQUIRES: a
+// validated Setup's model and training block (rules.cc CheckShape).
+std::vector<int> StageLayerCounts(const ModelConfig& m, const TrainingConfig& c);
 
 // How NCCL connects the GPUs of one node (device preset "nccl" block), the inputs of
 // device::NcclCommunicatorBytes. coll_channels 0 = not given: every communicator then takes the

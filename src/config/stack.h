@@ -62,6 +62,8 @@ struct StackTraits {
   bool pads_vocab = false;
   // Megatron-core's mixture-of-experts layers (moe.h); else a MoE model is refused.
   bool mixture_of_experts = false;
+  // Megatron-core's MLASelfAttention (workload/modules/mla.h); else an MLA model is refused.
+  bool multi_latent_attention = false;
   // Encoder models (BERT) through Transformers' modelling code (modules/hf_encoder.h).
   bool encoder_models = false;
   // Megatron's GPT dataset and get_batch (the dataloader's causal mask on CUDA devices).

@@ -13,6 +13,7 @@
 
 #include "config/hf_trainer.h"
 #include "config/megatron_flags.h"
+#include "config/mla.h"
 #include "config/moe.h"
 #include "config/parts.h"
 #include "config/stack.h"
@@ -28,6 +29,7 @@ const std::vector<std::string> kTrainingKeys = {
     "tensor_model_parallel_size", "pipeline_model_parallel_size", "data_parallel_size",
     "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size",
     "num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
+    "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
     "sequence_parallel", "precision", "fp16", "bf16", "accumulate_allreduce_grads_in_fp32",
     "grad_reduce_in_bf16", "optimizer", "optimizer_impl", "weight_decay", "sgd_momentum",
     "use_distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather",
@@ -211,6 +213,8 @@ void ReadBatch(ObjectReader& t, TrainingConfig& c, std::vector<std::string>* not
          "both");
   }
   c.num_layers_per_virtual_pipeline_stage = vpp.value_or(0);
+  c.decoder_first_pipeline_num_layers = t.PositiveInt("decoder_first_pipeline_num_layers").value_or(0);
+  c.decoder_last_pipeline_num_layers = t.PositiveInt("decoder_last_pipeline_num_layers").value_or(0);
   c.sequence_parallel = t.Bool("sequence_parallel").value_or(false);
 }
 
@@ -894,7 +898,8 @@ void CheckMegatronNamedKeys(ObjectReader& t, std::string_view framework, BlockRe
   std::vector<std::string> known = TrainingKeys();
   known.insert(known.end(), stack_keys.begin(), stack_keys.end());
   for (const std::vector<std::string>* more :
-       {&MegatronArchitectureKeys(), &MegatronMoeArchitectureKeys(), &MoeTrainingKeys()}) {
+       {&MegatronArchitectureKeys(), &MegatronMlaArchitectureKeys(), &MegatronMoeArchitectureKeys(),
+        &MoeTrainingKeys()}) {
     known.insert(known.end(), more->begin(), more->end());
   }
   RejectMegatronArgumentKeys(t, known);

@@ -258,8 +258,7 @@ struct LayerGroups {
   Bytes outside = 0;
 };
 LayerGroups GroupLayers(const config::Setup& setup, const SpanFacts& f) {
-  const int lc = std::max(1, workload::ComputeDims(setup).Lc);
-  const std::vector<workload::LayerRun> runs = workload::RecomputeRuns(setup.training, lc);
+  const workload::ModelDims d = workload::ComputeDims(setup);
   LayerGroups g;
   std::map<int, std::pair<int, Bytes>> by_checkpoint;  // first layer -> (last layer, bytes)
   for (const auto& [layer, bytes] : f.activation_bytes_by_layer) {
@@ -267,7 +266,10 @@ LayerGroups GroupLayers(const config::Setup& setup, const SpanFacts& f) {
       g.outside += bytes;
       continue;
     }
-    const int i = layer % lc, chunk_start = layer - i;
+    // The layer's position in its model chunk (an uneven split's stages differ in length).
+    const int i = d.IndexInChunk(layer), chunk_start = layer - i;
+    const std::vector<workload::LayerRun> runs =
+        workload::RecomputeRuns(setup.training, std::max(1, d.ChunkLayersAt(layer)));
     const auto run = std::find_if(runs.begin(), runs.end(),
                                   [i](const workload::LayerRun& r) { return i >= r.first && i <= r.last; });
     if (run == runs.end() || !run->checkpointed) {
@@ -520,6 +522,39 @@ std::string SeedAnswers(const ExplainFacts& x, int width) {
 
 }  // namespace
 
+std::string FormatStageComparison(const config::Setup& setup, const engine::RunResult& run) {
+  if (run.stages.size() <= 1) return "";
+  const config::TrainingConfig& t = setup.training;
+  const std::vector<int> layers = config::StageLayerCounts(setup.model, t);
+  const int p = static_cast<int>(run.stages.size());
+  const bool interleaved = t.num_layers_per_virtual_pipeline_stage > 0;
+  int heaviest = 0;
+  std::string list;
+  for (const engine::StageResult& s : run.stages) {
+    const int r = s.pipeline_rank;
+    if (s.peak_allocated_bytes > run.stages[static_cast<std::size_t>(heaviest)].peak_allocated_bytes) {
+      heaviest = r;
+    }
+    const workload::StaticSizes sizes = workload::ComputeStaticSizes(setup, r);
+    const Bytes state = sizes.parameter_bytes + sizes.gradient_bytes + sizes.main_param_bytes +
+                        sizes.optimizer_state_bytes;
+    std::string holds = fmt::format("{} layers", layers[static_cast<std::size_t>(r)]);
+    if (r == 0) holds += " + embedding";
+    if (r == p - 1) holds += " + output layer and loss";
+    list += fmt::format("{}stage {}: peak {} ({}; weights, grads and optimizer state {}{})",
+                        list.empty() ? "" : "; ", r, HumanBytes(s.peak_allocated_bytes), holds,
+                        HumanBytes(state),
+                        interleaved ? ""
+                                    : fmt::format("; {} micro-batches in flight",
+                                                  std::max(1, std::min(p - r, t.num_micro_batches))));
+  }
+  const engine::StageResult& top = run.stages[static_cast<std::size_t>(heaviest)];
+  const Bytes act = top.by_category_at_peak[static_cast<std::size_t>(Category::kActivations)];
+  const std::string why = fmt::format(": at its peak {} are activations and {} the rest",
+                                      HumanBytes(act), HumanBytes(top.peak_allocated_bytes - act));
+  return fmt::format("the heaviest pipeline stage is stage {}{} ({})", heaviest, why, list);
+}
+
 ExplainFacts CollectExplainFacts(const config::Setup& setup, int pipeline_rank,
                                  const engine::SimulateOptions& options) {
   MEMSIM_CHECK(pipeline_rank >= 0 && pipeline_rank < setup.training.pipeline_model_parallel_size);
@@ -555,6 +590,7 @@ std::string FormatExplanation(const config::Setup& setup, const ExplainFacts& x,
                                 x.pipeline_rank, x.num_stages, setup.device.name,
                                 x.spans.empty() ? 0 : x.spans.back().iteration);
   out += x.long_run;
+  if (!x.stages.empty()) Wrapped(&out, x.stages, 0, width);
   for (size_t i = 0; i < x.spans.size(); ++i) {
     const timeline::SpanSummary& s = x.spans[i];
     const SpanFacts& f = x.span_facts[i];

@@ -14,6 +14,7 @@
 
 #include "config/setup.h"
 #include "engine/simulator.h"
+#include "engine/stages.h"
 #include "timeline/span_summary.h"
 
 namespace memsim::report {
@@ -67,7 +68,18 @@ struct ExplainFacts {
   // A long run: report::FormatLongRun of the run (the iterations simulated, from which one on
   // they repeat), printed under the first line; empty when every iteration was simulated.
   std::string long_run;
+  // With pipeline stages: FormatStageComparison of the run, printed under the first line.
+  std::string stages;
 };
+
+// Which pipeline stage is the heaviest and why (empty for one stage): each stage's peak
+// allocated bytes, transformer layers (config::StageLayerCounts: an uneven split shows here),
+// whether it holds the embedding or the output layer and loss, its weights, gradients and
+// optimizer state (workload::ComputeStaticSizes), and the micro-batches whose activations
+// 1F1B keeps in flight on it, min(p - r, m) (megatron/core/pipeline_parallel/schedules.py
+// forward_backward_pipelining_without_interleaving: p - r - 1 warm-up forwards, then one more
+// before the first backward).
+std::string FormatStageComparison(const config::Setup& setup, const engine::RunResult& run);
 
 // Replays `pipeline_rank` of `setup` with a Recorder and the explain observer.
 // REQUIRES: 0 <= pipeline_rank < pipeline_model_parallel_size.

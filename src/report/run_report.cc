@@ -420,6 +420,13 @@ std::string FormatRunHeader(const engine::RunResult& run, const config::Setup& s
     }
     out += line + "\n";
   }
+  if (config::UnevenPipeline(setup.training)) {
+    std::string layer_counts;
+    for (int n : config::StageLayerCounts(setup.model, setup.training)) {
+      layer_counts += fmt::format(" {}", n);
+    }
+    out += fmt::format("  transformer layers per stage (uneven split):{}\n", layer_counts);
+  }
   return out;
 }
 

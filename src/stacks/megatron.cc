@@ -107,6 +107,7 @@ class MegatronStack final
     static const config::StackTraits traits{.label = "Megatron-core",
                                             .pads_vocab = true,
                                             .mixture_of_experts = true,
+                                            .multi_latent_attention = true,
                                             .megatron_get_batch = true,
                                             .model_parallel = true,
                                             .adam_label = ""};

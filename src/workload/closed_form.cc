@@ -26,8 +26,8 @@ MoeSplit MoeParameters(const ModelDims& d, int r) {
   if (d.experts <= 1) return out;
   const double h = static_cast<double>(d.h), gated = d.gamma == 2 ? 1.5 : 1.0;
   for (int c = 0; c < d.v; ++c) {
-    for (int i = 0; i < d.Lc; ++i) {
-      if (!d.IsMoeLayer(c * d.p * d.Lc + r * d.Lc + i)) continue;
+    for (int i = 0; i < d.StageLayers(r); ++i) {
+      if (!d.IsMoeLayer(d.FirstLayer(c, r) + i)) continue;
       out.dense_mlp_removed += 2 * h * d.ffn * gated - 2 * h * d.ffn_shared * gated;
       out.replicated += h * d.experts + (d.shared_gate ? h : 0.0);
       out.expert += 2 * h * d.ffn_e * d.experts * gated / (d.etp * d.ep);
@@ -49,7 +49,9 @@ ClosedFormEstimate ComputeClosedFormEstimate(const config::Setup& setup, int pip
   const double per_layer = 2 * h * h *
                            ((1.0 + static_cast<double>(d.g) / d.a) * static_cast<double>(d.q) / h +
                             static_cast<double>(d.ffn) / h * (d.gamma == 2 ? 1.5 : 1.0) + 2 / h);
-  const double layers_here = static_cast<double>(d.L) / d.p;
+  // The rank's layers (Megatron's formula divides num_layers by PP; with an uneven split the
+  // stage's own count, as get_num_layers_to_build gives it).
+  const double layers_here = static_cast<double>(d.StageLayers(r)) * d.v;
   const double embedding = static_cast<double>(d.V) * h;
   double params = per_layer * layers_here;
   if (r == 0) params += embedding;

@@ -18,8 +18,9 @@ namespace memsim::workload {
 namespace {
 
 // Layers per chunk, chunks (VPP) and micro-batches per iteration.
-void SetScheduleDims(const config::TrainingConfig& tc, ModelDims* d) {
-  MEMSIM_CHECK(d->L >= d->p && d->L % d->p == 0);
+void SetScheduleDims(const config::ModelConfig& mc, const config::TrainingConfig& tc,
+                     ModelDims* d) {
+  MEMSIM_CHECK(d->L >= d->p && (d->L % d->p == 0 || config::UnevenPipeline(tc)));
   if (tc.num_layers_per_virtual_pipeline_stage > 0) {
     d->Lc = tc.num_layers_per_virtual_pipeline_stage;
     MEMSIM_CHECK(d->L % (d->p * d->Lc) == 0);
@@ -27,6 +28,10 @@ void SetScheduleDims(const config::TrainingConfig& tc, ModelDims* d) {
   } else {
     d->v = 1;
     d->Lc = d->L / d->p;
+  }
+  if (config::UnevenPipeline(tc)) {
+    MEMSIM_CHECK(d->v == 1);
+    d->stage_layers = config::StageLayerCounts(mc, tc);
   }
   // m = global_batch / (b·d) (Megatron `get_num_microbatches`); 0 means one micro-batch.
   const std::int64_t per_step = std::int64_t{d->b} * d->d;
@@ -90,7 +95,7 @@ ModelDims ComputeDims(const config::Setup& setup) {
   d.V = config::PaddedVocabSize(mc, tc);
   d.max_positions = mc.max_position_embeddings > 0 ? mc.max_position_embeddings : tc.seq_length;
   d.L = mc.num_hidden_layers;
-  SetScheduleDims(tc, &d);
+  SetScheduleDims(setup.model, tc, &d);
   d.sp = tc.sequence_parallel && d.t > 1;
   d.sigma = d.sp ? d.t : 1;
   // Element sizes are the stack's (its precision rules): config/stack.h SetElementSizes.
@@ -101,6 +106,31 @@ ModelDims ComputeDims(const config::Setup& setup) {
   d.tied = mc.tie_word_embeddings;
   SetMoeDims(setup, &d);
   return d;
+}
+
+int ModelDims::FirstLayer(int chunk, int r) const {
+  if (stage_layers.empty()) return chunk * p * Lc + r * Lc;
+  int first = 0;
+  for (int k = 0; k < r; ++k) first += stage_layers[static_cast<std::size_t>(k)];
+  return first;
+}
+
+int ModelDims::IndexInChunk(int layer) const {
+  if (stage_layers.empty()) return Lc > 0 ? layer % Lc : 0;
+  for (int n : stage_layers) {
+    if (layer < n) return layer;
+    layer -= n;
+  }
+  return layer;
+}
+
+int ModelDims::ChunkLayersAt(int layer) const {
+  if (stage_layers.empty()) return Lc;
+  for (int n : stage_layers) {
+    if (layer < n) return n;
+    layer -= n;
+  }
+  return stage_layers.back();
 }
 
 ParamTensor MakeParam(std::string name, std::int64_t numel, std::int64_t row_numel, int chunk,
@@ -129,8 +159,8 @@ std::vector<ParamTensor> StageParams(const config::Setup& setup, int pipeline_ra
     const bool pre = pipeline_rank == 0 && c == 0;
     const bool post = pipeline_rank == d.p - 1 && c == d.v - 1;
     if (pre) Embedding::AppendParams(setup.model, d, c, &out);
-    for (int i = 0; i < d.Lc; ++i) {
-      layer.AppendParams(setup.model, d, c, c * d.p * d.Lc + pipeline_rank * d.Lc + i, &out);
+    for (int i = 0; i < d.StageLayers(pipeline_rank); ++i) {
+      layer.AppendParams(setup.model, d, c, d.FirstLayer(c, pipeline_rank) + i, &out);
     }
     if (post && setup.model.sequence_classification) {
       ClassificationHead::AppendParams(setup.model, d, c, &out);

@@ -5,8 +5,11 @@
 // used by Build (build.h) and by the closed forms of ComputeStaticSizes. Element counts are
 // int64 numbers of elements, sizes in bytes. ModelDims holds shapes, parallel sizes and element
 // sizes only; what the framework's code does at its release on this device is FrameworkFacts
-// (facts.h). Not modelled: ZeRO-2/3 outside Megatron-FSDP, Megatron-FSDP's optim_grads_params,
-// uneven pipeline splits (config/ rejects those). Megatron-FSDP's buffers: LayoutGradBuffers.
+// (facts.h). An uneven pipeline split (--decoder-first/last-pipeline-num-layers) gives each rank
+// its own layer count (ModelDims::StageLayers). Not modelled: ZeRO-2/3 outside Megatron-FSDP,
+// Megatron-FSDP's optim_grads_params, an uneven split with the interleaved schedule or a custom
+// --pipeline-model-parallel-layout (config/ rejects those). Megatron-FSDP's buffers:
+// LayoutGradBuffers.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +42,10 @@ struct ModelDims {
   int dp_cp = 1;           // d·cp: the DDP / distributed-optimizer group
                            // (parallel_state data-parallel group with_context_parallel)
   int v = 1;               // model chunks per rank (VPP), 1 without interleaving
-  int Lc = 0;              // layers per model chunk (L/p without VPP)
+  int Lc = 0;              // layers per model chunk (L/p without VPP; see StageLayers)
+  // Uneven pipeline split (config::StageLayerCounts; no VPP): the layers of each pipeline rank;
+  // empty for an even split, where every rank has Lc per chunk.
+  std::vector<int> stage_layers;
   int m = 1;               // micro-batches per iteration per DP rank = global / (b·d)
   int sigma = 1;           // t with sequence parallelism, else 1
   bool sp = false;         // sequence parallel and t > 1
@@ -89,6 +95,15 @@ struct ModelDims {
   // first in core 0.18) the top-k runs on the fp32 scores.
   bool router_pre_softmax = false;
   double imbalance = 1.0;         // the rank receives imbalance × the mean routed tokens
+  // The layers of one model chunk on pipeline rank r: Lc, or stage_layers[r].
+  int StageLayers(int r) const { return stage_layers.empty() ? Lc : stage_layers[r]; }
+  // The global index of chunk `chunk`'s first layer on rank r (Megatron-core
+  // get_transformer_layer_offset): chunk·p·Lc + r·Lc, or the layers of the ranks before r.
+  int FirstLayer(int chunk, int r) const;
+  // A global layer's index within its model chunk (the position RecomputeRuns counts in).
+  int IndexInChunk(int layer) const;
+  // The layers of the model chunk holding a global layer (Lc, or its stage's count).
+  int ChunkLayersAt(int layer) const;
   bool IsMoeLayer(int layer) const {
     return experts > 1 && (moe_layers.empty() || moe_layers[layer]);
   }

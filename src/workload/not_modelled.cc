@@ -28,7 +28,7 @@ struct RankView {
 
 RankView ViewOf(const config::Setup& setup, int r) {
   RankView v{ComputeDims(setup), ComputeStaticSizes(setup, r)};
-  v.layers = v.d.v * v.d.Lc;
+  v.layers = v.d.v * v.d.StageLayers(r);
   v.in_flight = std::max(1, std::min(v.d.p - r, v.d.m));
   v.full_recompute = setup.training.recompute_granularity == RecomputeGranularity::kFull;
   v.npu = ComputeFacts(setup, v.d).npu;
@@ -95,12 +95,12 @@ void SwapAttention(const config::Setup& setup, const RankView& v, NotModelledEst
                          layers, v.in_flight, per_layer);
 }
 
-// The MoE layers on pipeline rank r: chunk c's layer j is global layer c·p·Lc + r·Lc + j
-// (Megatron-core get_transformer_layer_offset, even split).
+// The MoE layers on pipeline rank r: chunk c's layer j is global layer FirstLayer(c, r) + j
+// (Megatron-core get_transformer_layer_offset).
 int MoeLayersOnRank(const ModelDims& d, int r) {
   int n = 0;
   for (int c = 0; c < d.v; ++c) {
-    for (int j = 0; j < d.Lc; ++j) n += d.IsMoeLayer(c * d.p * d.Lc + r * d.Lc + j) ? 1 : 0;
+    for (int j = 0; j < d.StageLayers(r); ++j) n += d.IsMoeLayer(d.FirstLayer(c, r) + j) ? 1 : 0;
   }
   return n;
 }
@@ -174,10 +174,10 @@ void RecomputeInAdvance(const config::Setup& setup, const RankView& v, int r,
   config::Setup plain = setup;
   plain.training.recompute_granularity = RecomputeGranularity::kNone;
   const Bytes layer = ComputeClosedFormEstimate(plain, r).activation_bytes_per_layer;
-  e->about_bytes = static_cast<Bytes>(v.d.Lc) * layer;
+  e->about_bytes = static_cast<Bytes>(v.d.StageLayers(r)) * layer;
   e->basis = fmt::format("one model chunk recomputed early: {} layers x {} bytes a layer without "
                          "recompute (Korthikanti et al.)",
-                         v.d.Lc, layer);
+                         v.d.StageLayers(r), layer);
 }
 
 void Estimate(const config::Setup& setup, const RankView& v, int r, NotModelledEstimate* e) {

@@ -13,7 +13,7 @@ StageRunner::StageRunner(ModuleContext& ctx, const config::TrainingConfig& tc, i
       layer_(layer),
       dp_(dp),
       exchange_(exchange),
-      runs_(RecomputeRuns(tc, ctx.d.Lc)) {
+      runs_(RecomputeRuns(tc, ctx.d.StageLayers(rank))) {
   // The output layer reads the embedding's own Parameter when both are on this stage (tied, PP
   // 1: OutputAndLoss::OutputWeight); its grad then has two producers per backward.
   const std::string output_weight = OutputAndLoss::OutputWeight(d_, /*has_embedding=*/d_.p == 1);
@@ -24,7 +24,7 @@ StageRunner::StageRunner(ModuleContext& ctx, const config::TrainingConfig& tc, i
 }
 
 int StageRunner::GlobalLayer(int chunk, int i) const {
-  return chunk * d_.p * d_.Lc + rank_ * d_.Lc + i;
+  return d_.FirstLayer(chunk, rank_) + i;
 }
 bool StageRunner::Pre(int chunk) const { return rank_ == 0 && chunk == 0; }
 bool StageRunner::Post(int chunk) const { return rank_ == d_.p - 1 && chunk == d_.v - 1; }
@@ -72,8 +72,8 @@ void StageRunner::DropBatch(Unit& u) {
 void StageRunner::Forward(int mb, int chunk, const ScheduleStep* next) {
   Unit& u = units_[{mb, chunk}];
   u = Unit{};
-  u.layer_inputs.assign(d_.Lc, 0);
-  u.layers.resize(d_.Lc);
+  u.layer_inputs.assign(d_.StageLayers(rank_), 0);
+  u.layers.resize(d_.StageLayers(rank_));
   const bool pre = Pre(chunk), post = Post(chunk);
   TensorId x;
   if (pre) {
@@ -138,7 +138,7 @@ TensorId StageRunner::LayersBackward(Unit& u, int chunk, TensorId dy, bool dy_ex
     }
     for (int i = run->last; i >= run->first; --i) {
       const bool free_x = !(i == 0 && u.input_external);
-      const bool free_dy = !(i == d_.Lc - 1 && dy_external);
+      const bool free_dy = !(i == d_.StageLayers(rank_) - 1 && dy_external);
       const int l = GlobalLayer(chunk, i);
       dp_.BeforeBackward(em, GradSite::kLayer, l);
       dy = layer_.Backward(ctx_, l, u.layers[i], u.layer_inputs[i], free_x, dy, free_dy);

@@ -111,6 +111,15 @@ TEST_CASE("every model file loads", "[config]") {
                      "training.sequence_parallel=false", "training.use_distributed_optimizer=false",
                      "training.global_batch_size=1"};
     }
+    if (path.find("deepseek") != std::string::npos) {
+      // Multi-latent attention runs at TP 1 with fused attention on CUDA (config/mla.h): the
+      // default config (910B, TP 2) on an H100, a 4-layer cut, EP 8 over its 8 ranks.
+      o.device = "h100-80g";
+      o.overrides = {"training.seq_length=1024", "training.tensor_model_parallel_size=1",
+                     "training.sequence_parallel=false", "training.data_parallel_size=8",
+                     "training.global_batch_size=8", "training.use_flash_attn=true",
+                     "training.num_layers=4", "training.expert_model_parallel_size=8"};
+    }
     const Setup s = LoadSetup("", o);
     CHECK(s.model.num_hidden_layers > 0);
   }

@@ -247,7 +247,7 @@ TEST_CASE("did you mean for dtype spellings and sections, Megatron argument name
         "--set trainig.seq_length=8: expected a key training.<name> or allocator.<name> (did "
         "you mean 'training.seq_length'?)");
   // Megatron's arguments, as --megatron-args classes them (megatron_flag_table.inc):
-  // --optimizer-cpu-offload and --decoder-first-pipeline-num-layers unsupported,
+  // --optimizer-cpu-offload and --account-for-loss-in-pipeline-split unsupported,
   // --calculate-per-token-loss memory-neutral.
   CHECK(error_of({"training.optimizer_cpu_offload=true"}) ==
         "unsupported: --set training.optimizer_cpu_offload=true: offloading tensors to host memory (the "
@@ -255,7 +255,7 @@ TEST_CASE("did you mean for dtype spellings and sections, Megatron argument name
   CHECK_THROWS_AS(
       LoadSetup(Data("good.json"), [] {
         LoadOptions o;
-        o.overrides = {"training.decoder_first_pipeline_num_layers=2"};
+        o.overrides = {"training.account_for_loss_in_pipeline_split=true"};
         return o;
       }()),
       UnsupportedError);

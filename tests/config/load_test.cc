@@ -176,7 +176,7 @@ TEST_CASE("Hugging Face defaults per model_type", "[config]") {
     CHECK(ErrorOf(path) == path + ": /model/model_type: unknown model_type \"lama\", expected one of "
                                   "'llama', 'mistral', 'qwen2', 'qwen3', 'mixtral', 'qwen2_moe', "
                                   "'qwen3_moe', 'gpt2', 'gemma', 'gemma2', 'phi3', 'gpt_neox', "
-                                  "'bert', 'roberta' (did you mean 'llama'?)");
+                                  "'bert', 'roberta', 'deepseek_v3', 'deepseek_v2' (did you mean 'llama'?)");
   }
 }
 

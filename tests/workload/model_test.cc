@@ -133,3 +133,49 @@ TEST_CASE("tied embedding with p > 1 gets its own bucket with the distributed op
 
 }  // namespace
 }  // namespace memsim::workload
+
+namespace memsim::workload {
+namespace {
+
+// The layer indices of a rank's transformer-layer parameters ("layer<i>.ln1.weight" marks each).
+std::vector<int> LayersOf(const std::vector<ParamTensor>& params) {
+  std::vector<int> out;
+  for (const ParamTensor& p : params) {
+    if (p.layer >= 0 && (out.empty() || out.back() != p.layer)) out.push_back(p.layer);
+  }
+  return out;
+}
+
+TEST_CASE("an uneven pipeline split builds each rank's own layers, offset by the ranks before it",
+          "[workload][pipeline]") {
+  config::Setup s = testing::TinyLlama();
+  s.model.num_hidden_layers = 14;
+  s.training.pipeline_model_parallel_size = 4;
+  s.training.decoder_first_pipeline_num_layers = 3;
+  s.training.decoder_last_pipeline_num_layers = 3;
+  const ModelDims d = ComputeDims(s);
+  // get_num_layers_to_build: 3, (14 − 3 − 3) / 2 = 4, 4, 3; get_transformer_layer_offset: the
+  // layers of the ranks before.
+  CHECK(d.StageLayers(0) == 3);
+  CHECK(d.StageLayers(1) == 4);
+  CHECK(d.StageLayers(3) == 3);
+  CHECK(d.FirstLayer(0, 2) == 7);
+  CHECK(d.IndexInChunk(7) == 0);
+  CHECK(d.IndexInChunk(13) == 2);
+  CHECK(d.ChunkLayersAt(13) == 3);
+  CHECK(LayersOf(StageParams(s, 0)) == std::vector<int>{0, 1, 2});
+  CHECK(LayersOf(StageParams(s, 1)) == std::vector<int>{3, 4, 5, 6});
+  CHECK(LayersOf(StageParams(s, 2)) == std::vector<int>{7, 8, 9, 10});
+  CHECK(LayersOf(StageParams(s, 3)) == std::vector<int>{11, 12, 13});
+  // Every layer is built once: the ranks' parameters sum to the model's.
+  config::Setup one = s;
+  one.training.pipeline_model_parallel_size = 1;
+  one.training.decoder_first_pipeline_num_layers = 0;
+  one.training.decoder_last_pipeline_num_layers = 0;
+  std::int64_t sum = 0;
+  for (int r = 0; r < 4; ++r) sum += Count(StageParams(s, r));
+  CHECK(sum == Count(StageParams(one, 0)));
+}
+
+}  // namespace
+}  // namespace memsim::workload

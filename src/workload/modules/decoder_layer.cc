@@ -3,6 +3,7 @@
 #include "core/check.h"
 #include "workload/modules/attention.h"
 #include "workload/modules/hf_decoder.h"
+#include "workload/modules/mla.h"
 #include "workload/modules/mlp.h"
 #include "workload/modules/moe.h"
 
@@ -21,10 +22,18 @@ DecoderLayer DecoderLayer::Dense() {
 }
 
 DecoderLayer DecoderLayer::ForModel(const config::ModelConfig& model) {
-  if (model.num_experts <= 1) return Dense();
+  if (model.num_experts <= 1 && !model.multi_latent_attention) return Dense();
   std::vector<std::unique_ptr<LayerModule>> modules;
-  modules.push_back(std::make_unique<AttentionModule>());
-  modules.push_back(std::make_unique<MoeModule>());
+  if (model.multi_latent_attention) {
+    modules.push_back(std::make_unique<MlaAttentionModule>());
+  } else {
+    modules.push_back(std::make_unique<AttentionModule>());
+  }
+  if (model.num_experts > 1) {
+    modules.push_back(std::make_unique<MoeModule>());
+  } else {
+    modules.push_back(std::make_unique<MlpModule>());
+  }
   return DecoderLayer(std::move(modules));
 }
 

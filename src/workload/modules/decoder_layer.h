@@ -18,8 +18,9 @@ class DecoderLayer {
   explicit DecoderLayer(std::vector<std::unique_ptr<LayerModule>> modules);
   // Megatron-core's dense GPT layer: AttentionModule then MlpModule.
   static DecoderLayer Dense();
-  // The layer of `model`: Dense(), or attention then the MoE MLP (modules/moe.h; its dense
-  // layers run the dense MLP) when the model has experts.
+  // The layer of `model`: Dense(), or attention (multi-latent attention, modules/mla.h, when
+  // the model has it) then the MoE MLP (modules/moe.h; its dense layers run the dense MLP) when
+  // the model has experts, else the dense MLP.
   static DecoderLayer ForModel(const config::ModelConfig& model);
   // The layer `setup` runs: Transformers' decoder modules (hf_decoder.h) under framework
   // "hf-trainer" for a Llama-style decoder, else ForModel(setup.model).

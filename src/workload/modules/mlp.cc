@@ -83,7 +83,7 @@ TensorId MlpModule::Forward(ModuleContext& ctx, int l, TensorId x, const Forward
   // grad `pre_mlp_layernorm_output` stays referenced until TransformerLayer._forward_mlp
   // returns, after the bias-dropout-add (transformer_layer.py at d98e8a64dd).
   const bool hold_norm_out = mode.nograd && !ctx.f.te && !ctx.f.hf;
-  a.act_recompute = !mode.nograd && !ctx.selective.mlp && ctx.selective.ActFnRecompute(l % ctx.d.Lc);
+  a.act_recompute = !mode.nograd && !ctx.selective.mlp && ctx.selective.ActFnRecompute(ctx.d.IndexInChunk(l));
   const TensorId fc2 =
       BranchForward(ctx, l, mode.nograd || ctx.selective.mlp, hold_norm_out, &a);
   if (!mode.nograd && !ctx.selective.mlp && ctx.selective.layernorm) {
