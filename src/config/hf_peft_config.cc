@@ -625,6 +625,48 @@ void ResolveLoraModules(const LoraModuleMatch& match, const ModelConfig& model,
   hf.lora_target_modules = targets;
 }
 
+// prepare_model_for_kbit_training and kbit_modules_recast (setup.h HfTrainerOptions): on by
+// default with 4-bit or 8-bit weights (the QLoRA recipe: peft's docs and TRL's SFTTrainer call
+// it); without quantised weights peft's function would cast the whole 16-bit model to fp32,
+// which memsim does not model (a warning, the key ignored).
+void ReadKbitPreparation(ObjectReader& own, TrainingConfig& c, std::vector<std::string>* warnings) {
+  HfTrainerOptions& hf = *c.hf_trainer();
+  const bool quantised = hf.load_in_4bit || hf.load_in_8bit;
+  const std::optional<bool> prepare = own.Bool("prepare_model_for_kbit_training");
+  if (prepare.value_or(false) && !quantised) {
+    warnings->push_back(fmt::format("{}: without load_in_4bit or load_in_8bit peft casts every "
+                                    "16-bit parameter to fp32; not modelled (ignored)",
+                                    own.At("prepare_model_for_kbit_training")));
+  }
+  hf.kbit_prepared = quantised && prepare.value_or(true);
+  const std::vector<std::string> recast = StringList(own, "kbit_modules_recast");
+  for (const std::string& m : recast) {
+    if (m == "norm") {
+      hf.kbit_recast_norms = true;
+    } else if (m == "embed_tokens") {
+      hf.kbit_recast_embed_tokens = true;
+    } else if (m == "lm_head") {
+      hf.kbit_recast_lm_head = true;
+    } else {
+      Fail(own.At("kbit_modules_recast"),
+           fmt::format("\"{}\": expected \"norm\", \"embed_tokens\" or \"lm_head\"", Printable(m)));
+    }
+  }
+  if (hf.kbit_prepared && c.precision == Precision::kFp32 && hf.torch_dtype != Precision::kFp32) {
+    // Without autocast the fp32 embedding and norms carry the whole forward in fp32 (the
+    // quantised linears return their input's dtype): memsim models 16-bit activations.
+    warnings->push_back(fmt::format("{}: prepare_model_for_kbit_training without bf16 / fp16 "
+                                    "autocast runs the forward in fp32; memsim models the "
+                                    "activations in torch_dtype (memsim low)",
+                                    own.At("quantization_config")));
+  }
+  if (!recast.empty() && !hf.kbit_prepared) {
+    warnings->push_back(fmt::format("{}: no effect without prepare_model_for_kbit_training "
+                                    "(the modules are in torch_dtype already)",
+                                    own.At("kbit_modules_recast")));
+  }
+}
+
 void ReadPeft(ObjectReader& own, const Document& config, TrainingConfig& c,
               std::vector<std::string>* notes, std::vector<std::string>* warnings,
               LoraModuleMatch* match) {
@@ -654,6 +696,7 @@ void ReadPeft(ObjectReader& own, const Document& config, TrainingConfig& c,
     ObjectReader q(own.source(), *v, own.PointerOf("quantization_config"));
     ReadQuantization(q, c, notes);
   }
+  ReadKbitPreparation(own, c, warnings);
   if ((hf.load_in_4bit || hf.load_in_8bit) && hf.lora_r == 0) {
     notes->push_back(fmt::format("{}: {}-bit weights without an adapter: every weight frozen",
                                  own.At("quantization_config"), hf.load_in_4bit ? 4 : 8));

@@ -86,7 +86,7 @@ const std::vector<std::string> kOwnKeys = {
     "framework",     "training_args",  "max_seq_length",     "torch_dtype",
     "attn_implementation", "world_size", "adapter_config", "quantization_config",
     "torch_version", "transformers_version", "eval_batches", "compute_metrics",
-    "skipped_iterations"};
+    "skipped_iterations", "prepare_model_for_kbit_training", "kbit_modules_recast"};
 
 // TrainingArguments fields without an effect on device memory in a Trainer run on one device
 // (schedules, logging, saving, seeds, the data loader's host side): accepted with a note.
@@ -753,6 +753,7 @@ constexpr Foreign kHfOnly[] = {
     {"eval_do_concat_batches", ""}, {"prediction_loss_only", ""}, {"eval_batches", ""},
     {"compute_metrics", ""},
     {"adapter_config", ""}, {"quantization_config", ""},
+    {"prepare_model_for_kbit_training", ""}, {"kbit_modules_recast", ""},
 };
 
 }  // namespace
@@ -762,7 +763,7 @@ void RejectHfTrainerKeys(ObjectReader& t, std::string_view framework) {
     if (!t.Has(f.key)) continue;
     const std::string what =
         !f.instead.empty() ? fmt::format("write {}", f.instead)
-        : f.key.find("config") != std::string_view::npos
+        : f.key.find("config") != std::string_view::npos || f.key.find("kbit") != std::string_view::npos
             ? std::string("LoRA / QLoRA are modelled with framework \"hf-trainer\" only")
             : std::string("the evaluation pass is modelled with framework \"hf-trainer\" only");
     Fail(t.At(f.key), fmt::format("a framework \"hf-trainer\" key (TrainingArguments or memsim's "

@@ -123,12 +123,14 @@ void AxolotlQuantization(RecipeReader& r, const std::string& adapter, const std:
     r.Assume("lora with load_in_8bit: bitsandbytes LLM.int8 weights (axolotl loaders/model.py)");
   }
   if ((adapter == "qlora" && four) || (adapter == "lora" && eight)) {
-    // loaders/model.py _prepare_model_for_quantization: peft's prepare_model_for_kbit_training
-    // casts every 16-bit parameter that is not quantised to fp32; the embedding modules are cast
-    // back to torch_dtype afterwards (_convert_embedding_modules_dtype), the norms stay fp32.
-    r.Warn(fmt::format("{}: {} runs prepare_model_for_kbit_training: the norm weights are kept in "
-                       "fp32 (a few MiB; memsim low by that)",
-                       r.At("adapter"), r.tool()));
+    // loaders/model.py ModelLoader._configure_embedding_dtypes: _prepare_model_for_quantization
+    // runs peft's prepare_model_for_kbit_training (every 16-bit parameter not quantised to
+    // fp32); with an adapter (needs_fa2_dtype) _convert_embedding_modules_dtype then casts the
+    // modules named "norm" and the embedding modules (embed_tokens, lm_head) back to torch_dtype.
+    r.Set("prepare_model_for_kbit_training", true, r.At("adapter"));
+    r.Set("kbit_modules_recast", Json::array({"norm", "embed_tokens", "lm_head"}), r.At("adapter"));
+    r.Assume("prepare_model_for_kbit_training, then norms and embeddings back to torch_dtype "
+             "(axolotl loaders/model.py _configure_embedding_dtypes)");
   } else if (four || eight) {
     r.Warn(fmt::format("{}: {} quantises only with adapter qlora (4 bits) or lora (8 bits); the "
                        "weights stay {}",

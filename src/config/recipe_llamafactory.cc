@@ -187,6 +187,12 @@ RecipeModel ReadLlamaFactoryRecipe(RecipeReader& r, const ModelDtype& model_dtyp
                                  r.At("pure_bf16"), r.tool()));
   }
   LlamaFactoryQuantization(r, compute);
+  // LLaMA-Factory does not call peft's prepare_model_for_kbit_training: its own
+  // prepare_model_for_training (model/model_utils/checkpointing.py) casts the norms to fp32 only
+  // with upcast_layernorm (warned below) and enables gradient checkpointing.
+  if (r.IsSet("quantization_config/load_in_4bit") || r.IsSet("quantization_config/load_in_8bit")) {
+    r.Set("prepare_model_for_kbit_training", false, r.At("quantization_bit"));
+  }
   const std::int64_t cutoff = r.PositiveInt("cutoff_len").value_or(2048);
   r.Set("max_seq_length", cutoff, r.At("cutoff_len"));
   // data_args.py packing None -> true for stage pt only (hparams/parser.py).

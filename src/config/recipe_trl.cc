@@ -84,6 +84,25 @@ void TrlQuantization(RecipeReader& r, const std::string& dtype) {
   }
 }
 
+// SFTTrainer with a peft_config and a 4-bit or 8-bit model (not sharded QLoRA: FSDP and
+// DeepSpeed are refused above) calls peft's prepare_model_for_kbit_training, then with bf16 and
+// 4-bit weights peft_module_casting_to_bf16 casts lm_head and embed_tokens back to bf16 and
+// leaves the norms fp32 (trl/trainer/sft_trainer.py SFTTrainer.__init__ and trainer/utils.py
+// peft_module_casting_to_bf16, v0.8 to v0.14; SFTTrainer._prepare_peft_model from v0.15).
+// Without an adapter it calls neither.
+void TrlKbitPreparation(RecipeReader& r) {
+  const bool four = r.Bool("load_in_4bit").value_or(false);
+  const bool eight = r.Bool("load_in_8bit").value_or(false);
+  if (!four && !eight) return;
+  const bool peft = r.Bool("use_peft").value_or(false);
+  r.Set("prepare_model_for_kbit_training", peft, r.At("use_peft"));
+  if (peft && four && r.Bool("bf16").value_or(!r.Bool("fp16").value_or(false))) {
+    r.Set("kbit_modules_recast", Json::array({"embed_tokens", "lm_head"}), r.At("bf16"));
+    r.Assume("prepare_model_for_kbit_training, then peft_module_casting_to_bf16: norms fp32, "
+             "embed_tokens and lm_head bf16 (TRL SFTTrainer)");
+  }
+}
+
 }  // namespace
 
 RecipeModel ReadTrlRecipe(RecipeReader& r, const ModelDtype& model_dtype) {
@@ -128,6 +147,7 @@ RecipeModel ReadTrlRecipe(RecipeReader& r, const ModelDtype& model_dtype) {
     r.Set("bf16", true, r.At("bf16"));
     r.Assume("bf16: true (TRL's default when fp16 is not set)");
   }
+  TrlKbitPreparation(r);
   r.WarnIfSet("activation_offloading", "saved activations offloaded to the CPU; memsim keeps them on "
                                        "the device (memsim high)",
               NotModelled::Direction::kHigh);

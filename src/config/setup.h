@@ -257,6 +257,23 @@ struct HfTrainerOptions : PyTorchOptions {
   // llm_int8_skip_modules (4-bit and 8-bit alike): transformers module names whose linears stay
   // in 16 bits ("q_proj", "self_attn", "mlp", ...); empty: the default (only lm_head kept).
   std::vector<std::string> bnb_skip_modules;
+  // peft prepare_model_for_kbit_training run on the quantised model by the code that builds it
+  // (peft src/peft/utils/other.py, v0.4 to v0.13 alike: every fp16 / bf16 parameter that is not
+  // a 4-bit one (Params4bit; int8 weights are not 16-bit) is cast to fp32: the norms,
+  // embed_tokens, lm_head and linears kept in 16 bits; then enable_input_require_grads and
+  // gradient_checkpointing_enable). Key prepare_model_for_kbit_training, by default on with
+  // 4-bit or 8-bit weights. Callers: TRL SFTTrainer.__init__ (trl/trainer/sft_trainer.py,
+  // v0.8 to v0.14; _prepare_model_for_kbit_training from v0.15), axolotl ModelLoader
+  // _prepare_model_for_quantization; LLaMA-Factory does not call it (model/model_utils/
+  // checkpointing.py prepare_model_for_training casts norms only with upcast_layernorm).
+  bool kbit_prepared = false;
+  // The module kinds cast back to torch_dtype after it (key kbit_modules_recast): "embed_tokens"
+  // and "lm_head" (TRL trainer/utils.py peft_module_casting_to_bf16 under bf16 with 4-bit
+  // weights: modules named lm_head / embed_tokens whose weight is fp32), "norm" too (axolotl
+  // loaders/model.py _convert_embedding_modules_dtype after kbit preparation with an adapter).
+  bool kbit_recast_norms = false;
+  bool kbit_recast_embed_tokens = false;
+  bool kbit_recast_lm_head = false;
   // optim names a bitsandbytes optimizer (optim_bits > 0).
   BnbOptimizer bnb_optimizer;
   // TrainingArguments deepspeed naming a ZeRO stage 1 / 2 ds_config: DeepSpeed's engine and

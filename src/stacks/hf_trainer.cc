@@ -10,6 +10,7 @@
 #include "stacks/stacks.h"
 #include "workload/data_parallel.h"
 #include "workload/facts.h"
+#include "workload/hf_peft.h"
 #include "workload/model.h"
 
 namespace memsim::stacks {
@@ -61,6 +62,12 @@ class HfTrainerStack final : public PyTorchLoopStack {
     }
     if (d->weight_cast) {
       d->wide_bytes = d->param_bytes;
+      d->cast_inputs = true;
+    }
+    // peft prepare_model_for_kbit_training's fp32 norms / embedding make the decoder's residual
+    // stream fp32 under 16-bit autocast (workload/hf_peft.h KbitWideResidual).
+    if (workload::KbitWideResidual(c)) {
+      d->wide_bytes = 4;
       d->cast_inputs = true;
     }
   }

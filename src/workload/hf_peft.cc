@@ -78,7 +78,28 @@ bool SkippedModule(const std::vector<std::string>& skip, const std::string& para
   return false;
 }
 
+// What peft prepare_model_for_kbit_training leaves in fp32 (config/setup.h
+// HfTrainerOptions::kbit_prepared): every 16-bit parameter that is not quantised, unless the
+// caller casts its module kind back to torch_dtype afterwards (kbit_recast_*). The norms are
+// the parameters named "...norm..." (LlamaRMSNorm weights, Qwen3's q_norm / k_norm, the final
+// norm), as TRL and axolotl pick them ("norm" in the module's name).
+bool KbitFp32(const config::HfTrainerOptions& tc, const ModelDims& d, const ParamTensor& pt,
+              bool quantised) {
+  if (!tc.kbit_prepared || quantised || d.param_bytes != 2) return false;
+  if (pt.name.find("norm") != std::string::npos) return !tc.kbit_recast_norms;
+  if (pt.name.rfind("embedding.", 0) == 0) return !tc.kbit_recast_embed_tokens;
+  if (pt.name.rfind("output_layer.", 0) == 0) return !tc.kbit_recast_lm_head;
+  return true;  // a bias, or a linear llm_int8_skip_modules keeps in 16 bits
+}
+
 }  // namespace
+
+bool KbitWideResidual(const config::TrainingConfig& tc) {
+  const config::HfTrainerOptions* h = tc.hf_trainer();
+  return h != nullptr && h->kbit_prepared && !h->deepspeed &&
+         tc.precision != config::Precision::kFp32 && h->torch_dtype != config::Precision::kFp32 &&
+         (!h->kbit_recast_norms || !h->kbit_recast_embed_tokens);
+}
 
 bool UsesPeft(const config::TrainingConfig& tc) {
   const config::HfTrainerOptions* h = tc.hf_trainer();
@@ -112,6 +133,11 @@ std::vector<ParamTensor> ApplyPeft(const config::Setup& setup, const ModelDims& 
   for (size_t i = 0; i < params.size(); ++i) {
     ParamTensor pt = params[i];
     const bool quantised = LayerLinearWeight(pt) && !SkippedModule(tc.bnb_skip_modules, pt.name);
+    if (KbitFp32(tc, d, pt, (tc.load_in_4bit || tc.load_in_8bit) && quantised)) {
+      // prepare_model_for_kbit_training: `param.data = param.data.to(torch.float32)`.
+      pt.storage_bytes = 4 * pt.numel;
+      if (pt.row_numel > 1) k->fp32_weights.insert(pt.name);  // a linear's (or embedding's) matrix
+    }
     if (tc.load_in_4bit && quantised) {
       pt.storage_bytes =
           FourBitBytes(pt.numel, tc.bnb_4bit_use_double_quant, tc.bnb_4bit_quant_storage_bytes);

@@ -40,6 +40,9 @@ struct PeftKernels {
   // LLM.int8 weights (Linear8bitLt, Int8Params; Int8WeightBytes): each GEMM quantises its input
   // and dequantises its int8 product, and its backward dequantises the weight (Kernels).
   std::set<std::string> eight_bit;
+  // Weight matrices prepare_model_for_kbit_training left in fp32 (hf_peft.cc KbitFp32: lm_head,
+  // the embedding, linears kept in 16 bits): under 16-bit autocast each use casts a C copy.
+  std::set<std::string> fp32_weights;
   bool input_fp16 = false;  // the activations are fp16 (MatMul8bitLt then makes no fp16 copies)
   // modules_to_save originals: their grads go to the trainable copy "modules_to_save.<name>".
   std::set<std::string> saved_modules;
@@ -49,6 +52,17 @@ struct PeftKernels {
 
 // Whether the setup asks for PEFT (an adapter, 4-bit or 8-bit weights).
 bool UsesPeft(const config::TrainingConfig& tc);
+
+// Whether prepare_model_for_kbit_training makes the decoder's residual stream fp32 under 16-bit
+// autocast (ModelDims::wide_bytes 4, cast_inputs): an fp32 embedding looks up fp32 rows
+// (F.embedding is no autocast op), and an fp32 norm weight makes LlamaRMSNorm's
+// `self.weight * hidden_states.to(input_dtype)` fp32; the quantised linears fed that return it
+// in its own dtype (bitsandbytes nn/modules.py Linear4bit.forward `out.to(inp_dtype)`,
+// autograd/_functions.py MatMul8bitLt `.to(A.dtype)`), and `residual + hidden_states`
+// promotes to fp32 (transformers modeling_llama.py LlamaDecoderLayer.forward). With the
+// embedding recast to 16 bits (TRL) the first layer's input is still 16-bit: memsim high by
+// one [b, s, h] 16-bit tensor per layer input the checkpoint saves there.
+bool KbitWideResidual(const config::TrainingConfig& tc);
 
 // The parameter list after get_peft_model (and 4-bit loading); the kernels' rules to match.
 // REQUIRES: a Setup config/ validated (target modules exist for the model type).

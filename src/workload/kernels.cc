@@ -150,6 +150,10 @@ std::string Kernels::GradTarget(const std::string& param) const {
   return "";
 }
 
+bool Kernels::ReturnsInputDtype(const std::string& param) const {
+  return peft_ != nullptr && (peft_->four_bit.count(param) != 0 || peft_->eight_bit.count(param) != 0);
+}
+
 bool Kernels::KeepsLinearInput(const std::string& param) const {
   if (Trainable(param)) return true;
   // Without dropout lora_A reads the input itself, unless it reads a cast of it.
@@ -305,6 +309,20 @@ TensorId Kernels::CastWeight(std::int64_t rows, std::int64_t cols, const std::st
     if (peft_->eight_bit.count(param) != 0) {
       Int8MatmulForward(rows, cols, param);
       return 0;
+    }
+    if (f_->hf_native_amp && d_->act_bytes != 4 && peft_->fp32_weights.count(param) != 0) {
+      // A frozen fp32 weight (prepare_model_for_kbit_training) under 16-bit autocast: cached_cast
+      // caches only leaves that require grad (aten/src/ATen/autocast_mode.h can_try_cache), so
+      // each use casts a fresh C copy; mm saves it for its input's grad (derivatives.yaml mm:
+      // `self: mm_mat1_backward(grad, mat2, ...)`) until the GEMM's backward.
+      const TensorId copy =
+          em_.Alloc(rows * cols * d_->act_bytes, Category::kActivations, param + ".autocast_copy");
+      if (!saved) {
+        em_.Free(copy);
+        return 0;
+      }
+      em_.Ref(copy);
+      return copy;
     }
   }
   if (!d_->weight_cast) return 0;

@@ -133,6 +133,11 @@ class Kernels {
   // guard_for), so a frozen weight keeps nothing. A LoRA adapter on it without dropout feeds the
   // same input to lora_A, whose weight is trained, so it stays kept.
   bool KeepsLinearInput(const std::string& param) const;
+  // Whether the linear whose weight is `param` returns its output in its input's dtype rather
+  // than the autocast dtype: a bitsandbytes 4-bit or 8-bit linear (nn/modules.py
+  // Linear4bit.forward: `x = x.to(self.compute_dtype)` ... `out.to(inp_dtype)`, bitsandbytes
+  // 0.43.3; autograd/_functions.py MatMul8bitLt.forward `.to(A.dtype)`, 0.45).
+  bool ReturnsInputDtype(const std::string& param) const;
 
  private:
   // An LLM.int8 linear's forward temporaries (hf_peft.h PeftKernels::eight_bit), in the open op.

@@ -295,36 +295,73 @@ TEST_CASE("hf-trainer: LoRA parameter counts (print_trainable_parameters)", "[co
 // fp32 absmax per 256 blocks). Per layer the linear weights hold 218,112,000 - 8,192 =
 // 218,103,808 values: packed 109,051,904 B; 3,407,872 blocks -> uint8 absmax 3,407,872 B;
 // 13,312 second-level blocks -> fp32 absmax 53,248 B; 112,513,024 B a layer, 32 layers
-// 3,600,416,768 B. The rest stays bf16: (525,336,576 · 2 + 32 · 8,192 + 4,096) · 2 =
-// 2,101,878,784 B; the adapters 13,631,488 B.
+// 3,600,416,768 B. The rest, 525,336,576 · 2 + 32 · 8,192 + 4,096 = 1,050,939,392 values, is
+// what peft's prepare_model_for_kbit_training casts to fp32 (on by default with 4-bit weights):
+// 4,203,757,568 B; without it bf16, 2,101,878,784 B. The adapters 13,631,488 B.
+// TRL's peft_module_casting_to_bf16 (kbit_modules_recast embed_tokens, lm_head) leaves the norms
+// fp32, (32 · 8,192 + 4,096) · 4 = 1,064,960 B, and the two embeddings bf16,
+// 2 · 525,336,576 · 2 = 2,101,346,304 B: 2,102,411,264 B.
+std::string Qlora8b(const std::string& name, const std::string& extra) {
+  return Llama8b(name, ", \"quantization_config\": {\"load_in_4bit\": true, "
+                       "\"bnb_4bit_quant_type\": \"nf4\", \"bnb_4bit_use_double_quant\": true, "
+                       "\"bnb_4bit_compute_dtype\": \"bfloat16\"}" + extra);
+}
+
 TEST_CASE("hf-trainer: QLoRA 4-bit weights and their quantisation state", "[config][hf]") {
-  const Setup s = LoadSetup(
-      Llama8b("q1.json", ", \"quantization_config\": {\"load_in_4bit\": true, "
-                         "\"bnb_4bit_quant_type\": \"nf4\", \"bnb_4bit_use_double_quant\": true, "
-                         "\"bnb_4bit_compute_dtype\": \"bfloat16\"}"),
-      {});
+  const Setup s = LoadSetup(Qlora8b("q1.json", ""), {});
   CHECK(s.training.hf_trainer()->load_in_4bit);
+  CHECK(s.training.hf_trainer()->kbit_prepared);
   const workload::StaticSizes z = workload::ComputeStaticSizes(s, 0);
   CHECK(z.parameter_count == 8033669120);  // PEFT counts a 4-bit weight's full numel
   CHECK(z.trainable_parameter_count == 3407872);
-  CHECK(z.parameter_bytes == 3600416768 + 2101878784 + 13631488);
+  CHECK(z.parameter_bytes == 3600416768 + 4203757568 + 13631488);
+  const Setup off =
+      LoadSetup(Qlora8b("q1b.json", ", \"prepare_model_for_kbit_training\": false"), {});
+  CHECK_FALSE(off.training.hf_trainer()->kbit_prepared);
+  CHECK(workload::ComputeStaticSizes(off, 0).parameter_bytes == 3600416768 + 2101878784 + 13631488);
+  const Setup trl = LoadSetup(
+      Qlora8b("q1c.json", ", \"kbit_modules_recast\": [\"embed_tokens\", \"lm_head\"]"), {});
+  CHECK(workload::ComputeStaticSizes(trl, 0).parameter_bytes == 3600416768 + 2102411264 + 13631488);
+}
+
+TEST_CASE("hf-trainer: prepare_model_for_kbit_training keys, their errors and warnings",
+          "[config][hf]") {
+  CHECK(ErrorOf(Qlora8b("q1d.json", ", \"kbit_modules_recast\": [\"norms\"]"))
+            .find("/training/kbit_modules_recast: \"norms\": expected \"norm\", \"embed_tokens\" "
+                  "or \"lm_head\"") != std::string::npos);
+  // Without quantised weights peft would cast the whole model: not modelled, a warning.
+  const Setup plain = LoadSetup(Llama8b("q1e.json", ", \"prepare_model_for_kbit_training\": true"), {});
+  CHECK_FALSE(plain.training.hf_trainer()->kbit_prepared);
+  bool warned = false;
+  for (const std::string& w : plain.warnings) {
+    warned = warned || w.find("/training/prepare_model_for_kbit_training: without load_in_4bit") !=
+                           std::string::npos;
+  }
+  CHECK(warned);
+  // Another framework's block refuses the keys, naming them.
+  CHECK(ErrorOf(Write("q1f.json", "{\"model\": \"llama3-8b\", \"device\": \"rtx-4090-24g\", "
+                                  "\"training\": {\"framework\": \"pytorch\", \"seq_length\": 512, "
+                                  "\"kbit_modules_recast\": [\"norm\"]}}"))
+            .find("/training/kbit_modules_recast: a framework \"hf-trainer\" key") != std::string::npos);
 }
 
 // LLM.int8 (load_in_8bit): the same linears in int8 with fp32 row scales (Int8Params: CB and
 // SCB). Per layer 218,103,808 int8 values and rows q 4096 + k 1024 + v 1024 + o 4096 + gate
 // 14336 + up 14336 + down 4096 = 43,008, SCB 172,032 B: 218,275,840 B a layer, 32 layers
-// 6,984,826,880 B; the rest as under QLoRA.
+// 6,984,826,880 B; the rest as under QLoRA (fp32 after prepare_model_for_kbit_training,
+// 4,203,757,568 B).
 // bnb_4bit_quant_storage bfloat16 packs the same values into bf16 elements: the same bytes.
-// llm_int8_skip_modules ["lm_head", "mlp"] keeps gate/up/down_proj in bf16: per layer
-// 3 · 58,720,256 · 2 = 352,321,536 B, and the attention's 41,943,040 values in NF4 with double
-// quantisation: 20,971,520 packed + 655,360 uint8 absmax + 2,560 · 4 = 21,637,120 B.
+// llm_int8_skip_modules ["lm_head", "mlp"] keeps gate/up/down_proj out of bitsandbytes, which
+// prepare_model_for_kbit_training then casts to fp32: per layer 3 · 58,720,256 · 4 =
+// 704,643,072 B, and the attention's 41,943,040 values in NF4 with double quantisation:
+// 20,971,520 packed + 655,360 uint8 absmax + 2,560 · 4 = 21,637,120 B.
 TEST_CASE("hf-trainer: 8-bit weights, the 4-bit storage dtype and the modules kept in 16 bits",
           "[config][hf]") {
   const Setup s8 = LoadSetup(
       Llama8b("q8.json", ", \"quantization_config\": {\"load_in_8bit\": true}"), {});
   CHECK(s8.training.hf_trainer()->load_in_8bit);
   CHECK(workload::ComputeStaticSizes(s8, 0).parameter_bytes ==
-        6984826880 + 2101878784 + 13631488);
+        6984826880 + 4203757568 + 13631488);
   const std::string nf4 = "\"load_in_4bit\": true, \"bnb_4bit_quant_type\": \"nf4\", "
                           "\"bnb_4bit_use_double_quant\": true";
   const Setup bf = LoadSetup(
@@ -332,13 +369,13 @@ TEST_CASE("hf-trainer: 8-bit weights, the 4-bit storage dtype and the modules ke
                              ", \"bnb_4bit_quant_storage\": \"bfloat16\"}"),
       {});
   CHECK(bf.training.hf_trainer()->bnb_4bit_quant_storage_bytes == 2);
-  CHECK(workload::ComputeStaticSizes(bf, 0).parameter_bytes == 3600416768 + 2101878784 + 13631488);
+  CHECK(workload::ComputeStaticSizes(bf, 0).parameter_bytes == 3600416768 + 4203757568 + 13631488);
   const Setup skip = LoadSetup(
       Llama8b("q10.json", ", \"quantization_config\": {" + nf4 +
                               ", \"llm_int8_skip_modules\": [\"lm_head\", \"mlp\"]}"),
       {});
   CHECK(workload::ComputeStaticSizes(skip, 0).parameter_bytes ==
-        32 * (Bytes{352321536} + 21637120) + 2101878784 + 13631488);
+        32 * (Bytes{704643072} + 21637120) + 4203757568 + 13631488);
   CHECK(ErrorOf(Llama8b("q11.json", ", \"quantization_config\": {\"load_in_8bit\": true, "
                                     "\"load_in_4bit\": true}"))
             .find("/training/quantization_config/load_in_8bit: true with load_in_4bit true") !=

@@ -99,17 +99,22 @@ TEST_CASE("recipe: alignment-handbook zephyr QLoRA is NF4 Mistral-7B with r 16 a
   CHECK(adapter == 41943040);
   CHECK(workload::TotalParameterCounts(s).trainable == adapter);
   // Quantised: each layer's linears, 4096x4096 (q, o), 4096x1024 (k, v), 4096x14336 (x3); TRL's
-  // use_bnb_nested_quant defaults to false. Not quantised, bf16 (torch_dtype bfloat16):
-  // embedding and lm_head 32000 x 4096 each, 2 norms of 4096 per layer, the final norm.
+  // use_bnb_nested_quant defaults to false. Not quantised: SFTTrainer runs peft's
+  // prepare_model_for_kbit_training (every bf16 parameter to fp32), then, with bf16 (TRL's
+  // default) and 4-bit weights, peft_module_casting_to_bf16 casts embedding and lm_head
+  // (32000 x 4096 each) back to bf16 and keeps the norms (2 of 4096 per layer, the final one)
+  // fp32.
   std::int64_t four_bit = 0;
   for (std::int64_t n : {4096LL * 4096, 4096LL * 1024, 4096LL * 1024, 4096LL * 4096,
                          4096LL * 14336, 4096LL * 14336, 4096LL * 14336}) {
     four_bit += RecipeFourBit(n, false);
   }
   four_bit *= 32;
-  const std::int64_t bf16 = 2 * (2 * 32000LL * 4096 + 32 * 2 * 4096 + 4096);
+  const std::int64_t bf16 = 2 * (2 * 32000LL * 4096);
+  const std::int64_t fp32_norms = 4 * (32 * 2 * 4096 + 4096);
+  CHECK(s.training.hf_trainer()->kbit_prepared);
   const workload::StaticSizes sizes = workload::ComputeStaticSizes(s, 0);
-  CHECK(sizes.parameter_bytes == four_bit + bf16 + 4 * adapter);
+  CHECK(sizes.parameter_bytes == four_bit + bf16 + fp32_norms + 4 * adapter);
   CHECK(sizes.optimizer_state_bytes == 8 * adapter);
   CHECK(s.training.seq_length == 2048);  // max_seq_length
   CHECK(s.training.micro_batch_size == 4);

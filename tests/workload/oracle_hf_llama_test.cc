@@ -44,6 +44,24 @@ config::Setup OracleLlama(const std::string& variant) {
   return s;
 }
 
+// record.py llama_qlora: bf16 weights, the decoder's linears in 4 bits (NF4 without double
+// quantisation), peft's prepare_model_for_kbit_training (fp32 embedding, norms and lm_head;
+// reentrant gradient checkpointing), LoRA r 8, alpha 16, dropout 0.1 on q/k/v/o_proj; the step
+// under bf16 autocast.
+config::Setup OracleQlora() {
+  config::Setup s = OracleLlama("ckpt");
+  s.training.precision = config::Precision::kBf16;
+  s.training.pytorch()->torch_dtype = config::Precision::kBf16;
+  auto& hf = std::get<config::HfTrainerOptions>(s.training.stack);
+  hf.lora_r = 8;
+  hf.lora_alpha = 16;
+  hf.lora_dropout = 0.1;
+  hf.lora_target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  hf.load_in_4bit = true;
+  hf.kbit_prepared = true;
+  return s;
+}
+
 bool OracleStartsWith(const std::string& s, const std::string& prefix) {
   return s.rfind(prefix, 0) == 0;
 }
@@ -318,6 +336,102 @@ TEST_CASE("oracle: Llama with LoRA and LoRA dropout, module boundaries match the
                "fwd norm post", "step loss post"});
   OracleLoraLossRows(t);
   OracleCompare("llama_lora", OracleLlama("lora"), t);
+}
+
+// A QLoRA layer's re-run in backward (phase "recompute"), against memsim's: the rows of 4.36 and
+// PyTorch 1.13 the fp32 tests name (OracleLayerRows, OracleLoraLayerRows), at the fp32 sizes the
+// prepared model has there (its residual stream, q, k, v and the MLP's tensors are fp32).
+void OracleQloraRecomputeRows(std::vector<GapRow>& t, int l) {
+  const std::string tag = "qlora recompute layer " + std::to_string(l);
+  const std::string end = "recompute layers." + std::to_string(l) + " post";
+  auto at = [&](const std::string& rest) { return OracleL(l, rest, "recompute"); };
+  t.push_back({tag + " input_layernorm: pow output saved by 1.13's mean", GapReason::kVersion, 8192,
+               at("input_layernorm post"), end});
+  t.push_back({tag + " post_attention_layernorm: pow output saved by 1.13's mean",
+               GapReason::kVersion, 8192, at("post_attention_layernorm post"), end});
+  // 4.36's per-layer rotary_emb(value_states): cos / sin in v's dtype, fp32 here.
+  t.push_back({tag + " per-layer rotary cos/sin (4.36)", GapReason::kVersion, 4096,
+               at("self_attn post"), end});
+  t.push_back({tag + " 0-dim scale saved by DivBackward0 (4.36)", GapReason::kVersion, 8,
+               at("self_attn post"), end});
+  t.push_back({tag + " LoRA: 0-dim scaling saved by MulBackward0 (q, k, v, o)", GapReason::kVersion,
+               4 * 8, at("self_attn post"), end});
+  // The adapters' dropout on [T, 64] inputs that need grad: q, k, v's is the fp32 norm output
+  // (CPU noise fp32, 4 B an element); o's the bf16 attention output, whose CPU noise is bf16
+  // (2 B), against CUDA's bool mask (1 B) in memsim.
+  for (const char* p : {"q_proj", "k_proj", "v_proj"}) {
+    OracleLoraDropoutRow(t, tag + " " + p, 2048, true, at("self_attn post"));
+    t.back().last = end;
+  }
+  t.push_back({tag + " o_proj: CPU dropout noise (bf16 input) vs CUDA's bool mask",
+               GapReason::kVersion, 2 * 2048 - 2048, at("self_attn post"), end});
+  // The re-run enters autocast again (torch.utils.checkpoint CheckpointFunction.backward), which
+  // caches the LoRA weights' bf16 copies (7,168 B, as in the forward) until it exits after the
+  // layer.
+  t.push_back({tag + " autocast cache: the LoRA weights in bf16, not modelled",
+               GapReason::kMemsimShorter, 7168, at("self_attn post"), end});
+}
+
+TEST_CASE("oracle: QLoRA after prepare_model_for_kbit_training, parameter bytes match the real "
+          "model's", "[workload][oracle]") {
+  // llama_qlora.log's header: parameter bytes 197,888 and the 4-bit linears' absmax (not
+  // parameters in bitsandbytes either) 4,608. Derived: embed_tokens and lm_head 256·64 each and
+  // five norms of 64, all fp32 after the cast: 2 · 65,536 + 1,280; per layer the 4-bit linears
+  // hold 64·64 (q) + 64·32 (k, v) + 64·64 (o) + 3 · 64·128 = 36,864 values: 18,432 packed bytes
+  // and 576 fp32 absmax (one per 64 values, 2,304 B); LoRA r 8: q, o 8·(64 + 64), k, v
+  // 8·(64 + 32), fp32: 14,336 B a layer.
+  const Bytes expected = 2 * 65536 + 1280 + 2 * (18432 + 2304) + 2 * 14336;
+  CHECK(expected == 197888 + 4608);
+  const Program p = Build(OracleQlora(), 0);
+  Bytes params = 0;
+  for (const Op& op : p.ops) {
+    for (const TensorAlloc& a : op.allocs) {
+      if (a.category == Category::kParameters) params += a.size_bytes;
+    }
+  }
+  CHECK(params == expected);
+}
+
+TEST_CASE("oracle: QLoRA after prepare_model_for_kbit_training, module boundaries match the real "
+          "code's", "[workload][oracle]") {
+  std::vector<GapRow> t;
+  OracleModelRows(t, "recompute layers.0 post", "recompute layers.0 post", "nograd layers.0 pre",
+                  "fwd embed_tokens pre");
+  for (int l = 0; l < 2; ++l) {
+    const std::string n = std::to_string(l);
+    t.push_back({"checkpoint layer " + n + ": saved CPU RNG state (host memory on GPU)",
+                 GapReason::kSetup, 5056, "nograd layers." + n + " pre", "recompute layers.0 post"});
+    t.push_back({"checkpoint layer " + n + ": RNG state around the re-run (host memory on GPU)",
+                 GapReason::kSetup, 5056, "recompute layers." + n + " pre",
+                 "recompute layers." + n + " post"});
+    // Autocast's cache (aten/src/ATen/autocast_mode.h cached_cast: fp32 leaves that require
+    // grad): the bf16 copies of the layer's fp32 LoRA weights, q and o 8·64 + 64·8, k and v
+    // 8·64 + 32·8 values: 3,584 · 2 = 7,168 B, held until the outermost autocast exits.
+    t.push_back({"autocast cache: layer " + n + "'s LoRA weights in bf16, not modelled",
+                 GapReason::kMemsimShorter, 7168, "nograd layers." + n + ".self_attn post",
+                 "fwd lm_head post"});
+  }
+  // The final LlamaRMSNorm: fp32 output (fp32 weight · fp32 x; memsim keeps the compute dtype,
+  // T·h·2 less), and 1.13's mean saving the pow output (T·h·4).
+  t.push_back({"final norm output fp32 (memsim: bf16)", GapReason::kMemsimShorter, 4096,
+               "fwd norm post", "fwd lm_head post"});
+  t.push_back({"final norm: pow output saved by 1.13's mean", GapReason::kVersion, 8192,
+               "fwd norm post", "step loss post"});
+  // lm_head is frozen: its mm saves the weight's bf16 copy, not the norm output, which goes when
+  // the forward returns; memsim keeps its bf16 final_out to output_layer_bwd.
+  t.push_back({"final norm output: frozen lm_head saves nothing; memsim keeps it",
+               GapReason::kMemsimLonger, -4096, "step loss post", "step loss post"});
+  t.push_back({"the caller's loss and the root gradient during backward", GapReason::kSetup, 8,
+               "recompute layers.1 pre", "recompute layers.0 post"});
+  for (int l = 1; l >= 0; --l) OracleQloraRecomputeRows(t, l);
+  // torch.optim.AdamW state["step"] of the 16 LoRA matrices (CPU tensors), and the adapters'
+  // gradients, which the recorder keeps after the step and the Trainer's model.zero_grad()
+  // frees: 28,672 B (the trainable bytes of the parameter test above).
+  t.push_back({"AdamW step counters (CPU tensors)", GapReason::kSetup, 16 * 4,
+               "step optimizer post", "step optimizer post"});
+  t.push_back({"setup: adapter gradients the recorder keeps after the step; the Trainer zeroes them",
+               GapReason::kSetup, 28672, "step optimizer post", "step optimizer post"});
+  OracleCompare("llama_qlora", OracleQlora(), t);
 }
 
 }  // namespace

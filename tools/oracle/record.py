@@ -6,7 +6,7 @@ and free goes through it).
 
 Usage (README.md): tools/oracle/prepare_sources.sh /tmp/src
   PYTHONPATH=/tmp/src /usr/bin/python3 tools/oracle/record.py CONFIG OUT_DIR
-CONFIG: llama, llama_ckpt, llama_lora, bert, megatron, megatron_moe (or "all").
+CONFIG: llama, llama_ckpt, llama_lora, llama_qlora, bert, megatron, megatron_moe (or "all").
 
 Writes OUT_DIR/CONFIG.log: '#' header lines (versions, shapes), then one line per boundary,
   <phase> <module> <pre|post> <alive bytes> <peak bytes since the previous line>
@@ -103,6 +103,8 @@ def llama_model(variant):
     model = LlamaForCausalLM(cfg)
     if variant == "ckpt":
         model.gradient_checkpointing_enable()  # reentrant (torch.utils.checkpoint default)
+    if variant == "qlora":
+        return llama_qlora_model(model)
     if variant == "lora":
         from peft import LoraConfig, get_peft_model
         lcfg = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.1, bias="none",
@@ -111,6 +113,34 @@ def llama_model(variant):
                           task_type="CAUSAL_LM")
         model = get_peft_model(model, lcfg)
     return model
+
+
+def llama_qlora_model(model):
+    """QLoRA as TRL's SFTTrainer and the QLoRA scripts build it: bf16 weights, the decoder's
+    linears in 4 bits (emulated: bnb_emulation.py), peft's prepare_model_for_kbit_training (its
+    fp32 cast, enable_input_require_grads, gradient_checkpointing_enable: reentrant), then
+    get_peft_model with LoRA r 8, alpha 16, dropout 0.1 on q/k/v/o_proj (4-bit base layers get
+    peft's lora.bnb.Linear4bit wrapper). The step runs under CPU autocast to bf16 (run_step)."""
+    import bnb_emulation
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+    model = model.to(torch.bfloat16)
+    bnb_emulation.quantize_decoder_linears(model, torch.bfloat16)
+    model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=True)
+    lcfg = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.1, bias="none",
+                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+                      task_type="CAUSAL_LM")
+    return get_peft_model(model, lcfg)
+
+
+class _CudaAutocastAsCpu:
+    """torch for peft's lora/bnb.py, with is_autocast_enabled() answering for CPU autocast:
+    peft asks the CUDA flag (`requires_conversion = not torch.is_autocast_enabled()`), which is
+    what a GPU run under autocast answers True to."""
+
+    def __getattr__(self, name):
+        if name == "is_autocast_enabled":
+            return torch.is_autocast_cpu_enabled
+        return getattr(torch, name)
 
 
 def llama_watch(rec, model):
@@ -158,9 +188,14 @@ def record(config, out_dir, lib):
     torch.manual_seed(0)
     rec = Recorder(lib)
     lib.oracle_trace(os.path.join(out_dir, config + ".trace").encode())
-    header = [f"torch {torch.__version__}", f"config {config}", "device cpu, fp32, batch 1"]
+    dtype = "bf16 weights, autocast bf16" if config == "llama_qlora" else "fp32"
+    header = [f"torch {torch.__version__}", f"config {config}", f"device cpu, {dtype}, batch 1"]
     if config.startswith("llama"):
         variant = config.split("_")[1] if "_" in config else ""
+        if variant == "qlora":
+            sys.path.insert(0, HERE)
+            import bnb_emulation
+            bnb_emulation.install()
         model = llama_model(variant)
         model.train()
         llama_watch(rec, model)
@@ -169,10 +204,22 @@ def record(config, out_dir, lib):
         if variant == "lora":
             import peft
             header.append(f"peft {peft.__version__}: r 8, alpha 16, dropout 0.1, all 7 linears")
+        if variant == "qlora":
+            import peft
+            import peft.tuners.lora.bnb
+            peft.tuners.lora.bnb.torch = _CudaAutocastAsCpu()
+            header.append(f"peft {peft.__version__}: prepare_model_for_kbit_training, r 8, alpha 16, "
+                          "dropout 0.1, q/k/v/o_proj; emulated 4-bit linears (bnb_emulation.py), "
+                          "bf16 weights, CPU autocast bf16")
+            import bnb_emulation
+            header.append(f"quantisation state bytes {bnb_emulation.quantised_state_bytes(model)}")
         header.append("llama h 64 ffn 128 heads 4 kv 2 layers 2 vocab 256 seq 32 untied")
         ids = torch.randint(0, 256, (1, 32))
 
         def run():
+            if variant == "qlora":
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    return model(input_ids=ids, labels=ids).loss
             return model(input_ids=ids, labels=ids).loss
     elif config == "bert":
         model = bert_model()
@@ -238,7 +285,7 @@ def main():
     os.makedirs(out_dir, exist_ok=True)
     torch.set_num_threads(1)
     lib = load_counter()
-    configs = (["llama", "llama_ckpt", "llama_lora", "bert", "megatron", "megatron_moe"]
+    configs = (["llama", "llama_ckpt", "llama_lora", "llama_qlora", "bert", "megatron", "megatron_moe"]
                if config == "all" else [config])
     for c in configs:
         record(c, out_dir, lib)

@@ -149,7 +149,12 @@ struct LinearSaved {
   TensorId input = 0;   // the input copy it saved (0: the caller's tensor, or nothing)
   TensorId weight = 0;  // the weight copy it saved
   bool cast_input = false;  // it cast a wide input (its input grad is cast back)
+  bool wide_out = false;    // a quantised linear fed a wide input: its output is wide too
 };
+
+// The element size of a linear's output: the wide dtype when it returns its input's
+// (Kernels::ReturnsInputDtype), else C.
+Bytes OutBytes(const ModelDims& d, const LinearSaved& s) { return s.wide_out ? d.wide_bytes : d.act_bytes; }
 
 Name Param(int l, const Name& module, const char* what = "weight") {
   return LayerLabel(l, fmt::format("{}.{}", module, what));
@@ -166,8 +171,17 @@ TensorId LinearForward(ModuleContext& ctx, int l, const Name& module, std::int64
     s->input = em.Alloc(d.act_bytes * d.T * in, Category::kActivations, LayerLabel(l, module + ".input_cast"));
   }
   s->weight = ctx.k.CastWeight(out, in, Param(l, module), !nograd);
-  const TensorId y = em.Alloc(d.act_bytes * d.T * out, Category::kActivations, LayerLabel(l, module + ".out"));
+  TensorId y = em.Alloc(d.act_bytes * d.T * out, Category::kActivations, LayerLabel(l, module + ".out"));
   em.Flops(2.0 * d.T * in * out);
+  if (cast_input && ctx.k.ReturnsInputDtype(Param(l, module))) {
+    // bitsandbytes Linear4bit.forward `out = out.to(inp_dtype)`: the C product is rebound to its
+    // wide copy; the C input copy (the local x) goes when forward returns, just after.
+    em.Begin(module + ".to_input_dtype", l);
+    const TensorId wide = em.Alloc(d.wide_bytes * d.T * out, Category::kActivations, LayerLabel(l, module + ".out_wide"));
+    em.Free(y);
+    y = wide;
+    s->wide_out = true;
+  }
   if (nograd || !ctx.k.KeepsLinearInput(Param(l, module))) {
     em.Free(s->input);
     s->input = 0;
@@ -183,6 +197,14 @@ TensorId LinearBackward(ModuleContext& ctx, int l, const Name& module, std::int6
                         bool free_dy) {
   const ModelDims& d = ctx.d;
   Emitter& em = ctx.em;
+  if (s.wide_out) {
+    // ToCopyBackward of `out.to(inp_dtype)`: the wide grad cast back to C for MatMul4Bit.
+    em.Begin(module + "_bwd.to_compute_dtype", l);
+    const TensorId c = em.Alloc(d.act_bytes * d.T * out, Category::kTemporaries, LayerLabel(l, module + ".d_out"));
+    if (free_dy) em.Free(dy);
+    dy = c;
+    free_dy = true;
+  }
   em.Begin(module + "_bwd", l);
   ctx.k.GemmWorkspace(/*torch_gemm=*/true);
   TensorId g = em.Alloc(d.act_bytes * d.T * in, Category::kTemporaries, LayerLabel(l, module + ".d_input"));
@@ -286,6 +308,7 @@ struct HfAttnSaved final : ModuleSaved {
   // the transposed output.
   TensorId q = 0, k = 0, v = 0, out = 0, lse = 0;
   TensorId probs32 = 0, probs = 0, dmask = 0, ctx_out = 0;
+  bool v_wide = false;  // v_proj returned the wide dtype (LinearSaved::wide_out): cast for attention
 };
 
 // The DynamicCache's hold on key_states after RoPE and value_states (FrameworkFacts::hf_kv_cache):
@@ -317,12 +340,12 @@ std::int64_t Widths(const ModelDims& d, int i, bool in) {
 
 // Qwen3Attention q_norm / k_norm: LlamaRMSNorm over head_dim of the projection's output (C),
 // weight dtype W: y in promote(C, W).
-TensorId QkNorm(ModuleContext& ctx, int l, const char* which, TensorId in, std::int64_t heads,
-                bool nograd, RmsSaved* s) {
+TensorId QkNorm(ModuleContext& ctx, int l, const char* which, TensorId in, Bytes in_bytes,
+                std::int64_t heads, bool nograd, RmsSaved* s) {
   const ModelDims& d = ctx.d;
-  const Bytes out = std::max(d.act_bytes, d.param_bytes);
+  const Bytes out = std::max(in_bytes, d.param_bytes);
   const TensorId y = RmsNormForward(ctx, l, fmt::format("self_attn.{}_norm", which), d.T * heads, d.dh,
-                                    d.act_bytes, out, nograd, s);
+                                    in_bytes, out, nograd, s);
   ctx.em.Free(in);  // the projection's output has no other user
   return y;
 }
@@ -481,7 +504,7 @@ void EagerForward(ModuleContext& ctx, int l, bool nograd, HfAttnSaved* a) {
   if (d.g < d.a) {
     em.Begin("self_attn.repeat_kv", l);
     const TensorId k = em.Alloc(em.SizeOf(a->k) * (d.a / d.g), Category::kActivations, LayerLabel(l, "self_attn.key_repeated"));
-    const TensorId v = em.Alloc(c * d.T * d.q, Category::kActivations, LayerLabel(l, "self_attn.value_repeated"));
+    const TensorId v = em.Alloc(em.SizeOf(a->v) * (d.a / d.g), Category::kActivations, LayerLabel(l, "self_attn.value_repeated"));
     DropKv(em, a->k);
     DropKv(em, a->v);
     a->k = k;
@@ -521,6 +544,13 @@ void EagerForward(ModuleContext& ctx, int l, bool nograd, HfAttnSaved* a) {
     a->probs = out;
   }
   em.Begin("self_attn.context", l);
+  if (a->v_wide) {
+    // matmul(probs, v) under autocast: a fresh C copy of the wide v, saved in its place (the
+    // wide one is the caller's local until the attention returns: modelled freed here).
+    const TensorId v = em.Alloc(c * d.T * d.q, Category::kActivations, LayerLabel(l, "self_attn.value_cast"));
+    DropKv(em, a->v);
+    a->v = v;
+  }
   const TensorId ctx_out = em.Alloc(c * d.T * d.q, Category::kTemporaries, LayerLabel(l, "self_attn.context"));
   a->out = em.Alloc(c * d.T * d.q, Category::kActivations, LayerLabel(l, "self_attn.attn_output"));
   em.Free(ctx_out);
@@ -552,6 +582,12 @@ std::array<TensorId, 3> EagerBackward(ModuleContext& ctx, int l, HfAttnSaved& a,
   TensorId dv = em.Alloc(c * d.T * d.q, Category::kTemporaries, LayerLabel(l, "self_attn.d_value_repeated"));
   FreeAll(em, {dout, a.out, a.probs});
   DropKv(em, a.v);
+  if (a.v_wide) {  // ToCopyBackward of the matmul's autocast copy of v
+    em.Begin("self_attn.value_cast_bwd", l);
+    const TensorId wide = em.Alloc(d.wide_bytes * d.T * d.q, Category::kTemporaries, LayerLabel(l, "self_attn.d_value_repeated_wide"));
+    em.Free(dv);
+    dv = wide;
+  }
   if (d.attention_dropout) dp = chain(dp, "dropout_bwd", c, {a.dmask});
   dp = chain(dp, "probs_to_bwd", 4, {});
   dp = chain(dp, "softmax_bwd", d.wide_bytes, {a.probs32});
@@ -575,7 +611,7 @@ std::array<TensorId, 3> EagerBackward(ModuleContext& ctx, int l, HfAttnSaved& a,
   if (d.g < d.a) {
     em.Begin("self_attn.repeat_kv_bwd", l);
     const TensorId k = em.Alloc(em.SizeOf(g[1]) / (d.a / d.g), Category::kTemporaries, LayerLabel(l, "self_attn.d_key"));
-    const TensorId v = em.Alloc(c * d.T * d.kv, Category::kTemporaries, LayerLabel(l, "self_attn.d_value"));
+    const TensorId v = em.Alloc(em.SizeOf(dv) / (d.a / d.g), Category::kTemporaries, LayerLabel(l, "self_attn.d_value"));
     FreeAll(em, {g[1], dv});
     g[1] = k;
     dv = v;
@@ -597,15 +633,29 @@ void SdpaCasts(ModuleContext& ctx, int l, HfAttnSaved* a) {
   DropKv(em, a->k);
   a->q = q;
   a->k = k;
+  if (a->v_wide) {
+    // A wide v (a quantised v_proj, LinearSaved::wide_out) is cast too: sdpa by autocast,
+    // flash_attention_2 by `.to(target_dtype)` of query, key and value when the query is fp32
+    // (transformers modeling_flash_attention_utils.py _flash_attention_forward, 4.48).
+    const TensorId v = em.Alloc(d.act_bytes * d.T * d.kv, Category::kActivations, LayerLabel(l, "self_attn.value_cast"));
+    DropKv(em, a->v);
+    a->v = v;
+  }
 }
 
 // The grads of the sdpa casts back to the rotary dtype (ToCopyBackward; k's cast was made
 // last, so it runs first).
-void SdpaCastsBackward(ModuleContext& ctx, int l, std::array<TensorId, 3>* g) {
+void SdpaCastsBackward(ModuleContext& ctx, int l, bool v_wide, std::array<TensorId, 3>* g) {
   const ModelDims& d = ctx.d;
   if (!d.cast_inputs || !ctx.f.flash) return;
   Emitter& em = ctx.em;
   const Bytes r = DtypesOf(d).r;
+  if (v_wide) {  // v's cast was made last: its ToCopyBackward runs first
+    em.Begin("self_attn.value_cast_bwd", l);
+    const TensorId wide = em.Alloc(d.wide_bytes * d.T * d.kv, Category::kTemporaries, LayerLabel(l, "self_attn.d_value_wide"));
+    em.Free((*g)[2]);
+    (*g)[2] = wide;
+  }
   for (int i : {1, 0}) {
     em.Begin(i == 1 ? "self_attn.key_cast_bwd" : "self_attn.query_cast_bwd", l);
     const TensorId wide = em.Alloc(r * d.T * (i == 1 ? d.kv : d.q), Category::kTemporaries,
@@ -640,11 +690,16 @@ void ProjectQkv(ModuleContext& ctx, int l, TensorId y, bool nograd, HfAttnSaved*
   }
   a->ln_out = y;
   a->ln_out_saved = !(cast || nograd || !kept);
-  Bytes in_bytes = d.act_bytes;
+  // q and k in C, or wide from a quantised projection fed the wide norm output (Phi3's fused
+  // projection is never quantised by name: hf_peft.cc LayerLinearWeight lists qkv_proj, so its
+  // slices follow proj[0]).
+  const Bytes proj_bytes = OutBytes(d, a->proj[0]);
+  a->v_wide = OutBytes(d, a->proj[ctx.model.fused_projections ? 0 : 2]) != d.act_bytes;
+  Bytes in_bytes = proj_bytes;
   if (ctx.model.qk_layernorm) {
-    out[0] = QkNorm(ctx, l, "q", out[0], d.a, nograd, &a->q_norm);
-    out[1] = QkNorm(ctx, l, "k", out[1], d.g, nograd, &a->k_norm);
-    in_bytes = std::max(d.act_bytes, d.param_bytes);
+    out[0] = QkNorm(ctx, l, "q", out[0], proj_bytes, d.a, nograd, &a->q_norm);
+    out[1] = QkNorm(ctx, l, "k", out[1], proj_bytes, d.g, nograd, &a->k_norm);
+    in_bytes = std::max(proj_bytes, d.param_bytes);
   }
   a->q = RopeForward(ctx, l, "q", in_bytes, d.q);
   a->k = RopeForward(ctx, l, "k", in_bytes, d.kv);
@@ -721,14 +776,15 @@ TensorId HfAttentionModule::Backward(ModuleContext& ctx, int l, ModuleSaved& sav
   const TensorId dout =
       LinearBackward(ctx, l, kProj[3], d.q, d.h, ctx.model.add_bias_linear, a.proj[3], db, db != dy);
   std::array<TensorId, 3> g = ctx.f.flash ? SdpaBackward(ctx, l, a, dout) : EagerBackward(ctx, l, a, dout);
-  SdpaCastsBackward(ctx, l, &g);
-  Bytes in_bytes = d.act_bytes;
-  if (ctx.model.qk_layernorm) in_bytes = wide;
+  SdpaCastsBackward(ctx, l, a.v_wide, &g);
+  const Bytes proj_bytes = OutBytes(d, a.proj[0]);
+  Bytes in_bytes = proj_bytes;
+  if (ctx.model.qk_layernorm) in_bytes = std::max(proj_bytes, d.param_bytes);
   g[1] = RopeBackward(ctx, l, "k", g[1], in_bytes, d.kv);
   g[0] = RopeBackward(ctx, l, "q", g[0], in_bytes, d.q);
   if (ctx.model.qk_layernorm) {
-    g[1] = RmsNormBackward(ctx, l, "self_attn.k_norm", d.T * d.g, d.dh, d.act_bytes, in_bytes, a.k_norm, g[1]);
-    g[0] = RmsNormBackward(ctx, l, "self_attn.q_norm", d.T * d.a, d.dh, d.act_bytes, in_bytes, a.q_norm, g[0]);
+    g[1] = RmsNormBackward(ctx, l, "self_attn.k_norm", d.T * d.g, d.dh, proj_bytes, in_bytes, a.k_norm, g[1]);
+    g[0] = RmsNormBackward(ctx, l, "self_attn.q_norm", d.T * d.a, d.dh, proj_bytes, in_bytes, a.q_norm, g[0]);
   }
   TensorId dnorm = 0;
   if (ctx.model.fused_projections) {
@@ -769,10 +825,12 @@ TensorId GatedForward(ModuleContext& ctx, int l, bool nograd, HfMlpSaved* a) {
   const ModelDims& d = ctx.d;
   Emitter& em = ctx.em;
   const bool cast = d.cast_inputs;
-  const Bytes f = d.act_bytes * d.T * d.ffn;
   const bool fused = ctx.model.fused_projections;
   a->gate = fused ? LinearForward(ctx, l, "mlp.gate_up_proj", d.h, 2 * d.ffn, cast, nograd, &a->proj[0])
                   : LinearForward(ctx, l, "mlp.gate_proj", d.h, d.ffn, cast, nograd, &a->proj[0]);
+  // C, or wide from quantised projections fed the wide norm output (LinearSaved::wide_out):
+  // then act_fn, the product and down_proj's input are wide as well.
+  const Bytes f = OutBytes(d, a->proj[0]) * d.T * d.ffn;
   em.Begin("mlp.act_fn", l);
   a->act = em.Alloc(f, Category::kActivations, LayerLabel(l, "mlp.act_out"));
   if (nograd && !fused) em.Free(a->gate);
@@ -788,7 +846,7 @@ TensorId GatedBackward(ModuleContext& ctx, int l, HfMlpSaved& a, TensorId dprod)
   const ModelDims& d = ctx.d;
   Emitter& em = ctx.em;
   const bool bias = ctx.model.add_bias_linear;
-  const Bytes f = d.act_bytes * d.T * d.ffn;
+  const Bytes f = OutBytes(d, a.proj[0]) * d.T * d.ffn;
   // MulBackward0: both factors' grads in one node; then up_proj (made after act_fn) first.
   em.Begin("mlp.mul_bwd", l);
   const TensorId dact = em.Alloc(f, Category::kTemporaries, LayerLabel(l, "mlp.d_act_out"));
@@ -845,7 +903,8 @@ TensorId HfMlpModule::Forward(ModuleContext& ctx, int l, TensorId x, const Forwa
                               ctx.k.KeepsLinearInput(Param(l, "mlp.up_proj"));
   a.ln_out = y;  // saved by gate and up (or gate_up), else dropped when the MLP returns
   const bool ln_out_saved = !(d.cast_inputs || nograd || !kept);
-  TensorId down = LinearForward(ctx, l, "mlp.down_proj", d.ffn, d.h, false, nograd, &a.proj[2]);
+  const bool wide_prod = a.proj[0].wide_out;  // down_proj casts a wide product (LinearForward)
+  TensorId down = LinearForward(ctx, l, "mlp.down_proj", d.ffn, d.h, wide_prod, nograd, &a.proj[2]);
   if (nograd || !ctx.k.KeepsLinearInput(Param(l, "mlp.down_proj"))) {
     ctx.em.Free(h);  // the product's only reader is down_proj
     a.prod = 0;
@@ -865,7 +924,7 @@ TensorId HfMlpModule::Backward(ModuleContext& ctx, int l, ModuleSaved& saved, Te
   if (ctx.model.sandwich_norms) {
     db = RmsNormBackward(ctx, l, "post_feedforward_layernorm", d.T, d.h, d.act_bytes,
                          std::max(d.act_bytes, d.param_bytes), a.post, dy, false);
-  } else {
+  } else if (!a.proj[2].wide_out) {  // a wide down_proj output takes dy as it is
     db = ResidualBranchGrad(ctx, l, "mlp", dy);
   }
   const TensorId dh = LinearBackward(ctx, l, "mlp.down_proj", d.ffn, d.h, ctx.model.add_bias_linear,

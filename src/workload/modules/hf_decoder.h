@@ -11,7 +11,11 @@
 // lookup is not an autocast op), linears and sdpa in the autocast dtype (act_bytes). Under
 // autocast over wider weights (cast_inputs) every nn.Linear fed a wide tensor saves its own
 // autocast copy of it (autocast caches casts of leaf weights only), and the rotary products
-// promote to the wide dtype (cos and sin are in inputs_embeds' dtype). Not modelled: tensor
+// promote to the wide dtype (cos and sin are in inputs_embeds' dtype). The same holds for a
+// 16-bit model after peft's prepare_model_for_kbit_training (fp32 norms / embedding:
+// hf_peft.h KbitWideResidual), where each quantised linear fed the wide stream also returns it
+// wide (Kernels::ReturnsInputDtype: q, k, v, the MLP's intermediates) and the attention casts
+// a wide v as it casts q and k. Not modelled: tensor
 // parallelism (the whole model on each device); the model-level cos / sin and the eager causal
 // mask (made once per forward, shared by the layers); fp16 autocast over bf16 weights, where
 // PyTorch promotes bf16 + fp16 sums to fp32 (modelled in the weights' dtype).

@@ -255,8 +255,10 @@ TensorId OutputAndLoss::Backward(ModuleContext& ctx, const Batch& batch, const H
   ctx.k.ReleaseWeightCopy(u.weight_copy);
   em.Flops(4.0 * d.T * d.h * vocab);
   em.Begin("final_norm_bwd");
-  const TensorId dx =
-      em.Alloc(d.act_bytes * d.T * d.h / d.sigma, Category::kTemporaries, "final_norm.d_input");
+  // The input's grad in the input's dtype (the engine's validate_outputs casts to it): the wide
+  // residual stream's under autocast over wider weights or after prepare_model_for_kbit_training.
+  const Bytes x_bytes = ctx.f.hf ? em.SizeOf(u.last_output) : d.act_bytes * d.T * d.h / d.sigma;
+  const TensorId dx = em.Alloc(x_bytes, Category::kTemporaries, "final_norm.d_input");
   ctx.k.SmallWeightGrad(d.h, "final_norm.weight_grad", "final_norm.weight");
   if (d.layernorm) ctx.k.SmallWeightGrad(d.h, "final_norm.bias_grad", "final_norm.bias");
   for (TensorId id : {din, u.final_mean, u.final_rstd, u.final_h32, u.final_normed, u.last_output}) {

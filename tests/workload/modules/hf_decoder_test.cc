@@ -146,4 +146,93 @@ TEST_CASE(
   CHECK(h.problems().empty());
 }
 
+// QLoRA after peft's prepare_model_for_kbit_training: bf16 weights loaded in 4 bits for the
+// decoder's linears, the norms cast to fp32, bf16 autocast: the residual stream is fp32
+// (hf_peft.h KbitWideResidual: ModelDims::wide_bytes 4).
+config::Setup KbitHfLlama() {
+  config::Setup s = BfloatHfLlama();
+  auto& hf = std::get<config::HfTrainerOptions>(s.training.stack);
+  hf.load_in_4bit = true;
+  hf.kbit_prepared = true;
+  return s;
+}
+
+PeftKernels FourBitMlp() {
+  PeftKernels peft;
+  for (const char* w : {"gate_proj", "up_proj", "down_proj"}) {
+    const std::string name = std::string("layer0.mlp.") + w + ".weight";
+    peft.frozen.insert(name);
+    peft.four_bit.insert(name);
+  }
+  peft.frozen.insert("layer0.post_attention_layernorm.weight");
+  return peft;
+}
+
+TEST_CASE(
+    "QLoRA MLP after prepare_model_for_kbit_training: the 4-bit linears return fp32, so the "
+    "gate, up and activation it saves are fp32",
+    "[workload][modules][hf_decoder][peft]") {
+  ModuleHarness h(KbitHfLlama());
+  REQUIRE(h.dims().wide_bytes == 4);
+  const PeftKernels peft = FourBitMlp();
+  h.kernels().SetPeft(&peft);
+  HfMlpModule mlp;
+  h.Forward(mlp);
+  CHECK(h.Saved() == SeenTensors{
+                         // LlamaRMSNorm over the fp32 stream: no fp32 copy of x (pow saves x
+                         // itself, the caller's); rsqrt's result fp32 [T] (4·T); the frozen fp32
+                         // weight's mul saves nothing, and `weight * hidden.to(fp32)` is fp32.
+                         {"layer0.post_attention_layernorm.rstd", 4 * kT},
+                         // Linear4bit.forward: x.to(bf16) (a transient), the bf16 product, then
+                         // `out.to(inp_dtype)`: gate_proj's output fp32 [T, ffn] (4·T·ffn), saved
+                         // by SiLU; act_fn's fp32 output and up_proj's fp32 output, saved by the
+                         // mul. MatMul4Bit saves no input (ctx.tensors = (None, B)), so the
+                         // product goes when down_proj returns.
+                         {"layer0.mlp.gate_proj.out_wide", 4 * kT * kFfn},
+                         {"layer0.mlp.act_out", 4 * kT * kFfn},
+                         {"layer0.mlp.up_proj.out_wide", 4 * kT * kFfn},
+                     });
+  // down_proj casts the fp32 product to bf16 (2·T·ffn), returns its [T, h] output as fp32.
+  const SeenTensors during = h.AliveDuring("mlp.down_proj");
+  CHECK(std::find(during.begin(), during.end(),
+                  testing::SeenTensor{"layer0.mlp.down_proj.input_cast", 2 * kT * kFfn}) != during.end());
+  CHECK(h.FreedIn("layer0.mlp.down_proj.input_cast") == "mlp.down_proj.to_input_dtype");
+  h.Backward();
+  CHECK(h.Leaked().empty());
+  CHECK(h.problems().empty());
+}
+
+TEST_CASE(
+    "QLoRA attention after prepare_model_for_kbit_training: fp32 q, k, v from the 4-bit "
+    "projections are cast back to bf16 for sdpa",
+    "[workload][modules][hf_decoder][peft]") {
+  ModuleHarness h(KbitHfLlama());
+  PeftKernels peft;
+  for (const char* w : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
+    const std::string name = std::string("layer0.self_attn.") + w + ".weight";
+    peft.frozen.insert(name);
+    peft.four_bit.insert(name);
+  }
+  peft.frozen.insert("layer0.input_layernorm.weight");
+  h.kernels().SetPeft(&peft);
+  HfAttentionModule attention;
+  h.Forward(attention);
+  CHECK(h.Saved() == SeenTensors{
+                         {"layer0.input_layernorm.rstd", 4 * kT},
+                         // apply_rotary_pos_emb on the fp32 q and k: fp32 q_embed, k_embed; sdpa
+                         // under autocast saves its bf16 copies of them and of the fp32 v (the
+                         // fp32 ones go: nothing else keeps them).
+                         {"layer0.self_attn.query_cast", 2 * kT * kQ},
+                         {"layer0.self_attn.key_cast", 2 * kT * kKv},
+                         {"layer0.self_attn.value_cast", 2 * kT * kKv},
+                         // sdpa's bf16 output (o_proj's input: bf16, so o_proj returns bf16) and
+                         // logsumexp fp32 [b, a, s].
+                         {"layer0.self_attn.attn_output", 2 * kT * kQ},
+                         {"layer0.self_attn.logsumexp", 4 * kHeads * kT},
+                     });
+  h.Backward();
+  CHECK(h.Leaked().empty());
+  CHECK(h.problems().empty());
+}
+
 }  // namespace memsim::workload::hf_decoder_module_test
