@@ -190,8 +190,9 @@ void CheckConfig(const CheckArgs& a, const std::string& config_path,
   }
   auto v = report::CheckStages(config_path, run, setup, options,
                                have_baseline ? &baseline : nullptr);
+  // The plan gate before any verdict is kept: a config it refuses is an error row alone.
+  if (a.require_plans > 0) v.push_back(PlanGate(config_path, setup, options, a.require_plans));
   out.verdicts.insert(out.verdicts.end(), v.begin(), v.end());
-  if (a.require_plans > 0) out.verdicts.push_back(PlanGate(config_path, setup, options, a.require_plans));
   if (a.update_baseline)
     out.to_write.emplace_back(baseline_path, report::RunReportJson(run, setup));
 }

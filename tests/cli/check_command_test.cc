@@ -189,6 +189,13 @@ TEST_CASE("memsim check: --require-plans gates on how many layouts of the job fi
   CHECK(r.out.find("c.json plans: 0 of ") != std::string::npos);
   CHECK(r.out.find("; closest: tp") != std::string::npos);
   CHECK(RunMemsim(dir, "check c.json --require-plans 0").exit_code == 2);
+  // The planner varies Megatron layouts only: another framework's config is an error row alone
+  // (no stage verdict beside it), exit 2.
+  r = RunMemsim(dir, "check " + std::string(MEMSIM_SOURCE_DIR) +
+                         "/configs/llama3-8b-lora-rtx4090.json --require-plans 1");
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.rfind("ERROR ", 0) == 0);
+  CHECK(r.out.find("has no model-parallel layouts to vary") != std::string::npos);
 }
 
 }  // namespace
