@@ -3,7 +3,8 @@
 # 10 s of wall time on the 2-core machine, for Llama-3-8B on 8 H100, global batch 256, sequence
 # 8192; docs/performance.md, 'memsim plan'). Runs the default space of that case (288 layouts:
 # 108 refused by the rules, 180 simulated in full) REPEATS times and prints, for the best run:
-# wall and CPU seconds, layouts judged a second (every verdict, rules included) and layouts
+# wall, CPU (user and sys) seconds, the wall time two idle cores would take (CPU / 2: the
+# candidates run on one thread each), layouts judged a second (every verdict, rules included) and layouts
 # simulated a second. Extra arguments go to `memsim plan` (e.g. --iterations 2, --vary mbs=1,2,4,8).
 # Usage: bench/plan_bench.sh [BUILD_DIR] [REPEATS] [PLAN ARGS...]. Not a test: nothing is asserted.
 set -euo pipefail
@@ -35,7 +36,9 @@ awk -v w="$best_wall" -v c="$best_cpu" -v e="$enumerated" -v s="$simulated" -v f
     split(c, t, " "); cpu = t[1] + t[2]; wall = w / 1000
     printf "llama3-8b on 8 x h100-80g, gbs 256, seq 8192 (%d CPUs, load %s)\n", cpus, load
     printf "layouts %d, simulated in full %d, fitting %d\n", e, s, f
-    printf "wall %.2f s, CPU %.2f s\n", wall, cpu
+    printf "wall %.2f s, CPU %.2f s (user %.2f s, sys %.2f s)\n", wall, cpu, t[1], t[2]
+    printf "on 2 idle cores (CPU / 2, candidates on 2 threads) about %.1f s: %.1f judged a second\n",
+      cpu / 2, e / (cpu / 2)
     printf "judged a second (wall) %.1f; simulated a second (wall) %.1f; CPU s a simulation %.3f\n",
       e / wall, s / wall, cpu / s
   }'

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/read_file.h"
 #include "engine/stages.h"
+#include "plan/plan.h"
 #include "report/format.h"
 #include "report/run_report.h"
 
@@ -36,6 +37,7 @@ struct CheckArgs {
   bool update_baseline = false;
   std::string junit_path;
   std::string json_path;
+  int require_plans = 0;  // --require-plans N; 0 = no plan gate
 };
 
 // A baseline is a `run --json` report: kilobytes to a few MiB. memsim's bound, 64 MiB (an
@@ -128,6 +130,39 @@ struct CheckResults {
   std::vector<std::string> notes;
 };
 
+// --require-plans N (docs/ci.md, 'A plan exists'): `memsim plan` over the default space of the
+// config's own job (its world size, global batch and sequence length), with --margin as the
+// headroom; the verdict says how many layouts fit. Every layout that passes the rules is
+// simulated (no --max-candidates bound: CI is not interactive).
+report::StageVerdict PlanGate(const std::string& config_path, const config::Setup& setup,
+                              const report::CheckOptions& options, int required) {
+  const config::TrainingConfig& t = setup.training;
+  plan::Request request;
+  request.devices = t.tensor_model_parallel_size * t.pipeline_model_parallel_size *
+                    t.data_parallel_size * t.context_parallel_size;
+  request.global_batch_size = t.global_batch_size;
+  request.seq_length = t.seq_length;
+  request.headroom_pct = options.margin_pct;
+  request.max_candidates = plan::kMaxLayouts;
+  request.space = plan::DefaultSpace(setup);
+  const plan::PlanResult result = plan::Plan(setup, request, nullptr);
+  std::string best, reason;
+  Bytes best_peak = 0;
+  Bytes usable = setup.device.usable_memory_bytes;
+  if (result.fitting > 0) {
+    const plan::Candidate& c = result.candidates.front();  // fitting plans rank first
+    best = plan::LayoutLabel(c.layout);
+    best_peak = c.peak_bytes;
+    usable = c.usable_bytes;
+  } else if (!result.candidates.empty()) {
+    // The closest: the not-fitting plan of the lowest peak (they rank by peak), else a rule.
+    const plan::Candidate& c = result.candidates.front();
+    reason = plan::LayoutLabel(c.layout) + ": " + c.reason;
+  }
+  return report::PlanGateVerdict(config_path, result.fitting, result.simulated, required, best,
+                                 best_peak, usable, reason);
+}
+
 // Simulates `config_path` and adds its stages' verdicts (against its baseline when there is one)
 // to `out`, or its report to out.to_write with --update-baseline. Throws InputError.
 void CheckConfig(const CheckArgs& a, const std::string& config_path,
@@ -155,6 +190,8 @@ void CheckConfig(const CheckArgs& a, const std::string& config_path,
   }
   auto v = report::CheckStages(config_path, run, setup, options,
                                have_baseline ? &baseline : nullptr);
+  // The plan gate before any verdict is kept: a config it refuses is an error row alone.
+  if (a.require_plans > 0) v.push_back(PlanGate(config_path, setup, options, a.require_plans));
   out.verdicts.insert(out.verdicts.end(), v.begin(), v.end());
   if (a.update_baseline)
     out.to_write.emplace_back(baseline_path, report::RunReportJson(run, setup));
@@ -230,6 +267,9 @@ Action AddCheckCommand(CLI::App& sub) {
   sub.add_flag("--update-baseline", a->update_baseline, "write the new reports as the baseline");
   sub.add_option("--junit", a->junit_path, "write JUnit XML to FILE")->check(NonEmpty);
   sub.add_option("--json", a->json_path, "write the verdicts as JSON to FILE")->check(NonEmpty);
+  sub.add_option("--require-plans", a->require_plans,
+                 "also run `memsim plan` on each config's job: fail unless N layouts fit")
+      ->check(PositiveInt);
   CLI::Option* capacity = sub.get_option("--capacity");
   return [a, capacity] {
     a->capacity_given = capacity->count() > 0;

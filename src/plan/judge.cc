@@ -68,7 +68,7 @@ void Judge(const config::Setup& base, const Request& request, Candidate* c) {
   } catch (const InputError& e) {
     // A rule of the loader (config/rules.h) the planner's own rules do not repeat.
     c->verdict = Verdict::kNotAllowed;
-    c->reason = e.what();
+    c->reason = InUserKeys(e.what());
     c->rule = "the config loader's rules (config/rules.h)";
     return;
   }

@@ -63,15 +63,22 @@ std::string NotAllowed(const PlanResult& r) {
 
 std::string Seconds(double s) { return s > 0 ? StepSecondsText(s) + " s" : "-"; }
 
+// The shown plans' rows, the layout column as wide as the longest label (at least 40 characters:
+// "tp8 pp8 cp1 ep1 dp131072 mbs4 selective dist_opt" keeps the columns after it aligned).
 std::string FittingRows(const PlanResult& r, int top) {
-  std::string out = fmt::format("{:>3}  {:<40} {:>12} {:>12} {:>11} {:>11}\n", "#", "layout",
-                                "microbatches", "peak", "headroom", "est. step");
-  int shown = 0;
+  std::vector<const Candidate*> shown;
+  size_t width = 40;
   for (const Candidate& c : r.candidates) {
-    if (c.verdict != Verdict::kFits || shown == top) continue;
-    ++shown;
-    out += fmt::format("{:>3}  {:<40} {:>12} {:>12} {:>11} {:>11}\n", shown, LayoutLabel(c.layout),
-                       c.num_micro_batches, report::HumanBytes(c.peak_bytes),
+    if (c.verdict != Verdict::kFits || static_cast<int>(shown.size()) == top) continue;
+    shown.push_back(&c);
+    width = std::max(width, LayoutLabel(c.layout).size());
+  }
+  std::string out = fmt::format("{:>3}  {:<{}} {:>12} {:>12} {:>11} {:>11}\n", "#", "layout", width,
+                                "microbatches", "peak", "headroom", "est. step");
+  for (size_t i = 0; i < shown.size(); ++i) {
+    const Candidate& c = *shown[i];
+    out += fmt::format("{:>3}  {:<{}} {:>12} {:>12} {:>11} {:>11}\n", i + 1, LayoutLabel(c.layout),
+                       width, c.num_micro_batches, report::HumanBytes(c.peak_bytes),
                        report::HumanBytes(c.usable_bytes - c.peak_bytes), Seconds(c.step_seconds));
   }
   return out;

@@ -123,6 +123,11 @@ std::vector<Candidate> Enumerate(const config::Setup& base, const Request& reque
 // request's global batch and sequence length; sequence_parallel is on exactly when tp > 1.
 std::vector<std::string> Overrides(const Layout& layout, const Request& request);
 
+// A loader message about the plan's own --set lines (Overrides) in the planner's words: "--set
+// training.pipeline_model_parallel_size=4: ..." becomes "pp=4: ...", the global batch and
+// sequence length "--global-batch-size N" / "--seq-length N"; other text is kept.
+std::string InUserKeys(std::string message);
+
 // The step-time estimate (seconds) of a loaded plan, docs/plan.md: Megatron's FLOPs a step
 // (megatron/training/training.py num_floating_point_operations: 12 × tokens × layers × h² ×
 // (attention + MLP terms) + 6 × tokens × h × vocab), plus recompute's extra forward (full: one

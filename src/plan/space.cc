@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -263,6 +264,30 @@ std::vector<Candidate> Enumerate(const config::Setup& base, const Request& r) {
     out.push_back(std::move(c));
   }
   return out;
+}
+
+std::string InUserKeys(std::string message) {
+  // The training keys Overrides sets, as the user names them in `memsim plan` (--fix / --vary
+  // keys; the request's flags); the others keep their config names.
+  static constexpr std::pair<std::string_view, std::string_view> kKeys[] = {
+      {"training.tensor_model_parallel_size=", "tp="},
+      {"training.pipeline_model_parallel_size=", "pp="},
+      {"training.context_parallel_size=", "cp="},
+      {"training.expert_model_parallel_size=", "ep="},
+      {"training.data_parallel_size=", "dp="},
+      {"training.micro_batch_size=", "mbs="},
+      {"training.use_distributed_optimizer=", "dist_opt="},
+      {"training.recompute_granularity=", "recompute="},
+      {"training.global_batch_size=", "--global-batch-size "},
+      {"training.seq_length=", "--seq-length "}};
+  for (const auto& [key, user] : kKeys) {
+    const std::string set = "--set " + std::string(key);
+    for (size_t at = message.find(set); at != std::string::npos; at = message.find(set, at)) {
+      message.replace(at, set.size(), user);
+      at += user.size();
+    }
+  }
+  return message;
 }
 
 std::vector<std::string> Overrides(const Layout& l, const Request& r) {

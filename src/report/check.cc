@@ -164,12 +164,33 @@ std::vector<StageVerdict> CheckStages(const std::string& config, const engine::R
   return out;
 }
 
+StageVerdict PlanGateVerdict(const std::string& config, int fitting, int simulated, int required,
+                             const std::string& best, Bytes best_peak_bytes, Bytes usable_bytes,
+                             const std::string& reason) {
+  StageVerdict v;
+  v.config = config;
+  v.pipeline = -1;
+  v.plans = true;
+  v.verdict = fitting >= required ? "ok" : "no-plan";
+  v.peak_bytes = fitting > 0 ? best_peak_bytes : 0;
+  v.usable_bytes = usable_bytes;
+  v.headroom_bytes = fitting > 0 ? usable_bytes - best_peak_bytes : 0;
+  v.message = fmt::format("{} of {} simulated layouts fit, {} required", fitting, simulated,
+                          required);
+  if (fitting > 0) {
+    v.message += fmt::format("; best: {}, peak {}", best, HumanBytes(best_peak_bytes));
+  }
+  if (v.verdict != "ok" && !reason.empty()) v.message += "; closest: " + reason;
+  return v;
+}
+
 std::string FormatCheckText(const std::vector<StageVerdict>& verdicts,
                             const std::vector<CheckError>& errors) {
   std::string out;
   for (const StageVerdict& v : verdicts) {
-    out += fmt::format("{:<10} {} stage {}: {}\n", v.verdict == "ok" ? "ok" : "FAIL " + v.verdict,
-                       v.config, v.pipeline, v.message);
+    out += fmt::format("{:<10} {} {}: {}\n", v.verdict == "ok" ? "ok" : "FAIL " + v.verdict,
+                       v.config, v.plans ? "plans" : fmt::format("stage {}", v.pipeline),
+                       v.message);
   }
   for (const CheckError& e : errors) {
     // The loader's messages already start with the file they are about.
@@ -189,7 +210,8 @@ std::string CheckJson(const std::vector<StageVerdict>& verdicts,
     json grew = json::object();
     for (const auto& [cat, bytes] : v.grew) grew[cat] = bytes;
     results.push_back({{"config", v.config},
-                       {"pipeline", v.pipeline},
+                       {"pipeline", v.plans ? json(nullptr) : json(v.pipeline)},
+                       {"gate", v.plans ? "plans" : "stage"},
                        {"peak_bytes", v.peak_bytes},
                        {"usable_bytes", v.usable_bytes},
                        {"headroom_bytes", v.headroom_bytes},
@@ -202,6 +224,7 @@ std::string CheckJson(const std::vector<StageVerdict>& verdicts,
   for (const CheckError& e : errors) {
     results.push_back({{"config", e.config},
                        {"pipeline", nullptr},
+                       {"gate", "config"},
                        {"peak_bytes", nullptr},
                        {"usable_bytes", nullptr},
                        {"headroom_bytes", nullptr},
@@ -248,7 +271,9 @@ std::string CheckJUnit(const std::vector<StageVerdict>& verdicts,
       if (v.config != config) continue;
       printer.OpenElement("testcase");
       printer.PushAttribute("classname", ("memsim.check." + config).c_str());
-      printer.PushAttribute("name", fmt::format("pipeline stage {}", v.pipeline).c_str());
+      const std::string name =
+          v.plans ? std::string("plans") : fmt::format("pipeline stage {}", v.pipeline);
+      printer.PushAttribute("name", name.c_str());
       printer.PushAttribute("time", "0");
       if (v.verdict != "ok") {
         printer.OpenElement("failure");

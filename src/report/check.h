@@ -12,6 +12,9 @@
 //   "regression" peak allocated, reserved or device of the stage grew by more than
 //                tolerance % over the baseline's same stage;
 //   "ok"         otherwise.
+// With `check --require-plans N` each config also gets one verdict that is no stage's
+// (StageVerdict::plans): "ok" when at least N layouts of `memsim plan`'s default space fit with
+// the margin (docs/plan.md), "no-plan" otherwise (PlanGateVerdict).
 #pragma once
 
 #include <optional>
@@ -48,8 +51,11 @@ struct StageVerdict {
   Bytes peak_bytes = 0;
   Bytes usable_bytes = 0;
   Bytes headroom_bytes = 0;
-  std::string verdict;  // "ok", "over", "margin", "oom", "regression"
+  std::string verdict;  // "ok", "over", "margin", "oom", "regression"; "no-plan" (plans)
   std::string message;  // one line: why, with numbers
+  // The --require-plans verdict of the config, not a stage's (pipeline is then -1 and the byte
+  // counts are the best fitting plan's, 0 when none fits).
+  bool plans = false;
   // Categories that grew at the stage's allocated peak vs the baseline (bytes > 0 only).
   std::vector<std::pair<std::string, Bytes>> grew;
   bool operator==(const StageVerdict&) const = default;
@@ -59,6 +65,14 @@ struct StageVerdict {
 std::vector<StageVerdict> CheckStages(const std::string& config, const engine::RunResult& run,
                                       const config::Setup& setup, const CheckOptions& options,
                                       const std::vector<BaselineStage>* baseline);
+
+// The --require-plans verdict of `config`: "ok" when `fitting` >= `required` (>= 1) of the
+// `simulated` layouts fit, else "no-plan". `best` names the best fitting plan (its layout,
+// "" when none fits) and `best_peak_bytes` / `usable_bytes` its peak and usable memory;
+// `reason` says why the closest layout does not fit ("" when one fits).
+StageVerdict PlanGateVerdict(const std::string& config, int fitting, int simulated, int required,
+                             const std::string& best, Bytes best_peak_bytes, Bytes usable_bytes,
+                             const std::string& reason);
 
 // A config that could not be checked (bad input): its message, reported as an error.
 struct CheckError {

@@ -1,6 +1,8 @@
 // `memsim check` end to end (issue 6): exit codes, messages, baselines and report files.
 #include <catch2/catch.hpp>
+#include <fmt/core.h>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <iterator>
 #include <string>
 #include <tinyxml2.h>
@@ -140,6 +142,60 @@ TEST_CASE("memsim check: with several configs a bad one makes the exit code 2", 
   // The row names the file once: the loader's message starts with it.
   CHECK(r.out.find("bad.json: bad.json") == std::string::npos);
   CHECK(r.out.find("ERROR      bad.json: /training: ") != std::string::npos);
+}
+
+// --require-plans N: `memsim plan` over the config's own job (its 4 devices, global batch 8,
+// sequence 1024) with --margin as the headroom. The plan verdict's count is the one `memsim plan`
+// reports for the same job, and the gate fails (exit 1) when fewer than N fit, whatever the
+// config's own stages say.
+TEST_CASE("memsim check: --require-plans gates on how many layouts of the job fit",
+          "[check][cli][plan]") {
+  ScratchDir dir("check-plans");
+  dir.Write("c.json", "{\"model\": \"qwen2.5-0.5b\", \"device\": \"ascend-910b-64g\", "
+                      "\"training\": {\"framework\": \"megatron\", \"seq_length\": 1024, "
+                      "\"global_batch_size\": 8, \"data_parallel_size\": 4, \"train_iters\": 2}}");
+  const auto p = RunMemsim(dir, "plan c.json --json p.json");
+  REQUIRE(p.exit_code == 0);
+  const nlohmann::json plan = nlohmann::json::parse(testing::ReadAll(dir.path() / "p.json"));
+  const int fitting = plan["fitting"];
+  const int simulated = plan["simulated"];
+  REQUIRE(fitting >= 1);
+  auto r = RunMemsim(dir, "check c.json --require-plans 1 --json r.json --junit j.xml");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("ok         c.json stage 0: ") != std::string::npos);
+  CHECK(r.out.find(fmt::format("ok         c.json plans: {} of {} simulated layouts fit, 1 "
+                               "required; best: tp",
+                               fitting, simulated)) != std::string::npos);
+  const nlohmann::json j = nlohmann::json::parse(testing::ReadAll(dir.path() / "r.json"));
+  REQUIRE(j["results"].size() == 2);  // stage 0, then the plan gate
+  CHECK(j["results"][0]["gate"] == "stage");
+  CHECK(j["results"][1]["gate"] == "plans");
+  CHECK(j["results"][1]["pipeline"].is_null());
+  CHECK(j["results"][1]["peak_bytes"] == plan["plans"][0]["peak_bytes"]);
+  tinyxml2::XMLDocument doc;
+  REQUIRE(doc.LoadFile((dir.path() / "j.xml").c_str()) == tinyxml2::XML_SUCCESS);
+  const auto* suite = doc.FirstChildElement("testsuites")->FirstChildElement("testsuite");
+  CHECK(suite->IntAttribute("tests") == 2);
+  // One more than fit: the config itself still fits, the gate fails.
+  r = RunMemsim(dir, fmt::format("check c.json --require-plans {}", fitting + 1));
+  CHECK(r.exit_code == 1);
+  CHECK(r.out.find("ok         c.json stage 0: ") != std::string::npos);
+  CHECK(r.out.find(fmt::format("FAIL no-plan c.json plans: {} of {} simulated layouts fit, {} "
+                               "required",
+                               fitting, simulated, fitting + 1)) != std::string::npos);
+  // 64 MiB of usable memory: no layout fits, and the message names the closest one's reason.
+  r = RunMemsim(dir, "check c.json --require-plans 1 --capacity 64MiB");
+  CHECK(r.exit_code == 1);
+  CHECK(r.out.find("c.json plans: 0 of ") != std::string::npos);
+  CHECK(r.out.find("; closest: tp") != std::string::npos);
+  CHECK(RunMemsim(dir, "check c.json --require-plans 0").exit_code == 2);
+  // The planner varies Megatron layouts only: another framework's config is an error row alone
+  // (no stage verdict beside it), exit 2.
+  r = RunMemsim(dir, "check " + std::string(MEMSIM_SOURCE_DIR) +
+                         "/configs/llama3-8b-lora-rtx4090.json --require-plans 1");
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.rfind("ERROR ", 0) == 0);
+  CHECK(r.out.find("has no model-parallel layouts to vary") != std::string::npos);
 }
 
 }  // namespace

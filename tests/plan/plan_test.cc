@@ -369,5 +369,51 @@ TEST_CASE("memsim plan: bad flags exit 2 naming the flag", "[plan][cli]") {
   CHECK(std::filesystem::is_empty(dir.path()));
 }
 
+// The loader names the plan's own overrides by their --set text; the planner says them in its
+// keys (plan::Overrides sets "training.micro_batch_size=1", which the user knows as mbs).
+TEST_CASE("plan: a loader message names the plan's keys, not its --set lines", "[plan]") {
+  CHECK(plan::InUserKeys("plan tp1 pp2 cp1 ep1 dp4 mbs1 none dist_opt: --set "
+                         "training.pipeline_model_parallel_size=2: 3 layers") ==
+        "plan tp1 pp2 cp1 ep1 dp4 mbs1 none dist_opt: pp=2: 3 layers");
+  CHECK(plan::InUserKeys("--set training.global_batch_size=4000000: 1000000 micro-batches; "
+                         "--set training.micro_batch_size=1") ==
+        "--global-batch-size 4000000: 1000000 micro-batches; mbs=1");
+  CHECK(plan::InUserKeys("--set training.sequence_parallel=true: x") ==
+        "--set training.sequence_parallel=true: x");  // not a key of the plan's space
+}
+
+// The layout column is as wide as the longest label shown, so that at a very large DP (131072:
+// "tp1 pp1 cp1 ep1 dp131072 mbs1 selective dist_opt", 48 characters) the micro-batch, peak,
+// headroom and estimate columns still end where the header's do.
+TEST_CASE("plan: the table's columns stay aligned with a long layout label", "[plan]") {
+  plan::PlanResult r;
+  r.enumerated = r.simulated = r.fitting = 2;
+  for (const int dp : {131072, 2}) {
+    plan::Candidate c;
+    c.layout = Layout{1, 1, 1, 1, dp, 1, config::RecomputeGranularity::kSelective, true};
+    c.verdict = plan::Verdict::kFits;
+    c.num_micro_batches = 1;
+    c.peak_bytes = 1 << 30;
+    c.usable_bytes = 2 << 30;
+    c.step_seconds = 1.5;
+    r.candidates.push_back(c);
+  }
+  const std::string table = plan::FormatPlanTable(r, 10);
+  std::vector<std::string> lines;
+  for (size_t at = 0, next; at < table.size(); at = next + 1) {
+    next = table.find('\n', at);
+    lines.push_back(table.substr(at, next - at));
+  }
+  size_t header = 0;
+  while (header < lines.size() && lines[header].find("microbatches") == std::string::npos) ++header;
+  REQUIRE(header + 2 < lines.size());
+  const size_t end = lines[header].find("microbatches") + std::string("microbatches").size();
+  for (const size_t row : {header + 1, header + 2}) {
+    INFO(lines[row]);
+    CHECK(lines[row].size() == lines[header].size());
+    CHECK(lines[row].substr(end - 1, 1) == "1");  // micro-batches, right-aligned to the header
+  }
+}
+
 }  // namespace
 }  // namespace memsim
