@@ -18,9 +18,14 @@
 #include "report/format.h"
 #include "report/moe_routing.h"
 #include "report/run_report.h"
+#include "report/steps.h"
 
 namespace memsim::cli {
 namespace {
+
+// Rows of the iteration table (init and the first steps) when the steps vary in length; the rest
+// are summarised by report::FormatSteps.
+constexpr size_t kVaryingTableRows = 11;
 
 struct RunArgs {
   std::string config;
@@ -30,6 +35,7 @@ struct RunArgs {
   bool capacity_given = false;
   std::string json_path;
   std::string csv_path;
+  std::string steps_csv_path;
   std::string html_path;
   std::string trace_path;
   std::string snapshot_path;
@@ -122,7 +128,7 @@ void AddExports(const RunArgs& a, const config::Setup& setup, const engine::RunR
 int Run(const RunArgs& a) {
   // Every option is checked before the simulation, so a typo costs no waiting.
   const int width = TerminalWidth(a.width);
-  const std::vector<std::string> outputs = {a.json_path, a.csv_path, a.html_path, a.trace_path,
+  const std::vector<std::string> outputs = {a.json_path, a.csv_path, a.steps_csv_path, a.html_path, a.trace_path,
                                             a.snapshot_path};
   report::CheckOutputs(outputs, {a.config, a.load.model, a.load.device, a.megatron.file});
   config::LoadOptions load = ToLoadOptions(a.load);
@@ -154,7 +160,10 @@ int Run(const RunArgs& a) {
   out += "\n";
   const std::string oom = report::FormatOom(run) + report::FormatNotModelledCaveat(run, setup);
   if (!oom.empty()) out += oom + "\n";
-  out += report::FormatIterationTable(run, width);
+  // Steps of varying length: the first rows, then the distribution over all of them.
+  const bool varies = setup.training.data.Varies();
+  out += report::FormatIterationTable(run, width, varies ? kVaryingTableRows : 0);
+  out += report::FormatSteps(run, setup);
   out += report::FormatMoeRouting(setup, run, capacity);
   if (!a.no_chart) {
     report::ChartOptions chart;
@@ -168,6 +177,9 @@ int Run(const RunArgs& a) {
   // Files first, so a failed write (exit 2) leaves no partial report on stdout either.
   std::vector<std::pair<std::string, std::string>> files;
   if (!a.json_path.empty()) files.emplace_back(a.json_path, report::RunReportJson(run, setup));
+  if (!a.steps_csv_path.empty()) {
+    files.emplace_back(a.steps_csv_path, report::FormatStepsCsv(run, setup));
+  }
   std::unique_ptr<CategoryCsvFile> csv;
   std::string notes;
   AddExports(a, setup, run, &files, &csv, &notes);
@@ -194,6 +206,10 @@ Action AddRunCommand(CLI::App& sub) {
       ->check(NonEmpty);
   sub.add_option("--csv", a->csv_path,
                  "write the timeline as CSV to FILE (totals and one column per category)")->check(NonEmpty);
+  sub.add_option("--steps-csv", a->steps_csv_path,
+                 "write one CSV row per step to FILE (its micro-batches' lengths, peaks, "
+                 "reserved - allocated)")
+      ->check(NonEmpty);
   sub.add_option("--html", a->html_path,
                  "write a self-contained HTML report (zoomable curves, categories) to FILE")
       ->check(NonEmpty);

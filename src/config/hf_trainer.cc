@@ -19,6 +19,7 @@
 #include "config/iterations.h"
 #include "core/error.h"
 #include "config/rules.h"
+#include "config/sample_data.h"
 #include "config/training.h"
 
 namespace memsim::config::internal {
@@ -33,6 +34,8 @@ const std::vector<std::string> kModelled = {
     "max_steps", "eval_steps", "eval_strategy", "evaluation_strategy",
     "per_device_eval_batch_size", "prediction_loss_only", "eval_accumulation_steps", "eval_delay",
     "eval_do_concat_batches", "logging_steps", "ddp_bucket_cap_mb", "ddp_find_unused_parameters",
+    // the sampler of the data's lengths (sample_data.h)
+    "group_by_length", "seed", "data_seed",
     // recognised; unsupported when set to what memsim does not model (torch_compile_backend,
     // torch_compile_mode and the deprecated torchdynamo switch torch_compile on:
     // TrainingArguments.__post_init__; adafactor true sets optim "adafactor" there)
@@ -86,7 +89,7 @@ const std::vector<std::string> kOwnKeys = {
     "framework",     "training_args",  "max_seq_length",     "torch_dtype",
     "attn_implementation", "world_size", "adapter_config", "quantization_config",
     "torch_version", "transformers_version", "eval_batches", "compute_metrics",
-    "skipped_iterations", "prepare_model_for_kbit_training", "kbit_modules_recast"};
+    "skipped_iterations", "prepare_model_for_kbit_training", "kbit_modules_recast", "data"};
 
 // TrainingArguments fields without an effect on device memory in a Trainer run on one device
 // (schedules, logging, saving, seeds, the data loader's host side): accepted with a note.
@@ -95,11 +98,11 @@ const std::vector<std::string> kNoMemoryEffect = {
     "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "num_train_epochs",
     "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_ratio", "warmup_steps", "log_level",
     "logging_dir", "logging_strategy", "logging_first_step", "save_strategy",
-    "save_steps", "save_total_limit", "save_safetensors", "seed", "data_seed", "run_name",
+    "save_steps", "save_total_limit", "save_safetensors", "run_name",
     "report_to", "disable_tqdm", "remove_unused_columns", "label_names", "load_best_model_at_end",
     "metric_for_best_model", "greater_is_better", "dataloader_num_workers",
     "dataloader_pin_memory", "dataloader_drop_last", "push_to_hub", "hub_model_id",
-    "label_smoothing_factor", "group_by_length", "length_column_name", "ddp_backend", "ddp_timeout", "local_rank", "tf32", "use_cpu", "no_cuda",
+    "label_smoothing_factor", "length_column_name", "ddp_backend", "ddp_timeout", "local_rank", "tf32", "use_cpu", "no_cuda",
     "include_num_input_tokens_seen", "logging_nan_inf_filter", "skip_memory_metrics",
     // host side, logging, the Hub, checkpoint files, TPUs / CPUs / Apple devices
     "log_level_replica", "log_on_each_node", "save_on_each_node", "save_only_model",
@@ -693,6 +696,7 @@ TrainingConfig ReadFromArgs(const Readers& r, std::vector<std::string>* notes,
   c.framework = std::string(kFramework);
   c.stack.emplace<HfTrainerOptions>();  // the Trainer's own members (setup.h)
   ReadBatch(r, c, notes);
+  ReadSampleData(r.own, r.args, r.config, c, notes);
   ReadPrecision(r, c, notes);
   ReadOptim(r.args, c, notes);
   ReadCheckpointing(r.args, c, notes);

@@ -23,6 +23,7 @@ int FirstRepeatingIteration(const Setup& setup) {
 }
 
 int MaxSimulatedIterations(const Setup& setup) {
+  if (setup.training.data.Varies()) return setup.training.train_iters;
   const int bound = std::max(kMinSimulatedIterations,
                              FirstRepeatingIteration(setup) + kSteadySearchIterations);
   return std::min(setup.training.train_iters, bound);

@@ -30,7 +30,8 @@ inline constexpr int kMinSimulatedIterations = 4;
 // FirstRepeatingIteration is reported as simulated so far, with a note.
 inline constexpr int kSteadySearchIterations = 32;
 
-// The most iterations memsim simulates for `setup`: train_iters, or fewer for a long run.
+// The most iterations memsim simulates for `setup`: train_iters, or fewer for a long run. Data of
+// varying lengths (SampleData::Varies): train_iters, every one (no two steps need be alike).
 int MaxSimulatedIterations(const Setup& setup);
 
 }  // namespace memsim::config

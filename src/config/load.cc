@@ -24,6 +24,7 @@
 #include "config/torchtitan_toml.h"
 #include "config/reader.h"
 #include "config/rules.h"
+#include "config/sample_data.h"
 #include "config/stack.h"
 #include "config/training.h"
 #include "core/check.h"
@@ -308,6 +309,16 @@ std::string ReproducingConfig(const Document& config, const Json& root, const Lo
     const Document d = internal::FindReferencedDocument(ref, ref, config,
                                                         "the DeepSpeed config (ds_config JSON)");
     ds = internal::ParseJson(d.text, d.label);
+  }
+  // A sample lengths file (sample_data.h): inline as the histogram it reads as.
+  if (training.contains("data") && training["data"].is_object() &&
+      training["data"].contains("lengths") && training["data"]["lengths"].is_string()) {
+    const std::string ref = training["data"]["lengths"].get<std::string>();
+    Json histogram = Json::array();
+    for (const auto& [length, count] : internal::ReadLengthsFile(ref, ref, config)) {
+      histogram.push_back(Json::array({length, count}));
+    }
+    training["data"]["lengths"] = Json{{"histogram", std::move(histogram)}};
   }
   return out.dump(1);
 }

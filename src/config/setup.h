@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -296,6 +297,34 @@ struct TorchtitanOptions : PyTorchOptions {
 using StackOptions =
     std::variant<MegatronCoreOptions, PyTorchOptions, HfTrainerOptions, TorchtitanOptions>;
 
+// The lengths of the training samples and how the data loader makes micro-batches of them
+// (docs/config.md, 'Sample lengths'; read by config/hf_trainer.cc from the block's "data" and
+// TrainingArguments group_by_length / data_seed / seed). Empty `lengths`: every micro-batch is
+// seq_length long, the shapes of every iteration the same (the default).
+struct SampleData {
+  enum class Padding {
+    kMaxLength,  // every row padded (and truncated) to seq_length: padding="max_length"
+    kLongest,    // to the longest sample of the micro-batch: DataCollatorWithPadding's default
+  };
+  // The dataset as a multiset: (length in tokens, number of samples), ascending by length, each
+  // length in [1, 2^26], counts > 0. Samples longer than seq_length are truncated to it.
+  std::vector<std::pair<int, std::int64_t>> lengths;
+  Padding padding = Padding::kLongest;
+  int pad_to_multiple_of = 0;  // 0 = none; else the padded length rounds up to a multiple
+  // TRL SFTConfig packing: samples concatenated and cut into rows of exactly seq_length
+  // (trl/data_utils.py pack_dataset, "wrapped"): fixed shapes.
+  bool packing = false;
+  // TrainingArguments group_by_length: transformers/trainer_pt_utils.py LengthGroupedSampler.
+  bool group_by_length = false;
+  std::uint64_t seed = 42;  // TrainingArguments data_seed, else seed (default 42)
+  // True when micro-batches may differ in length (lengths given, padding to the longest, not
+  // packed).
+  bool Varies() const {
+    return !lengths.empty() && padding == Padding::kLongest && !packing;
+  }
+  bool operator==(const SampleData&) const = default;
+};
+
 struct TrainingConfig {
   // The training stack, by the name it is registered under (config/stack.h; the training block's
   // "framework" key): "megatron" (Megatron-core with its DDP or Megatron-FSDP), "pytorch" (plain
@@ -430,6 +459,8 @@ struct TrainingConfig {
   // megatron/core/num_microbatches_calculator.py); with framework "pytorch" the gradient
   // accumulation steps.
   int num_micro_batches = 1;
+  // The data's sample lengths and batching (hf-trainer's "data"); default: fixed seq_length.
+  SampleData data;
   // The members only one stack reads (above); the alternative its reader set.
   StackOptions stack;
   // The plain PyTorch step's block: the PyTorchOptions or HfTrainerOptions alternative (an

@@ -88,7 +88,10 @@ RunResult RunAllStages(const config::Setup& setup, const RunOptions& options) {
   const int train = setup.training.train_iters;
   const int first = config::FirstRepeatingIteration(setup);
   const int most = config::MaxSimulatedIterations(setup);
-  int n = std::min(train, std::max(config::kMinSimulatedIterations, first + 1));
+  // Varying data lengths: every iteration, no steady state looked for (most == train).
+  int n = setup.training.data.Varies()
+              ? train
+              : std::min(train, std::max(config::kMinSimulatedIterations, first + 1));
   for (;;) {
     RunResult r = RunStages(setup, options, n);
     r.train_iters = train;

@@ -482,12 +482,16 @@ bool RepeatsRow(const timeline::SpanSummary& prev, const timeline::SpanSummary& 
 
 }  // namespace
 
-std::string FormatIterationTable(const engine::RunResult& run, int width) {
+std::string FormatIterationTable(const engine::RunResult& run, int width, size_t max_rows) {
   const std::vector<timeline::SpanSummary>& spans = run.Reported().spans;
   std::string out;
   out += "iter  peak alloc  peak resv  peak dev   start    end  dpeak  peak at\n";
   out += "      ----------------------- GiB -------------------------\n";
   for (size_t i = 0; i < spans.size(); ++i) {
+    if (max_rows > 0 && i >= max_rows) {
+      out += fmt::format("  {} more iterations (run --steps-csv lists every one)\n", spans.size() - i);
+      break;
+    }
     const timeline::SpanSummary& s = spans[i];
     const timeline::SpanSummary* prev = i > 0 ? &spans[i - 1] : nullptr;
     // kMinRepeatedRows or more iterations in a row that repeat the one before them: one line.

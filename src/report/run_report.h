@@ -37,8 +37,9 @@ inline constexpr size_t kMinRepeatedRows = 3;
 
 // One line of text per iteration of the reported stage plus the change from the previous span by
 // category, fitting `width` columns (80 or more); kMinRepeatedRows or more repeated iterations
-// in a row share one line.
-std::string FormatIterationTable(const engine::RunResult& run, int width);
+// in a row share one line. max_rows > 0: init and the first iterations up to that many rows,
+// then one line counting the iterations left out (report/steps.h summarises them).
+std::string FormatIterationTable(const engine::RunResult& run, int width, size_t max_rows = 0);
 
 // The line Megatron's report_memory would print after each iteration of the reported stage
 // (NVIDIA/Megatron-LM megatron/training/utils.py report_memory;

@@ -2,6 +2,8 @@
 // the framework's training loop over them (build.h).
 #include "workload/build.h"
 
+#include <optional>
+
 #include "config/stack.h"
 
 #include "workload/data_parallel.h"
@@ -39,7 +41,8 @@ RankParams MakeRankParams(const config::Setup& setup, int rank, const DecoderLay
 // Build's work; the ops go to `sink` when given, else into the returned Program.
 Program Generate(const config::Setup& setup, int pipeline_rank, const BuildParts& parts,
                  OpSink* sink) {
-  const ModelDims d = ComputeDims(setup);
+  // Not const: with varying data lengths `shapes` sets its s and T before each step.
+  ModelDims d = ComputeDims(setup);
   const FrameworkFacts f = ComputeFacts(setup, d);
   DecoderLayer layer = parts.layer ? parts.layer() : DecoderLayer::ForSetup(setup);
   PeftKernels peft;
@@ -58,6 +61,8 @@ Program Generate(const config::Setup& setup, int pipeline_rank, const BuildParts
   StageRunner runner(ctx, setup.training, pipeline_rank, layer, *dp, exchange);
   const std::vector<ScheduleStep> steps = PipelineSchedule(d.p, pipeline_rank, d.m, d.v);
   LoopParts loop_parts{setup, d, f, params, em, *dp, runner, exchange, steps};
+  std::optional<BatchShapes> shapes;
+  if (setup.training.data.Varies()) loop_parts.shapes = &shapes.emplace(setup.training, d);
   // The Trainer's evaluation pass (evaluation.h): the same model and kernels on eval batches.
   const ModelDims eval_dims = EvalDims(d, setup.training);
   ModuleContext eval_ctx{setup.model, eval_dims, f, em, kernels, ctx.selective, nullptr};

@@ -30,6 +30,7 @@ void TrainingLoop::RunSchedule() {
   Emitter& em = p_.em;
   const std::vector<ScheduleStep>& steps = p_.steps;
   std::vector<int> last_backward(p_.d.v, -1);
+  if (p_.shapes != nullptr) p_.shapes->BeginIteration();
   for (int i = 0; i < static_cast<int>(steps.size()); ++i) {
     if (!steps[i].forward) last_backward[steps[i].chunk] = i;
   }
@@ -37,6 +38,7 @@ void TrainingLoop::RunSchedule() {
     const ScheduleStep& st = steps[i];
     const ScheduleStep* next = i + 1 < static_cast<int>(steps.size()) ? &steps[i + 1] : nullptr;
     em.SetMicroBatch(st.micro_batch);
+    if (p_.shapes != nullptr) p_.shapes->Select(st.micro_batch);
     if (st.forward) {
       em.SetPhase(Phase::kForward);
       p_.runner.Forward(st.micro_batch, st.chunk, next);
@@ -48,6 +50,7 @@ void TrainingLoop::RunSchedule() {
   }
   em.SetMicroBatch(-1);
   em.SetPhase(Phase::kBackward);
+  if (p_.shapes != nullptr) p_.shapes->EndIteration();
   MEMSIM_CHECK(p_.exchange.Idle() && p_.runner.Idle());
 }
 

@@ -18,6 +18,7 @@
 #include <memory>
 #include <vector>
 
+#include "workload/batch_lengths.h"
 #include "workload/data_parallel.h"
 #include "workload/optimizer.h"
 #include "workload/stage_runner.h"
@@ -39,6 +40,9 @@ struct LoopParts {
   // dims, and the model's layer. Null: no evaluation.
   ModuleContext* eval_ctx = nullptr;
   DecoderLayer* layer = nullptr;
+  // Micro-batches of varying length (batch_lengths.h): RunSchedule sets `d`'s s and T to each
+  // step's micro-batch. Null: every micro-batch seq_length long.
+  BatchShapes* shapes = nullptr;
 };
 
 class TrainingLoop {
@@ -51,7 +55,8 @@ class TrainingLoop {
  protected:
   // The model's parameters, one tensor each (ids by param index).
   std::vector<TensorId> BuildModel();
-  // The schedule's forward and backward steps, with the wrapper's end-of-chunk hook.
+  // The schedule's forward and backward steps, with the wrapper's end-of-chunk hook; each step
+  // shaped by its micro-batch's length when they vary (LoopParts::shapes).
   void RunSchedule();
 
   LoopParts p_;

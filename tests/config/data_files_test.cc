@@ -57,7 +57,9 @@ TEST_CASE("every shipped config loads and its static memory fits the device", "[
   for (const std::string& path : configs) {
     INFO(path);
     const Setup s = LoadSetup(path, {});
-    CHECK(s.training.train_iters == 4);
+    // Four steps show a run whose steps repeat; data of varying lengths needs more to show
+    // reserved growing and settling (docs/config.md, 'Sample lengths').
+    if (!s.training.data.Varies()) CHECK(s.training.train_iters == 4);
     CHECK(StaticBytesPerRank(s) < 0.8 * static_cast<double>(s.device.usable_memory_bytes));
   }
 }

@@ -70,6 +70,10 @@ TEST_CASE("every shipped config: reserved only grows, iterations converge, lazy 
     // few iterations: qwen3-30b-a3b stage 0 reserves 20 MiB more in iterations 3 and 4 and 2 MiB
     // more in 7, and then repeats. Eight iterations let every shipped config settle.
     setup.training.train_iters = std::max(setup.training.train_iters, 8);
+    // Data of varying lengths (docs/config.md, 'Sample lengths'): steps differ by design, so
+    // they neither converge nor repeat; the other properties hold over its first 8 steps.
+    const bool varies = setup.training.data.Varies();
+    if (varies) setup.training.train_iters = 8;
     const int last = setup.training.train_iters;
     for (int r = 0; r < setup.training.pipeline_model_parallel_size; ++r) {
       DYNAMIC_SECTION(fs::path(path).filename().string() << " stage " << r) {
@@ -117,10 +121,12 @@ TEST_CASE("every shipped config: reserved only grows, iterations converge, lazy 
         for (size_t k = 3; k < spans.size(); ++k) {
           CHECK(std::llabs(spans[k].end_allocated_bytes - spans[2].end_allocated_bytes) < rounding);
         }
-        CHECK(spans[last].peak_reserved_bytes == spans[last - 1].peak_reserved_bytes);
-        CHECK(std::llabs(spans[last].peak_allocated_bytes - spans[last - 1].peak_allocated_bytes) <
-              rounding);
-        CHECK(spans[last].peak_device_bytes == spans[last - 1].peak_device_bytes);
+        if (!varies) {
+          CHECK(spans[last].peak_reserved_bytes == spans[last - 1].peak_reserved_bytes);
+          CHECK(std::llabs(spans[last].peak_allocated_bytes -
+                           spans[last - 1].peak_allocated_bytes) < rounding);
+          CHECK(spans[last].peak_device_bytes == spans[last - 1].peak_device_bytes);
+        }
 
         // Iteration 1 keeps exactly what it first made and never frees: the optimizer states
         // (created lazily inside the first step) plus first-use persistent buffers (workspaces;
