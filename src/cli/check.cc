@@ -223,9 +223,10 @@ int Check(const CheckArgs& a) {
   // its error case beside every other verdict (exit 2 all the same). Baselines only when every
   // config could be checked. All files or none.
   std::vector<std::pair<std::string, std::string>> files;
+  std::string baseline_dir;  // made only when the files are written
   if (r.errors.empty()) {
     files = r.to_write;
-    if (!r.to_write.empty() && baseline_is_dir) fs::create_directories(a.baseline);
+    if (!r.to_write.empty() && baseline_is_dir) baseline_dir = a.baseline;
   }
   if (!a.json_path.empty()) {
     files.emplace_back(a.json_path, report::CheckJson(r.verdicts, r.errors));
@@ -233,7 +234,7 @@ int Check(const CheckArgs& a) {
   if (!a.junit_path.empty()) {
     files.emplace_back(a.junit_path, report::CheckJUnit(r.verdicts, r.errors));
   }
-  report::WriteFilesAtomically(files);
+  report::WriteFilesIntoDirectory(files, baseline_dir);
   std::fputs(report::FormatCheckText(r.verdicts, r.errors).c_str(), stdout);
   for (const std::string& note : r.notes) std::printf("%s\n", note.c_str());
   for (const report::CheckError& e : r.errors)

@@ -119,12 +119,11 @@ int Plan(const PlanArgs& a) {
   std::vector<std::pair<std::string, std::string>> files;
   if (!a.json_path.empty()) files.emplace_back(a.json_path, plan::PlanJson(result, a.top));
   if (!a.write_dir.empty()) {
-    std::filesystem::create_directories(a.write_dir);
     for (auto& [name, text] : plan::PlanConfigFiles(result, a.top)) {
       files.emplace_back((std::filesystem::path(a.write_dir) / name).string(), std::move(text));
     }
   }
-  report::WriteFilesAtomically(files);
+  report::WriteFilesIntoDirectory(files, a.write_dir);
   std::fputs(plan::FormatPlanTable(result, a.top).c_str(), stdout);
   // The gate (docs/plan.md, 'In CI'): exit 1 when fewer than --require plans fit, as `check`
   // exits 1 when a config does not fit.

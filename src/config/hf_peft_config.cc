@@ -677,7 +677,8 @@ void ReadPeft(ObjectReader& own, const Document& config, TrainingConfig& c,
                                                    config, "the adapter_config.json", "adapter_config.json");
       const Json json = ParseJson(doc.text, doc.label);
       if (!json.is_object()) Fail(doc.label, fmt::format("expected an object, got {}", Describe(json)));
-      Source source{doc.label, {}, nullptr, own.source().not_modelled};
+      // Its field errors join the config's (one run reports them all, Source::field_errors).
+      Source source{doc.label, {}, own.source().field_errors, own.source().not_modelled};
       ObjectReader a(source, json, "");
       ReadLora(a, c, notes, warnings, match);
     } else if (v->is_object()) {

@@ -824,8 +824,10 @@ ArgsJson ReadArgsJson(ObjectReader& t, const Document& config) {
                                               "the TrainingArguments JSON");
   Json json = ParseJson(doc.text, doc.label);
   if (!json.is_object()) Fail(doc.label, fmt::format("expected an object, got {}", Describe(json)));
-  // Its keys warned not modelled join the config's (Source::not_modelled).
-  return {std::move(json), Source{doc.label, {}, nullptr, t.source().not_modelled}, "", doc.label};
+  // Its field errors join the config's, so that one run reports them all (Source::field_errors);
+  // its keys warned not modelled join the config's too (Source::not_modelled).
+  return {std::move(json), Source{doc.label, {}, t.source().field_errors, t.source().not_modelled},
+          "", doc.label};
 }
 
 }  // namespace

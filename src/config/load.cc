@@ -45,37 +45,6 @@ DevicePreset ReadDevice(const Document& doc) {
   return internal::ReadDevicePreset(s, internal::ParseJson(doc.text, doc.label), "");
 }
 
-// The field errors of one document, a config or a model file (reader.h Source::field_errors) and `stop`, the error that
-// stopped the reading if any, as one InputError: a single message as it is, else "N problems in
-// <file>:" and one per line. `stop` is left out when it may follow from a field error (a bad
-// value reads as absent, so "missing key" or a disagreement may follow from it); the keys after
-// it were not read, which a last line says.
-[[noreturn]] void ThrowFieldErrors(const std::vector<internal::KeyError>& errors, const std::string& label,
-                                   const InputError* stop) {
-  std::vector<std::string> all;
-  for (const internal::KeyError& e : errors) all.push_back(e.message);
-  // A stop that follows from a field error: at a key with one, or "missing key" of a key an
-  // unknown key's "did you mean" names (a misspelt key is reported as such, not as missing).
-  const auto follows_from = [&](const internal::KeyError& e) {
-    const std::string_view what = stop->what();
-    if (what.starts_with(e.location + ":")) return true;
-    const size_t mean = e.message.rfind("(did you mean '");
-    if (mean == std::string::npos) return false;
-    const std::string key = e.message.substr(mean + 15, e.message.size() - mean - 15 - 3);
-    return what.find("/" + key + ": missing key") != std::string_view::npos;
-  };
-  const bool follows = stop != nullptr && std::any_of(errors.begin(), errors.end(), follows_from);
-  if (stop != nullptr && !follows) all.push_back(stop->what());
-  if (all.size() == 1) throw InputError(all.front());
-  std::string text = fmt::format("{} problems in {}:", all.size(), label);
-  for (const std::string& e : all) text += "\n  " + e;
-  if (stop != nullptr) {
-    text += follows ? "\n  (reading stopped after these; the rest is checked once they are fixed)"
-                    : "\n  (reading stopped at the last; the rest is checked once it is fixed)";
-  }
-  throw InputError(text);
-}
-
 // A model file: every field error of it in one message (ThrowFieldErrors), as for a config.
 internal::LocatedModel ReadModelDocument(const Document& d, Setup* s) {
   std::vector<internal::KeyError> errors;
@@ -93,9 +62,9 @@ internal::LocatedModel ReadModelDocument(const Document& d, Setup* s) {
     model = internal::ReadHfModel(ms, json, "", &s->notes, &s->warnings);
   } catch (const InputError& e) {
     if (errors.empty()) throw;
-    ThrowFieldErrors(errors, d.label, &e);
+    internal::ThrowFieldErrors(errors, d.label, &e);
   }
-  if (!errors.empty()) ThrowFieldErrors(errors, d.label, nullptr);
+  if (!errors.empty()) internal::ThrowFieldErrors(errors, d.label, nullptr);
   return *model;
 }
 
@@ -346,6 +315,54 @@ Setup LoadSetupUnguarded(const std::string& config_path, const LoadOptions& opti
 
 namespace internal {
 
+namespace {
+
+// True iff `text` names `flag` ("--num-layers") as a whole word: not "--num-layers-foo".
+bool NamesFlag(std::string_view text, std::string_view flag) {
+  for (size_t at = text.find(flag); at != std::string_view::npos; at = text.find(flag, at + 1)) {
+    const size_t end = at + flag.size();
+    if (end == text.size() || !(std::isalnum(static_cast<unsigned char>(text[end])) ||
+                                text[end] == '-' || text[end] == '_')) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+[[noreturn]] void ThrowFieldErrors(const std::vector<KeyError>& errors, const std::string& label,
+                                   const InputError* stop) {
+  std::vector<std::string> all;
+  for (const KeyError& e : errors) all.push_back(e.message);
+  // A stop that follows from a field error: at a key with one, naming the flag of a launch's
+  // argument with one ("the model is not in the arguments (--num-layers, ...)": the location
+  // "t.sh:3: --num-layers" ends in the flag), or "missing key" of a key an unknown key's "did
+  // you mean" names (a misspelt key is reported as such, not as missing).
+  const auto follows_from = [&](const KeyError& e) {
+    const std::string_view what = stop->what();
+    if (what.starts_with(e.location + ":")) return true;
+    const size_t flag = e.location.rfind(" --");
+    if (flag != std::string::npos && NamesFlag(what, std::string_view(e.location).substr(flag + 1))) {
+      return true;
+    }
+    const size_t mean = e.message.rfind("(did you mean '");
+    if (mean == std::string::npos) return false;
+    const std::string key = e.message.substr(mean + 15, e.message.size() - mean - 15 - 3);
+    return what.find("/" + key + ": missing key") != std::string_view::npos;
+  };
+  const bool follows = stop != nullptr && std::any_of(errors.begin(), errors.end(), follows_from);
+  if (stop != nullptr && !follows) all.push_back(stop->what());
+  if (all.size() == 1) throw InputError(all.front());
+  std::string text = fmt::format("{} problems in {}:", all.size(), label);
+  for (const std::string& e : all) text += "\n  " + e;
+  if (stop != nullptr) {
+    text += follows ? "\n  (reading stopped after these; the rest is checked once they are fixed)"
+                    : "\n  (reading stopped at the last; the rest is checked once it is fixed)";
+  }
+  throw InputError(text);
+}
+
 void ApplyCommandLine(const LoadOptions& options, Json* root, Source* source) {
   for (const std::string& o : options.overrides) internal::ApplyOverride(o, root, source);
   if (options.iterations > 0) {
@@ -500,8 +517,9 @@ Origin ReadConfigKeys(const Document& config, const Json& root, const Source& so
 // absent; they are thrown together once the keys are read, before the checks of how the values
 // fit together (CheckWritten, Derive), which would see defaults in their place.
 Setup LoadParsedConfig(const Document& config, const Json& root, const Source& source,
-                       const LoadOptions& options, FieldErrors mode) {
-  std::vector<KeyError> field_errors;
+                       const LoadOptions& options, FieldErrors mode,
+                       const std::vector<KeyError>& earlier) {
+  std::vector<KeyError> field_errors = earlier;
   Setup s;
   Source collecting = source;
   if (mode == FieldErrors::kAll) collecting.field_errors = &field_errors;

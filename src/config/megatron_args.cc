@@ -175,7 +175,10 @@ class Translator {
       : launch_(launch), options_(options) {}
 
   // Every argument is read before anything fails: the errors and unsupported flags of the whole
-  // launch come in one message (one per line after the first), not one per rerun.
+  // launch come in one message (one per line after the first), not one per rerun. An argument
+  // whose value cannot be read (`--num-layers abc`) is left out and kept in errors_, which the
+  // loader reports with the values it refuses (TranslateAndLoad), unless unsupported flags
+  // refuse the launch: then they are reported here, with those flags.
   void Run() {
     for (const LaunchArgument& a : launch_.arguments) {
       try {
@@ -187,20 +190,16 @@ class Translator {
       } catch (const UnsupportedError&) {
         throw;
       } catch (const InputError& e) {
-        errors_.emplace_back(e.what());
+        errors_.push_back({Label(a), e.what()});
       }
     }
     const bool refuse = !unsupported_.empty() && !options_.allow_unsupported;
-    if (errors_.size() == 1 && !refuse) throw InputError(errors_.front());
-    if (!errors_.empty()) {
-      std::string all = fmt::format("{} problems in {}:", errors_.size() + (refuse ? unsupported_.size() : 0),
+    if (!errors_.empty() && refuse) {
+      std::string all = fmt::format("{} problems in {}:", errors_.size() + unsupported_.size(),
                                     launch_.label);
-      for (const std::string& e : errors_) all += "\n  " + e;
-      if (refuse) {
-        for (const std::string& u : unsupported_) all += "\n  unsupported: " + u;
-        all += "\n  (--allow-unsupported runs without the unsupported flags)";
-      }
-      throw InputError(all);
+      for (const internal::KeyError& e : errors_) all += "\n  " + e.message;
+      for (const std::string& u : unsupported_) all += "\n  unsupported: " + u;
+      throw InputError(all + "\n  (--allow-unsupported runs without the unsupported flags)");
     }
     if (refuse) {
       std::string all = unsupported_.front();
@@ -234,6 +233,8 @@ class Translator {
 
   Json training = Json::object();
   std::map<std::string, std::string> labels;  // JSON pointer -> "file:line: --flag"
+  // The arguments whose values could not be read (Run): location "file:line: --flag", message.
+  std::vector<internal::KeyError> errors_;
   std::vector<std::string> warnings_;
   std::vector<std::string> notes_;
   std::vector<NotModelled> not_modelled_;
@@ -546,7 +547,6 @@ class Translator {
   const MegatronLaunch& launch_;
   const MegatronOptions& options_;
   std::vector<std::string> unsupported_;
-  std::vector<std::string> errors_;  // InputError messages of single arguments (Run)
   std::map<std::string, const LaunchArgument*> seen_;  // modelled flag -> its last occurrence
 };
 
@@ -862,10 +862,10 @@ std::string WithLineWarnings(const std::string& message, const MegatronLaunch& l
   return said.empty() ? message : message + " (" + said + ")";
 }
 
-Setup TranslateAndLoad(const MegatronLaunch& launch, const LoadOptions& options,
-                       const MegatronOptions& megatron) {
-  Translator t(launch, megatron);
-  t.Run();
+// The training config built from the translated arguments `t`, loaded: the loader's field errors
+// are reported with t.errors_ (FieldErrors::kAll). `*loading` is set once the loader has them.
+Setup LoadTranslated(const MegatronLaunch& launch, const LoadOptions& options, Translator& t,
+                     bool* loading) {
   if (t.train_samples) {  // arguments.py: iterations = samples / global batch
     const Json g = t.training.value("global_batch_size", Json());
     const std::int64_t gbs = g.is_number_integer() && g.get<std::int64_t>() > 0 ? g.get<std::int64_t>() : 1;
@@ -896,7 +896,9 @@ Setup TranslateAndLoad(const MegatronLaunch& launch, const LoadOptions& options,
   }
   internal::Document doc{launch.label, "", false, ""};
   if (!options.model_path.empty()) rest.model_path = options.model_path;
-  Setup s = internal::LoadParsedConfig(doc, root, source, rest, internal::FieldErrors::kAll);
+  *loading = true;
+  Setup s = internal::LoadParsedConfig(doc, root, source, rest, internal::FieldErrors::kAll,
+                                       t.errors_);
   if (options.model_path.empty()) {
     // Built from the arguments (ModelFromArguments: Megatron's GPT with the architecture flags
     // given), not a Hugging Face model of its model_type.
@@ -913,6 +915,23 @@ Setup TranslateAndLoad(const MegatronLaunch& launch, const LoadOptions& options,
   s.notes.insert(s.notes.begin(), t.notes_.begin(), t.notes_.end());
   s.notes.insert(s.notes.begin(), launch.notes.begin(), launch.notes.end());
   return s;
+}
+
+// Every reading error of the launch in one run: the arguments whose values could not be read
+// (left out), then the values the loader refuses; an error that stops the reading before the
+// loader (no device, no model, a derived argument) comes after the first, unless it may follow
+// from one of them (it names the flag: ThrowFieldErrors).
+Setup TranslateAndLoad(const MegatronLaunch& launch, const LoadOptions& options,
+                       const MegatronOptions& megatron) {
+  Translator t(launch, megatron);
+  t.Run();
+  bool loading = false;
+  try {
+    return LoadTranslated(launch, options, t, &loading);
+  } catch (const InputError& e) {
+    if (loading || t.errors_.empty()) throw;
+    internal::ThrowFieldErrors(t.errors_, launch.label, &e);
+  }
 }
 
 }  // namespace

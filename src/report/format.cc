@@ -172,12 +172,15 @@ void StreamedFile::Close() {
 
 namespace {
 
-// "; not written either: a.json, b.csv" for the outputs a failure left unwritten, or "".
-std::string NotWritten(const std::vector<std::pair<std::string, std::string>>& staged) {
-  if (staged.empty()) return "";
+// "; not written either: a.json, b.csv" for the regular files among `targets` other than
+// `failed` (a failure leaves every one of them unwritten), or "".
+std::string NotWritten(const std::vector<std::string>& targets, const std::string& failed) {
   std::string names;
-  for (const auto& [tmp, path] : staged) names += (names.empty() ? "" : ", ") + path;
-  return fmt::format("; not written either: {}", names);
+  for (const std::string& path : targets) {
+    if (path == failed || path == "-" || IsSpecialFile(path)) continue;
+    names += (names.empty() ? "" : ", ") + path;
+  }
+  return names.empty() ? "" : fmt::format("; not written either: {}", names);
 }
 
 }  // namespace
@@ -195,28 +198,30 @@ void WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>
     }
   }
   std::vector<std::pair<std::string, std::string>> staged;  // temporary, target
+  // The output being written when a write fails (the message names it first).
+  std::string current;
   try {
     for (const auto& [path, content] : files) {
       if (path == "-" || IsSpecialFile(path)) continue;
+      current = path;
       staged.emplace_back(WriteTemporary(path, content), path);
     }
+    // A streamed output written in place (a device, a pipe) reports its write errors here.
     for (StreamedFile* f : streamed) {
+      current = f->path();
       f->Close();
       if (!f->tmp_.empty()) staged.emplace_back(f->tmp_, f->path());
     }
-  } catch (const InputError&) {
-    for (const auto& [tmp, path] : staged) std::remove(tmp.c_str());
-    throw;
-  }
-  // Device files and pipes are written before any rename, so that one failing (/dev/full)
-  // leaves none of the other outputs behind.
-  try {
+    // Device files and pipes are written before any rename, so that one failing (/dev/full)
+    // leaves none of the other outputs behind.
     for (const auto& [path, content] : files) {
-      if (path != "-" && IsSpecialFile(path)) WriteInPlace(path, content);
+      if (path == "-" || !IsSpecialFile(path)) continue;
+      current = path;
+      WriteInPlace(path, content);
     }
   } catch (const InputError& e) {
     for (const auto& [tmp, path] : staged) std::remove(tmp.c_str());
-    throw InputError(fmt::format("{}{}", e.what(), NotWritten(staged)));
+    throw InputError(fmt::format("{}{}", e.what(), NotWritten(targets, current)));
   }
   for (const auto& [tmp, path] : staged) {
     if (std::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -231,6 +236,27 @@ void WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>
   }
   for (StreamedFile* f : streamed) {
     if (f->path() == "-") WriteInPlace("-", f->held_);
+  }
+}
+
+void WriteFilesIntoDirectory(const std::vector<std::pair<std::string, std::string>>& files,
+                             const std::string& dir) {
+  std::vector<std::filesystem::path> made;  // the missing directories, the innermost first
+  std::error_code ec;
+  if (!dir.empty()) {
+    for (std::filesystem::path p = dir; !p.empty() && !std::filesystem::exists(p, ec);
+         p = p.parent_path()) {
+      made.push_back(p);
+      if (p == p.parent_path()) break;
+    }
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw InputError(fmt::format("{}: cannot create the directory: {}", dir, ec.message()));
+  }
+  try {
+    WriteFilesAtomically(files);
+  } catch (const InputError&) {
+    for (const std::filesystem::path& p : made) std::filesystem::remove(p, ec);
+    throw;
   }
 }
 

@@ -72,6 +72,13 @@ class StreamedFile {
 void WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>& files,
                           const std::vector<StreamedFile*>& streamed);
 
+// WriteFilesAtomically for `files`, some of which are in the directory `dir` ("" = none), made
+// first with its missing parents; when the writing fails, the directories made here are removed
+// again, so that a failure leaves nothing behind. Throws InputError "<dir>: cannot create the
+// directory: <why>", or WriteFilesAtomically's.
+void WriteFilesIntoDirectory(const std::vector<std::pair<std::string, std::string>>& files,
+                             const std::string& dir);
+
 // Checks, before any work, that every output path ("" entries are skipped) can be written as
 // WriteFilesAtomically will write it, and that none is one of `inputs` or names a file twice.
 // Files are compared by identity (std::filesystem::equivalent), so "./c.json", a hard link or

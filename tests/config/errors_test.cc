@@ -55,6 +55,36 @@ TEST_CASE("every field error of a model file is reported in one message", "[conf
                              ": /num_hidden_layers: expected a positive integer, got -1");
 }
 
+TEST_CASE("field errors of a training_args file and an adapter_config file join the config's",
+          "[config]") {
+  // Two bad TrainingArguments fields in the training_args file, two bad LoraConfig fields in the
+  // adapter_config file and one bad own key in the block: all five in one message, each named
+  // by its own file and JSON pointer, in the order the reader meets them (the block's own keys,
+  // then the TrainingArguments fields, then the adapter: hf_trainer.cc ReadFromArgs, ReadPeft).
+  const std::string args = testing::WriteTemp(
+      "field_errors_args.json",
+      R"({"output_dir": "out", "per_device_train_batch_size": "4", "gradient_accumulation_steps": 0})");
+  const std::string adapter = testing::WriteTemp(
+      "field_errors_adapter.json",
+      R"({"peft_type": "LORA", "r": 0, "lora_dropout": 2, "target_modules": ["q_proj"]})");
+  const std::string path = testing::WriteTemp(
+      "field_errors_hf.json",
+      R"({"model": "llama3-8b", "device": "l40s-48g", "training": {"framework": "hf-trainer",
+          "training_args": "field_errors_args.json", "adapter_config": "field_errors_adapter.json",
+          "max_seq_length": 0}})");
+  const std::string error = ErrorOf(path) + "\n";  // each line ends in a newline
+  CHECK(error.starts_with("5 problems in " + path + ":\n  "));
+  for (const std::string& line :
+       {path + ": /training/max_seq_length: expected a positive integer, got 0",
+        args + ": /per_device_train_batch_size: expected a positive integer, got \"4\"",
+        args + ": /gradient_accumulation_steps: expected a positive integer, got 0",
+        adapter + ": /r: expected an integer from 1 to 65536, got 0",
+        adapter + ": /lora_dropout: expected a number in [0, 1), got 2"}) {
+    CAPTURE(line);
+    CHECK(error.find("\n  " + line + "\n") != std::string::npos);
+  }
+}
+
 TEST_CASE("a bad required value is one error, not also a missing key", "[config]") {
   // seq_length is required: a bad one is reported as such, not again as "missing key".
   const std::string path = testing::WriteTemp(

@@ -281,6 +281,30 @@ TEST_CASE("launch script: every out-of-range flag value is reported in one run, 
         "  t.sh:1: --tensor-model-parallel-size: expected a positive integer, got 0");
 }
 
+TEST_CASE("launch script: a value that is not a number comes with the out-of-range ones",
+          "[launch]") {
+  // --micro-batch-size abc cannot be read at all (the translator's integer parse) and is left
+  // out; the loader still reads the rest and refuses the two out-of-range values: one message,
+  // the unreadable value first, then the loader's in its order (as in the test above).
+  const MegatronLaunch l = ReadLaunchScript(
+      "t.sh",
+      "python pretrain_gpt.py --num-layers 2 --hidden-size -5 --num-attention-heads 4 "
+      "--seq-length 128 --vocab-size 1000 --micro-batch-size abc --tensor-model-parallel-size 0\n");
+  CHECK(LaunchLoadError(l) ==
+        "3 problems in t.sh:\n"
+        "  t.sh:1: --micro-batch-size: expected an integer, got 'abc'\n"
+        "  t.sh:1: --hidden-size: expected a positive integer, got -5\n"
+        "  t.sh:1: --tensor-model-parallel-size: expected a positive integer, got 0");
+  // An unreadable --num-layers: the model is then missing from the arguments, an error that
+  // follows from it (it names --num-layers) and is not listed. (The loader, which needs the
+  // model, is not reached: its range checks come once the value is fixed.)
+  const MegatronLaunch m = ReadLaunchScript(
+      "t.sh",
+      "python pretrain_gpt.py --num-layers x2 --hidden-size 64 --num-attention-heads 4 "
+      "--seq-length 128 --vocab-size 1000 --micro-batch-size 1\n");
+  CHECK(LaunchLoadError(m) == "t.sh:1: --num-layers: expected an integer, got 'x2'");
+}
+
 TEST_CASE("launch script: arithmetic wraps at 64 bits as bash's does", "[launch]") {
   // expr.c: INT64_MIN / -1 gives INT64_MIN and INT64_MIN % -1 gives 0 (no SIGFPE); + and *
   // wrap modulo 2^64: INT64_MAX + 1 = INT64_MIN, INT64_MAX * 2 = -2; -INT64_MIN = INT64_MIN.

@@ -236,6 +236,38 @@ TEST_CASE("exports: a snapshot window keeps init and the first iterations", "[ex
   CHECK(trace.snapshot->entries == static_cast<std::int64_t>(one));
 }
 
+// The default snapshot window on a mixture-of-experts shipped config whose reported stage makes
+// more allocator events than the budget (issue 32: Qwen3-30B-A3B's 1.3 million entries, 254 MB,
+// did not open in pytorch.org/memory_viz). The whole run is over the budget; the window is then
+// the most whole iterations from the first whose events fit (DefaultSnapshotIterations), and the
+// pickle holds exactly those.
+TEST_CASE("exports: an MoE shipped config's default snapshot window stays within the budget",
+          "[export]") {
+  config::LoadOptions load;
+  const config::Setup setup =
+      config::LoadSetup(std::string(MEMSIM_SOURCE_DIR) + "/configs/qwen3-30b-a3b-910b-pp4-ep4.json",
+                        load);
+  REQUIRE(setup.model.num_experts > 1);  // routed experts: the MoE path of the generator
+  const engine::RunResult run = engine::RunAllStages(setup, engine::RunOptions{});
+  DetailOptions options;
+  options.allocator_events = true;
+  const RunDetail detail =
+      CollectRunDetail(engine::SimulatedSetup(setup, run), run.reported_stage, options);
+  const size_t all = detail.allocator_events.size();
+  REQUIRE(all > kSnapshotEntryBudget);
+  const int window = DefaultSnapshotIterations(detail);
+  REQUIRE(window >= 1);
+  REQUIRE(window < run.simulated_iterations);
+  const size_t kept = SnapshotEventsKept(detail, window);
+  CHECK(kept <= kSnapshotEntryBudget);
+  CHECK(SnapshotEventsKept(detail, window + 1) > kSnapshotEntryBudget);  // the widest that fits
+  CHECK(kept < all);
+  const std::string pickle = MemorySnapshotPickle(detail, window);
+  const replay::Trace trace = replay::ParseTrace(pickle, "moe-window.pickle", 0);
+  REQUIRE(trace.snapshot);
+  CHECK(trace.snapshot->entries == static_cast<std::int64_t>(kept));
+}
+
 }  // namespace
 }  // namespace memsim::exports
 
