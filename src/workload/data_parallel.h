@@ -5,8 +5,8 @@
 // finalize_model_grads waits for, zero_grad, after the optimizer step; plus the static sizes it
 // holds and the parameter shard the optimizer updates. (GradSite names the forward sites too.)
 // Implementations, one file each: Megatron-core DDP (ddp.cc), Megatron-FSDP (megatron_fsdp.cc),
-// PyTorch DistributedDataParallel (torch_ddp.cc), DeepSpeed ZeRO-1 / ZeRO-2 (deepspeed_zero.cc)
-// and no wrapper on one device (single_device.cc). They do not include each other; NewDataParallel
+// PyTorch DistributedDataParallel (torch_ddp.cc), DeepSpeed ZeRO-1 / ZeRO-2 (deepspeed_zero.cc),
+// DeepSpeed ZeRO-3 (deepspeed_zero3.cc) and no wrapper on one device (single_device.cc). They do not include each other; NewDataParallel
 // picks one from the Setup's config::DataParallelWrapper.
 //
 // Hooks emit through the Emitter they are given and must not change the emitter's context.
@@ -47,13 +47,23 @@ struct WrapperSizes {
   Bytes host_pinned_bytes = 0;
   Bytes host_pageable_bytes = 0;
   bool host_buffers_pinned = false;  // beyond the fp32 partition (offload_optimizer.pin_memory)
+  // What the pinned and the pageable host bytes hold, in words, where the wrapper says it
+  // itself (DeepSpeed ZeRO-3); empty: ZeRO-1 / ZeRO-2's offload_optimizer (the report's own text).
+  std::string host_pinned_what;
+  std::string host_pageable_what;
 };
 
 class DataParallel : public GradSink {
  public:
   ~DataParallel() override = default;
 
-  // After the model's parameters exist (param_ids[i] holds params[i]): the wrapper's buffers.
+  // The bytes of params[i] that stay on the device once the model is constructed, `whole` its
+  // full storage: `whole` unless the parameters are partitioned as they are built (DeepSpeed
+  // ZeRO-3's zero.Init, which keeps each rank's partition and frees the rest, or none of it on
+  // the device with offload_param).
+  virtual Bytes ConstructedBytes(int /*param*/, Bytes whole) const { return whole; }
+  // After the model's parameters exist (param_ids[i] holds params[i], or 0 when
+  // ConstructedBytes left none on the device): the wrapper's buffers.
   virtual void Setup(Emitter& em, const std::vector<TensorId>& param_ids) = 0;
   // Whether the wrapper holds the fp32 main weights itself (else the optimizer clones them).
   virtual bool HoldsMainParams() const { return false; }
@@ -115,8 +125,11 @@ std::unique_ptr<DataParallel> NewSingleDevice(const ModelDims& d, const RankPara
                                               const config::SingleDevice& single);
 std::unique_ptr<DataParallel> NewTorchDdp(const ModelDims& d, const RankParams& params,
                                           const config::TorchDdp& ddp);
+// Stage 1 or 2; stage 3 goes to NewDeepSpeedZero3.
 std::unique_ptr<DataParallel> NewDeepSpeedZero(const ModelDims& d, const RankParams& params,
                                                const config::DeepSpeedZero& zero);
+std::unique_ptr<DataParallel> NewDeepSpeedZero3(const ModelDims& d, const RankParams& params,
+                                                const config::DeepSpeedZero& zero);
 
 // The all-gather of every bucket of `buffers` into the parameters, in place, on the
 // communication stream (a sharded optimizer's updated shards; Megatron-core

@@ -20,7 +20,16 @@ std::vector<TensorId> TrainingLoop::BuildModel() {
       prev_layer = pt.layer;
     }
     const Bytes bytes = pt.storage_bytes > 0 ? pt.storage_bytes : pt.numel * p_.d.param_bytes;
-    ids[i] = em.Alloc(bytes, Category::kParameters, pt.name);
+    const Bytes kept = p_.dp.ConstructedBytes(static_cast<int>(i), bytes);
+    if (kept == bytes) {
+      ids[i] = em.Alloc(bytes, Category::kParameters, pt.name);
+      continue;
+    }
+    // Partitioned as it is built: the whole tensor, then the part that stays, then the whole
+    // one freed (zero.Init's _post_init_method after each module's __init__).
+    const TensorId whole = em.Alloc(bytes, Category::kParameters, pt.name + ".whole");
+    ids[i] = kept > 0 ? em.Alloc(kept, Category::kParameters, pt.name) : 0;
+    em.Free(whole);
   }
   return ids;
 }
