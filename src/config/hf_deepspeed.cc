@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <tuple>
 
 #include "config/hf_trainer.h"
 #include "core/error.h"
@@ -104,6 +105,85 @@ void ReadOffload(ObjectReader& z, DeepSpeedZero& out, std::vector<std::string>* 
   }
 }
 
+// offload_param (stage 3): "cpu" puts the 16-bit partitions on the host.
+void ReadOffloadParam(ObjectReader& z, DeepSpeedZero& out, std::vector<std::string>* warnings) {
+  const Json* o = z.Get("offload_param");
+  if (o == nullptr) return;
+  ObjectReader r(z.source(), *o, z.PointerOf("offload_param"));
+  const std::string device = r.Choice("device", {"none", "cpu", "nvme"}).value_or("none");
+  if (device == "nvme") {
+    throw UnsupportedError(fmt::format("{}: \"nvme\": ZeRO-Infinity's NVMe offload is not "
+                                       "modelled",
+                                       r.At("device")));
+  }
+  out.offload_param_cpu = device == "cpu";
+  const bool pin = r.Bool("pin_memory").value_or(false);  // read with any device
+  out.offload_param_pin_memory = out.offload_param_cpu && pin;
+  for (const std::string& key : r.Unread()) {
+    r.WarnNotModelled(key, fmt::format("{}: not modelled, ignored", r.At(key)),
+                      NotModelled::Direction::kEither, warnings);
+  }
+}
+
+// A stage-3 size that the Trainer may fill ("auto": held as -1, ResolveDeepSpeedAuto).
+std::int64_t AutoOrSize(ObjectReader& z, std::string_view key, std::int64_t fallback) {
+  if (IsAuto(z.Get(key))) return -1;
+  return BucketSize(z, key, fallback);
+}
+
+// The stage-3 keys of zero/config.py DeepSpeedZeroConfig (v0.16.9) and their defaults; ZeRO++
+// and MiCS are warned about with the direction memsim errs.
+void ReadStage3(ObjectReader& z, DeepSpeedZero& out, std::vector<std::string>* notes,
+                std::vector<std::string>* warnings) {
+  out.prefetch_bucket_size =
+      AutoOrSize(z, "stage3_prefetch_bucket_size", out.prefetch_bucket_size);
+  out.param_persistence_threshold =
+      AutoOrSize(z, "stage3_param_persistence_threshold", out.param_persistence_threshold);
+  out.max_live_parameters = BucketSize(z, "stage3_max_live_parameters", out.max_live_parameters);
+  out.max_reuse_distance = BucketSize(z, "stage3_max_reuse_distance", out.max_reuse_distance);
+  out.sub_group_size = BucketSize(z, "sub_group_size", out.sub_group_size);
+  out.reduce_scatter = z.Bool("reduce_scatter").value_or(true);
+  ReadOffloadParam(z, out, warnings);
+  for (const char* key : {"stage3_gather_16bit_weights_on_model_save",
+                          "stage3_gather_fp16_weights_on_model_save"}) {
+    if (z.Has(key)) {
+      z.Skip(key);
+      notes->push_back(fmt::format("{}: only at checkpoint saving, no effect on the training "
+                                   "step's memory",
+                                   z.At(key)));
+    }
+  }
+  // ZeRO++ (zero/config.py): a secondary partition per node (hpZ) adds device memory memsim
+  // does not hold; quantized weights / gradients make the gathers and reductions smaller.
+  const std::pair<const char*, NotModelled::Direction> zeropp[] = {
+      {"zero_hpz_partition_size", NotModelled::Direction::kLow},
+      {"zero_quantized_weights", NotModelled::Direction::kHigh},
+      {"zero_quantized_nontrainable_weights", NotModelled::Direction::kHigh},
+      {"zero_quantized_gradients", NotModelled::Direction::kHigh},
+      {"mics_shard_size", NotModelled::Direction::kLow},
+      {"stage3_module_granularity_threshold", NotModelled::Direction::kEither}};
+  for (const auto& [key, direction] : zeropp) {
+    const Json* v = z.Get(key);
+    if (v == nullptr) continue;
+    const bool off = (v->is_boolean() && !v->get<bool>()) ||
+                     (v->is_number() && v->get<double>() <= (std::string_view(key) ==
+                                                                     "zero_hpz_partition_size"
+                                                                 ? 1
+                                                                 : 0));
+    if (off) {
+      notes->push_back(fmt::format("{}: off, no effect", z.At(key)));
+    } else {
+      z.WarnNotModelled(key,
+                        fmt::format("{}: {}: ZeRO++ / MiCS not modelled (memsim errs {})", z.At(key),
+                                    Describe(*v),
+                                    direction == NotModelled::Direction::kLow ? "low"
+                                    : direction == NotModelled::Direction::kHigh ? "high"
+                                                                                 : "either way"),
+                        direction, warnings);
+    }
+  }
+}
+
 void ReadZero(ObjectReader& ds, DeepSpeedZero& out, std::vector<std::string>* notes,
               std::vector<std::string>* warnings) {
   const Json* zj = ds.Get("zero_optimization");
@@ -119,20 +199,17 @@ void ReadZero(ObjectReader& ds, DeepSpeedZero& out, std::vector<std::string>* no
         "with the engine's all-reduce) is not modelled; stages 1 and 2 are",
         stage_at));
   }
-  if (out.stage == 3) {
-    throw UnsupportedError(fmt::format("{}: 3 (ZeRO-3 parameter partitioning) is not modelled; "
-                                       "stages 1 and 2 are",
-                                       stage_at));
-  }
   if (IsAuto(z.Get("reduce_bucket_size"))) {
     out.reduce_bucket_size = -1;  // hidden_size², resolved once the model is read
   } else {
     out.reduce_bucket_size = BucketSize(z, "reduce_bucket_size", out.reduce_bucket_size);
   }
   out.allgather_bucket_size = BucketSize(z, "allgather_bucket_size", out.allgather_bucket_size);
-  out.overlap_comm = z.Bool("overlap_comm").value_or(false);
+  // config.py overlap_comm_valid: absent, it is on at stage 3 and off below.
+  out.overlap_comm = z.Bool("overlap_comm").value_or(out.stage == 3);
   out.contiguous_gradients = z.Bool("contiguous_gradients").value_or(true);
   ReadOffload(z, out, warnings);
+  if (out.stage == 3) ReadStage3(z, out, notes, warnings);
   // stage_1_and_2.py __init__: contiguous_gradients = contiguous_gradients or cpu_offload.
   out.contiguous_gradients = out.contiguous_gradients || out.offload_optimizer_cpu;
   if (z.Bool("round_robin_gradients").value_or(false)) {
@@ -146,9 +223,13 @@ void ReadZero(ObjectReader& ds, DeepSpeedZero& out, std::vector<std::string>* no
   for (const std::string& key : z.Unread()) {
     if (kNoEffectZero.count(key) != 0) {
       notes->push_back(fmt::format("{}: accepted, no effect on memory", z.At(key)));
-    } else if (IsStage3Key(key)) {
+    } else if (IsStage3Key(key) && out.stage < 3) {
       notes->push_back(fmt::format("{}: a ZeRO-3 setting, not read at stage {}", z.At(key),
                                    out.stage));
+    } else if (IsStage3Key(key)) {
+      z.WarnNotModelled(key, fmt::format("{}: a ZeRO-3 setting memsim does not model, ignored",
+                                         z.At(key)),
+                        NotModelled::Direction::kEither, warnings);
     } else {
       warnings->push_back(fmt::format("{}: not a DeepSpeed ZeRO key memsim knows, ignored",
                                       z.At(key)));
@@ -265,11 +346,21 @@ void ReadDeepSpeed(ObjectReader& t, const Document& config, TrainingConfig& c,
 
 void ResolveDeepSpeedAuto(int hidden_size, const std::string& where, DeepSpeedZero* zero,
                           std::vector<std::string>* notes) {
-  if (zero->reduce_bucket_size >= 0) return;
-  zero->reduce_bucket_size = std::int64_t{hidden_size} * hidden_size;
-  notes->push_back(fmt::format("{}: \"auto\" is hidden_size² = {} elements "
-                               "(HfTrainerDeepSpeedConfig.trainer_config_finalize)",
-                               where, zero->reduce_bucket_size));
+  // trainer_config_finalize: fill_only of the three hidden-size keys (the last two at stage 3).
+  const std::int64_t h = hidden_size;
+  const std::tuple<std::int64_t*, std::int64_t, const char*, const char*> keys[] = {
+      {&zero->reduce_bucket_size, h * h, "reduce_bucket_size", "hidden_size²"},
+      {&zero->prefetch_bucket_size, static_cast<std::int64_t>(0.9 * static_cast<double>(h * h)),
+       "stage3_prefetch_bucket_size", "int(0.9 · hidden_size²)"},
+      {&zero->param_persistence_threshold, 10 * h, "stage3_param_persistence_threshold",
+       "10 · hidden_size"}};
+  for (const auto& [value, resolved, key, rule] : keys) {
+    if (*value >= 0) continue;
+    *value = resolved;
+    notes->push_back(fmt::format("{} zero_optimization.{}: \"auto\" is {} = {} elements "
+                                 "(HfTrainerDeepSpeedConfig.trainer_config_finalize)",
+                                 where, key, rule, resolved));
+  }
 }
 
 }  // namespace memsim::config::internal

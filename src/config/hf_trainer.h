@@ -54,12 +54,14 @@ TrainingConfig ReadHfTrainer(ObjectReader& t, const Document& config,
 // TrainingArguments `deepspeed` of `t` (a ds_config path relative to `config`, or the object):
 // sets c.hf_trainer()->deepspeed and c.precision (the ds_config's bf16 / fp16, "auto" taking the
 // Trainer's). Throws InputError (a bad value, a mismatch with the Trainer's) or UnsupportedError
-// (stage 0 or 3, NVMe offload, amp, data_types, an optimizer other than Adam / AdamW); warns for
+// (stage 0, NVMe offload, amp, data_types, an optimizer other than Adam / AdamW); warns for
 // each key memsim does not know (hf_deepspeed.cc). REQUIRES: c's batch and precision are read.
 void ReadDeepSpeed(ObjectReader& t, const Document& config, TrainingConfig& c,
                    std::vector<std::string>* notes, std::vector<std::string>* warnings);
-// reduce_bucket_size "auto" (held as -1): hidden_size² (HfTrainerDeepSpeedConfig
-// trainer_config_finalize), with a note naming `where`. Nothing for a set value.
+// The "auto" sizes (held as -1): reduce_bucket_size hidden_size², stage3_prefetch_bucket_size
+// int(0.9·hidden_size²), stage3_param_persistence_threshold 10·hidden_size
+// (HfTrainerDeepSpeedConfig trainer_config_finalize), each with a note naming `where` (the
+// `deepspeed` field) and the key. Nothing for a set value.
 void ResolveDeepSpeedAuto(int hidden_size, const std::string& where, DeepSpeedZero* zero,
                           std::vector<std::string>* notes);
 

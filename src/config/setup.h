@@ -180,13 +180,13 @@ struct BnbOptimizer {
   bool operator==(const BnbOptimizer&) const = default;
 };
 
-// DeepSpeed's ZeRO stage 1 or 2 under the Hugging Face Trainer (TrainingArguments `deepspeed`:
+// DeepSpeed's ZeRO stage 1, 2 or 3 under the Hugging Face Trainer (TrainingArguments `deepspeed`:
 // a ds_config JSON, config/hf_trainer_deepspeed.cc; workload/deepspeed_zero.cc). The values are
 // the ds_config's, with DeepSpeed's defaults (deepspeed/runtime/zero/config.py
 // DeepSpeedZeroConfig, v0.16.9) for keys it leaves out and the Trainer's "auto" values resolved
 // (transformers integrations/deepspeed.py HfTrainerDeepSpeedConfig). Bucket sizes in elements.
 struct DeepSpeedZero {
-  int stage = 1;                                   // zero_optimization.stage: 1 or 2
+  int stage = 1;                                   // zero_optimization.stage: 1, 2 or 3
   std::int64_t reduce_bucket_size = 500'000'000;   // elements of one ipg buffer
   std::int64_t allgather_bucket_size = 500'000'000;
   bool overlap_comm = false;  // stage 1 / 2 default (config.py overlap_comm_valid)
@@ -197,6 +197,24 @@ struct DeepSpeedZero {
   // offload_optimizer.pin_memory (offload_config.py, default false): the fp32 partition's
   // gradient and the host gradient buffers are page-locked too (the fp32 partition always is).
   bool offload_pin_memory = false;
+  // Stage 3 only (DeepSpeedZeroOptimizer_Stage3, runtime/zero/stage3.py, and its parameter
+  // coordinator, partitioned_param_coordinator.py; workload/deepspeed_zero3.cc). Elements.
+  // stage3_prefetch_bucket_size (default 5e7; "auto": 0.9·hidden², held as -1 until the model is
+  // read), stage3_param_persistence_threshold (1e5; "auto": 10·hidden, -1 until then),
+  // stage3_max_live_parameters (1e9), stage3_max_reuse_distance (1e9), sub_group_size (1e9).
+  std::int64_t prefetch_bucket_size = 50'000'000;
+  std::int64_t param_persistence_threshold = 100'000;
+  std::int64_t max_live_parameters = 1'000'000'000;
+  std::int64_t max_reuse_distance = 1'000'000'000;
+  std::int64_t sub_group_size = 1'000'000'000;
+  // zero_optimization.reduce_scatter (default true): stage 3 reduce-scatters each bucket through
+  // a padded copy (comm/coalesced_collectives.py reduce_scatter_coalesced); false all-reduces the
+  // bucket in place.
+  bool reduce_scatter = true;
+  // offload_param.device "cpu" (stage 3): the 16-bit partitions on the host, page-locked with
+  // offload_param.pin_memory (offload_config.py, default false).
+  bool offload_param_cpu = false;
+  bool offload_param_pin_memory = false;
   bool operator==(const DeepSpeedZero&) const = default;
 };
 

@@ -281,6 +281,14 @@ std::string HostMemoryLine(const workload::StaticSizes& sizes) {
         GiB(sizes.host_pinned_bytes), ParameterCount(sizes.main_param_count));
   }
   if (sizes.host != workload::HostMemory::kZeroOffload) return "";
+  if (!sizes.host_pinned_what.empty() || !sizes.host_pageable_what.empty()) {
+    return fmt::format(
+        "  host memory (pinned, per rank): {} GiB: {}\n"
+        "  host memory (pageable, per rank): {} GiB: {}\n",
+        GiB(sizes.host_pinned_bytes), sizes.host_pinned_what.empty() ? "none" : sizes.host_pinned_what,
+        GiB(sizes.host_pageable_bytes),
+        sizes.host_pageable_what.empty() ? "none" : sizes.host_pageable_what);
+  }
   const char* buffers = ", its fp32 gradient and the host gradient buffers";
   return fmt::format(
       "  host memory (pinned, per rank): {} GiB: DeepSpeed offload_optimizer cpu: the fp32 "
@@ -594,9 +602,13 @@ void AddStaticJson(const engine::StageResult& stage, const config::Setup& setup,
                     {"pageable_bytes", sizes.host_pageable_bytes},
                     {"what", "fp32 main parameters and Adam moments (MindSpeed --swap-optimizer)"}};
   } else if (sizes.host == workload::HostMemory::kZeroOffload) {
+    const std::string own = "pinned: " + sizes.host_pinned_what + "; pageable: " +
+                            sizes.host_pageable_what;
     (*j)["host"] = {{"pinned_bytes", sizes.host_pinned_bytes},
                     {"pageable_bytes", sizes.host_pageable_bytes},
-                    {"what", sizes.host_buffers_pinned
+                    {"what", !sizes.host_pinned_what.empty() || !sizes.host_pageable_what.empty()
+                                 ? own
+                             : sizes.host_buffers_pinned
                                  ? "pinned: fp32 partition, its fp32 gradient, host gradient "
                                    "buffers; pageable: optimizer state (DeepSpeed "
                                    "offload_optimizer cpu, pin_memory true)"

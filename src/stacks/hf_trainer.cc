@@ -33,14 +33,13 @@ class HfTrainerStack final : public PyTorchLoopStack {
                        config::Setup* s, config::internal::HfTrainerExtras* extras) const override {
     s->training = config::internal::ReadHfTrainer(t, config, &s->notes, &s->warnings, extras);
   }
-  // reduce_bucket_size "auto" needs the model's hidden_size (config/hf_trainer.h).
+  // reduce_bucket_size and the stage-3 sizes "auto" need the model's hidden_size (config/hf_trainer.h).
   void ReadAfterModel(config::internal::ObjectReader& t, config::internal::LocatedModel* model,
                       config::Setup* s) const override {
     config::HfTrainerOptions& hf = *s->training.hf_trainer();
     if (hf.deepspeed) {
-      config::internal::ResolveDeepSpeedAuto(
-          model->model.hidden_size, t.At("deepspeed") + " zero_optimization.reduce_bucket_size",
-          &*hf.deepspeed, &s->notes);
+      config::internal::ResolveDeepSpeedAuto(model->model.hidden_size, t.At("deepspeed"),
+                                             &*hf.deepspeed, &s->notes);
     }
   }
 

@@ -183,12 +183,15 @@ StaticSizes ComputeStaticSizes(const config::Setup& setup, int pipeline_rank) {
     out.host = HostMemory::kSwapOptimizer;
   }
   const std::vector<ShardSlice> host = dp->HostOptimizerSlices();
-  if (!host.empty()) {  // DeepSpeed offload_optimizer cpu (build.h host_pageable_bytes)
+  // DeepSpeed offload_optimizer cpu (build.h host_pageable_bytes), or ZeRO-3's offload_param.
+  if (!host.empty() || w.host_pinned_bytes + w.host_pageable_bytes > 0) {
     out.host_pinned_bytes += w.host_pinned_bytes;
     out.host_pageable_bytes += w.host_pageable_bytes + HostOptimizerStateBytes(setup, host, layout);
     for (const ShardSlice& s : host) out.host_optimizer_count += s.numel;
     out.host = HostMemory::kZeroOffload;
     out.host_buffers_pinned = w.host_buffers_pinned;
+    out.host_pinned_what = w.host_pinned_what;
+    out.host_pageable_what = w.host_pageable_what;
   }
   return out;
 }

@@ -98,6 +98,9 @@ struct StaticSizes {
   Bytes host_pageable_bytes = 0;
   std::int64_t host_optimizer_count = 0;
   bool host_buffers_pinned = false;  // offload_optimizer.pin_memory: gradient and buffers pinned
+  // The wrapper's own words for the two kinds (WrapperSizes; DeepSpeed ZeRO-3), else empty.
+  std::string host_pinned_what;
+  std::string host_pageable_what;
   HostMemory host = HostMemory::kNone;  // what the host bytes are, for the report
   Bytes total_bytes() const {
     return parameter_bytes + gradient_bytes + main_param_bytes + optimizer_state_bytes +

@@ -6,8 +6,9 @@
 // holds and the parameter shard the optimizer updates. (GradSite names the forward sites too.)
 // Implementations, one file each: Megatron-core DDP (ddp.cc), Megatron-FSDP (megatron_fsdp.cc),
 // PyTorch DistributedDataParallel (torch_ddp.cc), DeepSpeed ZeRO-1 / ZeRO-2 (deepspeed_zero.cc),
-// PyTorch FSDP2 fully_shard (fsdp2.cc) and no wrapper on one device (single_device.cc). They do
-// not include each other; NewDataParallel picks one from the Setup's config::DataParallelWrapper.
+// PyTorch FSDP2 fully_shard (fsdp2.cc), DeepSpeed ZeRO-3 (deepspeed_zero3.cc) and no wrapper on
+// one device (single_device.cc). They do not include each other; NewDataParallel picks one from
+// the Setup's config::DataParallelWrapper.
 //
 // Hooks emit through the Emitter they are given and must not change the emitter's context.
 // Sizes in bytes, counts in elements.
@@ -50,17 +51,28 @@ struct WrapperSizes {
   // The optimizer steps fp32 gradients the wrapper holds (FSDP2's sharded grads): no fp32
   // copies of 16-bit gradients at the step (StaticSizes::main_grad_copy_bytes 0).
   bool fp32_optimizer_grads = false;
+  // What the pinned and the pageable host bytes hold, in words, where the wrapper says it
+  // itself (DeepSpeed ZeRO-3); empty: ZeRO-1 / ZeRO-2's offload_optimizer (the report's own text).
+  std::string host_pinned_what;
+  std::string host_pageable_what;
 };
 
 class DataParallel : public GradSink {
  public:
   ~DataParallel() override = default;
 
-  // The bytes parameter `param` takes when the model is built (`whole`: its full storage in
-  // the model's dtype): a wrapper whose parameters are born sharded gives its shard (FSDP2 under
-  // torchtitan's meta-device initialisation, fsdp2.cc).
-  virtual Bytes MaterializedParamBytes(int /*param*/, Bytes whole) const { return whole; }
-  // After the model's parameters exist (param_ids[i] holds params[i]): the wrapper's buffers.
+  // How params[i] is on the device once the model is built, `whole` its full storage in the
+  // model's dtype: `kept` bytes stay (0: none, DeepSpeed ZeRO-3 with offload_param). With
+  // `whole_first` the whole tensor is made first and freed once the part is kept (DeepSpeed
+  // ZeRO-3's zero.Init: _post_init_method after each module's __init__); without it the part is
+  // made on its own (FSDP2 under torchtitan's meta-device initialisation, fsdp2.cc).
+  struct ConstructedParam {
+    Bytes kept = 0;
+    bool whole_first = false;
+  };
+  virtual ConstructedParam Constructed(int /*param*/, Bytes whole) const { return {whole, false}; }
+  // After the model's parameters exist (param_ids[i] holds params[i], or 0 when Constructed left
+  // none of it on the device): the wrapper's buffers.
   virtual void Setup(Emitter& em, const std::vector<TensorId>& param_ids) = 0;
   // Whether the wrapper holds the fp32 main weights itself (else the optimizer clones them).
   virtual bool HoldsMainParams() const { return false; }
@@ -122,10 +134,13 @@ std::unique_ptr<DataParallel> NewSingleDevice(const ModelDims& d, const RankPara
                                               const config::SingleDevice& single);
 std::unique_ptr<DataParallel> NewTorchDdp(const ModelDims& d, const RankParams& params,
                                           const config::TorchDdp& ddp);
+// Stage 1 or 2; stage 3 goes to NewDeepSpeedZero3.
 std::unique_ptr<DataParallel> NewDeepSpeedZero(const ModelDims& d, const RankParams& params,
                                                const config::DeepSpeedZero& zero);
 std::unique_ptr<DataParallel> NewTorchFsdp2(const ModelDims& d, const RankParams& params,
                                             const config::TorchFsdp2& fsdp);
+std::unique_ptr<DataParallel> NewDeepSpeedZero3(const ModelDims& d, const RankParams& params,
+                                                const config::DeepSpeedZero& zero);
 
 // The all-gather of every bucket of `buffers` into the parameters, in place, on the
 // communication stream (a sharded optimizer's updated shards; Megatron-core

@@ -458,6 +458,7 @@ WrapperSizes DeepSpeedZeroWrapper::StaticSizes() const {
 
 std::unique_ptr<DataParallel> NewDeepSpeedZero(const ModelDims& d, const RankParams& params,
                                                const config::DeepSpeedZero& zero) {
+  if (zero.stage == 3) return NewDeepSpeedZero3(d, params, zero);
   return std::make_unique<DeepSpeedZeroWrapper>(d, params, zero);
 }
 

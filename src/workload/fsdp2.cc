@@ -110,8 +110,8 @@ class TorchFsdp2Wrapper final : public DataParallel {
     }
   }
 
-  Bytes MaterializedParamBytes(int param, Bytes /*whole*/) const override {
-    return Fsdp2PaddedNumel(params_.params[param], world_) / world_ * kShardBytes;
+  ConstructedParam Constructed(int param, Bytes /*whole*/) const override {
+    return {Fsdp2PaddedNumel(params_.params[param], world_) / world_ * kShardBytes, false};
   }
   void Setup(Emitter& /*em*/, const std::vector<TensorId>& /*param_ids*/) override {}
   bool HoldsMainParams() const override { return true; }

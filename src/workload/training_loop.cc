@@ -19,9 +19,17 @@ std::vector<TensorId> TrainingLoop::BuildModel() {
       em.Begin(name, pt.layer);
       prev_layer = pt.layer;
     }
-    const Bytes whole = pt.storage_bytes > 0 ? pt.storage_bytes : pt.numel * p_.d.param_bytes;
-    ids[i] = em.Alloc(p_.dp.MaterializedParamBytes(static_cast<int>(i), whole),
-                      Category::kParameters, pt.name);
+    const Bytes bytes = pt.storage_bytes > 0 ? pt.storage_bytes : pt.numel * p_.d.param_bytes;
+    const DataParallel::ConstructedParam made = p_.dp.Constructed(static_cast<int>(i), bytes);
+    if (!made.whole_first || made.kept == bytes) {
+      ids[i] = made.kept > 0 ? em.Alloc(made.kept, Category::kParameters, pt.name) : 0;
+      continue;
+    }
+    // Partitioned as it is built: the whole tensor, then the part that stays, then the whole
+    // one freed (zero.Init's _post_init_method after each module's __init__).
+    const TensorId whole = em.Alloc(bytes, Category::kParameters, pt.name + ".whole");
+    ids[i] = made.kept > 0 ? em.Alloc(made.kept, Category::kParameters, pt.name) : 0;
+    em.Free(whole);
   }
   return ids;
 }

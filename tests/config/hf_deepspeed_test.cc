@@ -89,6 +89,72 @@ TEST_CASE("hf-trainer deepspeed: a ds_config beside the config, auto values and 
   CHECK_FALSE(o.offload_pin_memory);
 }
 
+TEST_CASE("hf-trainer deepspeed stage 3: the Trainer's auto sizes, the stage-3 keys, ZeRO++ "
+          "warned with its direction",
+          "[config][hf][zero]") {
+  // LLaMA-Factory's ds_z3_config.json form: "auto" sizes resolved from hidden_size 256
+  // (HfTrainerDeepSpeedConfig.trainer_config_finalize): reduce 256² = 65536, prefetch
+  // int(0.9·65536) = 58982, persistence 10·256 = 2560.
+  const Setup s = LoadSetup(
+      DsConfig("z3auto", "{\"bf16\": {\"enabled\": \"auto\"}, \"zero_optimization\": "
+                         "{\"stage\": 3, \"sub_group_size\": 1e9, \"reduce_bucket_size\": "
+                         "\"auto\", \"stage3_prefetch_bucket_size\": \"auto\", "
+                         "\"stage3_param_persistence_threshold\": \"auto\", "
+                         "\"stage3_max_live_parameters\": 1e9, \"stage3_max_reuse_distance\": 2e8, "
+                         "\"stage3_gather_16bit_weights_on_model_save\": true, \"offload_param\": "
+                         "{\"device\": \"none\", \"pin_memory\": true}}}"),
+      {});
+  const DeepSpeedZero& z = *HfTrainerOf(s.training).deepspeed;
+  CHECK(z.stage == 3);
+  CHECK(z.reduce_bucket_size == 65536);
+  CHECK(z.prefetch_bucket_size == 58982);
+  CHECK(z.param_persistence_threshold == 2560);
+  CHECK(z.max_live_parameters == 1'000'000'000);
+  CHECK(z.max_reuse_distance == 200'000'000);
+  CHECK(z.sub_group_size == 1'000'000'000);
+  CHECK(z.overlap_comm);  // config.py overlap_comm_valid: absent, on at stage 3
+  CHECK(z.reduce_scatter);
+  CHECK_FALSE(z.offload_param_cpu);
+  CHECK_FALSE(z.offload_param_pin_memory);  // pin_memory means nothing without a device
+  CHECK(s.warnings.empty());
+  CHECK(DsMentions(s.notes, "stage3_gather_16bit_weights_on_model_save: only at checkpoint"));
+  // Defaults (zero/config.py) and offload_param cpu.
+  const Setup d = LoadSetup(
+      DsConfig("z3def", "{\"zero_optimization\": {\"stage\": 3, \"offload_param\": "
+                        "{\"device\": \"cpu\", \"pin_memory\": true}}}"),
+      {});
+  const DeepSpeedZero& dz = *HfTrainerOf(d.training).deepspeed;
+  CHECK(dz.prefetch_bucket_size == 50'000'000);
+  CHECK(dz.param_persistence_threshold == 100'000);
+  CHECK(dz.offload_param_cpu);
+  CHECK(dz.offload_param_pin_memory);
+  // ZeRO++: warned, with the direction memsim errs (hpZ's secondary partition: low).
+  const Setup pp = LoadSetup(
+      DsConfig("z3pp", "{\"zero_optimization\": {\"stage\": 3, \"zero_hpz_partition_size\": "
+                       "8, \"zero_quantized_weights\": false}}"),
+      {});
+  CHECK(DsMentions(pp.warnings, "zero_hpz_partition_size: 8: ZeRO++ / MiCS not modelled "
+                                "(memsim errs low)"));
+  CHECK(DsMentions(pp.notes, "zero_quantized_weights: off, no effect"));
+}
+
+TEST_CASE("hf-trainer deepspeed: LLaMA-Factory's ds_z3_config.json, unedited, in a shipped config",
+          "[config][hf][zero]") {
+  // configs/deepspeed/llamafactory/ds_z3_config.json (a verbatim copy, its README says from
+  // where) under configs/llama2-7b-a100-zero3-dp4.json: Llama-2-7B, hidden_size 4096, so the
+  // "auto" sizes are 4096² = 16777216, int(0.9·4096²) = 15099494 and 10·4096 = 40960.
+  const Setup s =
+      LoadSetup(std::string(MEMSIM_SOURCE_DIR) + "/configs/llama2-7b-a100-zero3-dp4.json", {});
+  const DeepSpeedZero& z = *HfTrainerOf(s.training).deepspeed;
+  CHECK(z.stage == 3);
+  CHECK(z.reduce_bucket_size == 16'777'216);
+  CHECK(z.prefetch_bucket_size == 15'099'494);
+  CHECK(z.param_persistence_threshold == 40'960);
+  CHECK_FALSE(z.overlap_comm);  // the file sets it false
+  CHECK(s.training.precision == Precision::kBf16);  // bf16 "auto": the Trainer's
+  CHECK(s.warnings.empty());
+}
+
 TEST_CASE("hf-trainer deepspeed: the ds_config's own Adam replaces the Trainer's optim",
           "[config][hf][zero]") {
   // Without an optimizer section the Trainer's optim (adamw_torch: torch.optim's foreach) is used.
@@ -168,9 +234,11 @@ TEST_CASE("hf-trainer deepspeed: unknown keys are warnings naming each", "[confi
 }
 
 TEST_CASE("hf-trainer deepspeed: refusals and errors name the key", "[config][hf][zero]") {
-  const std::string z3 = DsConfig("z3", "{\"zero_optimization\": {\"stage\": 3}}");
+  const std::string z3 = DsConfig(
+      "z3", "{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": "
+            "\"nvme\"}}}");
   CHECK(IsUnsupported(z3));
-  CHECK_THAT(ErrorOf(z3), Catch::Contains("/training/deepspeed/zero_optimization/stage: 3"));
+  CHECK_THAT(ErrorOf(z3), Catch::Contains("/training/deepspeed/zero_optimization/offload_param/device"));
   const std::string z0 = DsConfig("z0", "{\"bf16\": {\"enabled\": \"auto\"}}");
   CHECK(IsUnsupported(z0));
   CHECK_THAT(ErrorOf(z0), Catch::Contains("zero_optimization/stage: 0"));

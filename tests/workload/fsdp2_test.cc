@@ -65,8 +65,8 @@ TEST_CASE("FSDP2 units: one per block, padded sums, local shards for the optimiz
   CHECK(slices[0].numel == 2);
   CHECK(slices[1].numel == 24);
   // Born sharded: the padded fp32 shard (norm 2 · 4 B, weight 24 · 4 B), whatever the whole was.
-  CHECK(dp->MaterializedParamBytes(0, 12) == 8);
-  CHECK(dp->MaterializedParamBytes(1, 160) == 96);
+  CHECK(dp->Constructed(0, 12).kept == 8);
+  CHECK(dp->Constructed(1, 160).kept == 96);
 }
 
 // Bytes alive after a marker op, by kind of tensor.
@@ -130,7 +130,7 @@ Program RunTwoBlocks(const config::TorchFsdp2& o, int backwards) {
   em.SetContext(0, Phase::kInit, -1);
   em.Begin("init");
   for (int i = 0; i < 4; ++i) {
-    em.Alloc(dp->MaterializedParamBytes(i, 0), Category::kParameters, params.params[i].name);
+    em.Alloc(dp->Constructed(i, 0).kept, Category::kParameters, params.params[i].name);
   }
   auto mark = [&](const std::string& name) { em.Begin("mark." + name); };
   em.SetPhase(Phase::kForward);
