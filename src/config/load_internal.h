@@ -6,6 +6,7 @@
 #include "config/documents.h"
 #include "config/load.h"
 #include "config/reader.h"
+#include "core/error.h"
 
 namespace memsim::config::internal {
 

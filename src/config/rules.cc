@@ -13,6 +13,7 @@
 #include "config/mla.h"
 #include "config/moe.h"
 #include "config/stack.h"
+#include "core/error.h"
 
 namespace memsim::config::internal {
 namespace {

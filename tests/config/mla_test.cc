@@ -63,7 +63,7 @@ TEST_CASE("a deepseek_v3 file gives multi-latent attention and DeepSeek's MoE la
   CHECK(Has(s.notes, "/num_nextn_predict_layers: ignored"));
 }
 
-TEST_CASE("DeepSeek-V2-Lite's null q_lora_rank gives one query projection; V2 needs the top-k",
+TEST_CASE("DeepSeek-V2-Lite's null q_lora_rank gives one query projection, V2 needs the top-k",
           "[config][mla]") {
   const std::string lite =
       "{\"model_type\": \"deepseek_v2\", \"hidden_size\": 2048, \"num_attention_heads\": 16, "

@@ -126,7 +126,7 @@ TEST_CASE("ZeRO-3 at DP 4: partitions from construction, fp32 partition, gradien
   REQUIRE(run.stages.size() == 1);
 }
 
-TEST_CASE("ZeRO-3 gathers each module around its forward and backward; the first micro-batch "
+TEST_CASE("ZeRO-3 gathers each module around its forward and backward, the first micro-batch "
           "records the trace and releases everything",
           "[workload][zero][zero3]") {
   const Program p = Build(Zero3Setup("z3g", kPlain), 0);

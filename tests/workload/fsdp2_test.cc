@@ -221,7 +221,7 @@ TEST_CASE("FSDP2 device bytes of two blocks at DP 4 without reshard_after_forwar
   CHECK(at.at("end0") == Alive{kShards, 0, 0, 0, 0, 2 * kShardedGrad});
 }
 
-TEST_CASE("FSDP2 accumulates a second backward into the sharded grads; bf16 reduce casts",
+TEST_CASE("FSDP2 accumulates a second backward into the sharded grads, bf16 reduce casts",
           "[workload][fsdp2]") {
   SECTION("a second backward adds into the existing sharded grads") {
     const std::map<std::string, Alive> at = AliveAtMarks(RunTwoBlocks({}, 2));

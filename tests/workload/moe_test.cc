@@ -567,7 +567,7 @@ int OpIndex(const Program& p, Phase phase, const std::string& name) {
 }
 
 TEST_CASE(
-    "core 0.10-0.12 alltoall: no probs travel with the tokens; unpermute saves the permuted probs",
+    "core 0.10-0.12 alltoall: no probs travel with the tokens, unpermute saves the permuted probs",
     "[workload][moe][peak]") {
   // core_v0.10.0-v0.12.0 token_dispatcher.py MoEAlltoAllTokenDispatcher.token_permutation calls
   // moe_utils.py permute(hidden_states, routing_map, num_out_tokens=...) without probs, and the

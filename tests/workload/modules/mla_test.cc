@@ -103,7 +103,7 @@ TEST_CASE("MLA saves 187,020 bytes a token per layer at DeepSeek-V3's dimensions
   CHECK(testing::TotalBytes(h.Saved()) == Bytes{187020} * 4096);
 }
 
-TEST_CASE("MLA backward frees all it saved; without wgrad fusion each weight's grad reaches "
+TEST_CASE("MLA backward frees all it saved, without wgrad fusion each weight's grad reaches "
           "the wrapper in autograd's order",
           "[workload][modules][mla]") {
   config::Setup s = TinyMla();
