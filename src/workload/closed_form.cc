@@ -36,6 +36,29 @@ MoeSplit MoeParameters(const ModelDims& d, int r) {
   return out;
 }
 
+// Weight, grad and optimizer-state bytes per parameter (theoretical_memory_usage.py's 18 / 20, or
+// 6 + 12/d and 4 + 16/d with the distributed optimizer). Without mixed precision: weights and
+// grads, and Adam's two moments in the weights' dtype (fp32 under Megatron: 16, or 8 + 8/d
+// distributed; a plain PyTorch run with bf16 weights: 8).
+double BytesPerParameter(const ModelDims& d, const config::TrainingConfig& tc) {
+  const bool dist = tc.use_distributed_optimizer;
+  const double elem = static_cast<double>(d.param_bytes);
+  const double state_elem = d.mixed ? 4.0 : elem;
+  double bytes;
+  if (!d.mixed) {
+    bytes = dist ? 2 * elem + 2 * elem / d.dp_cp : 4 * elem;
+  } else if (d.grad_bytes == 2) {
+    bytes = dist ? 4 + 16.0 / d.dp_cp : 20;
+  } else {
+    bytes = dist ? 6 + 12.0 / d.dp_cp : 18;
+  }
+  if (tc.optimizer != OptimizerKind::kAdam) {  // Adafactor's factored state: taken as none
+    const bool momentum = tc.optimizer == OptimizerKind::kSgd && tc.sgd_momentum > 0;
+    bytes -= (momentum ? state_elem : 2 * state_elem) / (dist ? d.dp_cp : 1);
+  }
+  return bytes;
+}
+
 }  // namespace
 
 ClosedFormEstimate ComputeClosedFormEstimate(const config::Setup& setup, int pipeline_rank) {
@@ -63,21 +86,7 @@ ClosedFormEstimate ComputeClosedFormEstimate(const config::Setup& setup, int pip
   const MoeSplit moe = MoeParameters(d, r);
   e.parameters_on_rank += moe.replicated + moe.expert - moe.dense_mlp_removed / d.t;
   const bool dist = tc.use_distributed_optimizer;
-  // Without mixed precision: weights and grads, and Adam's two moments in the weights' dtype
-  // (fp32 under Megatron: 16, or 8 + 8/d distributed; a plain PyTorch run with bf16 weights: 8).
-  const double elem = static_cast<double>(d.param_bytes);
-  const double state_elem = d.mixed ? 4.0 : elem;
-  if (!d.mixed) {
-    e.bytes_per_parameter = dist ? 2 * elem + 2 * elem / d.dp_cp : 4 * elem;
-  } else if (d.grad_bytes == 2) {
-    e.bytes_per_parameter = dist ? 4 + 16.0 / d.dp_cp : 20;
-  } else {
-    e.bytes_per_parameter = dist ? 6 + 12.0 / d.dp_cp : 18;
-  }
-  if (tc.optimizer != OptimizerKind::kAdam) {  // Adafactor's factored state: taken as none
-    const bool momentum = tc.optimizer == OptimizerKind::kSgd && tc.sgd_momentum > 0;
-    e.bytes_per_parameter -= (momentum ? state_elem : 2 * state_elem) / (dist ? d.dp_cp : 1);
-  }
+  e.bytes_per_parameter = BytesPerParameter(d, tc);
   // MoE (PR #4687): the expert parameters at the bytes of the expert data-parallel group.
   const double expert_bytes =
       d.edp == d.dp_cp || !dist ? e.bytes_per_parameter
