@@ -57,7 +57,7 @@ void PlanFiveAndRunEach(const ScratchDir& dir, const std::string& args) {
 }
 
 TEST_CASE("memsim plan: Llama-3-8B on 8 H100 has 5 fitting plans that run to the same peaks",
-          "[plan][cli][plan_models]") {
+          "[plan][cli][.plan_models]") {
   // TP 2, 4, 8 with micro batch 1 or 2, no pipeline, no recompute, distributed optimizer on or
   // off: 12 layouts; TP x PP divides 8 and DP x mbs divides 256 in each, so all are simulated.
   ScratchDir dir("plan-llama3-8b");
@@ -67,7 +67,7 @@ TEST_CASE("memsim plan: Llama-3-8B on 8 H100 has 5 fitting plans that run to the
 }
 
 TEST_CASE("memsim plan: Qwen3-30B-A3B on 16 Ascend 910B has 5 fitting plans that run to the "
-          "same peaks", "[plan][cli][plan_models]") {
+          "same peaks", "[plan][cli][.plan_models]") {
   // TP 1, full recompute, PP 1, 2, 4, EP 4, 8, 16 (128 experts), distributed optimizer on or
   // off: 18 layouts; EP x ETP (ETP = TP = 1) must divide DP = 16 / PP, which EP 16 with PP 2
   // or 4 (DP 8, 4) and EP 8 with PP 4 do not: 12 are simulated.
@@ -78,7 +78,7 @@ TEST_CASE("memsim plan: Qwen3-30B-A3B on 16 Ascend 910B has 5 fitting plans that
 }
 
 TEST_CASE("memsim plan: Llama-2-70B on 64 H100 has 5 fitting plans that run to the same peaks",
-          "[plan][cli][plan_models]") {
+          "[plan][cli][.plan_models]") {
   // TP 4 or 8, PP 4 or 8 (80 layers), micro batch 1, selective or full recompute, distributed
   // optimizer: 8 layouts, each with DP = 64 / (TP x PP) dividing the global batch 1024.
   ScratchDir dir("plan-llama2-70b");
